@@ -1,0 +1,323 @@
+"""Image rendering with Pillow (+ pillow-heif for HEIC/HEIF).
+
+Order of operations for one original, chosen so that bad input fails before any pixel
+is decoded and good input is decoded once:
+
+1. Identify the type from the bytes, among an allow-list of formats (never from the name
+   or Content-Type). Formats outside it (EPS, which runs Ghostscript; PSD; ...) are
+   ``unsupported_format``.
+2. Read width x height from the header and refuse more than ``max_pixels`` as
+   ``too_many_pixels``. Pillow's own ``MAX_IMAGE_PIXELS`` only warns between its limit and
+   twice its limit (DecompressionBombWarning), so it is not relied on.
+3. For JPEG, check the marker structure (:mod:`mediajobs.adapters.jpeg_markers`) and
+   ask the decoder for a DCT-domain reduced decode (``Image.draft``) no smaller than the
+   largest variant.
+4. Decode; apply EXIF orientation 2-8 to the pixels (pillow-heif applies HEIF's own
+   irot/imir and resets the EXIF tag to 1, so HEIC is never rotated twice).
+5. Normalise the pixel mode (16-bit scaled, not clipped; palette/LA/PA with alpha kept),
+   convert to sRGB from any embedded ICC profile (CMYK included; Pillow's JPEG decoder
+   already undoes Adobe's inverted CMYK).
+6. Resize largest variant first, each from the previous (cascade), Lanczos.
+7. Encode from a copy without ``info``: no EXIF, XMP or ICC reaches an output (Pillow's
+   AVIF and PNG encoders would otherwise copy ``info["icc_profile"]``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import pillow_heif
+from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
+
+from mediajobs.adapters.jpeg_markers import check_jpeg_file
+from mediajobs.domain.errors import (
+    CORRUPT_IMAGE,
+    TOO_MANY_PIXELS,
+    TRUNCATED_IMAGE,
+    UNSUPPORTED_FORMAT,
+    PermanentFailure,
+)
+from mediajobs.domain.manifest import RenderDecisions
+from mediajobs.domain.recipes import CONTENT_TYPES, EXTENSIONS, FORMATS_WITH_ALPHA, ImageVariant, fit_within
+
+log = logging.getLogger(__name__)
+
+pillow_heif.register_heif_opener()
+# A truncated file must fail, never decode into a half-grey picture.
+ImageFile.LOAD_TRUNCATED_IMAGES = False
+
+#: Formats Pillow may open. Anything else is ``unsupported_format``.
+ALLOWED_FORMATS: Final = ("JPEG", "PNG", "WEBP", "GIF", "TIFF", "HEIF", "AVIF")
+_ORIENTATION_TAG: Final = 0x0112
+_SRGB: Final = ImageCms.createProfile("sRGB")
+_DECODE_ERRORS: Final = (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError)
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """One encoded variant in the work folder.
+
+    Attributes
+    ----------
+    name: variant name; format: encoder; path: the file; width, height: pixels;
+    bytes: file size; sha256: hex digest of the file; content_type: MIME type.
+    """
+
+    name: str
+    format: str
+    path: Path
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    content_type: str
+
+
+def _open(path: Path) -> Image.Image:
+    """Open lazily (header only), allow-listed formats only."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            return Image.open(path, formats=ALLOWED_FORMATS)
+    except UnidentifiedImageError as exc:
+        raise PermanentFailure(UNSUPPORTED_FORMAT, "not an image in an accepted format") from exc
+    except Image.DecompressionBombError as exc:
+        raise PermanentFailure(TOO_MANY_PIXELS, str(exc)) from exc
+    except _DECODE_ERRORS as exc:
+        raise PermanentFailure(CORRUPT_IMAGE, f"unreadable header: {exc}") from exc
+
+
+def identify(path: Path) -> str | None:
+    """The detected image format (``JPEG``, ``HEIF`` ...), or ``None`` when not an accepted image.
+
+    Reads only the header.
+    """
+    try:
+        with _open(path) as im:
+            return str(im.format)
+    except PermanentFailure as failure:
+        if failure.reason == UNSUPPORTED_FORMAT:
+            return None
+        return "unknown"
+
+
+def _frames(im: Image.Image) -> tuple[int, int]:
+    """(frame count, total duration in ms) of a possibly animated image; leaves it on frame 0."""
+    count = int(getattr(im, "n_frames", 1) or 1)
+    if count <= 1:
+        return 1, 0
+    total_ms = 0
+    for index in range(count):
+        im.seek(index)
+        total_ms += int(im.info.get("duration", 0) or 0)
+    im.seek(0)
+    return count, total_ms
+
+
+def _load(im: Image.Image) -> None:
+    try:
+        im.load()
+    except OSError as exc:
+        text = str(exc)
+        if "truncated" in text or "broken data stream" in text:
+            raise PermanentFailure(TRUNCATED_IMAGE, text) from exc
+        raise PermanentFailure(CORRUPT_IMAGE, text) from exc
+    except _DECODE_ERRORS as exc:
+        raise PermanentFailure(CORRUPT_IMAGE, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _to_8bit_base(im: Image.Image) -> tuple[Image.Image, Image.Image | None, str]:
+    """Split into an 8-bit colour base (``L``, ``RGB`` or ``CMYK``) and an optional alpha band."""
+    mode = im.mode
+    alpha: Image.Image | None = None
+    if mode in ("P", "PA"):
+        has_alpha = mode == "PA" or "transparency" in im.info
+        im = im.convert("RGBA" if has_alpha else "RGB")
+        note = f"{mode}->{im.mode}"
+        mode = im.mode
+    else:
+        note = ""
+    if mode in ("RGBA", "LA", "RGBa", "La"):
+        if mode in ("RGBa", "La"):
+            im = im.convert(mode[0:-1] + "A")
+        alpha = im.getchannel("A")
+        im = im.convert("RGB" if im.mode == "RGBA" else "L")
+    elif mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        # Pillow clips 16-bit values when converting to L; scale 0..65535 to 0..255.
+        im = im.convert("I").point(lambda v: v * (1 / 257)).convert("L")
+        note = f"{mode}->L (scaled 1/257)"
+    elif mode == "F":
+        low, high = im.getextrema()
+        span = (high - low) or 1.0
+        im = im.point(lambda v: (v - low) * (255.0 / span)).convert("L")
+        note = "F->L (normalised)"
+    elif mode == "1":
+        im = im.convert("L")
+        note = "1->L"
+    elif mode not in ("L", "RGB", "CMYK"):
+        im = im.convert("RGB")
+        note = f"{mode}->RGB"
+    if alpha is not None and alpha.getextrema() == (255, 255):
+        alpha = None  # fully opaque: no alpha channel needed
+    return im, alpha, note
+
+
+def _to_srgb(im: Image.Image, icc: bytes | None) -> tuple[Image.Image, str, str | None]:
+    """Convert an ``L``/``RGB``/``CMYK`` base to sRGB ``RGB`` (or keep ``L``)."""
+    description: str | None = None
+    if icc:
+        try:
+            profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+            description = (ImageCms.getProfileDescription(profile) or "").strip() or "unnamed"
+            if im.mode == "RGB" and "srgb" in description.lower():
+                return im, "none (already sRGB)", description
+            converted = ImageCms.profileToProfile(im, profile, _SRGB, outputMode="RGB")
+            assert converted is not None
+            return converted, f"icc->srgb ({im.mode})", description
+        except (ImageCms.PyCMSError, OSError, ValueError) as exc:
+            log.warning("ignoring unusable ICC profile: %s", exc)
+            description = f"invalid ({exc})"
+    if im.mode == "CMYK":
+        return im.convert("RGB"), "cmyk->srgb (no profile)", description
+    return im, "none", description
+
+
+def _encode(im: Image.Image, variant: ImageVariant, dest: Path) -> None:
+    clean = im.copy()
+    clean.info = {}
+    if variant.format == "webp":
+        clean.save(dest, format="WEBP", quality=variant.quality, method=4)
+    elif variant.format == "avif":
+        speed = 6 if variant.speed is None else variant.speed
+        clean.save(dest, format="AVIF", quality=variant.quality, speed=speed)
+    elif variant.format == "jpeg":
+        clean.save(dest, format="JPEG", quality=variant.quality, optimize=True, progressive=True)
+    else:
+        clean.save(dest, format="PNG", optimize=True)
+
+
+def _flatten(im: Image.Image) -> Image.Image:
+    background = Image.new("RGB", im.size, (255, 255, 255))
+    background.paste(im.convert("RGB"), mask=im.getchannel("A"))
+    return background
+
+
+def _file_digest(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+class PillowRenderer:
+    """Renders image variants in-process.
+
+    Parameters
+    ----------
+    max_pixels: largest accepted width x height of the original (frame size).
+    """
+
+    def __init__(self, max_pixels: int) -> None:
+        self._max_pixels = max_pixels
+
+    def render(
+        self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path
+    ) -> tuple[list[RenderedFile], RenderDecisions]:
+        """Render ``variants`` of the image at ``source`` into ``out_dir``.
+
+        Returns
+        -------
+        (files, decisions)
+            One :class:`RenderedFile` per variant, in the recipe's order.
+
+        Raises
+        ------
+        PermanentFailure
+            ``unsupported_format``, ``too_many_pixels``, ``truncated_image`` or ``corrupt_image``.
+        """
+        with _open(source) as im:
+            width, height = im.size
+            if width * height > self._max_pixels:
+                raise PermanentFailure(
+                    TOO_MANY_PIXELS, f"{width}x{height} = {width * height} pixels > {self._max_pixels}"
+                )
+            source_format = str(im.format)
+            if source_format == "JPEG":
+                problem = check_jpeg_file(source)
+                if problem:
+                    raise PermanentFailure(CORRUPT_IMAGE, problem)
+            frames, duration_ms = _frames(im)
+            largest_box = max(v.box_px for v in variants)
+            if source_format == "JPEG":
+                im.draft(None, fit_within(width, height, largest_box))
+            _load(im)
+            decoder_orientation = int(im.info.get("original_orientation") or 1)  # pillow-heif applied it
+            orientation = int(im.getexif().get(_ORIENTATION_TAG, 1) or 1)
+            oriented: Image.Image = im
+            if 2 <= orientation <= 8:
+                oriented = ImageOps.exif_transpose(im)
+            else:
+                orientation = 1
+            icc = im.info.get("icc_profile")
+            base, alpha, mode_note = _to_8bit_base(oriented)
+            base, colour, icc_description = _to_srgb(base, icc)
+            if base.mode == "L":
+                base = base.convert("RGB")
+            if alpha is not None:
+                base.putalpha(alpha)
+        # Orientations 5-8 swap width and height. A decoder that applied the rotation
+        # itself (pillow-heif) already reports the displayed size and leaves orientation 1.
+        out_w, out_h = (height, width) if orientation >= 5 else (width, height)
+        decisions = RenderDecisions(
+            source_format=source_format,
+            source_width=width,
+            source_height=height,
+            orientation=orientation if orientation != 1 else decoder_orientation,
+            colour=colour,
+            icc_profile=icc_description,
+            mode=mode_note,
+            alpha=alpha is not None,
+            animated=frames > 1,
+            frames=frames,
+            duration_ms=duration_ms,
+            frames_dropped=frames - 1,
+        )
+        return self._resize_and_encode(base, (out_w, out_h), variants, out_dir), decisions
+
+    @staticmethod
+    def _resize_and_encode(
+        base: Image.Image, full_size: tuple[int, int], variants: tuple[ImageVariant, ...], out_dir: Path
+    ) -> list[RenderedFile]:
+        by_size = sorted(variants, key=lambda v: v.box_px, reverse=True)
+        current = base
+        rendered: dict[str, RenderedFile] = {}
+        for variant in by_size:
+            target = fit_within(full_size[0], full_size[1], variant.box_px)
+            if current.size != target:
+                current = current.resize(target, Image.Resampling.LANCZOS, reducing_gap=3.0)
+            image = current
+            if image.mode == "RGBA" and variant.format not in FORMATS_WITH_ALPHA:
+                image = _flatten(image)
+            dest = out_dir / f"{variant.name}.{EXTENSIONS[variant.format]}"
+            _encode(image, variant, dest)
+            sha, size = _file_digest(dest)
+            rendered[variant.name] = RenderedFile(
+                name=variant.name,
+                format=variant.format,
+                path=dest,
+                width=target[0],
+                height=target[1],
+                bytes=size,
+                sha256=sha,
+                content_type=CONTENT_TYPES[variant.format],
+            )
+        return [rendered[v.name] for v in variants]

@@ -1,0 +1,87 @@
+"""A structural check of a JPEG stream's markers, without decoding pixels.
+
+libjpeg recovers from corrupt entropy-coded data with a warning ("Corrupt JPEG data:
+N extraneous bytes before marker 0x9f") and Pillow's decoder discards those warnings
+(its libjpeg error manager has an empty ``output_message``), so a damaged photo decodes
+"successfully" into shifted or smeared blocks. Walking the marker structure finds the
+damage: inside entropy-coded data 0xFF may only be followed by 0x00 (stuffing), RST0-7
+(D0-D7), more 0xFF fill bytes, or a real marker; codes 0x02-0xBF are never markers
+(ITU-T T.81, table B.1).
+"""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+
+_SOI = b"\xff\xd8"
+_EOI = 0xD9
+_SOS = 0xDA
+
+
+def _is_invalid_code(code: int) -> bool:
+    return code == 0x00 or 0x02 <= code <= 0xBF
+
+
+def find_jpeg_corruption(data: bytes | mmap.mmap) -> str | None:
+    """Describe the first structural corruption of a JPEG stream, or ``None``.
+
+    A stream that simply ends early (no EOI) is not reported here: the decoder reports
+    truncation itself. Data that does not start with SOI is not examined.
+
+    Parameters
+    ----------
+    data: the whole file (bytes or a read-only mmap).
+
+    Returns
+    -------
+    str | None
+        e.g. ``"invalid marker 0xFF9F at byte 229382"``.
+    """
+    n = len(data)
+    if n < 4 or data[:2] != _SOI:
+        return None
+    pos = 2
+    while pos < n:
+        if data[pos] != 0xFF:
+            return f"expected a marker at byte {pos}, found 0x{data[pos]:02X}"
+        while pos < n and data[pos] == 0xFF:  # fill bytes
+            pos += 1
+        if pos >= n:
+            return None
+        code = data[pos]
+        marker_at = pos - 1
+        pos += 1
+        if code == _EOI:
+            return None
+        if _is_invalid_code(code):
+            return f"invalid marker 0xFF{code:02X} at byte {marker_at}"
+        if code == 0x01 or 0xD0 <= code <= 0xD7:  # TEM and RSTn stand alone
+            continue
+        if pos + 2 > n:
+            return None
+        length = int.from_bytes(data[pos : pos + 2], "big")
+        if length < 2:
+            return f"segment 0xFF{code:02X} at byte {marker_at} has length {length}"
+        pos += length
+        if code != _SOS:
+            continue
+        while True:  # entropy-coded data
+            pos = data.find(b"\xff", pos)
+            if pos < 0 or pos + 1 >= n:
+                return None
+            following = data[pos + 1]
+            if following == 0x00 or 0xD0 <= following <= 0xD7:
+                pos += 2
+                continue
+            break  # a marker (or fill bytes before one): the outer loop reads it
+    return None
+
+
+def check_jpeg_file(path: Path) -> str | None:
+    """:func:`find_jpeg_corruption` on a file, memory-mapped (no copy into Python memory)."""
+    with open(path, "rb") as f:
+        if f.seek(0, 2) == 0:
+            return None
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return find_jpeg_corruption(m)

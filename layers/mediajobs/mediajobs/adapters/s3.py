@@ -1,0 +1,166 @@
+"""S3 access: stream an original to disk while hashing it; write derivatives once.
+
+Writes use ``If-None-Match: *`` (S3 conditional writes): a 412 ``PreconditionFailed``
+means an object already exists under the key, which for content-addressed derivatives
+means the bytes are already there -- success. Under concurrent writes S3 may also answer
+409 ``ConditionalRequestConflict``; that is retried a few times, then reported transient.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import IO, Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from mediajobs.domain.errors import SOURCE_MISSING, PermanentFailure, TransientFailure
+from mediajobs.domain.jobs import ObjectRef
+
+log = logging.getLogger(__name__)
+
+KB: Final = 1024
+MB: Final = 1024 * KB
+CHUNK_BYTES: Final = 1 * MB
+IMMUTABLE_CACHE_CONTROL: Final = "public, max-age=31536000, immutable"
+_MISSING_CODES: Final = frozenset({"NoSuchKey", "NoSuchVersion", "404", "NotFound"})
+_CONFLICT_RETRIES: Final = 3
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+class S3Store:
+    """One bucket's originals and derivatives.
+
+    Parameters
+    ----------
+    client: a boto3 S3 client (its retry mode handles throttling and SlowDown).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._s3 = client
+
+    def download(self, ref: ObjectRef, dest: Path) -> tuple[str, int]:
+        """Stream ``ref`` to ``dest`` in 1 MiB chunks, hashing as it goes.
+
+        Returns
+        -------
+        (sha256_hex, size_bytes)
+
+        Raises
+        ------
+        PermanentFailure
+            ``source_missing`` when the object or version no longer exists.
+        TransientFailure
+            On any other S3 or network error.
+        """
+        params: dict[str, Any] = {"Bucket": ref.bucket, "Key": ref.key}
+        if ref.version_id:
+            params["VersionId"] = ref.version_id
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            response = self._s3.get_object(**params)
+            with open(dest, "wb") as out:
+                for chunk in response["Body"].iter_chunks(CHUNK_BYTES):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+        except ClientError as exc:
+            if _code(exc) in _MISSING_CODES:
+                raise PermanentFailure(SOURCE_MISSING, f"s3://{ref.bucket}/{ref.key} is gone") from exc
+            raise TransientFailure(f"S3 GetObject failed: {_code(exc)}") from exc
+        except BotoCoreError as exc:
+            raise TransientFailure(f"S3 GetObject failed: {exc}") from exc
+        return digest.hexdigest(), size
+
+    def put_if_absent(self, bucket: str, key: str, body: bytes | IO[bytes], *, content_type: str) -> bool:
+        """Write an immutable object unless the key exists (``If-None-Match: *``).
+
+        The object gets ``Content-Type``, ``Cache-Control: public, max-age=31536000,
+        immutable`` and an S3-verified SHA-256 checksum.
+
+        Returns
+        -------
+        bool
+            ``True`` if this call created the object, ``False`` if it was already there.
+
+        Raises
+        ------
+        TransientFailure
+            On repeated 409 conflicts or any other error.
+        """
+        for attempt in range(1, _CONFLICT_RETRIES + 1):
+            if hasattr(body, "seek"):
+                body.seek(0)
+            try:
+                self._s3.put_object(
+                    Bucket=bucket,
+                    Key=key,
+                    Body=body,
+                    ContentType=content_type,
+                    CacheControl=IMMUTABLE_CACHE_CONTROL,
+                    IfNoneMatch="*",
+                    ChecksumAlgorithm="SHA256",
+                )
+                return True
+            except ClientError as exc:
+                if _code(exc) == "PreconditionFailed" or _status(exc) == 412:
+                    log.info("object already present", extra={"key": key})
+                    return False
+                if _code(exc) == "ConditionalRequestConflict" or _status(exc) == 409:
+                    log.warning("conditional write conflict, retrying", extra={"key": key, "attempt": attempt})
+                    continue
+                raise TransientFailure(f"S3 PutObject {key} failed: {_code(exc)}") from exc
+            except BotoCoreError as exc:
+                raise TransientFailure(f"S3 PutObject {key} failed: {exc}") from exc
+        raise TransientFailure(f"S3 PutObject {key}: {_CONFLICT_RETRIES} conditional write conflicts")
+
+    def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool:
+        """:meth:`put_if_absent` with the body read from ``path``."""
+        with open(path, "rb") as body:
+            return self.put_if_absent(bucket, key, body, content_type=content_type)
+
+    def read_bytes(self, bucket: str, key: str) -> bytes:
+        """Read a small object (a manifest) whole.
+
+        Raises
+        ------
+        botocore.exceptions.ClientError
+            As S3 answers.
+        """
+        return bytes(self._s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    def download_file(self, bucket: str, key: str, dest: Path) -> None:
+        """Copy an object to a local file (the CLI's output folder), via a temporary name."""
+        tmp = dest.with_name(dest.name + ".part")
+        self._s3.download_file(bucket, key, str(tmp))
+        os.replace(tmp, dest)
+
+    def existing_digest(self, bucket: str, key: str) -> tuple[str | None, int]:
+        """SHA-256 hex (from the stored full-object checksum, if any) and size of an object.
+
+        Used when a conditional write found the object already there, so the manifest
+        describes the bytes actually stored, not the ones this worker rendered.
+
+        Raises
+        ------
+        TransientFailure
+            On any S3 error.
+        """
+        try:
+            head = self._s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        except (ClientError, BotoCoreError) as exc:
+            raise TransientFailure(f"S3 HeadObject {key} failed: {exc}") from exc
+        checksum = head.get("ChecksumSHA256")
+        sha = base64.b64decode(checksum).hex() if checksum and "-" not in checksum else None
+        return sha, int(head["ContentLength"])

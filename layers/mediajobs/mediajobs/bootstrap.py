@@ -1,0 +1,70 @@
+"""The composition root: builds the pipeline from settings with the real adapters.
+
+Tests and the local runner pass their own settings, clients or observer; nothing else
+in the package constructs adapters.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from mediajobs.adapters.imaging import PillowRenderer, identify
+from mediajobs.adapters.ledger import DynamoLedger, bound_job_model
+from mediajobs.adapters.s3 import S3Store
+from mediajobs.domain.recipes import Recipe, load_recipe
+from mediajobs.service import Pipeline, PipelineObserver
+from mediajobs.settings import Settings
+
+#: Recipes applied to each media type, as (id, version).
+ACTIVE_RECIPES: dict[str, list[tuple[str, int]]] = {"image": [("web-image", 1)]}
+
+#: SDK retry mode: throttling and S3 SlowDown are retried by botocore, not by our code.
+RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=60)
+
+
+def detect_media(path: Path) -> str | None:
+    """``"image"`` when the bytes are an accepted image format, else ``None``."""
+    return "image" if identify(path) is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def active_recipes() -> dict[str, list[Recipe]]:
+    """The recipes of :data:`ACTIVE_RECIPES`, loaded and validated once."""
+    return {media: [load_recipe(rid, ver) for rid, ver in refs] for media, refs in ACTIVE_RECIPES.items()}
+
+
+def s3_client(settings: Settings) -> Any:
+    """A boto3 S3 client for ``settings`` (endpoint, region, standard retries)."""
+    return boto3.client("s3", region_name=settings.region, endpoint_url=settings.endpoint_url, config=RETRY_CONFIG)
+
+
+def build_pipeline(
+    settings: Settings | None = None,
+    *,
+    observer: PipelineObserver | None = None,
+    s3: Any = None,
+) -> Pipeline:
+    """Build the pipeline.
+
+    Parameters
+    ----------
+    settings: defaults to :meth:`Settings.from_env`.
+    observer: hooks for the CLI and tests.
+    s3: a boto3 S3 client to use instead of a new one.
+    """
+    settings = settings or Settings.from_env()
+    model = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
+    return Pipeline(
+        settings,
+        store=S3Store(s3 or s3_client(settings)),
+        ledger=DynamoLedger(model, lease_s=settings.lease_s),
+        renderer=PillowRenderer(max_pixels=settings.max_pixels),
+        recipes=active_recipes(),
+        detect_media=detect_media,
+        observer=observer,
+    )

@@ -1,0 +1,84 @@
+"""Errors classified by what the caller must do.
+
+* :class:`PermanentFailure` ends the job: the input can never succeed (empty,
+  unsupported, corrupt, over a limit). It is recorded and the message deleted.
+* :class:`TransientFailure` means "try again later": SQS redelivers.
+* :class:`JobBusy` is not a fault: another worker holds an unexpired lease.
+* :class:`Superseded` means this worker's lease was taken over; its results
+  must not be committed.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Stable reason codes. Users script against these strings: never rename one.
+EMPTY_FILE: Final = "empty_file"
+UNSUPPORTED_FORMAT: Final = "unsupported_format"
+TRUNCATED_IMAGE: Final = "truncated_image"
+CORRUPT_IMAGE: Final = "corrupt_image"
+TOO_MANY_PIXELS: Final = "too_many_pixels"
+TOO_LARGE: Final = "too_large"
+SOURCE_MISSING: Final = "source_missing"
+
+REASON_CODES: Final = frozenset(
+    {EMPTY_FILE, UNSUPPORTED_FORMAT, TRUNCATED_IMAGE, CORRUPT_IMAGE, TOO_MANY_PIXELS, TOO_LARGE, SOURCE_MISSING}
+)
+
+
+class MediaJobsError(Exception):
+    """Base class of every error mediajobs raises on purpose."""
+
+
+class PermanentFailure(MediaJobsError):
+    """The input can never be processed; retrying cannot help.
+
+    Parameters
+    ----------
+    reason:
+        One of the stable codes in :data:`REASON_CODES`.
+    detail:
+        Human-readable explanation (decoder message, measured value and limit).
+    """
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        if reason not in REASON_CODES:
+            raise ValueError(f"unknown reason code {reason!r}")
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class TransientFailure(MediaJobsError):
+    """A failure that may pass (network, throttling, a lost write race): redeliver."""
+
+
+class JobBusy(MediaJobsError):
+    """Another worker holds an unexpired lease on the job.
+
+    Parameters
+    ----------
+    job_key:
+        The job's key (64 hex characters).
+    lease_expires_at_s:
+        When the holder's lease runs out, in Unix epoch seconds.
+    """
+
+    def __init__(self, job_key: str, lease_expires_at_s: int) -> None:
+        super().__init__(f"job {job_key[:12]} is running; lease expires at {lease_expires_at_s}")
+        self.job_key = job_key
+        self.lease_expires_at_s = lease_expires_at_s
+
+
+class Superseded(MediaJobsError):
+    """This worker's claim was taken over (its lease token no longer matches).
+
+    Parameters
+    ----------
+    job_key:
+        The job's key (64 hex characters).
+    """
+
+    def __init__(self, job_key: str) -> None:
+        super().__init__(f"claim on job {job_key[:12]} was taken over by another worker")
+        self.job_key = job_key

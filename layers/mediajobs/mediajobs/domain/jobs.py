@@ -1,0 +1,169 @@
+"""Job states, claim outcomes and the results the pipeline reports. Pure data."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class JobState(str, enum.Enum):
+    """States of a job row in the ledger.
+
+    ``running`` -> ``done`` | ``permanent_failure`` | ``transient_failure``;
+    ``transient_failure`` and an expired ``running`` lease can be taken over.
+    """
+
+    RUNNING = "running"
+    DONE = "done"
+    TRANSIENT_FAILURE = "transient_failure"
+    PERMANENT_FAILURE = "permanent_failure"
+
+
+class ClaimOutcome(str, enum.Enum):
+    """What a claim attempt found.
+
+    * ``RUN``: this worker holds the claim and must do the work.
+    * ``DONE``: the job is committed; reuse the stored outcome, do no work.
+    * ``BUSY``: another worker holds an unexpired lease; come back later.
+    * ``FAILED``: the job failed permanently; report the stored reason.
+    """
+
+    RUN = "run"
+    DONE = "done"
+    BUSY = "busy"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    """One committed derivative, as listed in the manifest.
+
+    Attributes
+    ----------
+    name: variant name (``thumb``).
+    key: S3 key (``derivatives/<job key>/thumb.webp``).
+    format: encoder (``webp``).
+    width, height: pixels.
+    bytes: object size in bytes.
+    sha256: SHA-256 hex of the object's bytes.
+    content_type: MIME type.
+    """
+
+    name: str
+    key: str
+    format: str
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    content_type: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict for JSON (manifest and ledger)."""
+        return {
+            "name": self.name,
+            "key": self.key,
+            "format": self.format,
+            "width": self.width,
+            "height": self.height,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+            "content_type": self.content_type,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OutputRecord:
+        """Inverse of :meth:`to_json`."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Result of a claim attempt.
+
+    Attributes
+    ----------
+    outcome: see :class:`ClaimOutcome`.
+    job_key: 64 hex characters.
+    lease_token: this worker's fencing token when ``outcome`` is ``RUN``, else ``None``.
+    lease_expires_at_s: Unix epoch seconds when the current lease ends.
+    attempts: how many times the job has been claimed, this claim included.
+    failure_reason: stored reason when ``outcome`` is ``FAILED``.
+    manifest_key: stored manifest key when ``outcome`` is ``DONE``.
+    outputs: stored outputs when ``outcome`` is ``DONE``.
+    took_over: whether this claim replaced an expired lease or a transient failure.
+    """
+
+    outcome: ClaimOutcome
+    job_key: str
+    lease_token: str | None = None
+    lease_expires_at_s: int = 0
+    attempts: int = 0
+    failure_reason: str | None = None
+    manifest_key: str | None = None
+    outputs: tuple[OutputRecord, ...] = ()
+    took_over: bool = False
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """An S3 object version named by an event.
+
+    Attributes
+    ----------
+    bucket, key: where it is.
+    version_id: S3 version id, or ``None`` when versioning is off.
+    size_bytes: size announced by the event (``None`` if unknown).
+    etag: ETag announced by the event (may be empty).
+    """
+
+    bucket: str
+    key: str
+    version_id: str | None = None
+    size_bytes: int | None = None
+    etag: str = ""
+
+
+@dataclass
+class JobResult:
+    """Outcome of one (original, recipe) job in this delivery.
+
+    ``reused`` is true when this delivery found the job already committed (or already
+    failed permanently) and did no work.
+    """
+
+    recipe: str
+    job_key: str
+    state: str
+    reused: bool
+    reason: str | None = None
+    detail: str = ""
+    manifest_key: str | None = None
+    outputs: tuple[OutputRecord, ...] = ()
+    seconds: float = 0.0
+
+
+@dataclass
+class SourceResult:
+    """Outcome of one event's original in this delivery.
+
+    Attributes
+    ----------
+    source: the object.
+    state: ``done``, ``permanent_failure`` or ``ignored`` (outside ``originals/``).
+    media: ``image``, ``video`` or ``None`` when the type is unknown.
+    sha256: SHA-256 hex of the original's bytes, when read.
+    size_bytes: bytes read.
+    reason: the failure's reason code, when ``state`` is ``permanent_failure``.
+    jobs: one entry per recipe applied.
+    """
+
+    source: ObjectRef
+    state: str
+    media: str | None = None
+    sha256: str | None = None
+    size_bytes: int | None = None
+    reason: str | None = None
+    detail: str = ""
+    jobs: list[JobResult] = field(default_factory=list)

@@ -1,0 +1,107 @@
+"""Job keys: the identity of a unit of work, derived only from what determines its output.
+
+A job key is the SHA-256 (hex) of a canonical JSON document holding:
+
+* ``input_sha256`` -- the SHA-256 of the original's bytes;
+* ``recipe_sha256`` -- the SHA-256 of the recipe's canonical JSON (id, version, step, parameters);
+* ``policy_version`` -- the moderation policy version under which the output is published
+  (``"none"`` until moderation exists);
+* ``algorithm`` -- :data:`KEY_ALGORITHM_VERSION`, bumped whenever this derivation changes.
+
+Filenames, bucket names, event ids and message ids are never part of the key: the same
+bytes uploaded under two names are one job.
+
+Canonical JSON: keys sorted, no whitespace (``","`` and ``":"`` separators), UTF-8, NaN
+and infinities rejected. JSON string quoting makes the encoding unambiguous: no choice of
+field values can make two different documents serialise to the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Final
+
+KEY_ALGORITHM_VERSION: Final = 1
+NO_POLICY: Final = "none"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Serialise ``value`` as canonical JSON bytes.
+
+    Parameters
+    ----------
+    value:
+        JSON-compatible data (dicts, lists, str, int, float, bool, None).
+
+    Returns
+    -------
+    bytes
+        UTF-8, keys sorted, no insignificant whitespace.
+
+    Raises
+    ------
+    ValueError
+        If the value holds NaN or infinity.
+    TypeError
+        If the value is not JSON-serialisable.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
+
+
+def sha256_hex(data: bytes) -> str:
+    """Return the SHA-256 of ``data`` as 64 lowercase hex characters."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def recipe_hash(recipe_id: str, version: int, step: str, params: dict[str, Any]) -> str:
+    """Hash of a versioned recipe: SHA-256 hex of its canonical JSON.
+
+    Parameters
+    ----------
+    recipe_id, version, step:
+        The recipe's identity (``"web-image"``, ``1``, ``"image.variants"``).
+    params:
+        The step's parameters; their key order does not matter.
+    """
+    return sha256_hex(canonical_json({"id": recipe_id, "version": version, "step": step, "params": params}))
+
+
+def job_key(
+    input_sha256: str,
+    recipe_sha256: str,
+    policy_version: str = NO_POLICY,
+    algorithm_version: int = KEY_ALGORITHM_VERSION,
+) -> str:
+    """Derive the job key (64 hex characters).
+
+    Parameters
+    ----------
+    input_sha256:
+        SHA-256 hex of the original's bytes.
+    recipe_sha256:
+        :func:`recipe_hash` of the recipe.
+    policy_version:
+        Moderation policy version (``"none"`` until moderation exists).
+    algorithm_version:
+        Version of this derivation; only tests pass another value.
+
+    Raises
+    ------
+    ValueError
+        If a hash is not 64 lowercase hex characters.
+    """
+    for name, value in (("input_sha256", input_sha256), ("recipe_sha256", recipe_sha256)):
+        if not _HEX64.match(value):
+            raise ValueError(f"{name} must be 64 lowercase hex characters, got {value!r}")
+    document = {
+        "algorithm": algorithm_version,
+        "input_sha256": input_sha256,
+        "policy_version": policy_version,
+        "recipe_sha256": recipe_sha256,
+    }
+    return sha256_hex(canonical_json(document))

@@ -1,0 +1,97 @@
+"""The manifest: the commit marker of a derivative set, written last under its prefix."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from mediajobs.domain.jobs import ObjectRef, OutputRecord
+
+MANIFEST_SCHEMA_VERSION: Final = 1
+MANIFEST_NAME: Final = "manifest.json"
+
+
+@dataclass(frozen=True)
+class RenderDecisions:
+    """What the renderer decided for one original; recorded in the manifest.
+
+    Attributes
+    ----------
+    source_format: detected from the bytes (``JPEG``, ``PNG``, ``HEIF`` ...).
+    source_width, source_height: stored pixel size before orientation.
+    orientation: EXIF orientation applied to the pixels (1 = none, 2-8 transposed).
+    colour: the colour conversion applied (``icc->srgb``, ``cmyk->srgb``, ``none``).
+    icc_profile: description of the embedded ICC profile, if any.
+    mode: pixel-mode conversion (``I;16->L (scaled 1/257)``, ``P->RGBA`` ...).
+    alpha: whether the outputs carry an alpha channel.
+    animated: whether the original had more than one frame.
+    frames: number of frames in the original.
+    duration_ms: total animation duration in milliseconds (0 for stills).
+    frames_dropped: frames not rendered (variants are of the first frame).
+    """
+
+    source_format: str
+    source_width: int
+    source_height: int
+    orientation: int = 1
+    colour: str = "none"
+    icc_profile: str | None = None
+    mode: str = ""
+    alpha: bool = False
+    animated: bool = False
+    frames: int = 1
+    duration_ms: int = 0
+    frames_dropped: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return asdict(self)
+
+
+def derivative_prefix(derivatives_prefix: str, job_key: str) -> str:
+    """``derivatives/<job key>/`` for a job (``derivatives_prefix`` ends with ``/``)."""
+    return f"{derivatives_prefix}{job_key}/"
+
+
+def build_manifest(
+    *,
+    job_key: str,
+    source: ObjectRef,
+    input_sha256: str,
+    input_bytes: int,
+    recipe_id: str,
+    recipe_version: int,
+    recipe_sha256: str,
+    policy_version: str,
+    outputs: list[OutputRecord],
+    decisions: RenderDecisions,
+    created_at: str,
+) -> dict[str, Any]:
+    """Build the manifest document for a committed job.
+
+    Parameters
+    ----------
+    created_at:
+        ISO 8601 UTC timestamp of the commit.
+
+    Returns
+    -------
+    dict
+        JSON-ready manifest (schema version :data:`MANIFEST_SCHEMA_VERSION`).
+    """
+    return {
+        "schema": MANIFEST_SCHEMA_VERSION,
+        "job_key": job_key,
+        "source": {
+            "bucket": source.bucket,
+            "key": source.key,
+            "version_id": source.version_id,
+            "sha256": input_sha256,
+            "bytes": input_bytes,
+        },
+        "recipe": {"id": recipe_id, "version": recipe_version, "sha256": recipe_sha256},
+        "policy": {"version": policy_version},
+        "outputs": [o.to_json() for o in outputs],
+        "decisions": decisions.to_json(),
+        "created_at": created_at,
+    }

@@ -1,0 +1,167 @@
+"""Recipes are data: versioned JSON files under ``mediajobs/recipes/``.
+
+A recipe names a step and its parameters. Loading validates the file strictly: an unknown
+field anywhere is an error, so a typo can never silently change what is rendered.
+Changing anything that affects the output requires a new ``version`` (and so new job keys).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mediajobs.domain.keys import recipe_hash
+
+ImageFormat = Literal["webp", "avif", "jpeg", "png"]
+
+#: Output formats that carry an alpha channel.
+FORMATS_WITH_ALPHA: frozenset[str] = frozenset({"webp", "avif", "png"})
+
+#: MIME type of each output format.
+CONTENT_TYPES: dict[str, str] = {
+    "webp": "image/webp",
+    "avif": "image/avif",
+    "jpeg": "image/jpeg",
+    "png": "image/png",
+}
+
+#: File extension of each output format.
+EXTENSIONS: dict[str, str] = {"webp": "webp", "avif": "avif", "jpeg": "jpg", "png": "png"}
+
+
+class RecipeError(ValueError):
+    """A recipe file is missing, malformed or holds unknown fields."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImageVariant(_Strict):
+    """One image output: fit inside a ``box_px`` x ``box_px`` square, never enlarged.
+
+    Attributes
+    ----------
+    name:
+        Output name, also its file stem (``thumb`` -> ``thumb.webp``).
+    box_px:
+        Side of the bounding box in pixels; the longest edge is at most this.
+    format:
+        Encoder: ``webp``, ``avif``, ``jpeg`` or ``png``.
+    quality:
+        Encoder quality, 1-100.
+    speed:
+        AVIF encoder speed, 0 (slowest, smallest) to 10; ignored by other formats.
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
+    box_px: int = Field(gt=0, le=16384)
+    format: ImageFormat
+    quality: int = Field(ge=1, le=100)
+    speed: int | None = Field(default=None, ge=0, le=10)
+
+
+class ImageVariantsParams(_Strict):
+    """Parameters of the ``image.variants`` step: one or more variants with distinct names."""
+
+    variants: tuple[ImageVariant, ...] = Field(min_length=1)
+
+
+class Recipe(_Strict):
+    """A versioned recipe as loaded from JSON.
+
+    Attributes
+    ----------
+    id:
+        Recipe name, e.g. ``web-image``.
+    version:
+        Positive integer; bump it whenever the output would change.
+    media:
+        Which originals it applies to: ``image`` (``video`` comes later).
+    step:
+        The step that renders it, e.g. ``image.variants``.
+    params:
+        The step's parameters.
+    comment:
+        Free text for humans (why a parameter has its value); not part of the hash.
+    """
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
+    version: int = Field(gt=0)
+    media: Literal["image"]
+    step: Literal["image.variants"]
+    params: ImageVariantsParams
+    comment: str = ""
+
+    @property
+    def ref(self) -> str:
+        """``"<id>@<version>"``, as shown to users (``web-image@1``)."""
+        return f"{self.id}@{self.version}"
+
+    @property
+    def sha256(self) -> str:
+        """Hash of id, version, step and params (see :func:`mediajobs.domain.keys.recipe_hash`)."""
+        return recipe_hash(self.id, self.version, self.step, self.params.model_dump(mode="json"))
+
+
+def parse_recipe(document: dict[str, Any]) -> Recipe:
+    """Validate a recipe document.
+
+    Raises
+    ------
+    RecipeError
+        On unknown fields, wrong types, out-of-range values or duplicate variant names.
+    """
+    try:
+        recipe = Recipe.model_validate(document)
+    except ValidationError as exc:
+        raise RecipeError(f"invalid recipe: {exc}") from exc
+    names = [v.name for v in recipe.params.variants]
+    if len(names) != len(set(names)):
+        raise RecipeError(f"recipe {recipe.ref}: duplicate variant names {names}")
+    return recipe
+
+
+def load_recipe(recipe_id: str, version: int) -> Recipe:
+    """Load ``mediajobs/recipes/<recipe_id>.v<version>.json``.
+
+    Raises
+    ------
+    RecipeError
+        If the file does not exist or does not validate.
+    """
+    resource = resources.files("mediajobs.recipes").joinpath(f"{recipe_id}.v{version}.json")
+    try:
+        text = resource.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise RecipeError(f"no recipe {recipe_id}@{version}") from exc
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecipeError(f"recipe {recipe_id}@{version} is not JSON: {exc}") from exc
+    recipe = parse_recipe(document)
+    if (recipe.id, recipe.version) != (recipe_id, version):
+        raise RecipeError(f"file {recipe_id}.v{version}.json declares {recipe.ref}")
+    return recipe
+
+
+def fit_within(width_px: int, height_px: int, box_px: int) -> tuple[int, int]:
+    """Size of an image of ``width_px`` x ``height_px`` fitted inside a ``box_px`` square.
+
+    The aspect ratio is kept, the image is never enlarged, and neither side drops below
+    1 pixel (an 8000x2 banner fitted in 320 gives 320x1, not 320x0).
+
+    Raises
+    ------
+    ValueError
+        If any dimension is not positive.
+    """
+    if width_px <= 0 or height_px <= 0 or box_px <= 0:
+        raise ValueError(f"dimensions must be positive: {width_px}x{height_px} in {box_px}")
+    scale = min(1.0, box_px / width_px, box_px / height_px)
+    if scale >= 1.0:
+        return width_px, height_px
+    return max(1, round(width_px * scale)), max(1, round(height_px * scale))

@@ -1,0 +1,244 @@
+"""The ``mediajobs`` command: ``demo`` and ``process``, through the embedded AWS.
+
+Exit codes: 0 success (also when inputs fail permanently: that is a result, reported),
+1 internal error, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mediajobs.domain.jobs import JobResult, SourceResult
+from mediajobs.local.gallery import GalleryEntry, GalleryVariant, write_gallery
+from mediajobs.local.session import LocalSession
+
+#: Real photographs that scikit-image's wheel ships (BSD-3; see skimage/data/README.txt).
+DEMO_PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "hubble_deep_field.jpg")
+
+
+class InternalError(Exception):
+    """Something the user cannot fix happened (exit code 1)."""
+
+
+def sample_photos() -> list[Path]:
+    """The demo's photos from the installed scikit-image package (found without importing it).
+
+    Raises
+    ------
+    InternalError
+        If scikit-image is not installed.
+    """
+    spec = importlib.util.find_spec("skimage")
+    if spec is None or not spec.submodule_search_locations:
+        raise InternalError("the demo's sample photos come from scikit-image: pip install 'mediajobs[demo]'")
+    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    photos = [data / name for name in DEMO_PHOTOS if (data / name).is_file()]
+    if not photos:
+        raise InternalError(f"no sample photos found in {data}")
+    return photos
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100] or "file"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _human(size: int) -> str:
+    return f"{size / 1024:.1f} KB" if size < 1024 * 1024 else f"{size / 1024 / 1024:.2f} MB"
+
+
+def _first_result(session: LocalSession, key: str) -> SourceResult:
+    results = session.collector.results.get(key)
+    if not results:
+        raise InternalError(f"{key} was not processed (dead-letter queue: {session.dead_letters()} messages)")
+    return results[0]
+
+
+def _print_table(rows: list[tuple[str, SourceResult]]) -> None:
+    header = f"{'original':<28} {'job key':<12}  {'variant':<7} {'size':>11} {'bytes':>10}  {'time':>7}"
+    print(header)
+    print("-" * len(header))
+    for title, result in rows:
+        if not result.jobs:
+            print(f"{title[:28]:<28} {'-':<12}  failed: {result.reason}")
+            continue
+        for job in result.jobs:
+            if job.state != "done":
+                print(f"{title[:28]:<28} {job.job_key[:12]:<12}  failed: {job.reason}")
+                continue
+            timing = "reused" if job.reused else f"{job.seconds:.2f} s"
+            for i, out in enumerate(job.outputs):
+                first = i == 0
+                print(
+                    f"{title[:28] if first else '':<28} {job.job_key[:12] if first else '':<12}  "
+                    f"{out.name:<7} {f'{out.width}x{out.height}':>11} {_human(out.bytes):>10}  "
+                    f"{timing if first else '':>7}"
+                )
+
+
+def _gallery_entry(title: str, original: Path, result: SourceResult, fetched: dict[str, Any] | None) -> GalleryEntry:
+    job = result.jobs[0] if result.jobs else None
+    entry = GalleryEntry(title=title, original=original, job_key=job.job_key if job else None)
+    if fetched and job:
+        for out in job.outputs:
+            entry.variants.append(GalleryVariant(out.name, fetched["outputs"][out.name], out.width, out.height, out.bytes))
+    if result.state != "done":
+        entry.failure = f"permanent failure: {result.reason} {result.detail}".strip()
+    return entry
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo: sample photos through the embedded AWS, delivered twice."""
+    files = [Path(f) for f in args.files] if args.files else sample_photos()
+    out_dir = Path(args.out).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with LocalSession(log_level=args.log_level) as session:
+        print(f"embedded AWS at {session.stack.endpoint_url}: bucket {session.stack.bucket}, "
+              f"queue {session.stack.queue_url.rsplit('/', 1)[-1]}, table {session.stack.table_name}")
+        uploads: list[tuple[str, Path, str]] = []
+        for i, path in enumerate(files):
+            uploads.append((path.name, path, f"originals/demo/{i:02d}-{_safe_name(path.name)}"))
+        # The same bytes under a second name: one job, no second render.
+        uploads.append((f"{files[0].name} (copy)", files[0], f"originals/demo/copy-of-{_safe_name(files[0].name)}"))
+        started = time.monotonic()
+        for _, path, key in uploads:
+            session.upload(path, key)
+        first_received = session.run().received
+        first_bodies = list(session.esm.stats.bodies)
+        first_seconds = time.monotonic() - started
+        renders_first = len(session.collector.renders)
+        print(f"\nfirst delivery: {len(uploads)} uploads -> {first_received} events, "
+              f"{renders_first} renders, {first_seconds:.1f} s\n")
+        rows = [(title, _first_result(session, key)) for title, _, key in uploads]
+        _print_table(rows)
+
+        session.redeliver(first_bodies)
+        second_received = session.run().received - first_received
+        renders_second = len(session.collector.renders) - renders_first
+        reused = sum(1 for _, _, key in uploads for job in session.collector.results[key][-1].jobs if job.reused)
+        print(f"\nsecond delivery of every event: {second_received} events, "
+              f"{renders_second} renders, {reused} jobs reused"
+              f"{' - no render ran twice' if renders_second == 0 else ' - UNEXPECTED RENDERS'}")
+        print(f"dead-letter queue: {session.dead_letters()} messages")
+
+        entries = []
+        for i, (title, path, key) in enumerate(uploads):
+            result = _first_result(session, key)
+            folder = out_dir / f"{i:02d}-{_safe_name(Path(key).stem)}"
+            fetched = session.fetch(result.jobs[0], folder) if result.jobs and result.state == "done" else None
+            folder.mkdir(parents=True, exist_ok=True)
+            original = folder / f"original{path.suffix.lower()}"
+            shutil.copyfile(path, original)
+            entries.append(_gallery_entry(title, original, result, fetched))
+        index = write_gallery(out_dir, entries)
+    print(f"\nderivatives and gallery written to {out_dir}")
+    print(f"open {index}")
+    return 0 if renders_second == 0 else 1
+
+
+def _job_json(job: JobResult, fetched: dict[str, Any] | None) -> dict[str, Any]:
+    outputs = []
+    for out in job.outputs:
+        outputs.append({
+            "name": out.name,
+            "path": str(fetched["outputs"][out.name]) if fetched else None,
+            "format": out.format,
+            "width": out.width,
+            "height": out.height,
+            "bytes": out.bytes,
+        })
+    return {
+        "recipe": job.recipe,
+        "job_key": job.job_key,
+        "state": job.state,
+        "reused": job.reused,
+        "reason": job.reason,
+        "manifest": str(fetched["manifest"]) if fetched and job.manifest_key else None,
+        "outputs": outputs,
+    }
+
+
+def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Process the user's files; one JSON line per input with ``--json``."""
+    files = [Path(f) for f in args.files]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        parser.error(f"not a readable file: {', '.join(missing)}")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with LocalSession(log_level=args.log_level) as session:
+        keys = []
+        for i, path in enumerate(files):
+            keys.append(session.upload(path, f"originals/cli/{i:04d}-{_safe_name(path.name)}"))
+        session.run()
+        rows = []
+        for i, (given, path, key) in enumerate(zip(args.files, files, keys)):
+            result = _first_result(session, key)
+            folder = out_dir / f"{i:04d}-{_safe_name(path.stem)}"
+            jobs_json = []
+            for job in result.jobs:
+                fetched = session.fetch(job, folder / job.recipe.replace("@", "-v")) if job.state == "done" else None
+                jobs_json.append(_job_json(job, fetched))
+            line = {
+                "input": given,
+                "sha256": result.sha256 or _sha256(path),
+                "media": result.media,
+                "state": result.state,
+                "reason": result.reason,
+                "jobs": jobs_json,
+            }
+            rows.append((path.name, result))
+            if args.json:
+                print(json.dumps(line), flush=True)
+        if not args.json:
+            _print_table(rows)
+            print(f"\nderivatives written to {out_dir.resolve()}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``mediajobs`` command."""
+    parser = argparse.ArgumentParser(prog="mediajobs", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-level", default="ERROR", help="worker log level, logs go to stderr (default ERROR)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="sample photos through the embedded AWS, each event delivered twice")
+    demo.add_argument("--out", default="mediajobs-out", help="output folder (default ./mediajobs-out)")
+    demo.add_argument("files", nargs="*", help="your own files instead of the sample photos")
+    process = sub.add_parser("process", help="process your files through the embedded AWS")
+    process.add_argument("files", nargs="+", metavar="FILE")
+    process.add_argument("--out", required=True, metavar="DIR", help="where derivatives and manifests go")
+    process.add_argument("--json", action="store_true", help="one JSON object per input on its own line")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mediajobs`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            return cmd_demo(args)
+        return cmd_process(args, parser)
+    except InternalError as exc:
+        print(f"mediajobs: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

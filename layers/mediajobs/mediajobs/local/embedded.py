@@ -1,0 +1,212 @@
+"""The embedded AWS: a moto server in this process, with the resources of ``template.yaml``.
+
+Resources are created as the template declares them (bucket with EventBridge
+notifications, the rule with the template's own event pattern targeting the queue, the
+queue with the template's redrive policy and visibility timeout, the dead-letter queue,
+the jobs table with the PynamoDB model's key schema), under local names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+from moto.server import ThreadedMotoServer
+
+from mediajobs.adapters.ledger import bound_job_model
+from mediajobs.local.template import find_template, load_template, parameter_defaults, resolve
+
+log = logging.getLogger(__name__)
+
+REGION = "us-east-1"
+ACCOUNT_ID = "123456789012"  # moto's default account
+
+# Logical ids in template.yaml that the runner instantiates.
+BUCKET_ID = "MediaBucket"
+RULE_ID = "ObjectCreatedRule"
+QUEUE_ID = "JobsQueue"
+DLQ_ID = "DeadLetterQueue"
+TABLE_ID = "JobsTable"
+FUNCTION_ID = "WorkerFunction"
+
+
+@dataclass(frozen=True)
+class LocalStack:
+    """Names and settings of the resources created locally.
+
+    Attributes
+    ----------
+    endpoint_url: the moto server (``http://127.0.0.1:<port>``).
+    bucket: bucket name; rule_name: EventBridge rule.
+    queue_url, queue_arn, dlq_url, dlq_arn: the queues.
+    table_name: jobs table.
+    function_env: the worker's environment, resolved from the template.
+    batch_size: the SQS event source's BatchSize.
+    timeout_s: the worker's Timeout, seconds.
+    """
+
+    endpoint_url: str
+    bucket: str
+    rule_name: str
+    queue_url: str
+    queue_arn: str
+    dlq_url: str
+    dlq_arn: str
+    table_name: str
+    function_env: dict[str, str]
+    batch_size: int
+    timeout_s: int
+
+
+class EmbeddedAws:
+    """Start a moto server on 127.0.0.1 (a free port) and create the stack in it.
+
+    Use as a context manager; the process environment gets the worker's variables and
+    ``AWS_ENDPOINT_URL`` while it is open, and is restored afterwards.
+
+    Parameters
+    ----------
+    template_path: defaults to :func:`mediajobs.local.template.find_template`.
+    name: prefix of the local resource names.
+    """
+
+    def __init__(self, template_path: Path | None = None, name: str = "mediajobs-local") -> None:
+        self.template_path = template_path or find_template()
+        self.template = load_template(self.template_path)
+        self.name = name
+        self._server: ThreadedMotoServer | None = None
+        self._saved_env: dict[str, str | None] = {}
+        self.stack: LocalStack | None = None
+
+    def __enter__(self) -> LocalStack:
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's request log
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        self._set_env(
+            {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_SESSION_TOKEN": "testing",
+                "AWS_DEFAULT_REGION": REGION,
+                "AWS_REGION": REGION,
+            }
+        )
+        self.stack = self._create(endpoint)
+        self._set_env(self.stack.function_env)
+        return self.stack
+
+    def __exit__(self, *exc: object) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def _set_env(self, values: dict[str, str]) -> None:
+        for key, value in values.items():
+            self._saved_env.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for the embedded server."""
+        assert self.stack is not None
+        return boto3.client(service, region_name=REGION, endpoint_url=self.stack.endpoint_url)
+
+    def _resource(self, logical_id: str) -> dict[str, Any]:
+        resource: dict[str, Any] = self.template["Resources"][logical_id]
+        return resource
+
+    def _create(self, endpoint: str) -> LocalStack:
+        session = boto3.session.Session(region_name=REGION)
+        s3 = session.client("s3", endpoint_url=endpoint)
+        sqs = session.client("sqs", endpoint_url=endpoint)
+        events = session.client("events", endpoint_url=endpoint)
+
+        bucket = f"{self.name}-media"
+        table_name = f"{self.name}-jobs"
+        rule_name = f"{self.name}-object-created"
+        refs: dict[str, str] = {BUCKET_ID: bucket, TABLE_ID: table_name, RULE_ID: rule_name}
+        attrs: dict[tuple[str, str], str] = {
+            (BUCKET_ID, "Arn"): f"arn:aws:s3:::{bucket}",
+            (TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{table_name}",
+        }
+        params = parameter_defaults(self.template)
+
+        # Queues: the dead-letter queue first, since the main queue's redrive names it.
+        dlq_props = self._resource(DLQ_ID).get("Properties", {})
+        dlq_url = sqs.create_queue(QueueName=f"{self.name}-dlq", Attributes=_queue_attributes(dlq_props))["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        refs[DLQ_ID], attrs[(DLQ_ID, "Arn")] = dlq_url, dlq_arn
+        queue_props = resolve(self._resource(QUEUE_ID).get("Properties", {}), refs, attrs, params)
+        queue_url = sqs.create_queue(QueueName=f"{self.name}-jobs", Attributes=_queue_attributes(queue_props))[
+            "QueueUrl"
+        ]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        refs[QUEUE_ID], attrs[(QUEUE_ID, "Arn")] = queue_url, queue_arn
+
+        # Bucket, with EventBridge notifications when the template turns them on.
+        bucket_props = self._resource(BUCKET_ID).get("Properties", {})
+        s3.create_bucket(Bucket=bucket)
+        if bucket_props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
+            s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        eb = bucket_props.get("NotificationConfiguration", {}).get("EventBridgeConfiguration", {})
+        if eb.get("EventBridgeEnabled"):
+            s3.put_bucket_notification_configuration(
+                Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}}
+            )
+
+        # The rule, with the template's own event pattern and targets.
+        rule_props = resolve(self._resource(RULE_ID)["Properties"], refs, attrs, params)
+        rule_arn = events.put_rule(Name=rule_name, EventPattern=json.dumps(rule_props["EventPattern"]))["RuleArn"]
+        attrs[(RULE_ID, "Arn")] = rule_arn
+        events.put_targets(Rule=rule_name, Targets=[{"Id": t["Id"], "Arn": t["Arn"]} for t in rule_props["Targets"]])
+
+        # The jobs table, with the key schema of the PynamoDB model.
+        model = bound_job_model(table_name, REGION, endpoint)
+        model.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
+
+        function = resolve(self._resource(FUNCTION_ID)["Properties"], refs, attrs, params)
+        globals_env = (self.template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get(
+            "Variables", {}
+        )
+        env = {**resolve(globals_env, refs, attrs, params), **function.get("Environment", {}).get("Variables", {})}
+        sqs_event = next(e["Properties"] for e in function["Events"].values() if e["Type"] == "SQS")
+        return LocalStack(
+            endpoint_url=endpoint,
+            bucket=bucket,
+            rule_name=rule_name,
+            queue_url=queue_url,
+            queue_arn=queue_arn,
+            dlq_url=dlq_url,
+            dlq_arn=dlq_arn,
+            table_name=table_name,
+            function_env={k: str(v) for k, v in env.items()},
+            batch_size=int(sqs_event.get("BatchSize", 10)),
+            timeout_s=int(function.get("Timeout", 3)),
+        )
+
+
+def _queue_attributes(props: dict[str, Any]) -> dict[str, str]:
+    """SQS attributes from a template's ``AWS::SQS::Queue`` properties."""
+    attributes: dict[str, str] = {}
+    for prop in ("VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds", "ReceiveMessageWaitTimeSeconds"):
+        if prop in props:
+            attributes[prop] = str(props[prop])
+    if "RedrivePolicy" in props:
+        policy = props["RedrivePolicy"]
+        attributes["RedrivePolicy"] = json.dumps(
+            {"deadLetterTargetArn": policy["deadLetterTargetArn"], "maxReceiveCount": int(policy["maxReceiveCount"])}
+        )
+    return attributes

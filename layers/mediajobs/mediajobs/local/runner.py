@@ -1,0 +1,189 @@
+"""Drives a handler with SQS batches the way Lambda's SQS event source mapping does.
+
+Receive up to ``BatchSize`` messages, build the Lambda SQS event, invoke the handler,
+then delete every record not listed in ``batchItemFailures``. One deliberate local
+difference: a failed record is made visible again after ``retry_delay_s`` instead of
+waiting out the queue's visibility timeout (90 minutes in the template), so a local run
+ends; the redrive to the dead-letter queue after ``maxReceiveCount`` receives still
+applies because moto counts receives.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+HandlerFn = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+@dataclass
+class LocalLambdaContext:
+    """The subset of the Lambda context object that Powertools and the pipeline read.
+
+    Attributes
+    ----------
+    timeout_s: the function's Timeout, seconds; sets the deadline.
+    """
+
+    function_name: str = "mediajobs-worker"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 2048
+    timeout_s: int = 900
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:mediajobs-worker"
+    log_group_name: str = "/aws/lambda/mediajobs-worker"
+    log_stream_name: str = "local"
+    _deadline: float = field(default=0.0, repr=False)
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before the (simulated) timeout."""
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+@dataclass
+class DeliveryStats:
+    """What the event source mapping did.
+
+    Attributes
+    ----------
+    invocations: handler calls.
+    received: records delivered (redeliveries included).
+    deleted: records deleted after success.
+    failed: records reported in ``batchItemFailures``.
+    bodies: the body of every message delivered for the first time, in order.
+    """
+
+    invocations: int = 0
+    received: int = 0
+    deleted: int = 0
+    failed: int = 0
+    bodies: list[str] = field(default_factory=list)
+
+
+def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> dict[str, Any]:
+    """The Lambda event for a batch of messages from ``ReceiveMessage``."""
+    records = []
+    for m in messages:
+        attrs = m.get("Attributes", {})
+        records.append(
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": {
+                    "ApproximateReceiveCount": attrs.get("ApproximateReceiveCount", "1"),
+                    "SentTimestamp": attrs.get("SentTimestamp", "0"),
+                    "SenderId": attrs.get("SenderId", "local"),
+                    "ApproximateFirstReceiveTimestamp": attrs.get("ApproximateFirstReceiveTimestamp", "0"),
+                },
+                "messageAttributes": {},
+                "md5OfBody": m.get("MD5OfBody", ""),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": region,
+            }
+        )
+    return {"Records": records}
+
+
+class EventSourceMapping:
+    """SQS -> handler, as Lambda's event source mapping with ``ReportBatchItemFailures``.
+
+    Parameters
+    ----------
+    sqs: a boto3 SQS client; queue_url, queue_arn: the source queue.
+    handler: the Lambda handler (``event, context -> response``).
+    batch_size: records per invocation (the template's BatchSize, at most 10 per receive).
+    timeout_s: the function's Timeout, for the context's remaining time.
+    retry_delay_s: visibility given to failed records (see module docstring).
+    """
+
+    def __init__(
+        self,
+        sqs: Any,
+        queue_url: str,
+        queue_arn: str,
+        handler: HandlerFn,
+        *,
+        batch_size: int = 10,
+        timeout_s: int = 900,
+        region: str = "us-east-1",
+        retry_delay_s: int = 1,
+    ) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._queue_arn = queue_arn
+        self._handler = handler
+        self._batch_size = max(1, min(10, batch_size))
+        self._timeout_s = timeout_s
+        self._region = region
+        self._retry_delay_s = retry_delay_s
+        self.stats = DeliveryStats()
+
+    def poll_once(self, wait_s: int = 0) -> int:
+        """Receive one batch and invoke the handler on it; returns the records received."""
+        response = self._sqs.receive_message(
+            QueueUrl=self._queue_url,
+            MaxNumberOfMessages=self._batch_size,
+            WaitTimeSeconds=wait_s,
+            MessageSystemAttributeNames=["All"],
+        )
+        messages = response.get("Messages", [])
+        if not messages:
+            return 0
+        for m in messages:
+            if m.get("Attributes", {}).get("ApproximateReceiveCount", "1") == "1":
+                self.stats.bodies.append(m["Body"])
+        result = self._handler(sqs_event(messages, self._queue_arn, self._region), LocalLambdaContext(timeout_s=self._timeout_s))
+        failed_ids = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
+        self.stats.invocations += 1
+        self.stats.received += len(messages)
+        done = [m for m in messages if m["MessageId"] not in failed_ids]
+        failed = [m for m in messages if m["MessageId"] in failed_ids]
+        if done:
+            self._sqs.delete_message_batch(
+                QueueUrl=self._queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+            )
+        if failed:
+            self._sqs.change_message_visibility_batch(
+                QueueUrl=self._queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": self._retry_delay_s}
+                    for i, m in enumerate(failed)
+                ],
+            )
+        self.stats.deleted += len(done)
+        self.stats.failed += len(failed)
+        return len(messages)
+
+    def in_flight(self) -> int:
+        """Messages visible or in flight in the queue."""
+        attrs = self._sqs.get_queue_attributes(
+            QueueUrl=self._queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+    def drain(self, max_seconds: float = 600) -> DeliveryStats:
+        """Poll until the queue holds nothing (or ``max_seconds`` pass); returns the stats.
+
+        Raises
+        ------
+        TimeoutError
+            If messages remain after ``max_seconds``.
+        """
+        deadline = time.monotonic() + max_seconds
+        while time.monotonic() < deadline:
+            if self.poll_once(wait_s=0):
+                continue
+            if self.in_flight() == 0:
+                return self.stats
+            self.poll_once(wait_s=1)  # long-poll until a failed record becomes visible again
+        raise TimeoutError(f"queue not drained after {max_seconds} s")

@@ -1,0 +1,120 @@
+"""A local session: the embedded AWS, the real handler behind an emulated event source
+mapping, and helpers to upload originals and fetch their derivatives."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mediajobs.bootstrap import build_pipeline
+from mediajobs.domain.jobs import JobResult, ObjectRef, SourceResult
+from mediajobs.local.embedded import REGION, EmbeddedAws, LocalStack
+from mediajobs.local.runner import DeliveryStats, EventSourceMapping
+from mediajobs.service import PipelineObserver
+from mediajobs.settings import Settings
+
+
+class Collector(PipelineObserver):
+    """Counts renders and keeps every result, by source key, in delivery order."""
+
+    def __init__(self) -> None:
+        self.renders: list[str] = []
+        self.results: dict[str, list[SourceResult]] = {}
+
+    def render_started(self, job_key: str, source: ObjectRef) -> None:
+        self.renders.append(job_key)
+
+    def source_finished(self, result: SourceResult) -> None:
+        self.results.setdefault(result.source.key, []).append(result)
+
+
+class LocalSession:
+    """Context manager around :class:`EmbeddedAws` that installs the real worker handler.
+
+    Parameters
+    ----------
+    log_level: level of the worker's logs (written to stderr so stdout stays clean).
+    """
+
+    def __init__(self, log_level: str = "WARNING", template_path: Path | None = None) -> None:
+        self._aws = EmbeddedAws(template_path)
+        self._log_level = log_level
+        self.collector = Collector()
+        self.stack: LocalStack
+        self.esm: EventSourceMapping
+
+    def __enter__(self) -> LocalSession:
+        self.stack = self._aws.__enter__()
+        os.environ["POWERTOOLS_LOG_LEVEL"] = self._log_level
+        os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+        from mediajobs.entrypoints import worker  # the real handler, imported with the local environment
+
+        self._worker = worker
+        worker.logger.setLevel(self._log_level)
+        for handler in logging.getLogger(worker.logger.name).handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.setStream(sys.stderr)
+        self.s3 = self._aws.client("s3")
+        self.sqs = self._aws.client("sqs")
+        worker.set_pipeline(build_pipeline(Settings.from_env(), observer=self.collector, s3=self.s3))
+        self.esm = EventSourceMapping(
+            self.sqs,
+            self.stack.queue_url,
+            self.stack.queue_arn,
+            worker.lambda_handler,
+            batch_size=self.stack.batch_size,
+            timeout_s=self.stack.timeout_s,
+            region=REGION,
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._worker.set_pipeline(None)
+        self._aws.__exit__(*exc)
+
+    def upload(self, path: Path, key: str) -> str:
+        """Put a local file under ``key`` (the bucket's EventBridge notification fires)."""
+        with open(path, "rb") as body:
+            self.s3.put_object(Bucket=self.stack.bucket, Key=key, Body=body)
+        return key
+
+    def run(self) -> DeliveryStats:
+        """Deliver everything queued to the handler until the queue is empty."""
+        return self.esm.drain()
+
+    def redeliver(self, bodies: list[str]) -> None:
+        """Send message bodies again, as a duplicated event or a redelivery would."""
+        for body in bodies:
+            self.sqs.send_message(QueueUrl=self.stack.queue_url, MessageBody=body)
+
+    def dead_letters(self) -> int:
+        """Messages in the dead-letter queue."""
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=self.stack.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"])
+
+    def fetch(self, job: JobResult, dest: Path) -> dict[str, Any]:
+        """Download a job's derivatives and manifest into ``dest``.
+
+        Returns
+        -------
+        dict
+            ``{"manifest": Path, "outputs": {name: Path}}``.
+        """
+        dest.mkdir(parents=True, exist_ok=True)
+        paths: dict[str, Path] = {}
+        for output in job.outputs:
+            target = dest / output.key.rsplit("/", 1)[-1]
+            self.s3.download_file(self.stack.bucket, output.key, str(target))
+            paths[output.name] = target
+        manifest_path = dest / "manifest.json"
+        if job.manifest_key:
+            body = self.s3.get_object(Bucket=self.stack.bucket, Key=job.manifest_key)["Body"].read()
+            manifest_path.write_bytes(body)
+            json.loads(body)  # a manifest that is not JSON is an internal error
+        return {"manifest": manifest_path, "outputs": paths}

@@ -1,0 +1,104 @@
+"""Read ``template.yaml`` (CloudFormation short-form tags included) and resolve the
+intrinsic functions the local runner needs against local resource names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """SafeLoader that turns ``!Ref X`` into ``{"Ref": "X"}``, ``!GetAtt A.B`` into
+    ``{"Fn::GetAtt": ["A", "B"]}`` and any other ``!Fn`` into ``{"Fn::Fn": ...}``."""
+
+
+def _construct_tag(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) -> dict[str, Any]:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    if tag_suffix == "Ref":
+        return {"Ref": value}
+    if tag_suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{tag_suffix}": value}
+
+
+_CfnLoader.add_multi_constructor("!", _construct_tag)
+
+
+def find_template(start: Path | None = None) -> Path:
+    """Locate ``template.yaml``: ``$MEDIAJOBS_TEMPLATE``, else the nearest one above the
+    current directory, else above this package (an editable install in the repository).
+
+    Raises
+    ------
+    FileNotFoundError
+        If none is found.
+    """
+    explicit = os.environ.get("MEDIAJOBS_TEMPLATE")
+    if explicit:
+        return Path(explicit)
+    for base in (start or Path.cwd(), Path(__file__).resolve()):
+        for folder in (base, *base.parents):
+            candidate = folder / "template.yaml"
+            if candidate.is_file():
+                return candidate
+    raise FileNotFoundError("template.yaml not found: run from the mediajobs repository or set MEDIAJOBS_TEMPLATE")
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    """Parse a SAM/CloudFormation template into plain data."""
+    with open(path, encoding="utf-8") as f:
+        document = yaml.load(f, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+    if not isinstance(document, dict) or "Resources" not in document:
+        raise ValueError(f"{path} is not a CloudFormation template")
+    return document
+
+
+def resolve(value: Any, refs: dict[str, str], attrs: dict[tuple[str, str], str], params: dict[str, str]) -> Any:
+    """Resolve ``Ref``, ``Fn::GetAtt`` and ``Fn::Sub`` in ``value``.
+
+    Parameters
+    ----------
+    refs: logical id -> value of ``Ref`` (local resource names).
+    attrs: (logical id, attribute) -> value of ``Fn::GetAtt``.
+    params: parameter name -> value (defaults from the template).
+
+    A ``Ref`` to a resource the runner does not create resolves to ``local-<LogicalId>``.
+
+    Raises
+    ------
+    KeyError
+        For an ``Fn::GetAtt`` the runner does not know.
+    """
+    if isinstance(value, list):
+        return [resolve(v, refs, attrs, params) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"Ref"}:
+        name = value["Ref"]
+        if name in params:
+            return params[name]
+        return refs.get(name, f"local-{name}")  # resources the runner does not create (layers, roles)
+    if set(value) == {"Fn::GetAtt"}:
+        logical_id, attribute = value["Fn::GetAtt"]
+        return attrs[(logical_id, attribute)]
+    if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
+        text: str = value["Fn::Sub"]
+        for (logical_id, attribute), resolved in attrs.items():
+            text = text.replace("${" + f"{logical_id}.{attribute}" + "}", resolved)
+        for name, resolved in {**refs, **params}.items():
+            text = text.replace("${" + name + "}", resolved)
+        return text
+    return {k: resolve(v, refs, attrs, params) for k, v in value.items()}
+
+
+def parameter_defaults(template: dict[str, Any]) -> dict[str, str]:
+    """Parameter name -> its default, as a string."""
+    return {name: str(spec.get("Default", "")) for name, spec in (template.get("Parameters") or {}).items()}

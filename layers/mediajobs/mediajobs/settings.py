@@ -1,0 +1,93 @@
+"""One frozen settings object, read from the environment once.
+
+Explicit arguments win over the environment (``Settings.from_env(max_pixels=...)``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, fields, replace
+from typing import Any, Final
+
+MB: Final = 1024 * 1024
+
+_ENV_NAMES: Final = {
+    "jobs_table_name": "JOBS_TABLE_NAME",
+    "region": "AWS_REGION",
+    "endpoint_url": "AWS_ENDPOINT_URL",
+    "originals_prefix": "ORIGINALS_PREFIX",
+    "derivatives_prefix": "DERIVATIVES_PREFIX",
+    "policy_version": "POLICY_VERSION",
+    "max_pixels": "MAX_PIXELS",
+    "max_input_bytes": "MAX_INPUT_BYTES",
+    "lease_s": "LEASE_SECONDS",
+    "work_dir": "WORK_DIR",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Runtime settings of the pipeline.
+
+    Attributes
+    ----------
+    jobs_table_name: DynamoDB table of the job ledger (env ``JOBS_TABLE_NAME``).
+    region: AWS region (env ``AWS_REGION``).
+    endpoint_url: override endpoint for every AWS client, e.g. the embedded moto server
+        (env ``AWS_ENDPOINT_URL``); ``None`` in AWS.
+    originals_prefix: only keys under it are processed (``originals/``).
+    derivatives_prefix: outputs go under it (``derivatives/``).
+    policy_version: moderation policy version, part of every job key (``none``).
+    max_pixels: largest accepted width x height, checked from the header before decoding
+        (default 50,000,000).
+    max_input_bytes: largest accepted original in bytes (default 200 MiB).
+    lease_s: how long a claim is held before another worker may take over, seconds.
+    work_dir: parent of the per-record work folders (``/tmp`` in Lambda).
+    """
+
+    jobs_table_name: str = "mediajobs-jobs"
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    originals_prefix: str = "originals/"
+    derivatives_prefix: str = "derivatives/"
+    policy_version: str = "none"
+    max_pixels: int = 50_000_000
+    max_input_bytes: int = 200 * MB
+    lease_s: int = 300
+    work_dir: str = tempfile.gettempdir()
+
+    def __post_init__(self) -> None:
+        if not self.originals_prefix.endswith("/") or not self.derivatives_prefix.endswith("/"):
+            raise ValueError("prefixes must end with '/'")
+        if self.derivatives_prefix.startswith(self.originals_prefix):
+            raise ValueError("derivatives must not be written under the originals prefix")
+        for name in ("max_pixels", "max_input_bytes", "lease_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``environ`` (default ``os.environ``); ``overrides`` win.
+
+        Raises
+        ------
+        ValueError
+            If a numeric variable is not an integer or a value is out of range.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        types = {f.name: f.type for f in fields(cls)}
+        for name, var in _ENV_NAMES.items():
+            raw = env.get(var)
+            if raw is None or raw == "":
+                continue
+            values[name] = int(raw) if types[name] == "int" else raw
+        if "region" not in values and env.get("AWS_DEFAULT_REGION"):
+            values["region"] = env["AWS_DEFAULT_REGION"]
+        values.update(overrides)
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> Settings:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
