@@ -17,6 +17,7 @@ nothing is acknowledged before its commit.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mediajobs.adapters.imaging import RenderedFile
+from mediajobs.adapters.s3 import Downloaded
 from mediajobs.domain.errors import (
     EMPTY_FILE,
     TOO_LARGE,
@@ -49,7 +51,7 @@ log = logging.getLogger(__name__)
 class ObjectStore(Protocol):
     """What the pipeline needs of S3 (see :class:`mediajobs.adapters.s3.S3Store`)."""
 
-    def download(self, ref: ObjectRef, dest: Path) -> tuple[str, int]: ...
+    def download(self, ref: ObjectRef, dest: Path) -> Downloaded: ...
     def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool: ...
     def put_if_absent(self, bucket: str, key: str, body: bytes, *, content_type: str) -> bool: ...
     def existing_digest(self, bucket: str, key: str) -> tuple[str | None, int]: ...
@@ -174,9 +176,12 @@ class Pipeline:
         try:
             original = work_dir / "original"
             try:
-                sha256, size = self._store.download(ref, original)
+                downloaded = self._store.download(ref, original)
             except PermanentFailure as failure:
                 return self._refuse(ref, failure.reason, failure.detail)
+            sha256, size = downloaded.sha256, downloaded.size_bytes
+            if ref.version_id is None and downloaded.version_id:
+                ref = dataclasses.replace(ref, version_id=downloaded.version_id)
             if size == 0:
                 return self._refuse(ref, EMPTY_FILE, "the object has 0 bytes", sha256=sha256, size_bytes=0)
             if size > limit:

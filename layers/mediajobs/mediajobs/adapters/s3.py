@@ -12,6 +12,7 @@ import base64
 import hashlib
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -38,6 +39,15 @@ def _status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
+@dataclass(frozen=True)
+class Downloaded:
+    """An original copied to the work folder: its SHA-256 (hex), size in bytes and S3 version id."""
+
+    sha256: str
+    size_bytes: int
+    version_id: str | None
+
+
 class S3Store:
     """One bucket's originals and derivatives.
 
@@ -49,12 +59,14 @@ class S3Store:
     def __init__(self, client: Any) -> None:
         self._s3 = client
 
-    def download(self, ref: ObjectRef, dest: Path) -> tuple[str, int]:
+    def download(self, ref: ObjectRef, dest: Path) -> Downloaded:
         """Stream ``ref`` to ``dest`` in 1 MiB chunks, hashing as it goes.
 
         Returns
         -------
-        (sha256_hex, size_bytes)
+        Downloaded
+            SHA-256, size and the version actually read (S3's answer, when the event
+            named none).
 
         Raises
         ------
@@ -81,7 +93,8 @@ class S3Store:
             raise TransientFailure(f"S3 GetObject failed: {_code(exc)}") from exc
         except BotoCoreError as exc:
             raise TransientFailure(f"S3 GetObject failed: {exc}") from exc
-        return digest.hexdigest(), size
+        version = response.get("VersionId")
+        return Downloaded(digest.hexdigest(), size, None if version in (None, "null") else version)
 
     def put_if_absent(self, bucket: str, key: str, body: bytes | IO[bytes], *, content_type: str) -> bool:
         """Write an immutable object unless the key exists (``If-None-Match: *``).

@@ -104,7 +104,7 @@ class Recipe(_Strict):
     @property
     def sha256(self) -> str:
         """Hash of id, version, step and params (see :func:`mediajobs.domain.keys.recipe_hash`)."""
-        return recipe_hash(self.id, self.version, self.step, self.params.model_dump(mode="json"))
+        return recipe_hash(self.id, self.version, self.step, self.params.model_dump(mode="json", exclude_unset=True))
 
 
 def parse_recipe(document: dict[str, Any]) -> Recipe:

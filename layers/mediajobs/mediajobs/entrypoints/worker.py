@@ -21,7 +21,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel, SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -44,7 +44,6 @@ class ObjectCreatedRecord(SqsRecordModel):
     body: Json[S3EventNotificationEventBridgeModel]  # type: ignore[assignment]
 
 
-processor = BatchProcessor(event_type=EventType.SQS, model=ObjectCreatedRecord, raise_on_entire_batch_failure=False)
 _pipeline: Pipeline | None = None
 
 
@@ -84,10 +83,11 @@ def _report(result: SourceResult) -> None:
             metrics.add_metric(name="ProcessingSeconds", unit=MetricUnit.Seconds, value=job.seconds)
     if result.state == "permanent_failure":
         metrics.add_metric(name="JobsFailed", unit=MetricUnit.Count, value=1)
-        with single_metric(
-            name="JobsFailedByReason", unit=MetricUnit.Count, value=1, namespace=metrics.namespace
-        ) as by_reason:
-            by_reason.add_dimension(name="reason", value=str(result.reason))
+        # A dimension per reason needs its own EMF document; EphemeralMetrics shares no state.
+        by_reason = EphemeralMetrics(namespace=metrics.namespace, service=metrics.service)
+        by_reason.add_dimension(name="reason", value=str(result.reason))
+        by_reason.add_metric(name="JobsFailedByReason", unit=MetricUnit.Count, value=1)
+        by_reason.flush_metrics()
         logger.warning(
             "permanent failure",
             extra={"reason": result.reason, "detail": result.detail, "job_keys": [j.job_key for j in result.jobs]},
@@ -124,4 +124,6 @@ def record_handler(record: ObjectCreatedRecord) -> dict[str, Any]:
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Entry point: returns ``{"batchItemFailures": [{"itemIdentifier": <messageId>}, ...]}``."""
+    # A processor per invocation: it holds the batch's state, so invocations never share it.
+    processor = BatchProcessor(event_type=EventType.SQS, model=ObjectCreatedRecord, raise_on_entire_batch_failure=False)
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

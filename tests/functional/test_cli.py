@@ -1,0 +1,76 @@
+"""The ``mediajobs`` command, run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import shared_file
+
+CLI = [sys.executable, "-m", "mediajobs.local.cli"]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_process_json_prints_one_object_per_input(tmp_path):
+    photo = str(shared_file("media", "photos", "orientation-landscape-6.jpg"))
+    empty = str(shared_file("cases", "I18_empty.jpg"))
+    html = str(shared_file("cases", "I17_html_error_page.jpg"))
+    bomb = str(shared_file("cases", "I14_bomb_60mp_8000x7500.png"))
+    out = tmp_path / "out"
+    done = run("process", photo, empty, html, bomb, photo, "--out", str(out), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["input"] for line in lines] == [photo, empty, html, bomb, photo]
+    first, empty_line, html_line, bomb_line, again = lines
+
+    assert set(first) == {"input", "sha256", "media", "state", "reason", "jobs"}
+    assert (first["media"], first["state"], first["reason"]) == ("image", "done", None)
+    (job,) = first["jobs"]
+    assert set(job) == {"recipe", "job_key", "state", "reused", "reason", "manifest", "outputs"}
+    assert (job["recipe"], job["state"], job["reused"], len(job["job_key"])) == ("web-image@1", "done", False, 64)
+    assert [(o["name"], o["format"], o["width"], o["height"]) for o in job["outputs"]] == [
+        ("thumb", "webp", 320, 213), ("card", "webp", 800, 533), ("full", "avif", 1600, 1067),
+    ]
+    for o in job["outputs"]:
+        path = Path(o["path"])
+        assert path.is_file() and path.stat().st_size == o["bytes"] and out.resolve() in path.resolve().parents
+    manifest = json.loads(Path(job["manifest"]).read_text())
+    assert manifest["job_key"] == job["job_key"] and manifest["source"]["sha256"] == first["sha256"]
+
+    assert (again["jobs"][0]["reused"], again["jobs"][0]["job_key"]) == (True, job["job_key"])
+    assert empty_line == {
+        "input": empty, "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "media": None, "state": "permanent_failure", "reason": "empty_file", "jobs": [],
+    }
+    assert (html_line["state"], html_line["reason"], html_line["jobs"], html_line["media"]) == (
+        "permanent_failure", "unsupported_format", [], None,
+    )
+    assert (bomb_line["state"], bomb_line["reason"], bomb_line["media"]) == ("permanent_failure", "too_many_pixels", "image")
+    assert bomb_line["jobs"][0]["state"] == "permanent_failure" and bomb_line["jobs"][0]["outputs"] == []
+
+
+def test_process_missing_file_is_a_usage_error(tmp_path):
+    done = run("process", str(tmp_path / "nope.jpg"), "--out", str(tmp_path / "o"), "--json", cwd=tmp_path)
+    assert done.returncode == 2 and "nope.jpg" in done.stderr and done.stdout == ""
+
+
+def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
+    out = tmp_path / "demo"
+    done = run("demo", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no render ran twice" in done.stdout
+    assert "0 renders" in done.stdout.split("second delivery")[1]
+    assert "(copy)" in done.stdout and "reused" in done.stdout
+    index = out / "index.html"
+    assert str(index) in done.stdout
+    page = index.read_text()
+    assert page.count("<section>") == 7
+    for folder in (p for p in out.iterdir() if p.is_dir()):
+        assert {f.name for f in folder.iterdir()} >= {"thumb.webp", "card.webp", "full.avif", "manifest.json"}
+        for name in ("thumb.webp", "card.webp", "full.avif"):
+            assert f"{folder.name}/{name}" in page

@@ -1,0 +1,78 @@
+"""Duplicates collapse into one job: concurrent deliveries of one event, and identical
+bytes under another key."""
+
+from __future__ import annotations
+
+import threading
+
+from mediajobs.bootstrap import build_pipeline
+from mediajobs.domain.errors import JobBusy
+from mediajobs.domain.jobs import ObjectRef
+from mediajobs.local.session import Collector
+from mediajobs.settings import Settings
+from tests.functional.test_worker import unique_png
+
+
+def test_same_event_delivered_ten_times_concurrently_renders_once(local_session):
+    data = unique_png(1200, 900)
+    bucket = local_session.stack.bucket
+    local_session.s3.put_object(Bucket=bucket, Key="originals/storm/a.png", Body=data)
+    ref = ObjectRef(bucket, "originals/storm/a.png", None, len(data))
+    collector = Collector()
+    # One pipeline (own clients) per thread, as ten Lambda execution environments would have.
+    pipelines = [build_pipeline(Settings.from_env(), observer=collector) for _ in range(10)]
+    barrier = threading.Barrier(10)
+    outcomes: list[str] = []
+
+    def deliver(pipeline) -> None:
+        barrier.wait()
+        try:
+            result = pipeline.process(ref)
+            outcomes.append("reused" if result.jobs[0].reused else "rendered")
+        except JobBusy:
+            outcomes.append("busy")
+
+    threads = [threading.Thread(target=deliver, args=(p,)) for p in pipelines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(collector.renders) == 1
+    assert outcomes.count("rendered") == 1 and len(outcomes) == 10
+    assert set(outcomes) <= {"rendered", "busy", "reused"}
+    # The busy ones come back later (SQS redelivery) and find the job done.
+    for _ in range(outcomes.count("busy")):
+        assert pipelines[0].process(ref).jobs[0].reused is True
+    assert len(collector.renders) == 1
+
+
+def test_identical_bytes_under_another_key_reuse_the_derivatives(local_session):
+    data = unique_png()
+    bucket = local_session.stack.bucket
+    collector = Collector()
+    pipeline = build_pipeline(Settings.from_env(), observer=collector)
+    local_session.s3.put_object(Bucket=bucket, Key="originals/reuse/first.png", Body=data)
+    local_session.s3.put_object(Bucket=bucket, Key="originals/reuse/second-name.png", Body=data)
+    first = pipeline.process(ObjectRef(bucket, "originals/reuse/first.png", None, len(data)))
+    second = pipeline.process(ObjectRef(bucket, "originals/reuse/second-name.png", None, len(data)))
+    assert len(collector.renders) == 1
+    assert second.jobs[0].reused is True and first.jobs[0].reused is False
+    assert second.jobs[0].job_key == first.jobs[0].job_key
+    assert second.jobs[0].outputs == first.jobs[0].outputs
+
+
+def test_queue_run_with_duplicated_and_redelivered_events(local_session):
+    """Through SQS and the real handler: every event sent three times, one render per content."""
+    local_session.run()  # deliver anything earlier tests left queued
+    before = len(local_session.collector.renders)
+    bodies_before = len(local_session.esm.stats.bodies)
+    contents = [unique_png() for _ in range(3)]
+    for i, data in enumerate(contents):
+        local_session.s3.put_object(Bucket=local_session.stack.bucket, Key=f"originals/dup/{i}.png", Body=data)
+    local_session.run()
+    bodies = local_session.esm.stats.bodies[bodies_before:]
+    assert len(bodies) == 3
+    local_session.redeliver(bodies + bodies)
+    local_session.run()
+    assert len(local_session.collector.renders) - before == 3
+    assert local_session.dead_letters() == 0

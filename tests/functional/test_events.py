@@ -1,0 +1,69 @@
+"""Every file in events/ goes through the real handler against the embedded AWS, with the
+outcome its name promises."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mediajobs.entrypoints import worker
+from mediajobs.local.runner import LocalLambdaContext
+from tests.conftest import REPO, shared_file
+
+EVENTS = REPO / "events"
+
+
+def load(name: str) -> dict:
+    return json.loads((EVENTS / name).read_text())
+
+
+def derivative_keys(session, job_key: str) -> list[str]:
+    listed = session.s3.list_objects_v2(Bucket=session.stack.bucket, Prefix=f"derivatives/{job_key}/")
+    return sorted(o["Key"].rsplit("/", 1)[-1] for o in listed.get("Contents", []))
+
+
+@pytest.fixture()
+def session(local_session):
+    local_session.collector.renders.clear()
+    local_session.collector.results.clear()
+    local_session.upload(shared_file("media", "photos", "orientation-landscape-1.jpg"), "originals/events/photo.jpg")
+    local_session.s3.put_object(Bucket=local_session.stack.bucket, Key="originals/events/empty.jpg", Body=b"")
+    return local_session
+
+
+def test_every_event_file_is_covered():
+    assert sorted(p.name for p in EVENTS.glob("*.json")) == [
+        "derivatives-key-ignored.json", "duplicate-in-batch.json",
+        "empty-object-permanent-failure.json", "object-created.json",
+    ]
+
+
+def test_object_created_renders_and_is_deleted(session):
+    response = worker.lambda_handler(load("object-created.json"), LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    (result,) = session.collector.results["originals/events/photo.jpg"]
+    assert result.state == "done"
+    assert derivative_keys(session, result.jobs[0].job_key) == ["card.webp", "full.avif", "manifest.json", "thumb.webp"]
+
+
+def test_duplicate_in_batch_renders_once(session):
+    response = worker.lambda_handler(load("duplicate-in-batch.json"), LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    results = session.collector.results["originals/events/photo.jpg"]
+    assert len(results) == 2
+    assert len(session.collector.renders) <= 1  # 0 when an earlier test already committed this photo
+    assert results[1].jobs[0].reused is True
+
+
+def test_derivatives_key_is_ignored(session):
+    response = worker.lambda_handler(load("derivatives-key-ignored.json"), LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    assert session.collector.renders == [] and session.collector.results == {}
+
+
+def test_empty_object_is_a_permanent_failure_and_not_retried(session):
+    response = worker.lambda_handler(load("empty-object-permanent-failure.json"), LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    (result,) = session.collector.results["originals/events/empty.jpg"]
+    assert (result.state, result.reason, result.jobs) == ("permanent_failure", "empty_file", [])

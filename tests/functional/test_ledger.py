@@ -1,0 +1,118 @@
+"""The DynamoDB ledger against the moto server: claim outcomes, takeover, fencing, races."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from mediajobs.adapters.ledger import DynamoLedger, bound_job_model
+from mediajobs.domain.errors import Superseded
+from mediajobs.domain.jobs import ClaimOutcome, OutputRecord
+
+LEASE_S = 60
+OUT = OutputRecord("thumb", "derivatives/k/thumb.webp", "webp", 320, 213, 1000, "0" * 64, "image/webp")
+
+
+@pytest.fixture()
+def ledger(local_session) -> DynamoLedger:
+    stack = local_session.stack
+    return DynamoLedger(bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url), lease_s=LEASE_S)
+
+
+def claim(ledger: DynamoLedger, key: str, now_s: int):
+    return ledger.claim(
+        key, now_s=now_s, input_sha256="a" * 64, recipe_id="web-image", recipe_version=1,
+        recipe_sha256="b" * 64, policy_version="none", output_prefix=f"derivatives/{key}/",
+        source_bucket="b", source_key="originals/x.jpg",
+    )
+
+
+def new_key() -> str:
+    return uuid.uuid4().hex * 2
+
+
+def test_first_claim_runs_then_duplicates_are_busy(ledger):
+    key = new_key()
+    first = claim(ledger, key, 1000)
+    assert (first.outcome, first.attempts, first.lease_expires_at_s) == (ClaimOutcome.RUN, 1, 1000 + LEASE_S)
+    second = claim(ledger, key, 1001)
+    assert (second.outcome, second.lease_expires_at_s, second.lease_token) == (ClaimOutcome.BUSY, 1060, None)
+
+
+def test_done_job_returns_the_stored_outcome(ledger):
+    key = new_key()
+    token = claim(ledger, key, 1000).lease_token
+    ledger.complete(key, token, manifest_key=f"derivatives/{key}/manifest.json", outputs=[OUT], now_s=1001)
+    again = claim(ledger, key, 5000)
+    assert (again.outcome, again.manifest_key, again.outputs) == (
+        ClaimOutcome.DONE, f"derivatives/{key}/manifest.json", (OUT,),
+    )
+    row = ledger.get(key)
+    assert (row.state, row.attempts, row.finished_at_s) == ("done", 1, 1001)
+
+
+def test_permanent_failure_is_reported_with_its_reason(ledger):
+    key = new_key()
+    token = claim(ledger, key, 1000).lease_token
+    ledger.fail_permanently(key, token, reason="truncated_image", detail="image file is truncated", now_s=1001)
+    again = claim(ledger, key, 1002)
+    assert (again.outcome, again.failure_reason) == (ClaimOutcome.FAILED, "truncated_image")
+
+
+def test_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out(ledger):
+    key = new_key()
+    old = claim(ledger, key, 1000)
+    new = claim(ledger, key, 1000 + LEASE_S + 1)
+    assert (new.outcome, new.took_over, new.attempts) == (ClaimOutcome.RUN, True, 2)
+    assert new.lease_token != old.lease_token
+    with pytest.raises(Superseded):
+        ledger.complete(key, old.lease_token, manifest_key="m", outputs=[], now_s=1100)
+    ledger.complete(key, new.lease_token, manifest_key="m", outputs=[], now_s=1100)
+    assert ledger.get(key).state == "done"
+
+
+def test_transient_failure_is_taken_over_at_once(ledger):
+    key = new_key()
+    first = claim(ledger, key, 1000)
+    ledger.release_transient(key, first.lease_token, detail="ConnectionError", now_s=1001)
+    second = claim(ledger, key, 1002)
+    assert (second.outcome, second.took_over, second.attempts) == (ClaimOutcome.RUN, True, 2)
+
+
+def test_ten_threads_racing_one_key_give_one_winner(ledger):
+    for _ in range(5):
+        key = new_key()
+        barrier = threading.Barrier(10)
+        outcomes: list[ClaimOutcome] = []
+
+        def race(key: str = key, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            outcomes.append(claim(ledger, key, 1000).outcome)
+
+        threads = [threading.Thread(target=race) for _ in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(o.value for o in outcomes) == ["busy"] * 9 + ["run"]
+
+
+def test_ten_threads_racing_a_takeover_give_one_winner(ledger):
+    key = new_key()
+    claim(ledger, key, 1000)
+    barrier = threading.Barrier(10)
+    outcomes: list[ClaimOutcome] = []
+
+    def race() -> None:
+        barrier.wait()
+        outcomes.append(claim(ledger, key, 1000 + LEASE_S + 5).outcome)
+
+    threads = [threading.Thread(target=race) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(o.value for o in outcomes) == ["busy"] * 9 + ["run"]
+    assert ledger.get(key).attempts == 2

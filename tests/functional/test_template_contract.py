@@ -1,0 +1,81 @@
+"""The embedded AWS creates what template.yaml declares, and the code agrees with it."""
+
+from __future__ import annotations
+
+import json
+
+from mediajobs.adapters.ledger import JobModel
+from mediajobs.local.template import load_template
+from mediajobs.settings import _ENV_NAMES
+from tests.conftest import REPO
+
+TEMPLATE = load_template(REPO / "template.yaml")
+RESOURCES = TEMPLATE["Resources"]
+
+
+def model_key_schema() -> list[dict[str, str]]:
+    return [
+        {"AttributeName": attr.attr_name, "KeyType": "HASH" if attr.is_hash_key else "RANGE"}
+        for attr in JobModel.get_attributes().values()
+        if attr.is_hash_key or attr.is_range_key
+    ]
+
+
+def test_template_declares_the_pieces():
+    types = {name: r["Type"] for name, r in RESOURCES.items()}
+    assert types["MediaBucket"] == "AWS::S3::Bucket"
+    assert types["ObjectCreatedRule"] == "AWS::Events::Rule"
+    assert types["JobsQueue"] == types["DeadLetterQueue"] == "AWS::SQS::Queue"
+    assert types["JobsTable"] == "AWS::DynamoDB::Table"
+    assert types["WorkerFunction"] == "AWS::Serverless::Function"
+
+
+def test_table_keys_equal_the_model(local_session):
+    declared = RESOURCES["JobsTable"]["Properties"]["KeySchema"]
+    assert declared == model_key_schema() == [{"AttributeName": "job_key", "KeyType": "HASH"}]
+    table = local_session._aws.client("dynamodb").describe_table(TableName=local_session.stack.table_name)["Table"]
+    assert table["KeySchema"] == declared
+    assert table["AttributeDefinitions"] == RESOURCES["JobsTable"]["Properties"]["AttributeDefinitions"]
+
+
+def test_rule_has_the_templates_event_pattern(local_session):
+    rule = local_session._aws.client("events").describe_rule(Name=local_session.stack.rule_name)
+    expected = json.loads(json.dumps(RESOURCES["ObjectCreatedRule"]["Properties"]["EventPattern"]))
+    expected["detail"]["bucket"]["name"] = [local_session.stack.bucket]
+    assert json.loads(rule["EventPattern"]) == expected
+    assert expected["detail"]["object"]["key"] == [{"prefix": "originals/"}]
+    targets = local_session._aws.client("events").list_targets_by_rule(Rule=local_session.stack.rule_name)["Targets"]
+    assert [t["Arn"] for t in targets] == [local_session.stack.queue_arn]
+
+
+def test_queue_has_the_templates_redrive_policy_and_visibility(local_session):
+    attrs = local_session.sqs.get_queue_attributes(QueueUrl=local_session.stack.queue_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
+    declared = RESOURCES["JobsQueue"]["Properties"]
+    assert json.loads(attrs["RedrivePolicy"]) == {
+        "deadLetterTargetArn": local_session.stack.dlq_arn,
+        "maxReceiveCount": declared["RedrivePolicy"]["maxReceiveCount"],
+    }
+    assert int(attrs["VisibilityTimeout"]) == declared["VisibilityTimeout"]
+    assert int(attrs["MessageRetentionPeriod"]) == declared["MessageRetentionPeriod"]
+
+
+def test_only_originals_reach_the_queue(local_session):
+    local_session.run()
+    s3, bucket = local_session.s3, local_session.stack.bucket
+    s3.put_object(Bucket=bucket, Key="derivatives/contract/x.webp", Body=b"x")
+    assert local_session.esm.in_flight() == 0
+    s3.put_object(Bucket=bucket, Key="originals/contract/x.jpg", Body=b"x")
+    assert local_session.esm.in_flight() == 1
+    local_session.run()
+
+
+def test_worker_environment_names_are_settings(local_session):
+    env = local_session.stack.function_env
+    settings_vars = set(_ENV_NAMES.values())
+    ours = {k for k in env if not k.startswith("POWERTOOLS_")}
+    assert ours <= settings_vars, ours - settings_vars
+    assert env["JOBS_TABLE_NAME"] == local_session.stack.table_name
+    handler = RESOURCES["WorkerFunction"]["Properties"]["Handler"]
+    assert handler == "app.lambda_handler" and (REPO / "functions" / "worker" / "app.py").is_file()

@@ -1,0 +1,126 @@
+"""The worker's classification of outcomes into SQS acknowledgements, and what it stores."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+
+import numpy as np
+from PIL import Image
+
+from mediajobs.adapters.imaging import PillowRenderer
+from mediajobs.adapters.ledger import bound_job_model
+from mediajobs.domain.keys import job_key, sha256_hex
+from mediajobs.domain.recipes import load_recipe
+from mediajobs.entrypoints import worker
+from mediajobs.local.runner import LocalLambdaContext, sqs_event
+
+RECIPE = load_recipe("web-image", 1)
+
+
+def unique_png(width: int = 640, height: int = 480) -> bytes:
+    """A small photo-like PNG whose bytes no other test produces."""
+    rng = np.random.default_rng(uuid.uuid4().int % 2**32)
+    pixels = rng.integers(0, 255, size=(height // 8, width // 8, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).resize((width, height), Image.Resampling.BICUBIC).save(out, format="PNG")
+    return out.getvalue()
+
+
+def event_for(session, key: str, size: int) -> dict:
+    body = {
+        "version": "0", "id": str(uuid.uuid4()), "detail-type": "Object Created", "source": "aws.s3",
+        "account": "123456789012", "time": "2026-11-29T10:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": {"version": "0", "bucket": {"name": session.stack.bucket},
+                   "object": {"key": key, "size": size, "etag": ""},
+                   "request-id": "r", "requester": "123456789012", "reason": "PutObject"},
+    }
+    return sqs_event([{"MessageId": str(uuid.uuid4()), "ReceiptHandle": "h", "Body": json.dumps(body)}],
+                     session.stack.queue_arn, "us-east-1")
+
+
+def put(session, key: str, data: bytes) -> None:
+    session.s3.put_object(Bucket=session.stack.bucket, Key=key, Body=data)
+
+
+def test_outputs_have_content_type_cache_control_and_a_manifest(local_session):
+    data = unique_png()
+    put(local_session, "originals/w/a.png", data)
+    assert worker.lambda_handler(event_for(local_session, "originals/w/a.png", len(data)), LocalLambdaContext()) == {
+        "batchItemFailures": []
+    }
+    key = job_key(sha256_hex(data), RECIPE.sha256)
+    s3, bucket = local_session.s3, local_session.stack.bucket
+    thumb = s3.head_object(Bucket=bucket, Key=f"derivatives/{key}/thumb.webp")
+    full = s3.head_object(Bucket=bucket, Key=f"derivatives/{key}/full.avif")
+    assert (thumb["ContentType"], full["ContentType"]) == ("image/webp", "image/avif")
+    assert thumb["CacheControl"] == "public, max-age=31536000, immutable"
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"derivatives/{key}/manifest.json")["Body"].read())
+    assert manifest["job_key"] == key
+    assert manifest["source"]["sha256"] == sha256_hex(data) and manifest["source"]["bytes"] == len(data)
+    assert manifest["source"]["version_id"]  # the template turns versioning on
+    assert manifest["recipe"] == {"id": "web-image", "version": 1, "sha256": RECIPE.sha256}
+    assert manifest["policy"] == {"version": "none"}
+    assert [(o["name"], o["width"], o["height"]) for o in manifest["outputs"]] == [
+        ("thumb", 320, 240), ("card", 640, 480), ("full", 640, 480)
+    ]
+    for o in manifest["outputs"]:
+        body = s3.get_object(Bucket=bucket, Key=o["key"])["Body"].read()
+        assert (len(body), sha256_hex(body)) == (o["bytes"], o["sha256"])
+    assert manifest["decisions"]["orientation"] == 1
+    row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
+    assert (row.state, row.manifest_key, row.attempts) == ("done", f"derivatives/{key}/manifest.json", 1)
+
+
+def test_busy_job_is_reported_for_redelivery(local_session):
+    data = unique_png()
+    put(local_session, "originals/w/busy.png", data)
+    key = job_key(sha256_hex(data), RECIPE.sha256)
+    ledger = worker.get_pipeline()._ledger
+    ledger.claim(key, now_s=int(__import__("time").time()), input_sha256=sha256_hex(data), recipe_id="web-image",
+                 recipe_version=1, recipe_sha256=RECIPE.sha256, policy_version="none",
+                 output_prefix=f"derivatives/{key}/", source_bucket="b", source_key="k")
+    event = event_for(local_session, "originals/w/busy.png", len(data))
+    response = worker.lambda_handler(event, LocalLambdaContext())
+    assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
+
+
+def test_transient_failure_is_reported_and_released(local_session, monkeypatch):
+    data = unique_png()
+    put(local_session, "originals/w/flaky.png", data)
+
+    def flaky(self, *args, **kwargs):
+        raise ConnectionResetError("peer reset")
+
+    monkeypatch.setattr(PillowRenderer, "render", flaky)
+    event = event_for(local_session, "originals/w/flaky.png", len(data))
+    response = worker.lambda_handler(event, LocalLambdaContext())
+    assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
+    key = job_key(sha256_hex(data), RECIPE.sha256)
+    row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
+    assert row.state == "transient_failure"
+    monkeypatch.undo()
+    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    assert row.refresh() is None and (row.state, row.attempts) == ("done", 2)
+
+
+def test_unparseable_record_is_reported_and_others_succeed(local_session):
+    data = unique_png()
+    put(local_session, "originals/w/ok.png", data)
+    good = event_for(local_session, "originals/w/ok.png", len(data))["Records"][0]
+    bad = {**good, "messageId": "bad-1", "body": "{not json"}
+    response = worker.lambda_handler({"Records": [bad, good]}, LocalLambdaContext())
+    assert response == {"batchItemFailures": [{"itemIdentifier": "bad-1"}]}
+
+
+def test_permanent_failure_is_deleted_and_recorded(local_session, tmp_path):
+    truncated = unique_png()[:300]
+    put(local_session, "originals/w/cut.png", truncated)
+    response = worker.lambda_handler(event_for(local_session, "originals/w/cut.png", len(truncated)), LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    key = job_key(sha256_hex(truncated), RECIPE.sha256)
+    row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
+    assert (row.state, row.failure_reason) == ("permanent_failure", "truncated_image")
+    listed = local_session.s3.list_objects_v2(Bucket=local_session.stack.bucket, Prefix=f"derivatives/{key}/")
+    assert listed.get("KeyCount", 0) == 0
