@@ -34,7 +34,9 @@ def test_process_json_prints_one_object_per_input(tmp_path):
     assert set(job) == {"recipe", "job_key", "state", "reused", "reason", "manifest", "outputs"}
     assert (job["recipe"], job["state"], job["reused"], len(job["job_key"])) == ("web-image@1", "done", False, 64)
     assert [(o["name"], o["format"], o["width"], o["height"]) for o in job["outputs"]] == [
-        ("thumb", "webp", 320, 213), ("card", "webp", 800, 533), ("full", "avif", 1600, 1067),
+        ("thumb", "webp", 320, 213),
+        ("card", "webp", 800, 533),
+        ("full", "avif", 1600, 1067),
     ]
     for o in job["outputs"]:
         path = Path(o["path"])
@@ -44,13 +46,24 @@ def test_process_json_prints_one_object_per_input(tmp_path):
 
     assert (again["jobs"][0]["reused"], again["jobs"][0]["job_key"]) == (True, job["job_key"])
     assert empty_line == {
-        "input": empty, "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-        "media": None, "state": "permanent_failure", "reason": "empty_file", "jobs": [],
+        "input": empty,
+        "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "media": None,
+        "state": "permanent_failure",
+        "reason": "empty_file",
+        "jobs": [],
     }
     assert (html_line["state"], html_line["reason"], html_line["jobs"], html_line["media"]) == (
-        "permanent_failure", "unsupported_format", [], None,
+        "permanent_failure",
+        "unsupported_format",
+        [],
+        None,
     )
-    assert (bomb_line["state"], bomb_line["reason"], bomb_line["media"]) == ("permanent_failure", "too_many_pixels", "image")
+    assert (bomb_line["state"], bomb_line["reason"], bomb_line["media"]) == (
+        "permanent_failure",
+        "too_many_pixels",
+        "image",
+    )
     assert bomb_line["jobs"][0]["state"] == "permanent_failure" and bomb_line["jobs"][0]["outputs"] == []
 
 

@@ -34,8 +34,10 @@ def session(local_session):
 
 def test_every_event_file_is_covered():
     assert sorted(p.name for p in EVENTS.glob("*.json")) == [
-        "derivatives-key-ignored.json", "duplicate-in-batch.json",
-        "empty-object-permanent-failure.json", "object-created.json",
+        "derivatives-key-ignored.json",
+        "duplicate-in-batch.json",
+        "empty-object-permanent-failure.json",
+        "object-created.json",
     ]
 
 

@@ -23,9 +23,16 @@ def ledger(local_session) -> DynamoLedger:
 
 def claim(ledger: DynamoLedger, key: str, now_s: int):
     return ledger.claim(
-        key, now_s=now_s, input_sha256="a" * 64, recipe_id="web-image", recipe_version=1,
-        recipe_sha256="b" * 64, policy_version="none", output_prefix=f"derivatives/{key}/",
-        source_bucket="b", source_key="originals/x.jpg",
+        key,
+        now_s=now_s,
+        input_sha256="a" * 64,
+        recipe_id="web-image",
+        recipe_version=1,
+        recipe_sha256="b" * 64,
+        policy_version="none",
+        output_prefix=f"derivatives/{key}/",
+        source_bucket="b",
+        source_key="originals/x.jpg",
     )
 
 
@@ -47,7 +54,9 @@ def test_done_job_returns_the_stored_outcome(ledger):
     ledger.complete(key, token, manifest_key=f"derivatives/{key}/manifest.json", outputs=[OUT], now_s=1001)
     again = claim(ledger, key, 5000)
     assert (again.outcome, again.manifest_key, again.outputs) == (
-        ClaimOutcome.DONE, f"derivatives/{key}/manifest.json", (OUT,),
+        ClaimOutcome.DONE,
+        f"derivatives/{key}/manifest.json",
+        (OUT,),
     )
     row = ledger.get(key)
     assert (row.state, row.attempts, row.finished_at_s) == ("done", 1, 1001)
@@ -87,7 +96,7 @@ def test_ten_threads_racing_one_key_give_one_winner(ledger):
         barrier = threading.Barrier(10)
         outcomes: list[ClaimOutcome] = []
 
-        def race(key: str = key, barrier: threading.Barrier = barrier) -> None:
+        def race(key: str = key, barrier: threading.Barrier = barrier, outcomes: list = outcomes) -> None:
             barrier.wait()
             outcomes.append(claim(ledger, key, 1000).outcome)
 

@@ -30,14 +30,28 @@ def unique_png(width: int = 640, height: int = 480) -> bytes:
 
 def event_for(session, key: str, size: int) -> dict:
     body = {
-        "version": "0", "id": str(uuid.uuid4()), "detail-type": "Object Created", "source": "aws.s3",
-        "account": "123456789012", "time": "2026-11-29T10:00:00Z", "region": "us-east-1", "resources": [],
-        "detail": {"version": "0", "bucket": {"name": session.stack.bucket},
-                   "object": {"key": key, "size": size, "etag": ""},
-                   "request-id": "r", "requester": "123456789012", "reason": "PutObject"},
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": "2026-11-29T10:00:00Z",
+        "region": "us-east-1",
+        "resources": [],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": session.stack.bucket},
+            "object": {"key": key, "size": size, "etag": ""},
+            "request-id": "r",
+            "requester": "123456789012",
+            "reason": "PutObject",
+        },
     }
-    return sqs_event([{"MessageId": str(uuid.uuid4()), "ReceiptHandle": "h", "Body": json.dumps(body)}],
-                     session.stack.queue_arn, "us-east-1")
+    return sqs_event(
+        [{"MessageId": str(uuid.uuid4()), "ReceiptHandle": "h", "Body": json.dumps(body)}],
+        session.stack.queue_arn,
+        "us-east-1",
+    )
 
 
 def put(session, key: str, data: bytes) -> None:
@@ -63,7 +77,9 @@ def test_outputs_have_content_type_cache_control_and_a_manifest(local_session):
     assert manifest["recipe"] == {"id": "web-image", "version": 1, "sha256": RECIPE.sha256}
     assert manifest["policy"] == {"version": "none"}
     assert [(o["name"], o["width"], o["height"]) for o in manifest["outputs"]] == [
-        ("thumb", 320, 240), ("card", 640, 480), ("full", 640, 480)
+        ("thumb", 320, 240),
+        ("card", 640, 480),
+        ("full", 640, 480),
     ]
     for o in manifest["outputs"]:
         body = s3.get_object(Bucket=bucket, Key=o["key"])["Body"].read()
@@ -78,9 +94,18 @@ def test_busy_job_is_reported_for_redelivery(local_session):
     put(local_session, "originals/w/busy.png", data)
     key = job_key(sha256_hex(data), RECIPE.sha256)
     ledger = worker.get_pipeline()._ledger
-    ledger.claim(key, now_s=int(__import__("time").time()), input_sha256=sha256_hex(data), recipe_id="web-image",
-                 recipe_version=1, recipe_sha256=RECIPE.sha256, policy_version="none",
-                 output_prefix=f"derivatives/{key}/", source_bucket="b", source_key="k")
+    ledger.claim(
+        key,
+        now_s=int(__import__("time").time()),
+        input_sha256=sha256_hex(data),
+        recipe_id="web-image",
+        recipe_version=1,
+        recipe_sha256=RECIPE.sha256,
+        policy_version="none",
+        output_prefix=f"derivatives/{key}/",
+        source_bucket="b",
+        source_key="k",
+    )
     event = event_for(local_session, "originals/w/busy.png", len(data))
     response = worker.lambda_handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
@@ -117,7 +142,9 @@ def test_unparseable_record_is_reported_and_others_succeed(local_session):
 def test_permanent_failure_is_deleted_and_recorded(local_session, tmp_path):
     truncated = unique_png()[:300]
     put(local_session, "originals/w/cut.png", truncated)
-    response = worker.lambda_handler(event_for(local_session, "originals/w/cut.png", len(truncated)), LocalLambdaContext())
+    response = worker.lambda_handler(
+        event_for(local_session, "originals/w/cut.png", len(truncated)), LocalLambdaContext()
+    )
     assert response == {"batchItemFailures": []}
     key = job_key(sha256_hex(truncated), RECIPE.sha256)
     row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)

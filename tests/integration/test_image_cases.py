@@ -94,8 +94,14 @@ def test_i05_display_p3_is_converted_to_srgb(tmp_path):
         assert "icc_profile" not in im.info or b"sRGB" in im.info["icc_profile"], name
         rgb = np.asarray(im.convert("RGB"), dtype=float) / 255
         h, w = rgb.shape[:2]
-        centres = [(h // 4, w // 6), (h // 4, w // 2), (h // 4, 5 * w // 6),
-                   (3 * h // 4, w // 6), (3 * h // 4, w // 2), (3 * h // 4, 5 * w // 6)]
+        centres = [
+            (h // 4, w // 6),
+            (h // 4, w // 2),
+            (h // 4, 5 * w // 6),
+            (3 * h // 4, w // 6),
+            (3 * h // 4, w // 2),
+            (3 * h // 4, 5 * w // 6),
+        ]
         for (y, x), target in zip(centres, P3_TARGETS, strict=True):
             got = rgb2lab(rgb[y - 2 : y + 3, x - 2 : x + 3].mean(axis=(0, 1)).reshape(1, 1, 3))
             want = rgb2lab((np.array(target, dtype=float) / 255).reshape(1, 1, 3))
@@ -177,6 +183,8 @@ def test_i17_html_error_page_named_jpg_is_unsupported(tmp_path):
 
 def test_corrupted_jpeg_is_a_permanent_failure_with_its_reason(tmp_path):
     with pytest.raises(PermanentFailure) as caught:
-        PillowRenderer(50_000_000).render(shared_file("media", "bad", "corrupted.jpg"), RECIPE.params.variants, tmp_path)
+        PillowRenderer(50_000_000).render(
+            shared_file("media", "bad", "corrupted.jpg"), RECIPE.params.variants, tmp_path
+        )
     assert caught.value.reason == "corrupt_image"
     assert "invalid marker 0xFF9F" in caught.value.detail

@@ -32,7 +32,9 @@ def test_golden_job_keys():
     assert KEY_ALGORITHM_VERSION == 1
     assert job_key(EMPTY_SHA, rh) == "e3b122807c677f96c3a77a5f9affcf89a89519ae9679f84efe637f2933da7b79"
     assert job_key(HELLO_SHA, rh, "none") == "804116bf53525dce769626ddc3cc4efafbf822bff6dc6268a617fec4bbfc248e"
-    assert job_key(HELLO_SHA, rh, "policy-2026-01") == "b11a68a06616c2b597c4277dd31ed0b7fad7175fdcb8880eacfcd827fc553998"
+    assert (
+        job_key(HELLO_SHA, rh, "policy-2026-01") == "b11a68a06616c2b597c4277dd31ed0b7fad7175fdcb8880eacfcd827fc553998"
+    )
 
 
 def test_golden_web_image_v1_recipe_hash():
@@ -52,8 +54,15 @@ def test_reordered_parameters_give_the_same_key():
     ["input", "parameter", "recipe_version", "recipe_id", "step", "policy", "algorithm"],
 )
 def test_any_change_gives_a_different_key(change):
-    def key(input_bytes=b"hello", params=PARAMS, version=1, rid="web-image", step="image.variants",
-            policy="none", algorithm=KEY_ALGORITHM_VERSION):
+    def key(
+        input_bytes=b"hello",
+        params=PARAMS,
+        version=1,
+        rid="web-image",
+        step="image.variants",
+        policy="none",
+        algorithm=KEY_ALGORITHM_VERSION,
+    ):
         return job_key(sha256_hex(input_bytes), recipe_hash(rid, version, step, params), policy, algorithm)
 
     base = key()

@@ -90,8 +90,18 @@ class FakeRenderer:
         for v in variants:
             path = out_dir / f"{v.name}.{v.format}"
             path.write_bytes(v.name.encode())
-            files.append(RenderedFile(v.name, v.format, path, 10, 10, path.stat().st_size,
-                                      sha256_hex(path.read_bytes()), f"image/{v.format}"))
+            files.append(
+                RenderedFile(
+                    v.name,
+                    v.format,
+                    path,
+                    10,
+                    10,
+                    path.stat().st_size,
+                    sha256_hex(path.read_bytes()),
+                    f"image/{v.format}",
+                )
+            )
         return files, RenderDecisions("JPEG", 10, 10)
 
 
@@ -102,8 +112,12 @@ def make(tmp_path, *, data=b"photo", outcome=ClaimOutcome.RUN, error=None, media
     renderer = FakeRenderer(error)
     pipeline = Pipeline(
         Settings(work_dir=str(tmp_path)),
-        store=store, ledger=ledger, renderer=renderer,
-        recipes={"image": [RECIPE]}, detect_media=lambda p: media, clock=lambda: 1000.0,
+        store=store,
+        ledger=ledger,
+        renderer=renderer,
+        recipes={"image": [RECIPE]},
+        detect_media=lambda p: media,
+        clock=lambda: 1000.0,
         observer=PipelineObserver(),
     )
     return pipeline, store, ledger, renderer, log
@@ -126,8 +140,13 @@ def test_outputs_then_manifest_then_done(tmp_path):
         ("complete", job.job_key),
     ]
     manifest = json.loads(store.objects[prefix + "manifest.json"])
-    assert manifest["source"] == {"bucket": "bucket", "key": "originals/a.jpg", "version_id": None,
-                                  "sha256": sha256_hex(b"photo"), "bytes": 5}
+    assert manifest["source"] == {
+        "bucket": "bucket",
+        "key": "originals/a.jpg",
+        "version_id": None,
+        "sha256": sha256_hex(b"photo"),
+        "bytes": 5,
+    }
     assert [o["name"] for o in manifest["outputs"]] == ["thumb", "card", "full"]
     assert (result.state, job.reused, job.state) == ("done", False, "done")
 
@@ -190,7 +209,10 @@ def test_failed_job_reports_the_stored_reason(tmp_path):
     pipeline, _, _, renderer, _ = make(tmp_path, outcome=ClaimOutcome.FAILED)
     result = pipeline.process(REF)
     assert (result.state, result.reason, result.jobs[0].reused, renderer.calls) == (
-        "permanent_failure", TOO_MANY_PIXELS, True, 0,
+        "permanent_failure",
+        TOO_MANY_PIXELS,
+        True,
+        0,
     )
 
 

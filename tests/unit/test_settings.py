@@ -10,7 +10,10 @@ from mediajobs.settings import Settings
 def test_defaults():
     s = Settings.from_env({})
     assert (s.max_pixels, s.originals_prefix, s.derivatives_prefix, s.policy_version) == (
-        50_000_000, "originals/", "derivatives/", "none",
+        50_000_000,
+        "originals/",
+        "derivatives/",
+        "none",
     )
 
 

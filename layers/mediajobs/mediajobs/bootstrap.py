@@ -32,7 +32,7 @@ def detect_media(path: Path) -> str | None:
     return "image" if identify(path) is not None else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def active_recipes() -> dict[str, list[Recipe]]:
     """The recipes of :data:`ACTIVE_RECIPES`, loaded and validated once."""
     return {media: [load_recipe(rid, ver) for rid, ver in refs] for media, refs in ACTIVE_RECIPES.items()}

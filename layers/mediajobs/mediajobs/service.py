@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -101,7 +101,7 @@ class PipelineObserver:
 
 
 def _utc_iso(now_s: float) -> str:
-    return datetime.fromtimestamp(now_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(now_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Pipeline:
@@ -190,8 +190,12 @@ class Pipeline:
             recipes = self._recipes.get(media or "", [])
             if not recipes:
                 return self._refuse(
-                    ref, UNSUPPORTED_FORMAT, f"no recipe for this content ({media or 'unknown type'})",
-                    sha256=sha256, size_bytes=size, media=media,
+                    ref,
+                    UNSUPPORTED_FORMAT,
+                    f"no recipe for this content ({media or 'unknown type'})",
+                    sha256=sha256,
+                    size_bytes=size,
+                    media=media,
                 )
             result = SourceResult(ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=size)
             for recipe in recipes:
@@ -226,8 +230,12 @@ class Pipeline:
         if claim.outcome is ClaimOutcome.DONE:
             log.info("job already done: reusing its outputs", extra=extra)
             return JobResult(
-                recipe.ref, key, JobState.DONE.value, reused=True,
-                manifest_key=claim.manifest_key, outputs=claim.outputs,
+                recipe.ref,
+                key,
+                JobState.DONE.value,
+                reused=True,
+                manifest_key=claim.manifest_key,
+                outputs=claim.outputs,
             )
         if claim.outcome is ClaimOutcome.FAILED:
             log.info("job already failed permanently: %s", claim.failure_reason, extra=extra)
@@ -288,8 +296,13 @@ class Pipeline:
                 key, token, reason=failure.reason, detail=failure.detail, now_s=int(self._clock())
             )
             return JobResult(
-                recipe.ref, key, JobState.PERMANENT_FAILURE.value, reused=False,
-                reason=failure.reason, detail=failure.detail, seconds=time.monotonic() - started,
+                recipe.ref,
+                key,
+                JobState.PERMANENT_FAILURE.value,
+                reused=False,
+                reason=failure.reason,
+                detail=failure.detail,
+                seconds=time.monotonic() - started,
             )
         except (Superseded, JobBusy):
             raise
@@ -305,8 +318,13 @@ class Pipeline:
         seconds = time.monotonic() - started
         log.info("processing committed in %.3f s", seconds, extra=extra)
         return JobResult(
-            recipe.ref, key, JobState.DONE.value, reused=False,
-            manifest_key=manifest_key, outputs=tuple(outputs), seconds=seconds,
+            recipe.ref,
+            key,
+            JobState.DONE.value,
+            reused=False,
+            manifest_key=manifest_key,
+            outputs=tuple(outputs),
+            seconds=seconds,
         )
 
     def _store_output(self, bucket: str, prefix: str, rendered: RenderedFile) -> OutputRecord:

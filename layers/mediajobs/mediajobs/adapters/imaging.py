@@ -30,7 +30,7 @@ import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 import pillow_heif
 from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
@@ -148,15 +148,21 @@ def _to_8bit_base(im: Image.Image) -> tuple[Image.Image, Image.Image | None, str
             im = im.convert(mode[0:-1] + "A")
         alpha = im.getchannel("A")
         im = im.convert("RGB" if im.mode == "RGBA" else "L")
-    elif mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+    elif mode in ("I;16", "I;16L", "I;16B", "I;16N"):
         # Pillow clips 16-bit values when converting to L; scale 0..65535 to 0..255.
         im = im.convert("I").point(lambda v: v * (1 / 257)).convert("L")
         note = f"{mode}->L (scaled 1/257)"
-    elif mode == "F":
-        low, high = im.getextrema()
-        span = (high - low) or 1.0
-        im = im.point(lambda v: (v - low) * (255.0 / span)).convert("L")
-        note = "F->L (normalised)"
+    elif mode in ("I", "F"):
+        # 32-bit samples: 8-bit data stays, 16-bit data is scaled, anything wider is normalised.
+        low, high = cast(tuple[float, float], im.getextrema())
+        if mode == "I" and high <= 255 and low >= 0:
+            scale, offset = 1.0, 0.0
+        elif mode == "I" and high <= 65535 and low >= 0:
+            scale, offset = 1 / 257, 0.0
+        else:
+            scale, offset = 255.0 / ((high - low) or 1.0), low
+        im = im.point(lambda v: (v - offset) * scale).convert("L")
+        note = f"{mode}->L (scaled {scale:.6g})"
     elif mode == "1":
         im = im.convert("L")
         note = "1->L"

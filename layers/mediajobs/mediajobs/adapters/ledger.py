@@ -58,7 +58,7 @@ class JobModel(Model):
     finished_at_s = NumberAttribute(null=True)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bound_job_model(table_name: str, region: str, host: str | None) -> type[JobModel]:
     """A :class:`JobModel` subclass bound to one table and endpoint.
 
@@ -229,9 +229,7 @@ class DynamoLedger:
                 raise Superseded(job_key) from exc
             raise TransientFailure(f"ledger update failed: {exc.cause_response_code}") from exc
 
-    def complete(
-        self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int
-    ) -> None:
+    def complete(self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int) -> None:
         """Mark the job done; only the holder of ``token`` can.
 
         Raises

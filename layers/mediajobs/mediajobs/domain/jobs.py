@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     """States of a job row in the ledger.
 
     ``running`` -> ``done`` | ``permanent_failure`` | ``transient_failure``;
@@ -20,7 +20,7 @@ class JobState(str, enum.Enum):
     PERMANENT_FAILURE = "permanent_failure"
 
 
-class ClaimOutcome(str, enum.Enum):
+class ClaimOutcome(enum.StrEnum):
     """What a claim attempt found.
 
     * ``RUN``: this worker holds the claim and must do the work.

@@ -23,6 +23,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel, SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Json
@@ -115,14 +116,18 @@ def record_handler(record: ObjectCreatedRecord) -> dict[str, Any]:
     _report(result)
     logger.info(
         "record done",
-        extra={"state": result.state, "job_keys": [j.job_key for j in result.jobs], "seconds": time.monotonic() - started},
+        extra={
+            "state": result.state,
+            "job_keys": [j.job_key for j in result.jobs],
+            "seconds": time.monotonic() - started,
+        },
     )
     return {"state": result.state}
 
 
 @metrics.log_metrics
 @logger.inject_lambda_context
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     """Entry point: returns ``{"batchItemFailures": [{"itemIdentifier": <messageId>}, ...]}``."""
     # A processor per invocation: it holds the batch's state, so invocations never share it.
     processor = BatchProcessor(event_type=EventType.SQS, model=ObjectCreatedRecord, raise_on_entire_batch_failure=False)

@@ -22,7 +22,14 @@ from mediajobs.local.gallery import GalleryEntry, GalleryVariant, write_gallery
 from mediajobs.local.session import LocalSession
 
 #: Real photographs that scikit-image's wheel ships (BSD-3; see skimage/data/README.txt).
-DEMO_PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "hubble_deep_field.jpg")
+DEMO_PHOTOS = (
+    "astronaut.png",
+    "chelsea.png",
+    "coffee.png",
+    "rocket.jpg",
+    "motorcycle_left.png",
+    "hubble_deep_field.jpg",
+)
 
 
 class InternalError(Exception):
@@ -97,7 +104,9 @@ def _gallery_entry(title: str, original: Path, result: SourceResult, fetched: di
     entry = GalleryEntry(title=title, original=original, job_key=job.job_key if job else None)
     if fetched and job:
         for out in job.outputs:
-            entry.variants.append(GalleryVariant(out.name, fetched["outputs"][out.name], out.width, out.height, out.bytes))
+            entry.variants.append(
+                GalleryVariant(out.name, fetched["outputs"][out.name], out.width, out.height, out.bytes)
+            )
     if result.state != "done":
         entry.failure = f"permanent failure: {result.reason} {result.detail}".strip()
     return entry
@@ -109,8 +118,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out_dir = Path(args.out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     with LocalSession(log_level=args.log_level) as session:
-        print(f"embedded AWS at {session.stack.endpoint_url}: bucket {session.stack.bucket}, "
-              f"queue {session.stack.queue_url.rsplit('/', 1)[-1]}, table {session.stack.table_name}")
+        print(
+            f"embedded AWS at {session.stack.endpoint_url}: bucket {session.stack.bucket}, "
+            f"queue {session.stack.queue_url.rsplit('/', 1)[-1]}, table {session.stack.table_name}"
+        )
         uploads: list[tuple[str, Path, str]] = []
         for i, path in enumerate(files):
             uploads.append((path.name, path, f"originals/demo/{i:02d}-{_safe_name(path.name)}"))
@@ -123,8 +134,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         first_bodies = list(session.esm.stats.bodies)
         first_seconds = time.monotonic() - started
         renders_first = len(session.collector.renders)
-        print(f"\nfirst delivery: {len(uploads)} uploads -> {first_received} events, "
-              f"{renders_first} renders, {first_seconds:.1f} s\n")
+        print(
+            f"\nfirst delivery: {len(uploads)} uploads -> {first_received} events, "
+            f"{renders_first} renders, {first_seconds:.1f} s\n"
+        )
         rows = [(title, _first_result(session, key)) for title, _, key in uploads]
         _print_table(rows)
 
@@ -132,9 +145,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         second_received = session.run().received - first_received
         renders_second = len(session.collector.renders) - renders_first
         reused = sum(1 for _, _, key in uploads for job in session.collector.results[key][-1].jobs if job.reused)
-        print(f"\nsecond delivery of every event: {second_received} events, "
-              f"{renders_second} renders, {reused} jobs reused"
-              f"{' - no render ran twice' if renders_second == 0 else ' - UNEXPECTED RENDERS'}")
+        print(
+            f"\nsecond delivery of every event: {second_received} events, "
+            f"{renders_second} renders, {reused} jobs reused"
+            f"{' - no render ran twice' if renders_second == 0 else ' - UNEXPECTED RENDERS'}"
+        )
         print(f"dead-letter queue: {session.dead_letters()} messages")
 
         entries = []
@@ -155,14 +170,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _job_json(job: JobResult, fetched: dict[str, Any] | None) -> dict[str, Any]:
     outputs = []
     for out in job.outputs:
-        outputs.append({
-            "name": out.name,
-            "path": str(fetched["outputs"][out.name]) if fetched else None,
-            "format": out.format,
-            "width": out.width,
-            "height": out.height,
-            "bytes": out.bytes,
-        })
+        outputs.append(
+            {
+                "name": out.name,
+                "path": str(fetched["outputs"][out.name]) if fetched else None,
+                "format": out.format,
+                "width": out.width,
+                "height": out.height,
+                "bytes": out.bytes,
+            }
+        )
     return {
         "recipe": job.recipe,
         "job_key": job.job_key,
@@ -188,7 +205,7 @@ def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             keys.append(session.upload(path, f"originals/cli/{i:04d}-{_safe_name(path.name)}"))
         session.run()
         rows = []
-        for i, (given, path, key) in enumerate(zip(args.files, files, keys)):
+        for i, (given, path, key) in enumerate(zip(args.files, files, keys, strict=True)):
             result = _first_result(session, key)
             folder = out_dir / f"{i:04d}-{_safe_name(path.stem)}"
             jobs_json = []

@@ -36,6 +36,7 @@ def _kb(size: int) -> str:
 
 def write_gallery(out_dir: Path, entries: list[GalleryEntry], title: str = "mediajobs demo") -> Path:
     """Write ``out_dir/index.html`` with links relative to ``out_dir``; returns its path."""
+
     def rel(path: Path) -> str:
         return html.escape(os.path.relpath(path, out_dir).replace(os.sep, "/"))
 
@@ -56,18 +57,21 @@ def write_gallery(out_dir: Path, entries: list[GalleryEntry], title: str = "medi
         if entry.failure:
             cells.append(f'<p class="failure">{html.escape(entry.failure)}</p>')
         key = f"<code>{html.escape(entry.job_key[:12])}</code>" if entry.job_key else ""
-        rows.append(f"<section><h2>{html.escape(entry.title)} {key}</h2><div class=row>{''.join(cells)}</div></section>")
+        rows.append(
+            f"<section><h2>{html.escape(entry.title)} {key}</h2><div class=row>{''.join(cells)}</div></section>"
+        )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2rem; background: #fafafa; }}
 .row {{ display: flex; gap: 1rem; align-items: flex-end; flex-wrap: wrap; }}
 figure {{ margin: 0; text-align: center; }}
-img {{ max-width: 320px; max-height: 320px; background: repeating-conic-gradient(#ddd 0 25%, #fff 0 50%) 0 0/16px 16px; }}
+img {{ max-width: 320px; max-height: 320px;
+       background: repeating-conic-gradient(#ddd 0 25%, #fff 0 50%) 0 0/16px 16px; }}
 figcaption {{ font-size: .85rem; color: #444; }}
 .failure {{ color: #a00; }}
 </style></head><body><h1>{html.escape(title)}</h1>
-{''.join(rows)}
+{"".join(rows)}
 </body></html>
 """
     index = out_dir / "index.html"

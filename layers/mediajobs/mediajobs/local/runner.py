@@ -140,7 +140,9 @@ class EventSourceMapping:
         for m in messages:
             if m.get("Attributes", {}).get("ApproximateReceiveCount", "1") == "1":
                 self.stats.bodies.append(m["Body"])
-        result = self._handler(sqs_event(messages, self._queue_arn, self._region), LocalLambdaContext(timeout_s=self._timeout_s))
+        result = self._handler(
+            sqs_event(messages, self._queue_arn, self._region), LocalLambdaContext(timeout_s=self._timeout_s)
+        )
         failed_ids = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
         self.stats.invocations += 1
         self.stats.received += len(messages)
