@@ -229,6 +229,36 @@ def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the embedded AWS with the stack until interrupted (for ``sam local invoke``)."""
+    from mediajobs.local.embedded import EmbeddedAws
+
+    with EmbeddedAws(host=args.host, port=args.port) as stack:
+        env = {k: v for k, v in stack.function_env.items()}
+        env.update(
+            {
+                "AWS_ENDPOINT_URL": f"http://{args.docker_host}:{args.port}",
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_REGION": "us-east-1",
+            }
+        )
+        if args.env_vars:
+            Path(args.env_vars).write_text(json.dumps({"WorkerFunction": env}, indent=2) + "\n")
+            print(f"wrote {args.env_vars} for sam local invoke --env-vars")
+        print(
+            f"embedded AWS at {stack.endpoint_url}: bucket {stack.bucket}, table {stack.table_name}, "
+            f"queue {stack.queue_url}"
+        )
+        print("press Ctrl-C to stop", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``mediajobs`` command."""
     parser = argparse.ArgumentParser(prog="mediajobs", description=__doc__.splitlines()[0])
@@ -241,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     process.add_argument("files", nargs="+", metavar="FILE")
     process.add_argument("--out", required=True, metavar="DIR", help="where derivatives and manifests go")
     process.add_argument("--json", action="store_true", help="one JSON object per input on its own line")
+    serve = sub.add_parser("serve", help="run the embedded AWS with the stack until Ctrl-C (for sam local invoke)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for Docker)")
+    serve.add_argument("--port", type=int, default=5000)
+    serve.add_argument("--docker-host", default="host.docker.internal", help="how the function's container reaches it")
+    serve.add_argument("--env-vars", metavar="FILE", help="write the function's environment for --env-vars")
     return parser
 
 
@@ -251,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "demo":
             return cmd_demo(args)
+        if args.command == "serve":
+            return cmd_serve(args)
         return cmd_process(args, parser)
     except InternalError as exc:
         print(f"mediajobs: {exc}", file=sys.stderr)

@@ -73,9 +73,17 @@ class EmbeddedAws:
     ----------
     template_path: defaults to :func:`mediajobs.local.template.find_template`.
     name: prefix of the local resource names.
+    host, port: where the server listens (default 127.0.0.1 and a free port).
     """
 
-    def __init__(self, template_path: Path | None = None, name: str = "mediajobs-local") -> None:
+    def __init__(
+        self,
+        template_path: Path | None = None,
+        name: str = "mediajobs-local",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._host, self._port = host, port
         self.template_path = template_path or find_template()
         self.template = load_template(self.template_path)
         self.name = name
@@ -85,10 +93,10 @@ class EmbeddedAws:
 
     def __enter__(self) -> LocalStack:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's request log
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server = ThreadedMotoServer(ip_address=self._host, port=self._port, verbose=False)
         self._server.start()
-        host, port = self._server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
+        _, port = self._server.get_host_and_port()
+        endpoint = f"http://127.0.0.1:{port}"
         self._set_env(
             {
                 "AWS_ENDPOINT_URL": endpoint,
