@@ -103,6 +103,16 @@ def record_handler(record: ObjectCreatedRecord) -> dict[str, Any]:
     started = time.monotonic()
     try:
         result = get_pipeline().process(ref)
+        _report(result)
+        logger.info(
+            "record done",
+            extra={
+                "state": result.state,
+                "job_keys": [j.job_key for j in result.jobs],
+                "seconds": round(time.monotonic() - started, 3),
+            },
+        )
+        return {"state": result.state}
     except JobBusy as busy:
         metrics.add_metric(name="JobsBusy", unit=MetricUnit.Count, value=1)
         logger.info("busy: redelivering later", extra={"job_key": busy.job_key})
@@ -113,16 +123,6 @@ def record_handler(record: ObjectCreatedRecord) -> dict[str, Any]:
         raise
     finally:
         logger.remove_keys(["source_key", "message_id"])
-    _report(result)
-    logger.info(
-        "record done",
-        extra={
-            "state": result.state,
-            "job_keys": [j.job_key for j in result.jobs],
-            "seconds": time.monotonic() - started,
-        },
-    )
-    return {"state": result.state}
 
 
 @metrics.log_metrics
