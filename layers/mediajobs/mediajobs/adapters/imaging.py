@@ -183,6 +183,9 @@ def _to_srgb(im: Image.Image, icc: bytes | None) -> tuple[Image.Image, str, str 
             description = (ImageCms.getProfileDescription(profile) or "").strip() or "unnamed"
             if im.mode == "RGB" and "srgb" in description.lower():
                 return im, "none (already sRGB)", description
+            if im.mode == "RGB":  # same mode: convert in place, no second full-size buffer
+                ImageCms.profileToProfile(im, profile, _SRGB, outputMode="RGB", inPlace=True)
+                return im, "icc->srgb (RGB)", description
             converted = ImageCms.profileToProfile(im, profile, _SRGB, outputMode="RGB")
             assert converted is not None
             return converted, f"icc->srgb ({im.mode})", description
@@ -192,20 +195,6 @@ def _to_srgb(im: Image.Image, icc: bytes | None) -> tuple[Image.Image, str, str 
     if im.mode == "CMYK":
         return im.convert("RGB"), "cmyk->srgb (no profile)", description
     return im, "none", description
-
-
-def _encode(im: Image.Image, variant: ImageVariant, dest: Path) -> None:
-    clean = im.copy()
-    clean.info = {}
-    if variant.format == "webp":
-        clean.save(dest, format="WEBP", quality=variant.quality, method=4)
-    elif variant.format == "avif":
-        speed = 6 if variant.speed is None else variant.speed
-        clean.save(dest, format="AVIF", quality=variant.quality, speed=speed)
-    elif variant.format == "jpeg":
-        clean.save(dest, format="JPEG", quality=variant.quality, optimize=True, progressive=True)
-    else:
-        clean.save(dest, format="PNG", optimize=True)
 
 
 def _flatten(im: Image.Image) -> Image.Image:
@@ -240,6 +229,10 @@ class PillowRenderer:
     ) -> tuple[list[RenderedFile], RenderDecisions]:
         """Render ``variants`` of the image at ``source`` into ``out_dir``.
 
+        Peak memory is about one decoded (draft-reduced) image plus the variants: the
+        decoded image is released before the first encode, since the AVIF encoder alone
+        needs about 70 MB at 1600 px.
+
         Returns
         -------
         (files, decisions)
@@ -250,6 +243,18 @@ class PillowRenderer:
         PermanentFailure
             ``unsupported_format``, ``too_many_pixels``, ``truncated_image`` or ``corrupt_image``.
         """
+        largest_box = max(v.box_px for v in variants)
+        base, decisions, display_size = self._decode(source, largest_box)
+        sized = _resize_all(base, display_size, variants)
+        del base  # only the variants stay alive while encoding
+        files = []
+        for variant in variants:
+            files.append(_encode(sized.pop(variant.name), variant, out_dir))
+        return files, decisions
+
+    def _decode(self, source: Path, largest_box: int) -> tuple[Image.Image, RenderDecisions, tuple[int, int]]:
+        """Decode once into an upright sRGB ``RGB``/``RGBA`` image, at least ``largest_box`` on its long
+        side (or full size when smaller); also returns the full-resolution displayed size in pixels."""
         with _open(source) as im:
             width, height = im.size
             if width * height > self._max_pixels:
@@ -261,28 +266,24 @@ class PillowRenderer:
                 problem = check_jpeg_file(source)
                 if problem:
                     raise PermanentFailure(CORRUPT_IMAGE, problem)
+                im.draft(None, fit_within(width, height, largest_box))  # DCT-domain 1/2, 1/4, 1/8
             frames, duration_ms = _frames(im)
-            largest_box = max(v.box_px for v in variants)
-            if source_format == "JPEG":
-                im.draft(None, fit_within(width, height, largest_box))
             _load(im)
-            decoder_orientation = int(im.info.get("original_orientation") or 1)  # pillow-heif applied it
+            # pillow-heif applies HEIF's irot/imir itself, reports the upright size and
+            # resets the EXIF tag to 1, keeping the original in info["original_orientation"].
+            decoder_orientation = int(im.info.get("original_orientation") or 1)
             orientation = int(im.getexif().get(_ORIENTATION_TAG, 1) or 1)
-            oriented: Image.Image = im
             if 2 <= orientation <= 8:
-                oriented = ImageOps.exif_transpose(im)
+                ImageOps.exif_transpose(im, in_place=True)
             else:
                 orientation = 1
             icc = im.info.get("icc_profile")
-            base, alpha, mode_note = _to_8bit_base(oriented)
+            base, alpha, mode_note = _to_8bit_base(im)
             base, colour, icc_description = _to_srgb(base, icc)
-            if base.mode == "L":
-                base = base.convert("RGB")
-            if alpha is not None:
-                base.putalpha(alpha)
-        # Orientations 5-8 swap width and height. A decoder that applied the rotation
-        # itself (pillow-heif) already reports the displayed size and leaves orientation 1.
-        out_w, out_h = (height, width) if orientation >= 5 else (width, height)
+        if base.mode == "L":
+            base = base.convert("RGB")
+        if alpha is not None:
+            base.putalpha(alpha)
         decisions = RenderDecisions(
             source_format=source_format,
             source_width=width,
@@ -297,33 +298,47 @@ class PillowRenderer:
             duration_ms=duration_ms,
             frames_dropped=frames - 1,
         )
-        return self._resize_and_encode(base, (out_w, out_h), variants, out_dir), decisions
+        # EXIF orientations 5-8 swap the sides; a decoder that rotated itself reports upright sizes.
+        display_size = (height, width) if orientation >= 5 else (width, height)
+        return base, decisions, display_size
 
-    @staticmethod
-    def _resize_and_encode(
-        base: Image.Image, full_size: tuple[int, int], variants: tuple[ImageVariant, ...], out_dir: Path
-    ) -> list[RenderedFile]:
-        by_size = sorted(variants, key=lambda v: v.box_px, reverse=True)
-        current = base
-        rendered: dict[str, RenderedFile] = {}
-        for variant in by_size:
-            target = fit_within(full_size[0], full_size[1], variant.box_px)
-            if current.size != target:
-                current = current.resize(target, Image.Resampling.LANCZOS, reducing_gap=3.0)
-            image = current
-            if image.mode == "RGBA" and variant.format not in FORMATS_WITH_ALPHA:
-                image = _flatten(image)
-            dest = out_dir / f"{variant.name}.{EXTENSIONS[variant.format]}"
-            _encode(image, variant, dest)
-            sha, size = _file_digest(dest)
-            rendered[variant.name] = RenderedFile(
-                name=variant.name,
-                format=variant.format,
-                path=dest,
-                width=target[0],
-                height=target[1],
-                bytes=size,
-                sha256=sha,
-                content_type=CONTENT_TYPES[variant.format],
-            )
-        return [rendered[v.name] for v in variants]
+
+def _resize_all(
+    base: Image.Image, full_size: tuple[int, int], variants: tuple[ImageVariant, ...]
+) -> dict[str, Image.Image]:
+    """Each variant's image, largest first, each resized from the previous one (Lanczos)."""
+    sized: dict[str, Image.Image] = {}
+    current = base
+    for variant in sorted(variants, key=lambda v: v.box_px, reverse=True):
+        target = fit_within(full_size[0], full_size[1], variant.box_px)
+        if current.size != target:
+            current = current.resize(target, Image.Resampling.LANCZOS, reducing_gap=3.0)
+        sized[variant.name] = current
+    return sized
+
+
+def _encode(image: Image.Image, variant: ImageVariant, out_dir: Path) -> RenderedFile:
+    """Encode one variant without any metadata and describe the file."""
+    if image.mode == "RGBA" and variant.format not in FORMATS_WITH_ALPHA:
+        image = _flatten(image)
+    image.info = {}  # no EXIF, XMP or ICC may reach an output (AVIF/PNG would copy icc_profile)
+    dest = out_dir / f"{variant.name}.{EXTENSIONS[variant.format]}"
+    if variant.format == "webp":
+        image.save(dest, format="WEBP", quality=variant.quality, method=4)
+    elif variant.format == "avif":
+        image.save(dest, format="AVIF", quality=variant.quality, speed=6 if variant.speed is None else variant.speed)
+    elif variant.format == "jpeg":
+        image.save(dest, format="JPEG", quality=variant.quality, optimize=True, progressive=True)
+    else:
+        image.save(dest, format="PNG", optimize=True)
+    sha, size = _file_digest(dest)
+    return RenderedFile(
+        name=variant.name,
+        format=variant.format,
+        path=dest,
+        width=image.width,
+        height=image.height,
+        bytes=size,
+        sha256=sha,
+        content_type=CONTENT_TYPES[variant.format],
+    )
