@@ -9,7 +9,7 @@ import pytest
 
 from mediajobs.adapters.ledger import DynamoLedger, bound_job_model
 from mediajobs.domain.errors import Superseded
-from mediajobs.domain.jobs import ClaimOutcome, OutputRecord
+from mediajobs.domain.jobs import ClaimOutcome, JobSpec, OutputRecord
 
 LEASE_S = 60
 OUT = OutputRecord("thumb", "derivatives/k/thumb.webp", "webp", 320, 213, 1000, "0" * 64, "image/webp")
@@ -21,10 +21,9 @@ def ledger(local_session) -> DynamoLedger:
     return DynamoLedger(bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url), lease_s=LEASE_S)
 
 
-def claim(ledger: DynamoLedger, key: str, now_s: int):
-    return ledger.claim(
-        key,
-        now_s=now_s,
+def spec(key: str) -> JobSpec:
+    return JobSpec(
+        job_key=key,
         input_sha256="a" * 64,
         recipe_id="web-image",
         recipe_version=1,
@@ -34,6 +33,10 @@ def claim(ledger: DynamoLedger, key: str, now_s: int):
         source_bucket="b",
         source_key="originals/x.jpg",
     )
+
+
+def claim(ledger: DynamoLedger, key: str, now_s: int):
+    return ledger.claim(spec(key), now_s=now_s)
 
 
 def new_key() -> str:
@@ -90,38 +93,30 @@ def test_transient_failure_is_taken_over_at_once(ledger):
     assert (second.outcome, second.took_over, second.attempts) == (ClaimOutcome.RUN, True, 2)
 
 
+def race(ledger: DynamoLedger, key: str, now_s: int, threads: int = 10) -> list[str]:
+    """``threads`` claims of one key, released together; their outcomes, sorted."""
+    barrier = threading.Barrier(threads)
+    outcomes: list[str] = []
+
+    def one() -> None:
+        barrier.wait()
+        outcomes.append(claim(ledger, key, now_s).outcome.value)
+
+    workers = [threading.Thread(target=one) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return sorted(outcomes)
+
+
 def test_ten_threads_racing_one_key_give_one_winner(ledger):
     for _ in range(5):
-        key = new_key()
-        barrier = threading.Barrier(10)
-        outcomes: list[ClaimOutcome] = []
-
-        def race(key: str = key, barrier: threading.Barrier = barrier, outcomes: list = outcomes) -> None:
-            barrier.wait()
-            outcomes.append(claim(ledger, key, 1000).outcome)
-
-        threads = [threading.Thread(target=race) for _ in range(10)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert sorted(o.value for o in outcomes) == ["busy"] * 9 + ["run"]
+        assert race(ledger, new_key(), 1000) == ["busy"] * 9 + ["run"]
 
 
 def test_ten_threads_racing_a_takeover_give_one_winner(ledger):
     key = new_key()
     claim(ledger, key, 1000)
-    barrier = threading.Barrier(10)
-    outcomes: list[ClaimOutcome] = []
-
-    def race() -> None:
-        barrier.wait()
-        outcomes.append(claim(ledger, key, 1000 + LEASE_S + 5).outcome)
-
-    threads = [threading.Thread(target=race) for _ in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(o.value for o in outcomes) == ["busy"] * 9 + ["run"]
+    assert race(ledger, key, 1000 + LEASE_S + 5) == ["busy"] * 9 + ["run"]
     assert ledger.get(key).attempts == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import uuid
 
 import numpy as np
@@ -11,6 +12,7 @@ from PIL import Image
 
 from mediajobs.adapters.imaging import PillowRenderer
 from mediajobs.adapters.ledger import bound_job_model
+from mediajobs.domain.jobs import JobSpec
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.domain.recipes import load_recipe
 from mediajobs.entrypoints import worker
@@ -94,9 +96,8 @@ def test_busy_job_is_reported_for_redelivery(local_session):
     put(local_session, "originals/w/busy.png", data)
     key = job_key(sha256_hex(data), RECIPE.sha256)
     ledger = worker.get_pipeline()._ledger
-    ledger.claim(
-        key,
-        now_s=int(__import__("time").time()),
+    spec = JobSpec(
+        job_key=key,
         input_sha256=sha256_hex(data),
         recipe_id="web-image",
         recipe_version=1,
@@ -106,6 +107,7 @@ def test_busy_job_is_reported_for_redelivery(local_session):
         source_bucket="b",
         source_key="k",
     )
+    ledger.claim(spec, now_s=int(time.time()))
     event = event_for(local_session, "originals/w/busy.png", len(data))
     response = worker.lambda_handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}

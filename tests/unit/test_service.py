@@ -55,7 +55,8 @@ class FakeLedger:
         self.outcome = outcome
         self.rows: dict[str, dict] = {}
 
-    def claim(self, job_key, **kwargs):
+    def claim(self, spec, *, now_s):
+        job_key = spec.job_key
         self.log.append(("claim", job_key))
         if self.outcome is ClaimOutcome.RUN:
             return Claim(ClaimOutcome.RUN, job_key, lease_token="t1", lease_expires_at_s=100)

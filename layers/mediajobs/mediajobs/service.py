@@ -39,7 +39,16 @@ from mediajobs.domain.errors import (
     Superseded,
     TransientFailure,
 )
-from mediajobs.domain.jobs import Claim, ClaimOutcome, JobResult, JobState, ObjectRef, OutputRecord, SourceResult
+from mediajobs.domain.jobs import (
+    Claim,
+    ClaimOutcome,
+    JobResult,
+    JobSpec,
+    JobState,
+    ObjectRef,
+    OutputRecord,
+    SourceResult,
+)
 from mediajobs.domain.keys import job_key
 from mediajobs.domain.manifest import MANIFEST_NAME, RenderDecisions, build_manifest, derivative_prefix
 from mediajobs.domain.recipes import ImageVariant, Recipe
@@ -61,20 +70,7 @@ class ObjectStore(Protocol):
 class Ledger(Protocol):
     """What the pipeline needs of the job ledger (see :class:`mediajobs.adapters.ledger.DynamoLedger`)."""
 
-    def claim(
-        self,
-        job_key: str,
-        *,
-        now_s: int,
-        input_sha256: str,
-        recipe_id: str,
-        recipe_version: int,
-        recipe_sha256: str,
-        policy_version: str,
-        output_prefix: str,
-        source_bucket: str,
-        source_key: str,
-    ) -> Claim: ...
+    def claim(self, spec: JobSpec, *, now_s: int) -> Claim: ...
     def complete(
         self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int
     ) -> None: ...
@@ -215,9 +211,8 @@ class Pipeline:
         key = job_key(sha256, recipe.sha256, settings.policy_version)
         prefix = derivative_prefix(settings.derivatives_prefix, key)
         extra = {"job_key": key, "source_key": ref.key, "recipe": recipe.ref}
-        claim = self._ledger.claim(
-            key,
-            now_s=int(self._clock()),
+        spec = JobSpec(
+            job_key=key,
             input_sha256=sha256,
             recipe_id=recipe.id,
             recipe_version=recipe.version,
@@ -227,6 +222,7 @@ class Pipeline:
             source_bucket=ref.bucket,
             source_key=ref.key,
         )
+        claim = self._ledger.claim(spec, now_s=int(self._clock()))
         if claim.outcome is ClaimOutcome.DONE:
             log.info("job already done: reusing its outputs", extra=extra)
             return JobResult(

@@ -8,6 +8,7 @@ A lost race is recognised by ``ConditionalCheckFailedException``, never by messa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import uuid
@@ -18,7 +19,7 @@ from pynamodb.exceptions import GetError, PutError, UpdateError
 from pynamodb.models import Model
 
 from mediajobs.domain.errors import Superseded, TransientFailure
-from mediajobs.domain.jobs import Claim, ClaimOutcome, JobState, OutputRecord
+from mediajobs.domain.jobs import Claim, ClaimOutcome, JobSpec, JobState, OutputRecord
 
 log = logging.getLogger(__name__)
 
@@ -92,20 +93,7 @@ class DynamoLedger:
         self._model = model
         self._lease_s = lease_s
 
-    def claim(
-        self,
-        job_key: str,
-        *,
-        now_s: int,
-        input_sha256: str,
-        recipe_id: str,
-        recipe_version: int,
-        recipe_sha256: str,
-        policy_version: str,
-        output_prefix: str,
-        source_bucket: str,
-        source_key: str,
-    ) -> Claim:
+    def claim(self, spec: JobSpec, *, now_s: int) -> Claim:
         """Claim a job, or report what holds it.
 
         One conditional put (``attribute_not_exists(job_key)``); when the row exists, one
@@ -120,22 +108,15 @@ class DynamoLedger:
         """
         token = uuid.uuid4().hex
         expires = now_s + self._lease_s
+        job_key = spec.job_key
         row = self._model(
-            job_key,
             state=JobState.RUNNING.value,
             lease_token=token,
             lease_expires_at_s=expires,
             attempts=1,
-            input_sha256=input_sha256,
-            recipe_id=recipe_id,
-            recipe_version=recipe_version,
-            recipe_sha256=recipe_sha256,
-            policy_version=policy_version,
-            output_prefix=output_prefix,
-            source_bucket=source_bucket,
-            source_key=source_key,
             created_at_s=now_s,
             updated_at_s=now_s,
+            **dataclasses.asdict(spec),
         )
         try:
             row.save(condition=self._model.job_key.does_not_exist())

@@ -107,6 +107,32 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class JobSpec:
+    """What a job is: its key and the inputs the key was derived from, recorded on the
+    ledger row when the job is first claimed.
+
+    Attributes
+    ----------
+    job_key: 64 hex characters.
+    input_sha256: SHA-256 hex of the original's bytes.
+    recipe_id, recipe_version, recipe_sha256: the recipe.
+    policy_version: moderation policy version.
+    output_prefix: ``derivatives/<job key>/``.
+    source_bucket, source_key: the first original seen with these bytes (not identity).
+    """
+
+    job_key: str
+    input_sha256: str
+    recipe_id: str
+    recipe_version: int
+    recipe_sha256: str
+    policy_version: str
+    output_prefix: str
+    source_bucket: str
+    source_key: str
+
+
+@dataclass(frozen=True)
 class ObjectRef:
     """An S3 object version named by an event.
 
