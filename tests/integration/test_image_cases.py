@@ -188,3 +188,17 @@ def test_corrupted_jpeg_is_a_permanent_failure_with_its_reason(tmp_path):
         )
     assert caught.value.reason == "corrupt_image"
     assert "invalid marker 0xFF9F" in caught.value.detail
+
+
+def test_huge_animation_is_rendered_without_decoding_every_frame(tmp_path):
+    """Durations are measured only within a decode budget (4 x max_pixels of frames x pixels)."""
+    frames = [Image.new("RGB", (50, 50), (i * 10, 0, 0)) for i in range(20)]
+    source = tmp_path / "long.gif"
+    frames[0].save(source, save_all=True, append_images=frames[1:], duration=100, loop=0)
+    out = tmp_path / "out"
+    out.mkdir()
+    files, decisions = PillowRenderer(max_pixels=10_000).render(source, RECIPE.params.variants, out)
+    assert (decisions.frames, decisions.duration_ms, decisions.frames_dropped) == (20, None, 19)
+    assert [(f.width, f.height) for f in files] == [(50, 50)] * 3
+    _, decisions = PillowRenderer(max_pixels=50_000_000).render(source, RECIPE.params.variants, tmp_path / "out")
+    assert decisions.duration_ms == 2000

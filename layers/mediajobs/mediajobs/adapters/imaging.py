@@ -55,6 +55,8 @@ ImageFile.LOAD_TRUNCATED_IMAGES = False
 #: Formats Pillow may open. Anything else is ``unsupported_format``.
 ALLOWED_FORMATS: Final = ("JPEG", "PNG", "WEBP", "GIF", "TIFF", "HEIF", "AVIF")
 _ORIENTATION_TAG: Final = 0x0112
+#: Frames x pixels an animation may have for its duration to be measured, in units of max_pixels.
+ANIMATION_BUDGET_FACTOR: Final = 4
 _SRGB: Final = ImageCms.createProfile("sRGB")
 _DECODE_ERRORS: Final = (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError)
 
@@ -107,11 +109,19 @@ def identify(path: Path) -> str | None:
         return "unknown"
 
 
-def _frames(im: Image.Image) -> tuple[int, int]:
-    """(frame count, total duration in ms) of a possibly animated image; leaves it on frame 0."""
+def _frames(im: Image.Image, budget_pixels: int) -> tuple[int, int | None]:
+    """(frame count, total duration in ms) of a possibly animated image; leaves it on frame 0.
+
+    Reading each frame's duration means seeking through the frames, and Pillow decodes
+    every GIF frame on the way (disposal needs the previous one). When frames x width x
+    height exceeds ``budget_pixels`` the duration is not measured (``None``), so a long or
+    huge animation cannot turn a first-frame render into minutes of decoding.
+    """
     count = int(getattr(im, "n_frames", 1) or 1)
     if count <= 1:
         return 1, 0
+    if count * im.width * im.height > budget_pixels:
+        return count, None
     total_ms = 0
     for index in range(count):
         im.seek(index)
@@ -267,7 +277,7 @@ class PillowRenderer:
                 if problem:
                     raise PermanentFailure(CORRUPT_IMAGE, problem)
                 im.draft(None, fit_within(width, height, largest_box))  # DCT-domain 1/2, 1/4, 1/8
-            frames, duration_ms = _frames(im)
+            frames, duration_ms = _frames(im, budget_pixels=ANIMATION_BUDGET_FACTOR * self._max_pixels)
             _load(im)
             # pillow-heif applies HEIF's irot/imir itself, reports the upright size and
             # resets the EXIF tag to 1, keeping the original in info["original_orientation"].

@@ -26,7 +26,8 @@ class RenderDecisions:
     alpha: whether the outputs carry an alpha channel.
     animated: whether the original had more than one frame.
     frames: number of frames in the original.
-    duration_ms: total animation duration in milliseconds (0 for stills).
+    duration_ms: total animation duration in milliseconds (0 for stills, ``None`` when not
+        measured because frames x pixels exceeded the decode budget).
     frames_dropped: frames not rendered (variants are of the first frame).
     """
 
@@ -40,7 +41,7 @@ class RenderDecisions:
     alpha: bool = False
     animated: bool = False
     frames: int = 1
-    duration_ms: int = 0
+    duration_ms: int | None = 0
     frames_dropped: int = 0
 
     def to_json(self) -> dict[str, Any]:
