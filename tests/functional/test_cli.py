@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,44 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
         assert {f.name for f in folder.iterdir()} >= {"thumb.webp", "card.webp", "full.avif", "manifest.json"}
         for name in ("thumb.webp", "card.webp", "full.avif"):
             assert f"{folder.name}/{name}" in page
+
+
+def test_out_must_be_a_folder(tmp_path):
+    photo = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    a_file = tmp_path / "taken"
+    a_file.write_text("x")
+    for args in (
+        ("process", photo, "--out", str(a_file)),
+        ("process", photo, "--out", ""),
+        ("demo", "--out", str(a_file)),
+    ):
+        done = run(*args, cwd=tmp_path)
+        assert done.returncode == 2 and "--out" in done.stderr and "Traceback" not in done.stderr, args
+
+
+def test_demo_with_a_missing_file_is_a_usage_error(tmp_path):
+    done = run("demo", "--out", str(tmp_path / "o"), str(tmp_path / "missing.jpg"), cwd=tmp_path)
+    assert done.returncode == 2 and "missing.jpg" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_foreign_template_in_the_working_directory_is_ignored(tmp_path):
+    (tmp_path / "template.yaml").write_text("Resources:\n  F:\n    Type: AWS::Serverless::Function\n")
+    photo = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    done = run("process", photo, "--out", str(tmp_path / "o"), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["state"] == "done"
+
+
+def test_limits_from_the_environment_apply_to_local_runs(tmp_path):
+    photo = str(shared_file("media", "photos", "canon-40d-small.jpg"))  # 100x68
+    env = {**os.environ, "MAX_PIXELS": "1000"}
+    done = subprocess.run(
+        [*CLI, "process", photo, "--out", str(tmp_path / "o"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env=env,
+    )
+    line = json.loads(done.stdout)
+    assert (done.returncode, line["state"], line["reason"]) == (0, "permanent_failure", "too_many_pixels")

@@ -120,3 +120,15 @@ def test_ten_threads_racing_a_takeover_give_one_winner(ledger):
     claim(ledger, key, 1000)
     assert race(ledger, key, 1000 + LEASE_S + 5) == ["busy"] * 9 + ["run"]
     assert ledger.get(key).attempts == 2
+
+
+def test_a_retried_put_that_had_succeeded_finds_its_own_claim(ledger, monkeypatch):
+    """The SDK retries a PutItem whose answer was lost: the row exists with our token."""
+    import mediajobs.adapters.ledger as ledger_module
+
+    fixed = uuid.UUID(int=42)
+    monkeypatch.setattr(ledger_module.uuid, "uuid4", lambda: fixed)
+    key = new_key()
+    first = claim(ledger, key, 1000)
+    again = claim(ledger, key, 1000)
+    assert (first.outcome, again.outcome, again.lease_token) == (ClaimOutcome.RUN, ClaimOutcome.RUN, fixed.hex)

@@ -79,3 +79,25 @@ def test_worker_environment_names_are_settings(local_session):
     assert env["JOBS_TABLE_NAME"] == local_session.stack.table_name
     handler = RESOURCES["WorkerFunction"]["Properties"]["Handler"]
     assert handler == "app.lambda_handler" and (REPO / "functions" / "worker" / "app.py").is_file()
+
+
+def _s3_statements() -> list[dict]:
+    policies = RESOURCES["WorkerFunction"]["Properties"]["Policies"]
+    statements = [st for policy in policies for st in policy.get("Statement", [])]
+    return [st for st in statements if any(str(a).startswith("s3:") for a in _list(st["Action"]))]
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def test_worker_s3_permissions_match_what_the_code_does():
+    by_action: dict[str, set[str]] = {}
+    for st in _s3_statements():
+        for action in _list(st["Action"]):
+            by_action.setdefault(action, set()).add(st["Resource"]["Fn::Sub"])
+    # Originals are read by version id (the bucket is versioned).
+    assert by_action["s3:GetObjectVersion"] == {"${MediaBucket.Arn}/originals/*"}
+    # Writes only under derivatives/; reads there back what an earlier attempt stored.
+    assert by_action["s3:PutObject"] == {"${MediaBucket.Arn}/derivatives/*"}
+    assert by_action["s3:GetObject"] == {"${MediaBucket.Arn}/originals/*", "${MediaBucket.Arn}/derivatives/*"}

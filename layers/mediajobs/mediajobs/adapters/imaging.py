@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import math
+import struct
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +37,11 @@ from typing import Final, cast
 import pillow_heif
 from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
 
-from mediajobs.adapters.jpeg_markers import check_jpeg_file
+from mediajobs.adapters.jpeg_markers import inspect_jpeg_file
 from mediajobs.domain.errors import (
     CORRUPT_IMAGE,
     TOO_MANY_PIXELS,
+    TOO_MANY_SCANS,
     TRUNCATED_IMAGE,
     UNSUPPORTED_FORMAT,
     PermanentFailure,
@@ -58,7 +61,25 @@ _ORIENTATION_TAG: Final = 0x0112
 #: Frames x pixels an animation may have for its duration to be measured, in units of max_pixels.
 ANIMATION_BUDGET_FACTOR: Final = 4
 _SRGB: Final = ImageCms.createProfile("sRGB")
-_DECODE_ERRORS: Final = (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError)
+#: What Pillow's plugins raise on damaged data, wherever it is met (open, n_frames, seek, load).
+_DECODE_ERRORS: Final = (
+    OSError,
+    SyntaxError,
+    ValueError,
+    EOFError,
+    IndexError,
+    KeyError,
+    TypeError,
+    struct.error,
+    ZeroDivisionError,
+)
+#: Formats whose extra frames are an animation (others hold pages or auxiliary images).
+ANIMATED_FORMATS: Final = frozenset({"GIF", "WEBP", "PNG", "AVIF"})
+#: JPEG and MPO (a JPEG with more images appended, as phones write "Ultra HDR").
+JPEG_FORMATS: Final = frozenset({"JPEG", "MPO"})
+#: Most scans a progressive JPEG may have. Encoders write about 10 (mozjpeg up to ~20);
+#: each scan is a pass over the whole image, so thousands are a CPU bomb in a small file.
+MAX_JPEG_SCANS: Final = 100
 
 
 @dataclass(frozen=True)
@@ -109,37 +130,44 @@ def identify(path: Path) -> str | None:
         return "unknown"
 
 
-def _frames(im: Image.Image, budget_pixels: int) -> tuple[int, int | None]:
-    """(frame count, total duration in ms) of a possibly animated image; leaves it on frame 0.
+def _frames(source: Path, max_pixels: int, budget_pixels: int) -> tuple[int, int | None]:
+    """(frame count, total duration in ms) of an animation, read through its own handle.
 
     Reading each frame's duration means seeking through the frames, and Pillow decodes
-    every GIF frame on the way (disposal needs the previous one). When frames x width x
-    height exceeds ``budget_pixels`` the duration is not measured (``None``), so a long or
-    huge animation cannot turn a first-frame render into minutes of decoding.
+    every GIF frame on the way (disposal needs the previous one) and may grow the canvas
+    for a later, larger frame. So the scan uses a separate handle (the image we render is
+    never touched), stops before any frame over ``max_pixels`` is decoded, and stops when
+    frames x pixels exceed ``budget_pixels``: the duration is then ``None`` (not measured).
     """
-    count = int(getattr(im, "n_frames", 1) or 1)
-    if count <= 1:
-        return 1, 0
-    if count * im.width * im.height > budget_pixels:
-        return count, None
-    total_ms = 0
-    for index in range(count):
-        im.seek(index)
-        total_ms += int(im.info.get("duration", 0) or 0)
-    im.seek(0)
-    return count, total_ms
+    with _open(source) as im:
+        count = int(getattr(im, "n_frames", 1) or 1)
+        if count <= 1 or im.format not in ANIMATED_FORMATS:
+            return count, 0
+        total_ms = 0
+        spent = 0
+        for index in range(count):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                    im.seek(index)  # GIF: decodes frame index - 1, already checked
+            except Image.DecompressionBombError:
+                return count, None
+            spent += im.width * im.height
+            if im.width * im.height > max_pixels or spent > budget_pixels:
+                return count, None
+            total_ms += int(im.info.get("duration", 0) or 0)
+        im.load()  # the last frame too: a file cut inside it is truncated, not an animation
+        return count, total_ms
 
 
-def _load(im: Image.Image) -> None:
-    try:
-        im.load()
-    except OSError as exc:
-        text = str(exc)
-        if "truncated" in text or "broken data stream" in text:
-            raise PermanentFailure(TRUNCATED_IMAGE, text) from exc
-        raise PermanentFailure(CORRUPT_IMAGE, text) from exc
-    except _DECODE_ERRORS as exc:
-        raise PermanentFailure(CORRUPT_IMAGE, f"{type(exc).__name__}: {exc}") from exc
+def _decode_failure(exc: BaseException) -> PermanentFailure:
+    """The permanent failure a decoder error means: ``truncated_image`` when the data ends
+    early, ``corrupt_image`` otherwise."""
+    text = f"{type(exc).__name__}: {exc}"
+    truncated = isinstance(exc, EOFError | struct.error) or any(
+        word in str(exc) for word in ("truncated", "broken data stream", "not enough data", "premature end")
+    )
+    return PermanentFailure(TRUNCATED_IMAGE if truncated else CORRUPT_IMAGE, text)
 
 
 def _to_8bit_base(im: Image.Image) -> tuple[Image.Image, Image.Image | None, str]:
@@ -165,6 +193,8 @@ def _to_8bit_base(im: Image.Image) -> tuple[Image.Image, Image.Image | None, str
     elif mode in ("I", "F"):
         # 32-bit samples: 8-bit data stays, 16-bit data is scaled, anything wider is normalised.
         low, high = cast(tuple[float, float], im.getextrema())
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise PermanentFailure(CORRUPT_IMAGE, f"non-finite samples in a {mode} image ({low}..{high})")
         if mode == "I" and high <= 255 and low >= 0:
             scale, offset = 1.0, 0.0
         elif mode == "I" and high <= 65535 and low >= 0:
@@ -264,7 +294,19 @@ class PillowRenderer:
 
     def _decode(self, source: Path, largest_box: int) -> tuple[Image.Image, RenderDecisions, tuple[int, int]]:
         """Decode once into an upright sRGB ``RGB``/``RGBA`` image, at least ``largest_box`` on its long
-        side (or full size when smaller); also returns the full-resolution displayed size in pixels."""
+        side (or full size when smaller); also returns the full-resolution displayed size in pixels.
+
+        Any decoder error, wherever a damaged file trips Pillow, is a permanent failure."""
+        try:
+            return self._decode_unchecked(source, largest_box)
+        except PermanentFailure:
+            raise
+        except Image.DecompressionBombError as exc:
+            raise PermanentFailure(TOO_MANY_PIXELS, str(exc)) from exc
+        except _DECODE_ERRORS as exc:
+            raise _decode_failure(exc) from exc
+
+    def _decode_unchecked(self, source: Path, largest_box: int) -> tuple[Image.Image, RenderDecisions, tuple[int, int]]:
         with _open(source) as im:
             width, height = im.size
             if width * height > self._max_pixels:
@@ -272,17 +314,21 @@ class PillowRenderer:
                     TOO_MANY_PIXELS, f"{width}x{height} = {width * height} pixels > {self._max_pixels}"
                 )
             source_format = str(im.format)
-            if source_format == "JPEG":
-                problem = check_jpeg_file(source)
-                if problem:
-                    raise PermanentFailure(CORRUPT_IMAGE, problem)
+            if source_format in JPEG_FORMATS:
+                report = inspect_jpeg_file(source)
+                if report.corruption:
+                    raise PermanentFailure(CORRUPT_IMAGE, report.corruption)
+                if report.scans > MAX_JPEG_SCANS:
+                    raise PermanentFailure(TOO_MANY_SCANS, f"{report.scans} scans > {MAX_JPEG_SCANS}")
                 im.draft(None, fit_within(width, height, largest_box))  # DCT-domain 1/2, 1/4, 1/8
-            frames, duration_ms = _frames(im, budget_pixels=ANIMATION_BUDGET_FACTOR * self._max_pixels)
-            _load(im)
+            frames, duration_ms = _frames(source, self._max_pixels, ANIMATION_BUDGET_FACTOR * self._max_pixels)
+            im.load()
             # pillow-heif applies HEIF's irot/imir itself, reports the upright size and
             # resets the EXIF tag to 1, keeping the original in info["original_orientation"].
             decoder_orientation = int(im.info.get("original_orientation") or 1)
-            orientation = int(im.getexif().get(_ORIENTATION_TAG, 1) or 1)
+            with warnings.catch_warnings():  # "Corrupt EXIF data": the EXIF is dropped anyway
+                warnings.simplefilter("ignore")
+                orientation = int(im.getexif().get(_ORIENTATION_TAG, 1) or 1)
             if 2 <= orientation <= 8:
                 ImageOps.exif_transpose(im, in_place=True)
             else:
@@ -303,7 +349,7 @@ class PillowRenderer:
             icc_profile=icc_description,
             mode=mode_note,
             alpha=alpha is not None,
-            animated=frames > 1,
+            animated=frames > 1 and source_format in ANIMATED_FORMATS,
             frames=frames,
             duration_ms=duration_ms,
             frames_dropped=frames - 1,

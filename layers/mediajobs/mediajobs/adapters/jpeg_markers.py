@@ -12,6 +12,7 @@ damage: inside entropy-coded data 0xFF may only be followed by 0x00 (stuffing), 
 from __future__ import annotations
 
 import mmap
+from dataclasses import dataclass
 from pathlib import Path
 
 _SOI = b"\xff\xd8"
@@ -23,8 +24,28 @@ def _is_invalid_code(code: int) -> bool:
     return code == 0x00 or 0x02 <= code <= 0xBF
 
 
+@dataclass(frozen=True)
+class JpegReport:
+    """What the marker walk found.
+
+    Attributes
+    ----------
+    scans: number of SOS segments before EOI (progressive JPEGs have several; each one
+        costs a pass over the whole image when decoding).
+    corruption: the first structural corruption, or ``None``.
+    """
+
+    scans: int
+    corruption: str | None
+
+
 def find_jpeg_corruption(data: bytes | mmap.mmap) -> str | None:
-    """Describe the first structural corruption of a JPEG stream, or ``None``.
+    """Describe the first structural corruption of a JPEG stream, or ``None`` (see :func:`inspect_jpeg`)."""
+    return inspect_jpeg(data).corruption
+
+
+def inspect_jpeg(data: bytes | mmap.mmap) -> JpegReport:
+    """Walk a JPEG stream's markers: count its scans and find the first structural corruption.
 
     A stream that simply ends early (no EOI) is not reported here: the decoder reports
     truncation itself. Data that does not start with SOI is not examined.
@@ -35,53 +56,55 @@ def find_jpeg_corruption(data: bytes | mmap.mmap) -> str | None:
 
     Returns
     -------
-    str | None
-        e.g. ``"invalid marker 0xFF9F at byte 229382"``.
+    JpegReport
+        ``corruption`` is e.g. ``"invalid marker 0xFF9F at byte 229382"``.
     """
     n = len(data)
+    scans = 0
     if n < 4 or data[:2] != _SOI:
-        return None
+        return JpegReport(0, None)
     pos = 2
     while pos < n:
         if data[pos] != 0xFF:
-            return f"expected a marker at byte {pos}, found 0x{data[pos]:02X}"
+            return JpegReport(scans, f"expected a marker at byte {pos}, found 0x{data[pos]:02X}")
         while pos < n and data[pos] == 0xFF:  # fill bytes
             pos += 1
         if pos >= n:
-            return None
+            break
         code = data[pos]
         marker_at = pos - 1
         pos += 1
         if code == _EOI:
-            return None
+            break
         if _is_invalid_code(code):
-            return f"invalid marker 0xFF{code:02X} at byte {marker_at}"
+            return JpegReport(scans, f"invalid marker 0xFF{code:02X} at byte {marker_at}")
         if code == 0x01 or 0xD0 <= code <= 0xD7:  # TEM and RSTn stand alone
             continue
         if pos + 2 > n:
-            return None
+            break
         length = int.from_bytes(data[pos : pos + 2], "big")
         if length < 2:
-            return f"segment 0xFF{code:02X} at byte {marker_at} has length {length}"
+            return JpegReport(scans, f"segment 0xFF{code:02X} at byte {marker_at} has length {length}")
         pos += length
         if code != _SOS:
             continue
+        scans += 1
         while True:  # entropy-coded data
             pos = data.find(b"\xff", pos)
             if pos < 0 or pos + 1 >= n:
-                return None
+                return JpegReport(scans, None)
             following = data[pos + 1]
             if following == 0x00 or 0xD0 <= following <= 0xD7:
                 pos += 2
                 continue
             break  # a marker (or fill bytes before one): the outer loop reads it
-    return None
+    return JpegReport(scans, None)
 
 
-def check_jpeg_file(path: Path) -> str | None:
-    """:func:`find_jpeg_corruption` on a file, memory-mapped (no copy into Python memory)."""
+def inspect_jpeg_file(path: Path) -> JpegReport:
+    """:func:`inspect_jpeg` on a file, memory-mapped (no copy into Python memory)."""
     with open(path, "rb") as f:
         if f.seek(0, 2) == 0:
-            return None
+            return JpegReport(0, None)
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            return find_jpeg_corruption(m)
+            return inspect_jpeg(m)

@@ -127,6 +127,10 @@ class DynamoLedger:
         existing = self._get(job_key)
         if existing is None:  # deleted between the put and the read: let SQS bring it back
             raise TransientFailure(f"job {job_key[:12]} vanished during claim")
+        if existing.lease_token == token:
+            # The SDK retried a put whose first attempt succeeded but whose answer was lost:
+            # the row is ours.
+            return Claim(ClaimOutcome.RUN, job_key, lease_token=token, lease_expires_at_s=expires, attempts=1)
         outcome = self._outcome(existing, now_s)
         if outcome is not None:
             return outcome

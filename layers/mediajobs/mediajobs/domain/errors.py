@@ -18,11 +18,21 @@ UNSUPPORTED_FORMAT: Final = "unsupported_format"
 TRUNCATED_IMAGE: Final = "truncated_image"
 CORRUPT_IMAGE: Final = "corrupt_image"
 TOO_MANY_PIXELS: Final = "too_many_pixels"
+TOO_MANY_SCANS: Final = "too_many_scans"
 TOO_LARGE: Final = "too_large"
 SOURCE_MISSING: Final = "source_missing"
 
 REASON_CODES: Final = frozenset(
-    {EMPTY_FILE, UNSUPPORTED_FORMAT, TRUNCATED_IMAGE, CORRUPT_IMAGE, TOO_MANY_PIXELS, TOO_LARGE, SOURCE_MISSING}
+    {
+        EMPTY_FILE,
+        UNSUPPORTED_FORMAT,
+        TRUNCATED_IMAGE,
+        CORRUPT_IMAGE,
+        TOO_MANY_PIXELS,
+        TOO_MANY_SCANS,
+        TOO_LARGE,
+        SOURCE_MISSING,
+    }
 )
 
 

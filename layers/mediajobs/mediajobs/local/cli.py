@@ -99,7 +99,9 @@ def _print_table(rows: list[tuple[str, SourceResult]]) -> None:
                 )
 
 
-def _gallery_entry(title: str, original: Path, result: SourceResult, fetched: dict[str, Any] | None) -> GalleryEntry:
+def _gallery_entry(
+    title: str, original: Path | None, result: SourceResult, fetched: dict[str, Any] | None
+) -> GalleryEntry:
     job = result.jobs[0] if result.jobs else None
     entry = GalleryEntry(title=title, original=original, job_key=job.job_key if job else None)
     if fetched and job:
@@ -112,11 +114,26 @@ def _gallery_entry(title: str, original: Path, result: SourceResult, fetched: di
     return entry
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the demo: sample photos through the embedded AWS, delivered twice."""
-    files = [Path(f) for f in args.files] if args.files else sample_photos()
-    out_dir = Path(args.out).resolve()
+def _checked_inputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Path], Path]:
+    """The input files and the output folder, or a usage error (exit 2)."""
+    files = [Path(f) for f in args.files]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        parser.error(f"not a readable file: {', '.join(missing)}")
+    if not args.out:
+        parser.error("--out must name a folder")
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        parser.error(f"--out {args.out} exists and is not a folder")
     out_dir.mkdir(parents=True, exist_ok=True)
+    return files, out_dir
+
+
+def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run the demo: sample photos through the embedded AWS, delivered twice."""
+    files, out_dir = _checked_inputs(args, parser)
+    files = files or sample_photos()
+    out_dir = out_dir.resolve()
     with LocalSession(log_level=args.log_level) as session:
         print(
             f"embedded AWS at {session.stack.endpoint_url}: bucket {session.stack.bucket}, "
@@ -126,7 +143,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for i, path in enumerate(files):
             uploads.append((path.name, path, f"originals/demo/{i:02d}-{_safe_name(path.name)}"))
         # The same bytes under a second name: one job, no second render.
-        uploads.append((f"{files[0].name} (copy)", files[0], f"originals/demo/copy-of-{_safe_name(files[0].name)}"))
+        uploads.append(
+            (
+                f"{files[0].name} (copy)",
+                files[0],
+                f"originals/demo/{len(files):02d}-copy-of-{_safe_name(files[0].name)}",
+            )
+        )
         started = time.monotonic()
         for _, path, key in uploads:
             session.upload(path, key)
@@ -153,14 +176,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"dead-letter queue: {session.dead_letters()} messages")
 
         entries = []
-        for i, (title, path, key) in enumerate(uploads):
+        for title, path, key in uploads:
             result = _first_result(session, key)
-            folder = out_dir / f"{i:02d}-{_safe_name(Path(key).stem)}"
+            folder = out_dir / Path(key).stem
             fetched = session.fetch(result.jobs[0], folder) if result.jobs and result.state == "done" else None
             folder.mkdir(parents=True, exist_ok=True)
             original = folder / f"original{path.suffix.lower()}"
             shutil.copyfile(path, original)
-            entries.append(_gallery_entry(title, original, result, fetched))
+            preview = original if result.media == "image" else None  # no <img> for a non-image
+            entries.append(_gallery_entry(title, preview, result, fetched))
         index = write_gallery(out_dir, entries)
     print(f"\nderivatives and gallery written to {out_dir}")
     print(f"open {index}")
@@ -193,12 +217,7 @@ def _job_json(job: JobResult, fetched: dict[str, Any] | None) -> dict[str, Any]:
 
 def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Process the user's files; one JSON line per input with ``--json``."""
-    files = [Path(f) for f in args.files]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        parser.error(f"not a readable file: {', '.join(missing)}")
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files, out_dir = _checked_inputs(args, parser)
     with LocalSession(log_level=args.log_level) as session:
         keys = []
         for i, path in enumerate(files):
@@ -285,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
-            return cmd_demo(args)
+            return cmd_demo(args, parser)
         if args.command == "serve":
             return cmd_serve(args)
         return cmd_process(args, parser)

@@ -34,6 +34,9 @@ DLQ_ID = "DeadLetterQueue"
 TABLE_ID = "JobsTable"
 FUNCTION_ID = "WorkerFunction"
 
+#: Worker variables a local run takes from the user's environment when set there.
+USER_TUNABLE = frozenset({"MAX_PIXELS", "MAX_INPUT_BYTES", "LEASE_SECONDS", "POLICY_VERSION"})
+
 
 @dataclass(frozen=True)
 class LocalStack:
@@ -108,7 +111,8 @@ class EmbeddedAws:
             }
         )
         self.stack = self._create(endpoint)
-        self._set_env(self.stack.function_env)
+        # The template's values, except limits the user set in the environment for this run.
+        self._set_env({k: v for k, v in self.stack.function_env.items() if not (k in USER_TUNABLE and k in os.environ)})
         return self.stack
 
     def __exit__(self, *exc: object) -> None:

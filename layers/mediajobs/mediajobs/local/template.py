@@ -32,9 +32,23 @@ def _construct_tag(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) ->
 _CfnLoader.add_multi_constructor("!", _construct_tag)
 
 
+#: Logical ids the local runner needs; a template without them is not ours.
+REQUIRED_RESOURCES = frozenset(
+    {"MediaBucket", "ObjectCreatedRule", "JobsQueue", "DeadLetterQueue", "JobsTable", "WorkerFunction"}
+)
+
+
+def _is_ours(path: Path) -> bool:
+    try:
+        return set(load_template(path)["Resources"]) >= REQUIRED_RESOURCES
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
+        return False
+
+
 def find_template(start: Path | None = None) -> Path:
-    """Locate ``template.yaml``: ``$MEDIAJOBS_TEMPLATE``, else the nearest one above the
-    current directory, else above this package (an editable install in the repository).
+    """Locate mediajobs' ``template.yaml``: ``$MEDIAJOBS_TEMPLATE``, else the nearest one above
+    this package (an editable install in the repository), else above the current directory.
+    A ``template.yaml`` that lacks the stack's resources is skipped.
 
     Raises
     ------
@@ -44,12 +58,12 @@ def find_template(start: Path | None = None) -> Path:
     explicit = os.environ.get("MEDIAJOBS_TEMPLATE")
     if explicit:
         return Path(explicit)
-    for base in (start or Path.cwd(), Path(__file__).resolve()):
+    for base in (Path(__file__).resolve(), start or Path.cwd()):
         for folder in (base, *base.parents):
             candidate = folder / "template.yaml"
-            if candidate.is_file():
+            if candidate.is_file() and _is_ours(candidate):
                 return candidate
-    raise FileNotFoundError("template.yaml not found: run from the mediajobs repository or set MEDIAJOBS_TEMPLATE")
+    raise FileNotFoundError("mediajobs' template.yaml not found: run from the repository or set MEDIAJOBS_TEMPLATE")
 
 
 def load_template(path: Path) -> dict[str, Any]:

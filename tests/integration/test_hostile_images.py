@@ -1,0 +1,124 @@
+"""Damaged and hostile images found by trying to break the renderer: every one ends as a
+permanent failure with its reason, or renders without decoding what it should not."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mediajobs.adapters.imaging import MAX_JPEG_SCANS, PillowRenderer
+from mediajobs.domain.errors import PermanentFailure
+from mediajobs.domain.recipes import load_recipe
+
+VARIANTS = load_recipe("web-image", 1).params.variants
+
+
+def noise(width: int, height: int, mode: str = "RGB", seed: int = 7) -> Image.Image:
+    channels = 3 if mode == "RGB" else 1
+    shape = (height, width, channels) if channels > 1 else (height, width)
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 255, shape, dtype=np.uint8))
+
+
+def encoded(frames: list[Image.Image], fmt: str, **params) -> bytes:
+    out = io.BytesIO()
+    frames[0].save(out, format=fmt, save_all=len(frames) > 1, append_images=frames[1:], **params)
+    return out.getvalue()
+
+
+def render(tmp_path, data: bytes, name: str, max_pixels: int = 50_000_000):
+    source = tmp_path / name
+    source.write_bytes(data)
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    return PillowRenderer(max_pixels).render(source, VARIANTS, out)
+
+
+def reason(tmp_path, data: bytes, name: str) -> str:
+    folder = tmp_path / "failing"
+    folder.mkdir()
+    with pytest.raises(PermanentFailure) as caught:
+        render(folder, data, name)
+    assert list((folder / "out").iterdir()) == []  # nothing written
+    return caught.value.reason
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "params", "expected"),
+    [
+        # Pillow meets the cut GIF block as an IndexError while counting frames: from that
+        # error alone truncation cannot be told from corruption.
+        ("animated.gif", "GIF", {"duration": 50}, "corrupt_image"),
+        ("pages.tif", "TIFF", {}, "corrupt_image"),  # a later page's header is cut
+        ("animated.png", "PNG", {"duration": 100}, "truncated_image"),
+        ("animated.webp", "WEBP", {"duration": 100}, "corrupt_image"),
+    ],
+)
+def test_truncated_multi_frame_files_fail_permanently(tmp_path, name, fmt, params, expected):
+    mode = "L" if fmt == "GIF" else "RGB"
+    frames = [noise(400, 300, mode, seed).convert("P" if fmt == "GIF" else "RGB") for seed in range(6)]
+    data = encoded(frames, fmt, **params)
+    assert reason(tmp_path, data[: len(data) // 2], name) == expected
+
+
+def _gif_frame(width: int, height: int) -> bytes:
+    """One GIF image block (descriptor + data) of a ``width`` x ``height`` frame."""
+    im = Image.new("P", (width, height), 0)
+    im.putpalette([0, 0, 0, 255, 255, 255] + [0] * 762)
+    data = encoded([im], "GIF")
+    start = data.find(b"\x2c\x00\x00\x00\x00" + struct.pack("<HH", width, height))
+    return data[start:-1]
+
+
+def test_gif_with_larger_later_frames_renders_frame_0_without_decoding_them(tmp_path):
+    small = Image.new("P", (10, 10), 1)
+    small.putpalette([0, 0, 0, 255, 255, 255] + [0] * 762)
+    head = encoded([small], "GIF")
+    first = head.find(b"\x2c\x00\x00\x00\x00" + struct.pack("<HH", 10, 10))
+    control = b"\x21\xf9\x04\x00\x0a\x00\x00\x00"  # 100 ms
+    data = head[:first] + control + head[first:-1] + (control + _gif_frame(400, 400)) * 3 + b"\x3b"
+    files, decisions = render(tmp_path, data, "late-bomb.gif", max_pixels=10_000)
+    assert [(f.width, f.height) for f in files] == [(10, 10)] * 3
+    assert (decisions.frames, decisions.duration_ms, decisions.animated) == (4, None, True)
+
+
+def test_progressive_jpeg_scan_bomb_is_refused(tmp_path):
+    data = encoded([Image.new("L", (64, 64), 128)], "JPEG", progressive=True)
+    last_scan, end = data.rfind(b"\xff\xda"), data.rfind(b"\xff\xd9")
+    bomb = data[:end] + data[last_scan:end] * (MAX_JPEG_SCANS + 10) + data[end:]
+    assert reason(tmp_path, bomb, "scans.jpg") == "too_many_scans"
+
+
+def test_mpo_is_checked_and_reduced_like_a_jpeg(tmp_path):
+    data = encoded([noise(2000, 1500, seed=1), noise(2000, 1500, seed=2)], "MPO", quality=80)
+    files, decisions = render(tmp_path, data, "ultra-hdr.jpg")
+    assert decisions.source_format == "MPO"
+    assert (decisions.frames, decisions.animated, decisions.frames_dropped) == (2, False, 1)
+    assert [(f.width, f.height) for f in files] == [(320, 240), (800, 600), (1600, 1200)]
+    damaged = bytearray(data)
+    damaged[len(data) // 4 : len(data) // 4 + 8] = b"\xff" * 7 + b"\x9f"
+    assert reason(tmp_path, bytes(damaged), "damaged.jpg") == "corrupt_image"
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_float_image_with_non_finite_range_is_corrupt(tmp_path, bad):
+    pixels = np.linspace(0, 1, 64 * 64, dtype=np.float32).reshape(64, 64)
+    pixels[0, 0] = bad  # Pillow's extrema become nan (or inf): there is no range to scale
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="TIFF")
+    assert reason(tmp_path, out.getvalue(), "nan.tif") == "corrupt_image"
+
+
+def test_multi_page_tiff_is_pages_not_animation(tmp_path):
+    data = encoded([noise(100, 80, seed=i) for i in range(5)], "TIFF")
+    _, decisions = render(tmp_path, data, "pages.tif")
+    assert (decisions.frames, decisions.animated, decisions.duration_ms, decisions.frames_dropped) == (5, False, 0, 4)
+
+
+def test_gif_cut_inside_its_last_frame_is_truncated(tmp_path):
+    frames = [noise(200, 150, "L", seed).convert("P") for seed in range(3)]
+    data = encoded(frames, "GIF", duration=100)
+    assert reason(tmp_path, data[:-200], "cut.gif") == "truncated_image"  # frame 0 alone would render
