@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mediajobs.adapters.imaging import RenderedFile
-from mediajobs.adapters.s3 import Downloaded
 from mediajobs.domain.errors import TOO_MANY_PIXELS, JobBusy, PermanentFailure, TransientFailure
-from mediajobs.domain.jobs import Claim, ClaimOutcome, ObjectRef, OutputRecord
+from mediajobs.domain.jobs import Claim, ClaimOutcome, Downloaded, ObjectRef, OutputRecord, RenderedFile
 from mediajobs.domain.keys import sha256_hex
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.domain.recipes import load_recipe

@@ -28,8 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from mediajobs.adapters.imaging import RenderedFile
-from mediajobs.adapters.s3 import Downloaded
 from mediajobs.domain.errors import (
     EMPTY_FILE,
     TOO_LARGE,
@@ -42,11 +40,13 @@ from mediajobs.domain.errors import (
 from mediajobs.domain.jobs import (
     Claim,
     ClaimOutcome,
+    Downloaded,
     JobResult,
     JobSpec,
     JobState,
     ObjectRef,
     OutputRecord,
+    RenderedFile,
     SourceResult,
 )
 from mediajobs.domain.keys import job_key

@@ -30,7 +30,6 @@ import logging
 import math
 import struct
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
 
@@ -46,6 +45,7 @@ from mediajobs.domain.errors import (
     UNSUPPORTED_FORMAT,
     PermanentFailure,
 )
+from mediajobs.domain.jobs import RenderedFile
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.domain.recipes import CONTENT_TYPES, EXTENSIONS, FORMATS_WITH_ALPHA, ImageVariant, fit_within
 
@@ -80,26 +80,6 @@ JPEG_FORMATS: Final = frozenset({"JPEG", "MPO"})
 #: Most scans a progressive JPEG may have. Encoders write about 10 (mozjpeg up to ~20);
 #: each scan is a pass over the whole image, so thousands are a CPU bomb in a small file.
 MAX_JPEG_SCANS: Final = 100
-
-
-@dataclass(frozen=True)
-class RenderedFile:
-    """One encoded variant in the work folder.
-
-    Attributes
-    ----------
-    name: variant name; format: encoder; path: the file; width, height: pixels;
-    bytes: file size; sha256: hex digest of the file; content_type: MIME type.
-    """
-
-    name: str
-    format: str
-    path: Path
-    width: int
-    height: int
-    bytes: int
-    sha256: str
-    content_type: str
 
 
 def _open(path: Path) -> Image.Image:

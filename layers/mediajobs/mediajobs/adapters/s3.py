@@ -12,14 +12,13 @@ import base64
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from mediajobs.domain.errors import SOURCE_MISSING, PermanentFailure, TransientFailure
-from mediajobs.domain.jobs import ObjectRef
+from mediajobs.domain.jobs import Downloaded, ObjectRef
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +36,6 @@ def _code(exc: ClientError) -> str:
 
 def _status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-
-
-@dataclass(frozen=True)
-class Downloaded:
-    """An original copied to the work folder: its SHA-256 (hex), size in bytes and S3 version id."""
-
-    sha256: str
-    size_bytes: int
-    version_id: str | None
 
 
 class S3Store:

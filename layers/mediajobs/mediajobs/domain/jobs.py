@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -193,3 +194,32 @@ class SourceResult:
     reason: str | None = None
     detail: str = ""
     jobs: list[JobResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """An original copied to the work folder: its SHA-256 (hex), size in bytes and S3 version id."""
+
+    sha256: str
+    size_bytes: int
+    version_id: str | None
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """One encoded variant in the work folder.
+
+    Attributes
+    ----------
+    name: variant name; format: encoder; path: the file; width, height: pixels;
+    bytes: file size; sha256: hex digest of the file; content_type: MIME type.
+    """
+
+    name: str
+    format: str
+    path: Path
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    content_type: str
