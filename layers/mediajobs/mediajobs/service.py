@@ -158,9 +158,27 @@ class Pipeline:
         self.observer.source_finished(result)
         return result
 
-    def _refuse(self, ref: ObjectRef, reason: str, detail: str, **known: object) -> SourceResult:
+    def _refuse(
+        self,
+        ref: ObjectRef,
+        reason: str,
+        detail: str,
+        *,
+        sha256: str | None = None,
+        size_bytes: int | None = None,
+        media: str | None = None,
+    ) -> SourceResult:
+        """A permanent failure found before any job exists (nothing to record in the ledger)."""
         log.warning("permanent failure before any job: %s (%s)", reason, detail, extra={"source_key": ref.key})
-        return SourceResult(ref, JobState.PERMANENT_FAILURE.value, reason=reason, detail=detail, **known)  # type: ignore[arg-type]
+        return SourceResult(
+            ref,
+            JobState.PERMANENT_FAILURE.value,
+            media=media,
+            sha256=sha256,
+            size_bytes=size_bytes,
+            reason=reason,
+            detail=detail,
+        )
 
     def _process(self, ref: ObjectRef) -> SourceResult:
         limit = self.settings.max_input_bytes
