@@ -129,3 +129,32 @@ def test_limits_from_the_environment_apply_to_local_runs(tmp_path):
     )
     line = json.loads(done.stdout)
     assert (done.returncode, line["state"], line["reason"]) == (0, "permanent_failure", "too_many_pixels")
+
+
+def test_an_input_that_cannot_be_processed_does_not_hide_the_others(tmp_path, monkeypatch):
+    """An internal (non-permanent) failure of one input: exit 1, a message, every other line printed."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        "from mediajobs.adapters import imaging\n"
+        "real = imaging.PillowRenderer.render\n"
+        "def flaky(self, source, variants, out_dir):\n"
+        "    if source.stat().st_size == 7958:\n"  # canon-40d-small.jpg: always fails unexpectedly
+        "        raise ConnectionResetError('unexpected')\n"
+        "    return real(self, source, variants, out_dir)\n"
+        "imaging.PillowRenderer.render = flaky\n"
+        "from mediajobs.local.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    good = str(shared_file("media", "photos", "orientation-landscape-1.jpg"))
+    bad = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    done = subprocess.run(
+        [sys.executable, str(script), "process", bad, good, "--out", str(tmp_path / "o"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert [json.loads(line)["input"] for line in done.stdout.splitlines()] == [good]
+    assert f"mediajobs: {bad}: " in done.stderr and "dead-letter queue: 1" in done.stderr

@@ -94,8 +94,12 @@ def _list(value) -> list:
 def test_worker_s3_permissions_match_what_the_code_does():
     by_action: dict[str, set[str]] = {}
     for st in _s3_statements():
+        resource = st["Resource"]
+        where = resource["Fn::Sub"] if "Fn::Sub" in resource else ".".join(resource["Fn::GetAtt"])
         for action in _list(st["Action"]):
-            by_action.setdefault(action, set()).add(st["Resource"]["Fn::Sub"])
+            by_action.setdefault(action, set()).add(where)
+    # A deleted original must answer 404 (source_missing), not 403: ListBucket on the bucket.
+    assert by_action["s3:ListBucket"] == {"MediaBucket.Arn"}
     # Originals are read by version id (the bucket is versioned).
     assert by_action["s3:GetObjectVersion"] == {"${MediaBucket.Arn}/originals/*"}
     # Writes only under derivatives/; reads there back what an earlier attempt stored.

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mediajobs.adapters.imaging import MAX_JPEG_SCANS, PillowRenderer
+from mediajobs.adapters.imaging import MAX_FRAMES, MAX_JPEG_SCANS, PillowRenderer
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.recipes import load_recipe
+from tests.conftest import shared_file
 
 VARIANTS = load_recipe("web-image", 1).params.variants
 
@@ -38,7 +39,7 @@ def render(tmp_path, data: bytes, name: str, max_pixels: int = 50_000_000):
 
 
 def reason(tmp_path, data: bytes, name: str) -> str:
-    folder = tmp_path / "failing"
+    folder = tmp_path / f"failing-{name}"
     folder.mkdir()
     with pytest.raises(PermanentFailure) as caught:
         render(folder, data, name)
@@ -82,7 +83,7 @@ def test_gif_with_larger_later_frames_renders_frame_0_without_decoding_them(tmp_
     data = head[:first] + control + head[first:-1] + (control + _gif_frame(400, 400)) * 3 + b"\x3b"
     files, decisions = render(tmp_path, data, "late-bomb.gif", max_pixels=10_000)
     assert [(f.width, f.height) for f in files] == [(10, 10)] * 3
-    assert (decisions.frames, decisions.duration_ms, decisions.animated) == (4, None, True)
+    assert (decisions.frames, decisions.duration_ms, decisions.animated) == (None, None, True)  # walk stopped
 
 
 def test_progressive_jpeg_scan_bomb_is_refused(tmp_path):
@@ -122,3 +123,89 @@ def test_gif_cut_inside_its_last_frame_is_truncated(tmp_path):
     frames = [noise(200, 150, "L", seed).convert("P") for seed in range(3)]
     data = encoded(frames, "GIF", duration=100)
     assert reason(tmp_path, data[:-200], "cut.gif") == "truncated_image"  # frame 0 alone would render
+
+
+# --- Found by a second break-it pass: damage that decoders hide, and structure bombs ---
+
+
+def test_truncated_heic_fails_instead_of_green_tiles(tmp_path):
+    data = shared_file("media", "photos", "iphone-13-pro-max.heic").read_bytes()
+    assert reason(tmp_path, data[: len(data) // 2], "cut.heic") == "truncated_image"
+
+
+def test_avif_decoder_errors_are_permanent(tmp_path):
+    frames = [noise(300, 200, seed=s) for s in range(6)]
+    damaged = bytearray(encoded(frames, "AVIF", duration=100, quality=60))
+    n = len(damaged)
+    damaged[n - n // 5 : n - 100] = b"\0" * (n // 5 - 100)
+    assert reason(tmp_path, bytes(damaged), "damaged.avif") == "corrupt_image"
+
+
+def test_heif_whose_declared_size_lies_is_too_many_pixels(tmp_path):
+    data = bytearray(encoded([Image.new("RGB", (8192, 4320), (90, 120, 200))], "HEIF", quality=30))
+    at = data.find(b"ispe")
+    data[at + 8 : at + 16] = struct.pack(">II", 64, 64)
+    assert reason(tmp_path, bytes(data), "lie.heic") == "too_many_pixels"
+
+
+def test_animated_webp_and_avif_durations_are_measured(tmp_path):
+    frames = [noise(60, 40, seed=s) for s in range(6)]
+    for fmt in ("WEBP", "AVIF", "GIF"):
+        _, decisions = render(tmp_path, encoded(frames, fmt, duration=100), f"anim.{fmt.lower()}")
+        assert (decisions.frames, decisions.duration_ms, decisions.animated) == (6, 600, True), fmt
+
+
+def test_too_many_frames_is_refused_before_walking_them_all(tmp_path):
+    header = b"GIF89a" + struct.pack("<HH", 1, 1) + bytes([0x80, 0, 0]) + b"\0\0\0\xff\xff\xff"
+    control = b"\x21\xf9\x04\x00\x01\x00\x00\x00"
+    frame = b"\x2c" + struct.pack("<HHHH", 0, 0, 1, 1) + b"\0" + b"\x02\x02\x44\x01\x00"
+    data = header + (control + frame) * (MAX_FRAMES + 1) + b"\x3b"
+    assert reason(tmp_path, data, "many.gif") == "too_many_frames"
+
+
+def test_tiff_tile_larger_than_the_pixel_limit_is_refused(tmp_path):
+    width = height = 64
+    tile = 26_000
+    data_bytes = b"\x78\x9c\x03\x00\x00\x00\x00\x01"  # a tiny zlib stream: the tile size is the bomb
+    entries = [
+        (256, 4, 1, width),
+        (257, 4, 1, height),
+        (258, 3, 3, 0),
+        (259, 3, 1, 8),
+        (262, 3, 1, 2),
+        (277, 3, 1, 3),
+        (284, 3, 1, 1),
+        (322, 4, 1, tile),
+        (323, 4, 1, tile),
+        (324, 4, 1, 0),
+        (325, 4, 1, len(data_bytes)),
+    ]
+    ifd_len = 2 + 12 * len(entries) + 4
+    bits_at = 8 + ifd_len
+    fixed = {258: bits_at, 324: bits_at + 8}
+    ifd = (
+        struct.pack("<H", len(entries))
+        + b"".join(struct.pack("<HHII", tag, kind, count, fixed.get(tag, value)) for tag, kind, count, value in entries)
+        + b"\0" * 4
+    )
+    data = b"II*\0" + struct.pack("<I", 8) + ifd + struct.pack("<HHH", 8, 8, 8) + b"\0\0" + data_bytes
+    assert reason(tmp_path, data, "tile.tif") == "too_many_pixels"
+
+
+def test_jpeg_structure_bombs_are_refused_before_pillow_reads_them(tmp_path):
+    data = encoded([Image.new("L", (8, 8), 128)], "JPEG")
+    sos = data.rfind(b"\xff\xda")
+    fill = data[:sos] + b"\xff" * 10_000 + data[sos:]
+    comments = data[:sos] + b"\xff\xfe\x00\x02" * 1_001 + data[sos:]
+    assert reason(tmp_path, fill, "fill.jpg") == "corrupt_image"
+    assert reason(tmp_path, comments, "comments.jpg") == "corrupt_image"
+
+
+def test_png_chunk_flood_and_missing_end_are_refused(tmp_path):
+    import zlib
+
+    data = encoded([Image.new("L", (8, 8), 100)], "PNG")
+    idat = data.find(b"IDAT") - 4
+    chunk = struct.pack(">I", 0) + b"abCd" + struct.pack(">I", zlib.crc32(b"abCd"))
+    assert reason(tmp_path, data[:idat] + chunk * 100_001 + data[idat:], "flood.png") == "corrupt_image"
+    assert reason(tmp_path, data[: data.find(b"IEND") - 4], "no-end.png") == "truncated_image"

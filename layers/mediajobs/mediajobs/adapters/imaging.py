@@ -36,9 +36,11 @@ from typing import Final, cast
 import pillow_heif
 from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
 
-from mediajobs.adapters.jpeg_markers import inspect_jpeg_file
+from mediajobs.adapters.containers import container_problem
+from mediajobs.adapters.jpeg_markers import JpegReport, inspect_jpeg_file
 from mediajobs.domain.errors import (
     CORRUPT_IMAGE,
+    TOO_MANY_FRAMES,
     TOO_MANY_PIXELS,
     TOO_MANY_SCANS,
     TRUNCATED_IMAGE,
@@ -72,7 +74,11 @@ _DECODE_ERRORS: Final = (
     TypeError,
     struct.error,
     ZeroDivisionError,
+    RuntimeError,  # pillow-heif and Pillow's AVIF plugin report decoder failures this way
 )
+#: Most frames (or pages) an image may have. Pillow walks them one by one (TIFF pages in
+#: quadratic time), so millions of 1x1 frames in a few MB would take minutes to count.
+MAX_FRAMES: Final = 10_000
 #: Formats whose extra frames are an animation (others hold pages or auxiliary images).
 ANIMATED_FORMATS: Final = frozenset({"GIF", "WEBP", "PNG", "AVIF"})
 #: JPEG and MPO (a JPEG with more images appended, as phones write "Ultra HDR").
@@ -99,8 +105,11 @@ def _open(path: Path) -> Image.Image:
 def identify(path: Path) -> str | None:
     """The detected image format (``JPEG``, ``HEIF`` ...), or ``None`` when not an accepted image.
 
-    Reads only the header.
+    Reads only the header. A JPEG is first checked structurally, so a pathological one
+    (megabytes of fill bytes, millions of segments) never reaches Pillow's reader.
     """
+    if _jpeg_failure(path) is not None:
+        return "JPEG"  # an image, refused with its reason by the render job
     try:
         with _open(path) as im:
             return str(im.format)
@@ -110,40 +119,77 @@ def identify(path: Path) -> str | None:
         return "unknown"
 
 
-def _frames(source: Path, max_pixels: int, budget_pixels: int) -> tuple[int, int | None]:
-    """(frame count, total duration in ms) of an animation, read through its own handle.
+def _frames(source: Path, max_pixels: int, budget_pixels: int) -> tuple[int | None, int | None]:
+    """(frame count, total duration in ms) of a multi-frame image, read through its own handle.
 
-    Reading each frame's duration means seeking through the frames, and Pillow decodes
-    every GIF frame on the way (disposal needs the previous one) and may grow the canvas
-    for a later, larger frame. So the scan uses a separate handle (the image we render is
-    never touched), stops before any frame over ``max_pixels`` is decoded, and stops when
-    frames x pixels exceed ``budget_pixels``: the duration is then ``None`` (not measured).
+    Frames are walked one by one (never ``n_frames``, which walks the whole file), at most
+    :data:`MAX_FRAMES`. For animations each frame is decoded to read its duration (WebP and
+    AVIF set it only when a frame is loaded) and to find a file cut inside its last frame,
+    so the walk stops, with count and duration ``None`` (unknown), before a frame over
+    ``max_pixels`` or once frames x pixels exceed ``budget_pixels``. The image that is
+    rendered is never touched: Pillow may grow a GIF's canvas for a larger later frame.
+
+    Raises
+    ------
+    PermanentFailure
+        ``too_many_frames`` past :data:`MAX_FRAMES`; decoder errors propagate to the caller.
     """
     with _open(source) as im:
-        count = int(getattr(im, "n_frames", 1) or 1)
-        if count <= 1 or im.format not in ANIMATED_FORMATS:
-            return count, 0
-        total_ms = 0
-        spent = 0
-        for index in range(count):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                    im.seek(index)  # GIF: decodes frame index - 1, already checked
-            except Image.DecompressionBombError:
-                return count, None
+        if not getattr(im, "is_animated", False):  # read from the header or one cheap step
+            return 1, 0
+        animated = im.format in ANIMATED_FORMATS
+        count, total_ms, spent = 0, 0, 0
+        while True:
+            if count:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                        im.seek(count)  # GIF: decodes the previous frame, already within budget
+                except EOFError:
+                    break
+                except Image.DecompressionBombError:
+                    return None, None
+            count += 1
+            if count > MAX_FRAMES:
+                raise PermanentFailure(TOO_MANY_FRAMES, f"more than {MAX_FRAMES} frames")
+            if not animated:
+                continue
             spent += im.width * im.height
             if im.width * im.height > max_pixels or spent > budget_pixels:
-                return count, None
+                return None, None
+            im.load()
             total_ms += int(im.info.get("duration", 0) or 0)
-        im.load()  # the last frame too: a file cut inside it is truncated, not an animation
-        return count, total_ms
+        return count, (total_ms if animated else 0)
+
+
+def _jpeg_failure(path: Path) -> PermanentFailure | None:
+    """The marker walk's verdict on a JPEG (``None`` for other data or a sound JPEG)."""
+    with open(path, "rb") as f:
+        if f.read(2) != b"\xff\xd8":
+            return None
+    report: JpegReport = inspect_jpeg_file(path)
+    if report.corruption:
+        return PermanentFailure(CORRUPT_IMAGE, report.corruption)
+    if report.scans > MAX_JPEG_SCANS:
+        return PermanentFailure(TOO_MANY_SCANS, f"{report.scans} scans > {MAX_JPEG_SCANS}")
+    return None
+
+
+def _check_tiff_tiles(im: Image.Image, max_pixels: int) -> None:
+    """libtiff allocates a whole tile, whatever the image size: a 64x64 TIFF may declare a
+    26000x26000 tile (TIFF 6.0 tags 322/323)."""
+    tags = getattr(im, "tag_v2", {})
+    tile_w, tile_h = int(tags.get(322, 0) or 0), int(tags.get(323, 0) or 0)
+    if tile_w * tile_h > max_pixels:
+        raise PermanentFailure(TOO_MANY_PIXELS, f"TIFF tile {tile_w}x{tile_h} > {max_pixels} pixels")
 
 
 def _decode_failure(exc: BaseException) -> PermanentFailure:
     """The permanent failure a decoder error means: ``truncated_image`` when the data ends
     early, ``corrupt_image`` otherwise."""
     text = f"{type(exc).__name__}: {exc}"
+    if "Security limit exceeded" in str(exc):  # libheif's own size limits (e.g. an ispe that lies)
+        return PermanentFailure(TOO_MANY_PIXELS, text)
     truncated = isinstance(exc, EOFError | struct.error) or any(
         word in str(exc) for word in ("truncated", "broken data stream", "not enough data", "premature end")
     )
@@ -287,6 +333,9 @@ class PillowRenderer:
             raise _decode_failure(exc) from exc
 
     def _decode_unchecked(self, source: Path, largest_box: int) -> tuple[Image.Image, RenderDecisions, tuple[int, int]]:
+        problem = _jpeg_failure(source) or container_problem(source)  # before any decoder reads it
+        if problem is not None:
+            raise problem
         with _open(source) as im:
             width, height = im.size
             if width * height > self._max_pixels:
@@ -294,12 +343,9 @@ class PillowRenderer:
                     TOO_MANY_PIXELS, f"{width}x{height} = {width * height} pixels > {self._max_pixels}"
                 )
             source_format = str(im.format)
+            if source_format == "TIFF":
+                _check_tiff_tiles(im, self._max_pixels)
             if source_format in JPEG_FORMATS:
-                report = inspect_jpeg_file(source)
-                if report.corruption:
-                    raise PermanentFailure(CORRUPT_IMAGE, report.corruption)
-                if report.scans > MAX_JPEG_SCANS:
-                    raise PermanentFailure(TOO_MANY_SCANS, f"{report.scans} scans > {MAX_JPEG_SCANS}")
                 im.draft(None, fit_within(width, height, largest_box))  # DCT-domain 1/2, 1/4, 1/8
             frames, duration_ms = _frames(source, self._max_pixels, ANIMATION_BUDGET_FACTOR * self._max_pixels)
             im.load()
@@ -329,10 +375,10 @@ class PillowRenderer:
             icc_profile=icc_description,
             mode=mode_note,
             alpha=alpha is not None,
-            animated=frames > 1 and source_format in ANIMATED_FORMATS,
+            animated=frames != 1 and source_format in ANIMATED_FORMATS,
             frames=frames,
             duration_ms=duration_ms,
-            frames_dropped=frames - 1,
+            frames_dropped=None if frames is None else frames - 1,
         )
         # EXIF orientations 5-8 swap the sides; a decoder that rotated itself reports upright sizes.
         display_size = (height, width) if orientation >= 5 else (width, height)

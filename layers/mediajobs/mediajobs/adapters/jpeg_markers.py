@@ -12,10 +12,18 @@ damage: inside entropy-coded data 0xFF may only be followed by 0x00 (stuffing), 
 from __future__ import annotations
 
 import mmap
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 _SOI = b"\xff\xd8"
+_NOT_FILL = re.compile(rb"[^\xff]")
+#: Fill bytes (0xFF) allowed before one marker. T.81 allows any number; encoders write a
+#: handful, and Pillow's reader walks them one byte at a time (20 MB of fill: 8 s per open).
+MAX_FILL_BYTES = 4096
+#: Marker segments allowed before the first scan (APPn, COM, DQT, DHT ...): real files have
+#: tens; millions of empty COM segments only cost the reader memory.
+MAX_HEADER_SEGMENTS = 1000
 _EOI = 0xD9
 _SOS = 0xDA
 
@@ -60,17 +68,19 @@ def inspect_jpeg(data: bytes | mmap.mmap) -> JpegReport:
         ``corruption`` is e.g. ``"invalid marker 0xFF9F at byte 229382"``.
     """
     n = len(data)
-    scans = 0
+    scans = segments = 0
     if n < 4 or data[:2] != _SOI:
         return JpegReport(0, None)
     pos = 2
     while pos < n:
         if data[pos] != 0xFF:
             return JpegReport(scans, f"expected a marker at byte {pos}, found 0x{data[pos]:02X}")
-        while pos < n and data[pos] == 0xFF:  # fill bytes
-            pos += 1
-        if pos >= n:
+        found = _NOT_FILL.search(data, pos)  # skip fill bytes at C speed
+        if found is None:
             break
+        if found.start() - pos > MAX_FILL_BYTES:
+            return JpegReport(scans, f"{found.start() - pos} fill bytes at byte {pos}")
+        pos = found.start()
         code = data[pos]
         marker_at = pos - 1
         pos += 1
@@ -86,6 +96,9 @@ def inspect_jpeg(data: bytes | mmap.mmap) -> JpegReport:
         if length < 2:
             return JpegReport(scans, f"segment 0xFF{code:02X} at byte {marker_at} has length {length}")
         pos += length
+        segments += 1
+        if scans == 0 and segments > MAX_HEADER_SEGMENTS:
+            return JpegReport(scans, f"more than {MAX_HEADER_SEGMENTS} segments before the first scan")
         if code != _SOS:
             continue
         scans += 1

@@ -19,6 +19,7 @@ TRUNCATED_IMAGE: Final = "truncated_image"
 CORRUPT_IMAGE: Final = "corrupt_image"
 TOO_MANY_PIXELS: Final = "too_many_pixels"
 TOO_MANY_SCANS: Final = "too_many_scans"
+TOO_MANY_FRAMES: Final = "too_many_frames"
 TOO_LARGE: Final = "too_large"
 SOURCE_MISSING: Final = "source_missing"
 
@@ -30,6 +31,7 @@ REASON_CODES: Final = frozenset(
         CORRUPT_IMAGE,
         TOO_MANY_PIXELS,
         TOO_MANY_SCANS,
+        TOO_MANY_FRAMES,
         TOO_LARGE,
         SOURCE_MISSING,
     }

@@ -25,10 +25,11 @@ class RenderDecisions:
     mode: pixel-mode conversion (``I;16->L (scaled 1/257)``, ``P->RGBA`` ...).
     alpha: whether the outputs carry an alpha channel.
     animated: whether the original had more than one frame.
-    frames: number of frames in the original.
+    frames: number of frames (or pages) in the original; ``None`` when not counted
+        because a frame was over the pixel budget.
     duration_ms: total animation duration in milliseconds (0 for stills, ``None`` when not
         measured because frames x pixels exceeded the decode budget).
-    frames_dropped: frames not rendered (variants are of the first frame).
+    frames_dropped: frames not rendered (variants are of the first frame); ``None`` when unknown.
     """
 
     source_format: str
@@ -40,9 +41,9 @@ class RenderDecisions:
     mode: str = ""
     alpha: bool = False
     animated: bool = False
-    frames: int = 1
+    frames: int | None = 1
     duration_ms: int | None = 0
-    frames_dropped: int = 0
+    frames_dropped: int | None = 0
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for JSON."""

@@ -82,7 +82,8 @@ def _report(result: SourceResult) -> None:
         else:
             metrics.add_metric(name="JobsClaimed", unit=MetricUnit.Count, value=1)
             metrics.add_metric(name="ProcessingSeconds", unit=MetricUnit.Seconds, value=job.seconds)
-    if result.state == "permanent_failure":
+    newly_failed = not result.jobs or not all(job.reused for job in result.jobs)
+    if result.state == "permanent_failure" and newly_failed:  # a reused failure was counted once
         metrics.add_metric(name="JobsFailed", unit=MetricUnit.Count, value=1)
         # A dimension per reason needs its own EMF document; EphemeralMetrics shares no state.
         by_reason = EphemeralMetrics(namespace=metrics.namespace, service=metrics.service)
@@ -120,6 +121,12 @@ def record_handler(record: ObjectCreatedRecord) -> dict[str, Any]:
     except (TransientFailure, Superseded) as exc:
         metrics.add_metric(name="JobsTransient", unit=MetricUnit.Count, value=1)
         logger.warning("transient failure: redelivering", extra={"error": str(exc)})
+        raise
+    except Exception:
+        # A bug or an unclassified error: redelivered (and dead-lettered after maxReceiveCount),
+        # never silent.
+        metrics.add_metric(name="JobsTransient", unit=MetricUnit.Count, value=1)
+        logger.exception("unexpected error: redelivering")
         raise
     finally:
         logger.remove_keys(["source_key", "message_id"])

@@ -224,8 +224,14 @@ def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             keys.append(session.upload(path, f"originals/cli/{i:04d}-{_safe_name(path.name)}"))
         session.run()
         rows = []
+        unprocessed = 0
         for i, (given, path, key) in enumerate(zip(args.files, files, keys, strict=True)):
-            result = _first_result(session, key)
+            try:
+                result = _first_result(session, key)
+            except InternalError as exc:  # report it, and still report every other input
+                print(f"mediajobs: {given}: {exc}", file=sys.stderr, flush=True)
+                unprocessed += 1
+                continue
             folder = out_dir / f"{i:04d}-{_safe_name(path.stem)}"
             jobs_json = []
             for job in result.jobs:
@@ -245,7 +251,7 @@ def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         if not args.json:
             _print_table(rows)
             print(f"\nderivatives written to {out_dir.resolve()}")
-    return 0
+    return 1 if unprocessed else 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
