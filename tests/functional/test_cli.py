@@ -158,3 +158,22 @@ def test_an_input_that_cannot_be_processed_does_not_hide_the_others(tmp_path, mo
     assert done.returncode == 1
     assert [json.loads(line)["input"] for line in done.stdout.splitlines()] == [good]
     assert f"mediajobs: {bad}: " in done.stderr and "dead-letter queue: 1" in done.stderr
+
+
+def test_invalid_settings_and_unusable_out_are_usage_errors(tmp_path):
+    photo = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    env = {**os.environ, "MAX_PIXELS": "many"}
+    bad_env = subprocess.run(
+        [*CLI, "process", photo, "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env=env,
+    )
+    bad_out = run("process", photo, "--out", str(blocker / "sub"), cwd=tmp_path)
+    for done in (bad_env, bad_out):
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "MAX_PIXELS" in bad_env.stderr or "many" in bad_env.stderr

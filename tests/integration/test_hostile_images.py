@@ -50,9 +50,7 @@ def reason(tmp_path, data: bytes, name: str) -> str:
 @pytest.mark.parametrize(
     ("name", "fmt", "params", "expected"),
     [
-        # Pillow meets the cut GIF block as an IndexError while counting frames: from that
-        # error alone truncation cannot be told from corruption.
-        ("animated.gif", "GIF", {"duration": 50}, "corrupt_image"),
+        ("animated.gif", "GIF", {"duration": 50}, "truncated_image"),  # found by the block walk
         ("pages.tif", "TIFF", {}, "corrupt_image"),  # a later page's header is cut
         ("animated.png", "PNG", {"duration": 100}, "truncated_image"),
         ("animated.webp", "WEBP", {"duration": 100}, "corrupt_image"),
@@ -209,3 +207,10 @@ def test_png_chunk_flood_and_missing_end_are_refused(tmp_path):
     chunk = struct.pack(">I", 0) + b"abCd" + struct.pack(">I", zlib.crc32(b"abCd"))
     assert reason(tmp_path, data[:idat] + chunk * 100_001 + data[idat:], "flood.png") == "corrupt_image"
     assert reason(tmp_path, data[: data.find(b"IEND") - 4], "no-end.png") == "truncated_image"
+
+
+def test_gif_comment_flood_is_refused(tmp_path):
+    header = b"GIF89a" + struct.pack("<HH", 8, 8) + bytes([0x80, 0, 0]) + b"\0\0\0\xff\xff\xff"
+    frame = b"\x2c" + struct.pack("<HHHH", 0, 0, 1, 1) + b"\0" + b"\x02\x02\x44\x01\x00"
+    data = header + b"\x21\xfe" + b"\x01A" * 20_000 + b"\0" + frame + b"\x3b"
+    assert reason(tmp_path, data, "comments.gif") == "corrupt_image"

@@ -64,7 +64,7 @@ class Settings:
             raise ValueError("derivatives must not be written under the originals prefix")
         for name in ("max_pixels", "max_input_bytes", "lease_s"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
@@ -82,7 +82,13 @@ class Settings:
             raw = env.get(var)
             if raw is None or raw == "":
                 continue
-            values[name] = int(raw) if types[name] == "int" else raw
+            if types[name] == "int":
+                try:
+                    values[name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"{var} must be an integer, got {raw!r}") from None
+            else:
+                values[name] = raw
         if "region" not in values and env.get("AWS_DEFAULT_REGION"):
             values["region"] = env["AWS_DEFAULT_REGION"]
         values.update(overrides)

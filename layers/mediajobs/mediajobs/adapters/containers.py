@@ -83,8 +83,61 @@ def png_problem(data: bytes | mmap.mmap) -> PermanentFailure | None:
     return _truncated("no IEND chunk")
 
 
+#: Sub-blocks allowed in a GIF's extensions (comments, application data). Real files have a
+#: few; Pillow joins every comment sub-block it reads (20 M one-byte blocks: 1.9 GB).
+MAX_GIF_EXTENSION_BLOCKS: Final = 10_000
+
+
+def _gif_sub_blocks(data: bytes | mmap.mmap, pos: int) -> tuple[int, int] | None:
+    """Skip a chain of data sub-blocks; (position after the terminator, count) or ``None`` if cut."""
+    n, count = len(data), 0
+    while pos < n:
+        size = data[pos]
+        pos += 1 + size
+        if size == 0:
+            return pos, count
+        count += 1
+    return None
+
+
+def gif_problem(data: bytes | mmap.mmap) -> PermanentFailure | None:
+    """Truncation or an extension flood in a GIF, or ``None`` (GIF89a spec, sections 17-27)."""
+    n = len(data)
+    if data[:6] not in (b"GIF87a", b"GIF89a") or n < 13:
+        return None
+    flags = data[10]
+    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+    extension_blocks = 0
+    while pos < n:
+        block = data[pos]
+        if block == 0x3B:  # trailer
+            return None
+        if block == 0x21:  # extension: label, then sub-blocks
+            skipped = _gif_sub_blocks(data, pos + 2)
+            if skipped is None:
+                return _truncated(f"extension at byte {pos} is cut")
+            label = data[pos + 1] if pos + 1 < n else 0
+            pos, count = skipped
+            if label != 0xF9:  # one graphic control block per frame is normal; frames are limited elsewhere
+                extension_blocks += count
+            if extension_blocks > MAX_GIF_EXTENSION_BLOCKS:
+                return _corrupt(f"more than {MAX_GIF_EXTENSION_BLOCKS} extension sub-blocks")
+        elif block == 0x2C:  # image: descriptor, optional local colour table, LZW code size, data
+            if pos + 10 > n:
+                return _truncated(f"image descriptor at byte {pos} is cut")
+            local = data[pos + 9]
+            pos += 10 + (3 << ((local & 7) + 1) if local & 0x80 else 0) + 1
+            skipped = _gif_sub_blocks(data, pos)
+            if skipped is None:
+                return _truncated(f"image data at byte {pos} is cut")
+            pos = skipped[0]
+        else:
+            return _corrupt(f"unknown GIF block 0x{block:02X} at byte {pos}")
+    return _truncated("no trailer")
+
+
 def container_problem(path: Path) -> PermanentFailure | None:
-    """Run :func:`bmff_problem` and :func:`png_problem` on a file, memory-mapped.
+    """Run :func:`bmff_problem`, :func:`png_problem` and :func:`gif_problem` on a file, memory-mapped.
 
     Returns
     -------
@@ -95,4 +148,4 @@ def container_problem(path: Path) -> PermanentFailure | None:
         if f.seek(0, 2) == 0:
             return None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            return bmff_problem(m) or png_problem(m)
+            return bmff_problem(m) or png_problem(m) or gif_problem(m)

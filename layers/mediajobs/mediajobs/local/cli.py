@@ -20,6 +20,7 @@ from typing import Any
 from mediajobs.domain.jobs import JobResult, SourceResult
 from mediajobs.local.gallery import GalleryEntry, GalleryVariant, write_gallery
 from mediajobs.local.session import LocalSession
+from mediajobs.settings import Settings
 
 #: Real photographs that scikit-image's wheel ships (BSD-3; see skimage/data/README.txt).
 DEMO_PHOTOS = (
@@ -125,7 +126,14 @@ def _checked_inputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         parser.error(f"--out {args.out} exists and is not a folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {args.out}: {exc.strerror or exc}")
+    try:
+        Settings.from_env()  # limits set in the environment must be valid before anything starts
+    except ValueError as exc:
+        parser.error(f"invalid setting in the environment: {exc}")
     return files, out_dir
 
 

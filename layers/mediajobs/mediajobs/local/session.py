@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,10 @@ class LocalSession:
         self.esm: EventSourceMapping
 
     def __enter__(self) -> LocalSession:
+        # Local runs flush metrics with none to publish on purpose; Pillow's notes on damaged
+        # EXIF are not the user's concern (the EXIF is dropped). Keep stderr for what matters.
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
+        warnings.filterwarnings("ignore", message="Corrupt EXIF data")
         self.stack = self._aws.__enter__()
         os.environ["POWERTOOLS_LOG_LEVEL"] = self._log_level
         os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
