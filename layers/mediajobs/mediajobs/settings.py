@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 MB: Final = 1024 * 1024
@@ -93,7 +93,3 @@ class Settings:
             values["region"] = env["AWS_DEFAULT_REGION"]
         values.update(overrides)
         return cls(**values)
-
-    def with_changes(self, **changes: Any) -> Settings:
-        """A copy with some fields changed."""
-        return replace(self, **changes)

@@ -6,19 +6,23 @@ is decoded and good input is decoded once:
 1. Identify the type from the bytes, among an allow-list of formats (never from the name
    or Content-Type). Formats outside it (EPS, which runs Ghostscript; PSD; ...) are
    ``unsupported_format``.
-2. Read width x height from the header and refuse more than ``max_pixels`` as
+2. Walk the container's structure before any decoder reads it
+   (:mod:`mediajobs.adapters.jpeg_markers`, :mod:`mediajobs.adapters.containers`):
+   decoders hide damage (libjpeg skips corrupt data, libheif paints missing tiles green)
+   and some structures are bombs on their own (fill bytes, chunk and comment floods).
+3. Read width x height from the header and refuse more than ``max_pixels`` as
    ``too_many_pixels``. Pillow's own ``MAX_IMAGE_PIXELS`` only warns between its limit and
    twice its limit (DecompressionBombWarning), so it is not relied on.
-3. For JPEG, check the marker structure (:mod:`mediajobs.adapters.jpeg_markers`) and
-   ask the decoder for a DCT-domain reduced decode (``Image.draft``) no smaller than the
-   largest variant.
-4. Decode; apply EXIF orientation 2-8 to the pixels (pillow-heif applies HEIF's own
-   irot/imir and resets the EXIF tag to 1, so HEIC is never rotated twice).
-5. Normalise the pixel mode (16-bit scaled, not clipped; palette/LA/PA with alpha kept),
-   convert to sRGB from any embedded ICC profile (CMYK included; Pillow's JPEG decoder
-   already undoes Adobe's inverted CMYK).
-6. Resize largest variant first, each from the previous (cascade), Lanczos.
-7. Encode from a copy without ``info``: no EXIF, XMP or ICC reaches an output (Pillow's
+4. For JPEG, ask the decoder for a DCT-domain reduced decode (``Image.draft``) no smaller
+   than the largest variant. Count frames on a separate handle, within limits.
+5. Decode; apply EXIF orientation 2-8 to the pixels (pillow-heif applies HEIF's own
+   irot/imir and resets the EXIF tag to 1, so HEIC is never rotated twice). Normalise the
+   pixel mode (16-bit scaled, not clipped; palette/LA/PA with alpha kept) and convert to
+   sRGB from any embedded ICC profile (CMYK included; Pillow's JPEG decoder already undoes
+   Adobe's inverted CMYK).
+6. Resize largest variant first, each from the previous (cascade), Lanczos; release the
+   decoded image.
+7. Encode without ``info``: no EXIF, XMP or ICC reaches an output (Pillow's
    AVIF and PNG encoders would otherwise copy ``info["icc_profile"]``).
 """
 
