@@ -260,20 +260,12 @@ class Pipeline:
             log.info("job is running elsewhere", extra=extra)
             raise JobBusy(key, claim.lease_expires_at_s)
         assert claim.lease_token is not None
-        return self._render_and_commit(ref, original, sha256, size, recipe, key, prefix, claim.lease_token, work_dir)
+        return self._render_and_commit(ref, original, size, recipe, spec, claim.lease_token, work_dir)
 
     def _render_and_commit(
-        self,
-        ref: ObjectRef,
-        original: Path,
-        sha256: str,
-        size: int,
-        recipe: Recipe,
-        key: str,
-        prefix: str,
-        token: str,
-        work_dir: Path,
+        self, ref: ObjectRef, original: Path, size: int, recipe: Recipe, spec: JobSpec, token: str, work_dir: Path
     ) -> JobResult:
+        key, prefix = spec.job_key, spec.output_prefix
         extra = {"job_key": key, "source_key": ref.key, "recipe": recipe.ref}
         started = time.monotonic()
         log.info("processing started", extra=extra)
@@ -287,12 +279,12 @@ class Pipeline:
             manifest = build_manifest(
                 job_key=key,
                 source=ref,
-                input_sha256=sha256,
+                input_sha256=spec.input_sha256,
                 input_bytes=size,
-                recipe_id=recipe.id,
-                recipe_version=recipe.version,
-                recipe_sha256=recipe.sha256,
-                policy_version=self.settings.policy_version,
+                recipe_id=spec.recipe_id,
+                recipe_version=spec.recipe_version,
+                recipe_sha256=spec.recipe_sha256,
+                policy_version=spec.policy_version,
                 outputs=outputs,
                 decisions=decisions,
                 created_at=_utc_iso(self._clock()),

@@ -109,11 +109,14 @@ def _open(path: Path) -> Image.Image:
 def identify(path: Path) -> str | None:
     """The detected image format (``JPEG``, ``HEIF`` ...), or ``None`` when not an accepted image.
 
-    Reads only the header. A JPEG is first checked structurally, so a pathological one
-    (megabytes of fill bytes, millions of segments) never reaches Pillow's reader.
+    Reads only the header. A JPEG is recognised by its signature alone, as Pillow's own
+    plugin does, so a pathological one (megabytes of fill bytes, millions of segments)
+    never reaches Pillow's reader here; the render job walks its markers once and refuses
+    it with its reason.
     """
-    if _jpeg_failure(path) is not None:
-        return "JPEG"  # an image, refused with its reason by the render job
+    with open(path, "rb") as f:
+        if f.read(3) == b"\xff\xd8\xff":
+            return "JPEG"
     try:
         with _open(path) as im:
             return str(im.format)
