@@ -15,6 +15,8 @@ CASES = SHARED / "cases"
 
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+# Short leases, so a busy duplicate in a test comes back within seconds (deployed: 120 s).
+os.environ.setdefault("LEASE_SECONDS", "3")
 
 
 def shared_file(*parts: str) -> Path:

@@ -132,17 +132,18 @@ def test_limits_from_the_environment_apply_to_local_runs(tmp_path):
 
 
 def test_an_input_that_cannot_be_processed_does_not_hide_the_others(tmp_path, monkeypatch):
-    """An internal (non-permanent) failure of one input: exit 1, a message, every other line printed."""
+    """A failure before any job is claimed (here: reading the original always fails) is
+    retried by SQS and dead-lettered: exit 1, a message, every other line printed."""
     script = tmp_path / "run.py"
     script.write_text(
         "import sys\n"
-        "from mediajobs.adapters import imaging\n"
-        "real = imaging.PillowRenderer.render\n"
-        "def flaky(self, source, variants, out_dir):\n"
-        "    if source.stat().st_size == 7958:\n"  # canon-40d-small.jpg: always fails unexpectedly
+        "from mediajobs.adapters import s3\n"
+        "real = s3.S3Store.download\n"
+        "def flaky(self, ref, dest):\n"
+        "    if ref.key.endswith('canon-40d-small.jpg'):\n"
         "        raise ConnectionResetError('unexpected')\n"
-        "    return real(self, source, variants, out_dir)\n"
-        "imaging.PillowRenderer.render = flaky\n"
+        "    return real(self, ref, dest)\n"
+        "s3.S3Store.download = flaky\n"
         "from mediajobs.local.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
@@ -177,3 +178,32 @@ def test_invalid_settings_and_unusable_out_are_usage_errors(tmp_path):
     for done in (bad_env, bad_out):
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "MAX_PIXELS" in bad_env.stderr or "many" in bad_env.stderr
+
+
+def test_a_job_that_keeps_failing_ends_attempts_exhausted(tmp_path):
+    """A claimed job that fails transiently on every attempt is retried up to MAX_ATTEMPTS
+    claims; the next delivery ends it permanent ``attempts_exhausted`` (exit 0: the
+    input was answered), not in the dead-letter queue."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        "from mediajobs.adapters import imaging\n"
+        "real = imaging.PillowRenderer.render\n"
+        "def flaky(self, source, variants, out_dir):\n"
+        "    if source.stat().st_size == 7958:\n"  # canon-40d-small.jpg: always fails
+        "        raise ConnectionResetError('unexpected')\n"
+        "    return real(self, source, variants, out_dir)\n"
+        "imaging.PillowRenderer.render = flaky\n"
+        "from mediajobs.local.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    bad = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    done = subprocess.run(
+        [sys.executable, str(script), "process", bad, "--out", str(tmp_path / "o"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    line = json.loads(done.stdout)
+    assert (done.returncode, line["state"], line["reason"]) == (0, "permanent_failure", "attempts_exhausted")

@@ -1,4 +1,5 @@
-"""The DynamoDB ledger against the moto server: claim outcomes, takeover, fencing, races."""
+"""The DynamoDB ledger against the moto server: claim outcomes, takeover, fencing, lease
+renewal, the attempts cap, the duplicate probe, races."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from mediajobs.domain.errors import Superseded
 from mediajobs.domain.jobs import ClaimOutcome, JobSpec, OutputRecord
 
 LEASE_S = 60
+MAX_ATTEMPTS = 3
 OUT = OutputRecord("thumb", "derivatives/k/thumb.webp", "webp", 320, 213, 1000, "0" * 64, "image/webp")
 
 
 @pytest.fixture()
 def ledger(local_session) -> DynamoLedger:
     stack = local_session.stack
-    return DynamoLedger(bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url), lease_s=LEASE_S)
+    return DynamoLedger(bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url), max_attempts=MAX_ATTEMPTS)
 
 
 def spec(key: str) -> JobSpec:
@@ -35,8 +37,8 @@ def spec(key: str) -> JobSpec:
     )
 
 
-def claim(ledger: DynamoLedger, key: str, now_s: int):
-    return ledger.claim(spec(key), now_s=now_s)
+def claim(ledger: DynamoLedger, key: str, now_s: int, seen=None):
+    return ledger.claim(spec(key), now_s=now_s, lease_until_s=now_s + LEASE_S, seen=seen)
 
 
 def new_key() -> str:
@@ -132,3 +134,58 @@ def test_a_retried_put_that_had_succeeded_finds_its_own_claim(ledger, monkeypatc
     first = claim(ledger, key, 1000)
     again = claim(ledger, key, 1000)
     assert (first.outcome, again.outcome, again.lease_token) == (ClaimOutcome.RUN, ClaimOutcome.RUN, fixed.hex)
+
+
+def test_heartbeat_renewal_keeps_the_lease_and_only_the_holder_can_renew(ledger):
+    key = new_key()
+    holder = claim(ledger, key, 1000)
+    ledger.renew(key, holder.lease_token, lease_until_s=1100, now_s=1040)
+    assert claim(ledger, key, 1070).outcome is ClaimOutcome.BUSY  # past the first lease, inside the renewed one
+    assert ledger.get(key).lease_expires_at_s == 1100
+    with pytest.raises(Superseded):
+        ledger.renew(key, "not-the-token", lease_until_s=2000, now_s=1041)
+    taker = claim(ledger, key, 1101)
+    assert taker.took_over
+    with pytest.raises(Superseded):  # the old holder's heartbeat finds it lost the job
+        ledger.renew(key, holder.lease_token, lease_until_s=1200, now_s=1102)
+
+
+def test_past_the_attempts_cap_the_job_ends_attempts_exhausted(ledger):
+    key = new_key()
+    now = 1000
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        c = claim(ledger, key, now)
+        assert (c.outcome, c.attempts) == (ClaimOutcome.RUN, attempt)
+        ledger.release_transient(key, c.lease_token, detail=f"ConnectionError #{attempt}", now_s=now + 1)
+        now += 10
+    final = claim(ledger, key, now)
+    assert (final.outcome, final.failure_reason, final.failed_now) == (ClaimOutcome.FAILED, "attempts_exhausted", True)
+    row = ledger.get(key)
+    assert (row.state, row.failure_reason, row.attempts) == ("permanent_failure", "attempts_exhausted", MAX_ATTEMPTS)
+    assert row.failure_detail == f"{MAX_ATTEMPTS} attempts; last: ConnectionError #{MAX_ATTEMPTS}"
+    again = claim(ledger, key, now + 1)  # later duplicates only read the stored failure
+    assert (again.outcome, again.failed_now) == (ClaimOutcome.FAILED, False)
+
+
+def test_find_reads_many_jobs_and_a_claim_given_the_row_writes_nothing_for_done(ledger, local_session):
+    done, running, missing = new_key(), new_key(), new_key()
+    token = claim(ledger, done, 1000).lease_token
+    ledger.complete(done, token, manifest_key="m", outputs=[OUT], now_s=1001)
+    claim(ledger, running, 1000)
+    views = ledger.find([done, running, missing])
+    assert set(views) == {done, running}
+    assert (views[done].state, views[done].outputs, views[running].state) == ("done", (OUT,), "running")
+    again = claim(ledger, done, 1002, seen=views[done])
+    assert (again.outcome, again.manifest_key) == (ClaimOutcome.DONE, "m")
+    busy = claim(ledger, running, 1002, seen=views[running])
+    assert (busy.outcome, busy.lease_expires_at_s) == (ClaimOutcome.BUSY, 1000 + LEASE_S)
+
+
+def test_a_stale_view_loses_the_takeover_race_to_the_fence(ledger):
+    key = new_key()
+    claim(ledger, key, 1000)
+    stale = ledger.find([key])[key]
+    winner = claim(ledger, key, 1000 + LEASE_S + 1)  # took over meanwhile
+    late = claim(ledger, key, 1000 + LEASE_S + 2, seen=stale)
+    assert winner.took_over and late.outcome is ClaimOutcome.BUSY
+    assert ledger.get(key).attempts == 2

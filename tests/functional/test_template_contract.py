@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from mediajobs.adapters.ledger import JobModel
+from mediajobs.adapters.sources import SourceModel
 from mediajobs.local.template import load_template
 from mediajobs.settings import _ENV_NAMES
 from tests.conftest import REPO
@@ -13,10 +14,10 @@ TEMPLATE = load_template(REPO / "template.yaml")
 RESOURCES = TEMPLATE["Resources"]
 
 
-def model_key_schema() -> list[dict[str, str]]:
+def model_key_schema(model=JobModel) -> list[dict[str, str]]:
     return [
         {"AttributeName": attr.attr_name, "KeyType": "HASH" if attr.is_hash_key else "RANGE"}
-        for attr in JobModel.get_attributes().values()
+        for attr in model.get_attributes().values()
         if attr.is_hash_key or attr.is_range_key
     ]
 
@@ -36,6 +37,35 @@ def test_table_keys_equal_the_model(local_session):
     table = local_session._aws.client("dynamodb").describe_table(TableName=local_session.stack.table_name)["Table"]
     assert table["KeySchema"] == declared
     assert table["AttributeDefinitions"] == RESOURCES["JobsTable"]["Properties"]["AttributeDefinitions"]
+
+
+def test_source_index_keys_and_ttl_equal_the_model(local_session):
+    props = RESOURCES["SourcesTable"]["Properties"]
+    assert props["KeySchema"] == model_key_schema(SourceModel) == [{"AttributeName": "source_id", "KeyType": "HASH"}]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at_s", "Enabled": True}
+    assert "expires_at_s" in SourceModel.get_attributes()
+    table = local_session._aws.client("dynamodb").describe_table(TableName=local_session.stack.sources_table_name)
+    assert table["Table"]["KeySchema"] == props["KeySchema"]
+
+
+def test_lease_attempts_and_receive_count_agree():
+    """The ledger's attempts cap ends a failing job before SQS dead-letters its message,
+    the handler knows the redrive's maxReceiveCount (busy records near it are re-sent),
+    and a lease renewed every third of itself fits many times in the function's timeout."""
+    env = RESOURCES["WorkerFunction"]["Properties"]["Environment"]["Variables"]
+    max_receive = RESOURCES["JobsQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"]
+    assert int(env["MAX_RECEIVE_COUNT"]) == max_receive == 5
+    assert int(env["MAX_ATTEMPTS"]) < max_receive
+    assert int(env["LEASE_SECONDS"]) <= RESOURCES["WorkerFunction"]["Properties"]["Timeout"]
+
+
+def test_worker_may_change_visibility_and_resend_on_its_queue_only():
+    policies = RESOURCES["WorkerFunction"]["Properties"]["Policies"]
+    statements = [st for policy in policies for st in policy.get("Statement", [])]
+    sqs = [st for st in statements if any(str(a).startswith("sqs:") for a in _list(st["Action"]))]
+    assert len(sqs) == 1
+    assert set(_list(sqs[0]["Action"])) == {"sqs:ChangeMessageVisibility", "sqs:GetQueueUrl", "sqs:SendMessage"}
+    assert sqs[0]["Resource"] == {"Fn::GetAtt": ["JobsQueue", "Arn"]}
 
 
 def test_rule_has_the_templates_event_pattern(local_session):

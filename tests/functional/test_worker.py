@@ -94,20 +94,7 @@ def test_outputs_have_content_type_cache_control_and_a_manifest(local_session):
 def test_busy_job_is_reported_for_redelivery(local_session):
     data = unique_png()
     put(local_session, "originals/w/busy.png", data)
-    key = job_key(sha256_hex(data), RECIPE.sha256)
-    ledger = worker.get_pipeline()._ledger
-    spec = JobSpec(
-        job_key=key,
-        input_sha256=sha256_hex(data),
-        recipe_id="web-image",
-        recipe_version=1,
-        recipe_sha256=RECIPE.sha256,
-        policy_version="none",
-        output_prefix=f"derivatives/{key}/",
-        source_bucket="b",
-        source_key="k",
-    )
-    ledger.claim(spec, now_s=int(time.time()))
+    _hold(local_session, data, lease_s=3)  # a short lease: the queued message takes over later
     event = event_for(local_session, "originals/w/busy.png", len(data))
     response = worker.lambda_handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
@@ -153,3 +140,76 @@ def test_permanent_failure_is_deleted_and_recorded(local_session, tmp_path):
     assert (row.state, row.failure_reason) == ("permanent_failure", "truncated_image")
     listed = local_session.s3.list_objects_v2(Bucket=local_session.stack.bucket, Prefix=f"derivatives/{key}/")
     assert listed.get("KeyCount", 0) == 0
+
+
+def _hold(local_session, data: bytes, lease_s: int) -> str:
+    """Claim the job of ``data`` as another worker would, with a lease of ``lease_s``."""
+    key = job_key(sha256_hex(data), RECIPE.sha256)
+    spec = JobSpec(
+        job_key=key,
+        input_sha256=sha256_hex(data),
+        recipe_id="web-image",
+        recipe_version=1,
+        recipe_sha256=RECIPE.sha256,
+        policy_version="none",
+        output_prefix=f"derivatives/{key}/",
+        source_bucket="b",
+        source_key="k",
+    )
+    now = int(time.time())
+    worker.get_pipeline()._ledger.claim(spec, now_s=now, lease_until_s=now + lease_s)
+    return key
+
+
+def test_a_busy_record_comes_back_after_the_holders_lease(local_session, monkeypatch):
+    data = unique_png()
+    put(local_session, "originals/w/busy-later.png", data)
+    _hold(local_session, data, lease_s=3)
+    returned = []
+    queue = worker.get_pipeline().queue
+    monkeypatch.setattr(queue, "return_later", lambda arn, delays: returned.extend(delays))
+    event = event_for(local_session, "originals/w/busy-later.png", len(data))
+    worker.lambda_handler(event, LocalLambdaContext())
+    [(handle, seconds)] = returned
+    # lease remaining (<= 3 s) plus jitter between 1 s and max(2, lease/10) s
+    assert handle == "h" and 1 <= seconds <= 5
+
+
+def test_a_busy_record_near_max_receive_count_is_resent_not_dead_lettered(local_session):
+    """Waiting is not failing: on its last receive but one, a busy record is re-sent as a
+    fresh message (receive count 0) and acknowledged."""
+    data = unique_png()
+    put(local_session, "originals/w/busy-resend.png", data)
+    _hold(local_session, data, lease_s=3)
+    local_session.sqs.purge_queue(QueueUrl=local_session.stack.queue_url)  # the upload's own message
+    body = event_for(local_session, "originals/w/busy-resend.png", len(data))["Records"][0]["body"]
+    fourth = {"MessageId": "m-4", "ReceiptHandle": "h", "Body": body, "Attributes": {"ApproximateReceiveCount": "4"}}
+    event = sqs_event([fourth], local_session.stack.queue_arn, "us-east-1")
+    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    # The copy is delayed by the holder's remaining lease plus jitter (at most 5 s here).
+    messages = local_session.sqs.receive_message(
+        QueueUrl=local_session.stack.queue_url, WaitTimeSeconds=10, MessageSystemAttributeNames=["All"]
+    )["Messages"]
+    assert [m["Body"] for m in messages] == [body]
+    assert messages[0]["Attributes"]["ApproximateReceiveCount"] == "1"
+    local_session.sqs.delete_message(QueueUrl=local_session.stack.queue_url, ReceiptHandle=messages[0]["ReceiptHandle"])
+
+
+def test_local_runs_never_print_metrics(capsys, monkeypatch):
+    """Disabled metrics pile up in Powertools and print at 100 values; local runs clear them."""
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    from mediajobs.local.session import local_handler
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+
+    def busy_handler(event, context):
+        for _ in range(60):
+            worker.metrics.add_metric(name="JobsReused", unit=MetricUnit.Count, value=1)
+        return {"batchItemFailures": []}
+
+    monkeypatch.setattr(worker, "lambda_handler", busy_handler)
+    handler = local_handler(worker)
+    for _ in range(3):
+        handler({"Records": []}, LocalLambdaContext())
+    assert capsys.readouterr().out == ""

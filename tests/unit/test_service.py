@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from mediajobs.domain.errors import TOO_MANY_PIXELS, JobBusy, PermanentFailure, TransientFailure
-from mediajobs.domain.jobs import Claim, ClaimOutcome, Downloaded, ObjectRef, OutputRecord, RenderedFile
+from mediajobs.adapters.sources import Reading
+from mediajobs.domain.errors import TOO_MANY_PIXELS, JobBusy, PermanentFailure, Superseded, TransientFailure
+from mediajobs.domain.jobs import (
+    Claim,
+    ClaimOutcome,
+    Decision,
+    Downloaded,
+    JobView,
+    KnownSource,
+    ObjectHead,
+    ObjectRef,
+    OutputRecord,
+    RenderedFile,
+    decide,
+)
 from mediajobs.domain.keys import sha256_hex
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.domain.recipes import load_recipe
@@ -19,15 +33,21 @@ RECIPE = load_recipe("web-image", 1)
 
 
 class FakeStore:
-    def __init__(self, objects: dict[str, bytes], log: list) -> None:
+    def __init__(self, objects: dict[str, bytes], log: list, checksums: bool = False) -> None:
         self.objects = dict(objects)
         self.log = log
+        self.checksums = checksums
+
+    def head(self, ref):
+        data = self.objects[ref.key]
+        self.log.append(("head", ref.key))
+        return ObjectHead("v1", "etag-" + sha256_hex(data)[:8], len(data), sha256_hex(data) if self.checksums else None)
 
     def download(self, ref, dest: Path):
         data = self.objects[ref.key]
         dest.write_bytes(data)
         self.log.append(("download", ref.key))
-        return Downloaded(sha256_hex(data), len(data), None)
+        return Downloaded(sha256_hex(data), len(data), "v1")
 
     def put_if_absent(self, bucket, key, body, *, content_type):
         data = body if isinstance(body, bytes) else body.read()
@@ -48,32 +68,86 @@ class FakeStore:
 
 
 class FakeLedger:
-    def __init__(self, log: list, outcome: ClaimOutcome = ClaimOutcome.RUN) -> None:
-        self.log = log
-        self.outcome = outcome
-        self.rows: dict[str, dict] = {}
+    """An in-memory ledger with the real decision rule (:func:`decide`)."""
 
-    def claim(self, spec, *, now_s):
-        job_key = spec.job_key
-        self.log.append(("claim", job_key))
-        if self.outcome is ClaimOutcome.RUN:
-            return Claim(ClaimOutcome.RUN, job_key, lease_token="t1", lease_expires_at_s=100)
-        if self.outcome is ClaimOutcome.BUSY:
-            return Claim(ClaimOutcome.BUSY, job_key, lease_expires_at_s=1234)
-        if self.outcome is ClaimOutcome.FAILED:
-            return Claim(ClaimOutcome.FAILED, job_key, failure_reason=TOO_MANY_PIXELS)
-        out = OutputRecord("thumb", "k", "webp", 1, 1, 1, "0" * 64, "image/webp")
-        return Claim(ClaimOutcome.DONE, job_key, manifest_key="m", outputs=(out,))
+    def __init__(self, log: list, max_attempts: int = 4) -> None:
+        self.log = log
+        self.rows: dict[str, JobView] = {}
+        self.max_attempts = max_attempts
+
+    def find(self, job_keys):
+        self.log.append(("find", len(job_keys)))
+        return {k: self.rows[k] for k in job_keys if k in self.rows}
+
+    def claim(self, spec, *, now_s, lease_until_s, seen=None):
+        key = spec.job_key
+        self.log.append(("claim", key))
+        row = self.rows.get(key)
+        if row is None:
+            self.rows[key] = JobView(key, "running", "t1", lease_until_s, 1, spec.recipe_id)
+            return Claim(ClaimOutcome.RUN, key, lease_token="t1", lease_expires_at_s=lease_until_s, attempts=1)
+        decision = decide(row, now_s=now_s, max_attempts=self.max_attempts)
+        if decision is Decision.DONE:
+            return Claim(ClaimOutcome.DONE, key, manifest_key=row.manifest_key, outputs=row.outputs)
+        if decision is Decision.FAILED:
+            return Claim(ClaimOutcome.FAILED, key, failure_reason=row.failure_reason)
+        if decision is Decision.BUSY:
+            return Claim(ClaimOutcome.BUSY, key, lease_expires_at_s=row.lease_expires_at_s)
+        if decision is Decision.EXHAUST:
+            self.rows[key] = dataclasses.replace(row, state="permanent_failure", failure_reason="attempts_exhausted")
+            return Claim(ClaimOutcome.FAILED, key, failure_reason="attempts_exhausted", failed_now=True)
+        token = f"t{row.attempts + 1}"
+        self.rows[key] = dataclasses.replace(
+            row, state="running", lease_token=token, lease_expires_at_s=lease_until_s, attempts=row.attempts + 1
+        )
+        return Claim(ClaimOutcome.RUN, key, lease_token=token, attempts=row.attempts + 1, took_over=True)
+
+    def _finish(self, job_key, token, **changes):
+        row = self.rows[job_key]
+        if row.state != "running" or row.lease_token != token:
+            raise Superseded(job_key)
+        self.rows[job_key] = dataclasses.replace(row, **changes)
+
+    def renew(self, job_key, token, *, lease_until_s, now_s):
+        self._finish(job_key, token, lease_expires_at_s=lease_until_s)
 
     def complete(self, job_key, token, *, manifest_key, outputs, now_s):
         self.log.append(("complete", job_key))
-        self.rows[job_key] = {"state": "done", "outputs": outputs}
+        self._finish(job_key, token, state="done", manifest_key=manifest_key, outputs=tuple(outputs))
 
     def fail_permanently(self, job_key, token, *, reason, detail, now_s):
         self.log.append(("fail", reason))
+        self._finish(job_key, token, state="permanent_failure", failure_reason=reason)
 
     def release_transient(self, job_key, token, *, detail, now_s):
         self.log.append(("release", detail))
+        self._finish(job_key, token, state="transient_failure", failure_detail=detail)
+
+
+class FakeSources:
+    def __init__(self, log: list) -> None:
+        self.log = log
+        self.rows: dict[str, object] = {}
+
+    def lookup(self, source_id, *, now_s):
+        self.log.append(("lookup", source_id))
+        return self.rows.get(source_id)
+
+    def begin_reading(self, source_id, token, *, now_s, lease_until_s):
+        self.log.append(("begin_reading", source_id))
+        if source_id in self.rows:
+            return self.rows[source_id]
+        self.rows[source_id] = Reading(lease_until_s)
+        return None
+
+    def remember(self, source_ids, known, *, now_s):
+        self.log.append(("remember", tuple(source_ids)))
+        for i in source_ids:
+            self.rows[i] = known
+
+    def abandon(self, source_id, token):
+        self.log.append(("abandon", source_id))
+        self.rows.pop(source_id, None)
 
 
 class FakeRenderer:
@@ -104,19 +178,20 @@ class FakeRenderer:
         return files, RenderDecisions("JPEG", 10, 10)
 
 
-def make(tmp_path, *, data=b"photo", outcome=ClaimOutcome.RUN, error=None, media="image"):
+def make(tmp_path, *, data=b"photo", error=None, media="image", checksums=False, clock=lambda: 1000.0):
     log: list = []
-    store = FakeStore({"originals/a.jpg": data}, log)
-    ledger = FakeLedger(log, outcome)
+    store = FakeStore({"originals/a.jpg": data}, log, checksums)
+    ledger = FakeLedger(log)
     renderer = FakeRenderer(error)
     pipeline = Pipeline(
         Settings(work_dir=str(tmp_path)),
         store=store,
         ledger=ledger,
+        sources=FakeSources(log),
         renderer=renderer,
         recipes={"image": [RECIPE]},
         detect_media=lambda p: media,
-        clock=lambda: 1000.0,
+        clock=clock,
         observer=PipelineObserver(),
     )
     return pipeline, store, ledger, renderer, log
@@ -130,7 +205,7 @@ def test_outputs_then_manifest_then_done(tmp_path):
     result = pipeline.process(REF)
     job = result.jobs[0]
     prefix = f"derivatives/{job.job_key}/"
-    assert [e for e in log if e[0] != "download"] == [
+    assert [e for e in log if e[0] in ("claim", "put", "complete")] == [
         ("claim", job.job_key),
         ("put", prefix + "thumb.webp"),
         ("put", prefix + "card.webp"),
@@ -142,7 +217,7 @@ def test_outputs_then_manifest_then_done(tmp_path):
     assert manifest["source"] == {
         "bucket": "bucket",
         "key": "originals/a.jpg",
-        "version_id": None,
+        "version_id": "v1",
         "sha256": sha256_hex(b"photo"),
         "bytes": 5,
     }
@@ -191,21 +266,37 @@ def test_transient_failure_releases_the_claim_and_raises(tmp_path):
     assert log[-1] == ("release", "ConnectionError('reset')")
 
 
+def _key(pipeline) -> str:
+    return pipeline._specs(REF, sha256_hex(b"photo"), "image")[0][1].job_key
+
+
+def _preload(pipeline, ledger, **row) -> str:
+    key = _key(pipeline)
+    ledger.rows[key] = JobView(key, lease_token="t0", recipe_id="web-image", **row)
+    return key
+
+
 def test_busy_raises_with_the_lease_expiry(tmp_path):
-    pipeline, _, _, renderer, _ = make(tmp_path, outcome=ClaimOutcome.BUSY)
+    pipeline, _, ledger, renderer, _ = make(tmp_path)
+    _preload(pipeline, ledger, state="running", lease_expires_at_s=1234, attempts=1)
     with pytest.raises(JobBusy) as caught:
         pipeline.process(REF)
     assert caught.value.lease_expires_at_s == 1234 and renderer.calls == 0
 
 
 def test_done_job_is_reused_without_rendering(tmp_path):
-    pipeline, _, _, renderer, _ = make(tmp_path, outcome=ClaimOutcome.DONE)
+    pipeline, _, ledger, renderer, _ = make(tmp_path)
+    out = OutputRecord("thumb", "k", "webp", 1, 1, 1, "0" * 64, "image/webp")
+    _preload(pipeline, ledger, state="done", lease_expires_at_s=0, attempts=1, manifest_key="m", outputs=(out,))
     result = pipeline.process(REF)
-    assert (result.state, result.jobs[0].reused, renderer.calls) == ("done", True, 0)
+    assert (result.state, result.jobs[0].reused, result.jobs[0].outputs, renderer.calls) == ("done", True, (out,), 0)
 
 
 def test_failed_job_reports_the_stored_reason(tmp_path):
-    pipeline, _, _, renderer, _ = make(tmp_path, outcome=ClaimOutcome.FAILED)
+    pipeline, _, ledger, renderer, _ = make(tmp_path)
+    _preload(
+        pipeline, ledger, state="permanent_failure", lease_expires_at_s=0, attempts=1, failure_reason=TOO_MANY_PIXELS
+    )
     result = pipeline.process(REF)
     assert (result.state, result.reason, result.jobs[0].reused, renderer.calls) == (
         "permanent_failure",
@@ -215,14 +306,79 @@ def test_failed_job_reports_the_stored_reason(tmp_path):
     )
 
 
-def test_existing_manifest_is_the_truth(tmp_path):
-    """A worker that crashed after the manifest left it behind: the new worker commits what is stored."""
+def test_a_redelivery_is_answered_from_the_source_index_and_the_ledger_without_reading(tmp_path):
+    pipeline, _, _, renderer, log = make(tmp_path)
+    first = pipeline.process(REF)
+    log.clear()
+    again = pipeline.process(REF)
+    assert [e[0] for e in log] == ["head", "lookup", "find"]
+    assert (again.jobs[0].reused, again.jobs[0].outputs, again.bytes_read, first.bytes_read) == (
+        True,
+        first.jobs[0].outputs,
+        0,
+        5,
+    )
+    assert renderer.calls == 1
+
+
+def test_a_full_object_checksum_names_the_content_without_the_index(tmp_path):
+    """A byte-identical copy under another key: the checksum gives the hash, the ledger the result."""
+    pipeline, store, _, renderer, log = make(tmp_path, checksums=True)
+    pipeline.process(REF)
+    store.objects["originals/copy.jpg"] = store.objects["originals/a.jpg"]
+    log.clear()
+    copy = pipeline.process(ObjectRef("bucket", "originals/copy.jpg"))
+    assert [e[0] for e in log] == ["head", "find"]
+    assert (copy.state, copy.jobs[0].reused, copy.bytes_read, renderer.calls) == ("done", True, 0, 1)
+
+
+def test_a_duplicate_arriving_while_the_first_reads_the_source_comes_back_later(tmp_path):
+    pipeline, _, _, renderer, log = make(tmp_path)
+    pipeline._sources.rows['["s3","bucket","originals/a.jpg","version","v1"]'] = Reading(1300)
+    with pytest.raises(JobBusy) as caught:
+        pipeline.process(REF)
+    assert caught.value.lease_expires_at_s == 1300
+    assert "download" not in [e[0] for e in log] and renderer.calls == 0
+
+
+def test_a_failed_read_gives_up_its_reading_marker(tmp_path):
+    pipeline, store, _, _, log = make(tmp_path)
+
+    def broken(ref, dest):
+        raise TransientFailure("S3 GetObject failed: InternalError")
+
+    store.download = broken
+    with pytest.raises(TransientFailure):
+        pipeline.process(REF)
+    assert [e[0] for e in log if e[0] in ("begin_reading", "abandon")] == ["begin_reading", "abandon"]
+    assert pipeline._sources.rows == {}
+
+
+def test_past_the_attempts_cap_a_redelivery_ends_the_job_without_reading(tmp_path):
+    pipeline, _, ledger, renderer, log = make(tmp_path)
+    key = _preload(pipeline, ledger, state="transient_failure", lease_expires_at_s=0, attempts=4)
+    pipeline._sources.rows['["s3","bucket","originals/a.jpg","version","v1"]'] = KnownSource(
+        sha256_hex(b"photo"), 5, "image"
+    )
+    result = pipeline.process(REF)
+    assert (result.state, result.reason, result.jobs[0].reused) == ("permanent_failure", "attempts_exhausted", False)
+    assert ledger.rows[key].state == "permanent_failure"
+    assert "download" not in [e[0] for e in log] and renderer.calls == 0
+
+
+def test_a_superseded_worker_cannot_mark_the_job_done(tmp_path):
+    """Another worker took the job over while this one rendered. Its writes are
+    conditional (``If-None-Match``), so they cannot replace anything stored; marking the
+    job done is fenced on the token, so it reports itself superseded."""
     pipeline, store, ledger, _, _ = make(tmp_path)
-    first = pipeline.process(REF).jobs[0]
-    prefix = f"derivatives/{first.job_key}/"
-    stored = json.loads(store.objects[prefix + "manifest.json"])
-    stored["outputs"][0]["bytes"] = 999
-    store.objects[prefix + "manifest.json"] = json.dumps(stored).encode()
-    second = pipeline.process(REF).jobs[0]
-    assert second.outputs[0].bytes == 999
-    assert ledger.rows[first.job_key]["outputs"][0].bytes == 999
+
+    class Observer(PipelineObserver):
+        def step(self, point, job_key):
+            if point == "output_stored" and ledger.rows[job_key].lease_token == "t1":
+                ledger.rows[job_key] = dataclasses.replace(ledger.rows[job_key], lease_token="someone-else")
+
+    pipeline.observer = Observer()
+    with pytest.raises(Superseded):
+        pipeline.process(REF)
+    row = ledger.rows[_key(pipeline)]
+    assert (row.state, row.lease_token) == ("running", "someone-else")

@@ -14,8 +14,10 @@ import boto3
 from botocore.config import Config
 
 from mediajobs.adapters.imaging import PillowRenderer, identify
-from mediajobs.adapters.ledger import DynamoLedger, bound_job_model
+from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.s3 import S3Store
+from mediajobs.adapters.sources import SourceIndex, SourceModel
+from mediajobs.adapters.sqs import SqsQueue
 from mediajobs.domain.recipes import Recipe, load_recipe
 from mediajobs.service import Pipeline, PipelineObserver
 from mediajobs.settings import Settings
@@ -43,11 +45,17 @@ def s3_client(settings: Settings) -> Any:
     return boto3.client("s3", region_name=settings.region, endpoint_url=settings.endpoint_url, config=RETRY_CONFIG)
 
 
+def sqs_client(settings: Settings) -> Any:
+    """A boto3 SQS client for ``settings``."""
+    return boto3.client("sqs", region_name=settings.region, endpoint_url=settings.endpoint_url, config=RETRY_CONFIG)
+
+
 def build_pipeline(
     settings: Settings | None = None,
     *,
     observer: PipelineObserver | None = None,
     s3: Any = None,
+    clock: Any = None,
 ) -> Pipeline:
     """Build the pipeline.
 
@@ -56,15 +64,21 @@ def build_pipeline(
     settings: defaults to :meth:`Settings.from_env`.
     observer: hooks for the CLI and tests.
     s3: a boto3 S3 client to use instead of a new one.
+    clock: Unix time in seconds (tests move it forward); defaults to ``time.time``.
     """
     settings = settings or Settings.from_env()
-    model = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
+    jobs = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
+    sources = bind_model(SourceModel, settings.sources_table_name, settings.region, settings.endpoint_url)
+    extra = {"clock": clock} if clock is not None else {}
     return Pipeline(
         settings,
         store=S3Store(s3 or s3_client(settings)),
-        ledger=DynamoLedger(model, lease_s=settings.lease_s),
+        ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
+        sources=SourceIndex(sources),
         renderer=PillowRenderer(max_pixels=settings.max_pixels),
+        queue=SqsQueue(sqs_client(settings)),
         recipes=active_recipes(),
         detect_media=detect_media,
         observer=observer,
+        **extra,
     )

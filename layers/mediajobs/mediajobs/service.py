@@ -2,13 +2,23 @@
 
 For each event's object under ``originals/``:
 
-1. Refuse what is certainly bad before reading it (0 bytes, over the size limit).
-2. Stream it to a fresh work folder while hashing it (SHA-256).
-3. Detect the media type from the bytes; pick the recipes for that type.
-4. Per recipe: derive the job key, claim it in the ledger (one conditional write), and
-   only when this worker holds the claim, render, write each derivative with
-   ``If-None-Match: *``, write ``manifest.json`` last (the commit marker), then mark the
-   job done -- conditional on still holding the claim.
+1. Refuse what is certainly bad before reading it (0 bytes, over the size limit), from
+   the event and then from ``HeadObject``.
+2. Learn the content's SHA-256 without reading it when possible: from the object's
+   full-object SHA-256 checksum, or from the source index (remembered the first time
+   this source version was hashed). Then read every job of the content in one
+   ``BatchGetItem``: when all are done (or failed), the duplicate is answered from the
+   ledger -- at most 2 DynamoDB requests and 0 bytes read from S3.
+3. Otherwise mark the source as being read (duplicates meanwhile come back later),
+   stream it to a fresh work folder while hashing it, detect the media type from the
+   bytes, and remember hash and type in the source index.
+4. Per recipe: derive the job key, claim it (one conditional write), and only when this
+   worker holds the claim -- with a heartbeat renewing the lease and the message's
+   visibility -- render, write each derivative with ``If-None-Match: *``, write
+   ``manifest.json`` last (the commit marker), then mark the job done, conditional on
+   still holding the claim. Before every write the heartbeat's findings are checked:
+   a superseded worker stops; one whose invocation is ending has already released the
+   claim.
 5. Remove the work folder, whatever happened.
 
 The caller (the Lambda handler) acknowledges the SQS message only after this returns:
@@ -23,6 +33,7 @@ import logging
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +43,8 @@ from mediajobs.domain.errors import (
     EMPTY_FILE,
     TOO_LARGE,
     UNSUPPORTED_FORMAT,
+    DeadlineReached,
+    DeliveryLost,
     JobBusy,
     PermanentFailure,
     Superseded,
@@ -40,18 +53,25 @@ from mediajobs.domain.errors import (
 from mediajobs.domain.jobs import (
     Claim,
     ClaimOutcome,
+    Decision,
+    Delivery,
     Downloaded,
     JobResult,
     JobSpec,
     JobState,
+    JobView,
+    KnownSource,
+    ObjectHead,
     ObjectRef,
     OutputRecord,
     RenderedFile,
     SourceResult,
+    decide,
 )
-from mediajobs.domain.keys import job_key
+from mediajobs.domain.keys import content_id, job_key, source_version_id
 from mediajobs.domain.manifest import MANIFEST_NAME, RenderDecisions, build_manifest, derivative_prefix
 from mediajobs.domain.recipes import ImageVariant, Recipe
+from mediajobs.lease import LeaseKeeper, MessageVisibility, lease_until
 from mediajobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,6 +80,7 @@ log = logging.getLogger(__name__)
 class ObjectStore(Protocol):
     """What the pipeline needs of S3 (see :class:`mediajobs.adapters.s3.S3Store`)."""
 
+    def head(self, ref: ObjectRef) -> ObjectHead: ...
     def download(self, ref: ObjectRef, dest: Path) -> Downloaded: ...
     def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool: ...
     def put_if_absent(self, bucket: str, key: str, body: bytes, *, content_type: str) -> bool: ...
@@ -70,12 +91,23 @@ class ObjectStore(Protocol):
 class Ledger(Protocol):
     """What the pipeline needs of the job ledger (see :class:`mediajobs.adapters.ledger.DynamoLedger`)."""
 
-    def claim(self, spec: JobSpec, *, now_s: int) -> Claim: ...
+    def find(self, job_keys: list[str]) -> dict[str, JobView]: ...
+    def claim(self, spec: JobSpec, *, now_s: int, lease_until_s: int, seen: JobView | None = None) -> Claim: ...
+    def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None: ...
     def complete(
         self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int
     ) -> None: ...
     def fail_permanently(self, job_key: str, token: str, *, reason: str, detail: str, now_s: int) -> None: ...
     def release_transient(self, job_key: str, token: str, *, detail: str, now_s: int) -> None: ...
+
+
+class Sources(Protocol):
+    """What the pipeline needs of the source index (see :class:`mediajobs.adapters.sources.SourceIndex`)."""
+
+    def lookup(self, source_id: str, *, now_s: int) -> object: ...
+    def begin_reading(self, source_id: str, token: str, *, now_s: int, lease_until_s: int) -> object: ...
+    def remember(self, source_ids: list[str], known: KnownSource, *, now_s: int) -> None: ...
+    def abandon(self, source_id: str, token: str) -> None: ...
 
 
 class ImageRenderer(Protocol):
@@ -89,11 +121,30 @@ class ImageRenderer(Protocol):
 class PipelineObserver:
     """Hooks for callers that want to watch the pipeline (the CLI, tests). No-ops by default."""
 
+    def claimed(self, claim: Claim, source: ObjectRef) -> None:
+        """Called when this worker holds a job's claim (``claim.took_over`` for takeovers)."""
+
     def render_started(self, job_key: str, source: ObjectRef) -> None:
         """Called when this worker starts rendering a job it holds the claim of."""
 
+    def step(self, point: str, job_key: str) -> None:
+        """Called at each step boundary of a claimed job, after the step is durable:
+        ``claimed``, ``output_stored`` (after each derivative), ``manifest_stored``,
+        ``done``. Crash injection hooks here (``mediajobs simulate``, crash-point tests)."""
+
     def source_finished(self, result: SourceResult) -> None:
         """Called with each original's result (not for busy or transient outcomes, which raise)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Work:
+    """One delivery's original, read into its work folder."""
+
+    ref: ObjectRef
+    original: Path
+    size_bytes: int
+    delivery: Delivery | None
+    folder: Path
 
 
 def _utc_iso(now_s: float) -> str:
@@ -105,8 +156,9 @@ class Pipeline:
 
     Parameters
     ----------
-    settings: limits, prefixes and policy version.
-    store, ledger, renderer: adapters (real or fakes).
+    settings: limits, prefixes, lease and policy version.
+    store, ledger, sources, renderer: adapters (real or fakes).
+    queue: message visibility (``None`` where there is no SQS delivery).
     recipes: the recipes to apply, by media type (``{"image": [web-image@1]}``).
     detect_media: returns ``"image"``, ``"video"`` or ``None`` for a local file.
     clock: returns Unix time in seconds.
@@ -119,23 +171,33 @@ class Pipeline:
         *,
         store: ObjectStore,
         ledger: Ledger,
+        sources: Sources,
         renderer: ImageRenderer,
         recipes: dict[str, list[Recipe]],
         detect_media: Callable[[Path], str | None],
+        queue: MessageVisibility | None = None,
         clock: Callable[[], float] = time.time,
         observer: PipelineObserver | None = None,
     ) -> None:
         self.settings = settings
         self._store = store
         self._ledger = ledger
+        self._sources = sources
         self._renderer = renderer
         self._recipes = recipes
         self._detect_media = detect_media
+        self.queue = queue
         self._clock = clock
         self.observer = observer or PipelineObserver()
+        self._media_of_recipe = {r.id: media for media, rs in recipes.items() for r in rs}
 
-    def process(self, ref: ObjectRef) -> SourceResult:
+    def process(self, ref: ObjectRef, delivery: Delivery | None = None) -> SourceResult:
         """Process one original.
+
+        Parameters
+        ----------
+        ref: the object version an event names.
+        delivery: the SQS delivery it came with (heartbeat, deadline), or ``None``.
 
         Returns
         -------
@@ -145,18 +207,33 @@ class Pipeline:
         Raises
         ------
         JobBusy
-            Another worker holds a job of this original: redeliver later.
+            Another worker holds a job (or the first read) of this original: redeliver
+            after ``lease_expires_at_s``.
         TransientFailure
-            Something that may pass failed: redeliver.
+            Something that may pass failed: redeliver (:class:`DeadlineReached`: at once).
         Superseded
             This worker's claim was taken over while it worked.
         """
         if not ref.key.startswith(self.settings.originals_prefix):
             log.info("ignoring key outside %s", self.settings.originals_prefix, extra={"source_key": ref.key})
             return SourceResult(ref, "ignored")
-        result = self._process(ref)
+        result = self._process(ref, delivery)
         self.observer.source_finished(result)
         return result
+
+    def _now(self) -> int:
+        return int(self._clock())
+
+    def _lease_until(self, delivery: Delivery | None) -> int:
+        return lease_until(self._clock(), self.settings.lease_s, delivery)
+
+    def _ensure_time(self, delivery: Delivery | None, needed_s: float) -> None:
+        """Refuse to start work that cannot end before the invocation does."""
+        if delivery is None:
+            return
+        remaining = delivery.remaining_s()
+        if remaining < needed_s + self.settings.deadline_margin_s:
+            raise DeadlineReached(f"{remaining:.1f} s left, a job needs {needed_s + self.settings.deadline_margin_s} s")
 
     def _refuse(
         self,
@@ -167,6 +244,7 @@ class Pipeline:
         sha256: str | None = None,
         size_bytes: int | None = None,
         media: str | None = None,
+        bytes_read: int = 0,
     ) -> SourceResult:
         """A permanent failure found before any job exists (nothing to record in the ledger)."""
         log.warning("permanent failure before any job: %s (%s)", reason, detail, extra={"source_key": ref.key})
@@ -178,31 +256,121 @@ class Pipeline:
             size_bytes=size_bytes,
             reason=reason,
             detail=detail,
+            bytes_read=bytes_read,
         )
 
-    def _process(self, ref: ObjectRef) -> SourceResult:
-        limit = self.settings.max_input_bytes
-        if ref.size_bytes == 0:
-            return self._refuse(ref, EMPTY_FILE, "the object has 0 bytes")
-        if ref.size_bytes is not None and ref.size_bytes > limit:
-            return self._refuse(ref, TOO_LARGE, f"{ref.size_bytes} bytes > {limit}")
+    def _size_problem(self, size: int) -> tuple[str, str] | None:
+        if size == 0:
+            return EMPTY_FILE, "the object has 0 bytes"
+        if size > self.settings.max_input_bytes:
+            return TOO_LARGE, f"{size} bytes > {self.settings.max_input_bytes}"
+        return None
+
+    def _specs(self, ref: ObjectRef, sha256: str, media: str | None) -> list[tuple[Recipe, JobSpec]]:
+        """The jobs of a content: for ``media``'s recipes, or every media type's when unknown."""
+        settings = self.settings
+        medias = [media] if media else list(self._recipes)
+        specs = []
+        for m in medias:
+            for recipe in self._recipes.get(m, []):
+                key = job_key(sha256, recipe.sha256, settings.policy_version)
+                spec = JobSpec(
+                    job_key=key,
+                    input_sha256=sha256,
+                    recipe_id=recipe.id,
+                    recipe_version=recipe.version,
+                    recipe_sha256=recipe.sha256,
+                    policy_version=settings.policy_version,
+                    output_prefix=derivative_prefix(settings.derivatives_prefix, key),
+                    source_bucket=ref.bucket,
+                    source_key=ref.key,
+                )
+                specs.append((recipe, spec))
+        return specs
+
+    def _process(self, ref: ObjectRef, delivery: Delivery | None) -> SourceResult:
+        if ref.size_bytes is not None and (problem := self._size_problem(ref.size_bytes)):
+            return self._refuse(ref, *problem)
+        self._ensure_time(delivery, 0)
+        try:
+            head = self._store.head(ref)
+        except PermanentFailure as failure:
+            return self._refuse(ref, failure.reason, failure.detail)
+        if ref.version_id is None and head.version_id:
+            ref = dataclasses.replace(ref, version_id=head.version_id)
+        if problem := self._size_problem(head.size_bytes):
+            return self._refuse(ref, *problem, size_bytes=head.size_bytes)
+        source_id = source_version_id(
+            ref.bucket, ref.key, version_id=head.version_id, etag=head.etag, size_bytes=head.size_bytes
+        )
+
+        # What is known without reading a byte: the checksum, else the source index.
+        sha256, media = head.sha256, None
+        if sha256 is None and source_id is not None:
+            entry = self._sources.lookup(source_id, now_s=self._now())
+            if isinstance(entry, KnownSource):
+                sha256, media = entry.sha256, entry.media
+            elif entry is not None:  # another delivery is reading it right now
+                raise JobBusy(source_id, getattr(entry, "lease_expires_at_s", self._now()))
+        views: dict[str, JobView] = {}
+        if sha256 is not None:
+            if media == "":
+                return self._refuse(ref, UNSUPPORTED_FORMAT, "no recipe for this content (remembered)", sha256=sha256)
+            views = self._ledger.find([spec.job_key for _, spec in self._specs(ref, sha256, media)])
+            media = media or next((self._media_of_recipe.get(v.recipe_id) for v in views.values()), None)
+            if media is not None:
+                settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media, views)
+                if settled is not None:
+                    return settled
+
+        # The bytes are needed: mark the source as being read, so duplicates wait.
+        marker = None
+        if media is None:
+            marker = content_id(sha256) if sha256 is not None else source_id
+        token = uuid.uuid4().hex
+        if marker is not None:
+            found = self._sources.begin_reading(
+                marker, token, now_s=self._now(), lease_until_s=self._lease_until(delivery)
+            )
+            if isinstance(found, KnownSource) and found.media == "":
+                return self._refuse(ref, UNSUPPORTED_FORMAT, "no recipe for this content (remembered)", sha256=sha256)
+            if found is not None and not isinstance(found, KnownSource):
+                raise JobBusy(marker, getattr(found, "lease_expires_at_s", self._now()))
+            if isinstance(found, KnownSource):
+                # Another delivery read it meanwhile and claims its jobs right after
+                # remembering it: look again before reading the same bytes.
+                marker = None
+                sha256, media = found.sha256, found.media
+                views = self._ledger.find([spec.job_key for _, spec in self._specs(ref, sha256, media)])
+                settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media or "", views)
+                if settled is not None:
+                    return settled
         work_dir = Path(tempfile.mkdtemp(prefix="mediajobs-", dir=self.settings.work_dir))
+        remembered = False
         try:
             original = work_dir / "original"
             try:
                 downloaded = self._store.download(ref, original)
             except PermanentFailure as failure:
                 return self._refuse(ref, failure.reason, failure.detail)
-            sha256, size = downloaded.sha256, downloaded.size_bytes
-            if ref.version_id is None and downloaded.version_id:
-                ref = dataclasses.replace(ref, version_id=downloaded.version_id)
-            if size == 0:
-                return self._refuse(ref, EMPTY_FILE, "the object has 0 bytes", sha256=sha256, size_bytes=0)
-            if size > limit:
-                return self._refuse(ref, TOO_LARGE, f"{size} bytes > {limit}", sha256=sha256, size_bytes=size)
-            media = self._detect_media(original)
-            recipes = self._recipes.get(media or "", [])
-            if not recipes:
+            size = downloaded.size_bytes
+            if sha256 is not None and downloaded.sha256 != sha256:
+                log.warning(
+                    "the bytes read do not match the known SHA-256; using the bytes",
+                    extra={"source_key": ref.key, "known": sha256, "read": downloaded.sha256},
+                )
+                views, media = {}, None
+            sha256 = downloaded.sha256
+            if problem := self._size_problem(size):
+                return self._refuse(ref, *problem, sha256=sha256, size_bytes=size, bytes_read=size)
+            media = media or self._detect_media(original)
+            ids = [i for i in (source_id, content_id(sha256) if head.sha256 else None) if i]
+            if marker is not None and marker not in ids:
+                ids.append(marker)
+            self._sources.remember(ids, KnownSource(sha256, size, media or ""), now_s=self._now())
+            remembered = True
+            specs = self._specs(ref, sha256, media) if media in self._recipes else []
+            if not specs:
                 return self._refuse(
                     ref,
                     UNSUPPORTED_FORMAT,
@@ -210,97 +378,161 @@ class Pipeline:
                     sha256=sha256,
                     size_bytes=size,
                     media=media,
+                    bytes_read=size,
                 )
-            result = SourceResult(ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=size)
-            for recipe in recipes:
-                result.jobs.append(self._run_job(ref, original, sha256, size, recipe, work_dir))
-            failed = [j for j in result.jobs if j.state != JobState.DONE.value]
-            if failed:
-                result.state = JobState.PERMANENT_FAILURE.value
-                result.reason, result.detail = failed[0].reason, failed[0].detail
-            return result
+            result = SourceResult(
+                ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=size, bytes_read=size
+            )
+            work = _Work(ref, original, size, delivery, work_dir)
+            for recipe, spec in specs:
+                result.jobs.append(self._run_job(work, recipe, spec, views.get(spec.job_key)))
+            return self._summarise(result)
         finally:
+            if marker is not None and not remembered:
+                self._sources.abandon(marker, token)
             shutil.rmtree(work_dir, ignore_errors=True)
 
-    def _run_job(
-        self, ref: ObjectRef, original: Path, sha256: str, size: int, recipe: Recipe, work_dir: Path
-    ) -> JobResult:
-        settings = self.settings
-        key = job_key(sha256, recipe.sha256, settings.policy_version)
-        prefix = derivative_prefix(settings.derivatives_prefix, key)
-        extra = {"job_key": key, "source_key": ref.key, "recipe": recipe.ref}
-        spec = JobSpec(
-            job_key=key,
-            input_sha256=sha256,
-            recipe_id=recipe.id,
-            recipe_version=recipe.version,
-            recipe_sha256=recipe.sha256,
-            policy_version=settings.policy_version,
-            output_prefix=prefix,
-            source_bucket=ref.bucket,
-            source_key=ref.key,
-        )
-        claim = self._ledger.claim(spec, now_s=int(self._clock()))
+    @staticmethod
+    def _summarise(result: SourceResult) -> SourceResult:
+        failed = [j for j in result.jobs if j.state != JobState.DONE.value]
+        if failed:
+            result.state = JobState.PERMANENT_FAILURE.value
+            result.reason, result.detail = failed[0].reason, failed[0].detail
+        return result
+
+    def _settle_without_bytes(
+        self, ref: ObjectRef, sha256: str, size: int, media: str, views: dict[str, JobView]
+    ) -> SourceResult | None:
+        """Answer a duplicate from the ledger alone, when none of its jobs needs the bytes.
+
+        Returns ``None`` when some job must run (missing, or can be taken over).
+
+        Raises
+        ------
+        JobBusy
+            When a job is running elsewhere (the earliest lease end is reported).
+        """
+        specs = self._specs(ref, sha256, media)
+        now = self._now()
+        decisions = {}
+        for _, spec in specs:
+            view = views.get(spec.job_key)
+            if view is None:
+                return None
+            decisions[spec.job_key] = decide(view, now_s=now, max_attempts=self.settings.max_attempts)
+        if any(d is Decision.TAKE_OVER for d in decisions.values()):
+            return None
+        busy = [views[k] for k, d in decisions.items() if d is Decision.BUSY]
+        if busy:
+            first = min(busy, key=lambda v: v.lease_expires_at_s)
+            log.info("job is running elsewhere", extra={"job_key": first.job_key, "source_key": ref.key})
+            raise JobBusy(first.job_key, first.lease_expires_at_s)
+        result = SourceResult(ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=size)
+        for recipe, spec in specs:
+            view = views[spec.job_key]
+            if decisions[spec.job_key] is Decision.EXHAUST:  # one conditional write ends it
+                claim = self._ledger.claim(spec, now_s=now, lease_until_s=now, seen=view)
+            elif view.state == JobState.DONE:
+                claim = Claim(ClaimOutcome.DONE, view.job_key, manifest_key=view.manifest_key, outputs=view.outputs)
+            else:
+                claim = Claim(ClaimOutcome.FAILED, view.job_key, failure_reason=view.failure_reason)
+            result.jobs.append(self._settled(recipe, claim))
+        return self._summarise(result)
+
+    def _settled(self, recipe: Recipe, claim: Claim) -> JobResult:
+        """The result of a job this delivery found finished (or just ended exhausted)."""
+        extra = {"job_key": claim.job_key, "recipe": recipe.ref}
         if claim.outcome is ClaimOutcome.DONE:
             log.info("job already done: reusing its outputs", extra=extra)
             return JobResult(
                 recipe.ref,
-                key,
+                claim.job_key,
                 JobState.DONE.value,
                 reused=True,
                 manifest_key=claim.manifest_key,
                 outputs=claim.outputs,
             )
         if claim.outcome is ClaimOutcome.FAILED:
-            log.info("job already failed permanently: %s", claim.failure_reason, extra=extra)
+            log.info("job failed permanently: %s", claim.failure_reason, extra=extra)
             return JobResult(
-                recipe.ref, key, JobState.PERMANENT_FAILURE.value, reused=True, reason=claim.failure_reason
+                recipe.ref,
+                claim.job_key,
+                JobState.PERMANENT_FAILURE.value,
+                reused=not claim.failed_now,
+                reason=claim.failure_reason,
             )
-        if claim.outcome is ClaimOutcome.BUSY:
-            log.info("job is running elsewhere", extra=extra)
-            raise JobBusy(key, claim.lease_expires_at_s)
+        log.info("job is running elsewhere", extra=extra)
+        raise JobBusy(claim.job_key, claim.lease_expires_at_s)
+
+    def _run_job(self, work: _Work, recipe: Recipe, spec: JobSpec, seen: JobView | None) -> JobResult:
+        ref, delivery = work.ref, work.delivery
+        self._ensure_time(delivery, self.settings.image_job_s)
+        claim = self._ledger.claim(spec, now_s=self._now(), lease_until_s=self._lease_until(delivery), seen=seen)
+        if claim.outcome is not ClaimOutcome.RUN:
+            return self._settled(recipe, claim)
         assert claim.lease_token is not None
-        return self._render_and_commit(ref, original, size, recipe, spec, claim.lease_token, work_dir)
+        self.observer.claimed(claim, ref)
+        keeper = LeaseKeeper(
+            ledger=self._ledger,
+            queue=self.queue,
+            job_key=spec.job_key,
+            token=claim.lease_token,
+            expires_at_s=claim.lease_expires_at_s,
+            delivery=delivery,
+            lease_s=self.settings.lease_s,
+            margin_s=self.settings.deadline_margin_s,
+            clock=self._clock,
+        )
+        return self._render_and_commit(work, recipe, spec, claim.lease_token, keeper)
 
     def _render_and_commit(
-        self, ref: ObjectRef, original: Path, size: int, recipe: Recipe, spec: JobSpec, token: str, work_dir: Path
+        self, work: _Work, recipe: Recipe, spec: JobSpec, token: str, keeper: LeaseKeeper
     ) -> JobResult:
+        ref, original, size, work_dir = work.ref, work.original, work.size_bytes, work.folder
         key, prefix = spec.job_key, spec.output_prefix
         extra = {"job_key": key, "source_key": ref.key, "recipe": recipe.ref}
         started = time.monotonic()
-        log.info("processing started", extra=extra)
-        self.observer.render_started(key, ref)
-        out_dir = work_dir / key
-        out_dir.mkdir()
         try:
-            files, decisions = self._renderer.render(original, recipe.params.variants, out_dir)
-            outputs = [self._store_output(ref.bucket, prefix, f) for f in files]
-            manifest_key = prefix + MANIFEST_NAME
-            manifest = build_manifest(
-                job_key=key,
-                source=ref,
-                input_sha256=spec.input_sha256,
-                input_bytes=size,
-                recipe_id=spec.recipe_id,
-                recipe_version=spec.recipe_version,
-                recipe_sha256=spec.recipe_sha256,
-                policy_version=spec.policy_version,
-                outputs=outputs,
-                decisions=decisions,
-                created_at=_utc_iso(self._clock()),
-            )
-            body = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
-            if not self._store.put_if_absent(ref.bucket, manifest_key, body, content_type="application/json"):
-                # An earlier worker committed the manifest and died before marking the job
-                # done: its manifest is the truth about what is stored.
-                stored = json.loads(self._store.read_bytes(ref.bucket, manifest_key))
-                outputs = [OutputRecord.from_json(o) for o in stored["outputs"]]
-            self._ledger.complete(key, token, manifest_key=manifest_key, outputs=outputs, now_s=int(self._clock()))
+            self.observer.step("claimed", key)
+            with keeper:
+                log.info("processing started", extra=extra)
+                self.observer.render_started(key, ref)
+                out_dir = work_dir / key
+                out_dir.mkdir()
+                files, decisions = self._renderer.render(original, recipe.params.variants, out_dir)
+                outputs = []
+                for rendered in files:
+                    keeper.check()
+                    outputs.append(self._store_output(ref.bucket, prefix, rendered))
+                    self.observer.step("output_stored", key)
+                manifest_key = prefix + MANIFEST_NAME
+                manifest = build_manifest(
+                    job_key=key,
+                    source=ref,
+                    input_sha256=spec.input_sha256,
+                    input_bytes=size,
+                    recipe_id=spec.recipe_id,
+                    recipe_version=spec.recipe_version,
+                    recipe_sha256=spec.recipe_sha256,
+                    policy_version=spec.policy_version,
+                    outputs=outputs,
+                    decisions=decisions,
+                    created_at=_utc_iso(self._clock()),
+                )
+                body = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
+                keeper.check()
+                if not self._store.put_if_absent(ref.bucket, manifest_key, body, content_type="application/json"):
+                    # An earlier worker committed the manifest and died before marking the
+                    # job done: its manifest is the truth about what is stored.
+                    stored = json.loads(self._store.read_bytes(ref.bucket, manifest_key))
+                    outputs = [OutputRecord.from_json(o) for o in stored["outputs"]]
+                self.observer.step("manifest_stored", key)
+                keeper.check()
+                self._ledger.complete(key, token, manifest_key=manifest_key, outputs=outputs, now_s=self._now())
+            self.observer.step("done", key)
         except PermanentFailure as failure:
             log.warning("permanent failure: %s (%s)", failure.reason, failure.detail, extra=extra)
-            self._ledger.fail_permanently(
-                key, token, reason=failure.reason, detail=failure.detail, now_s=int(self._clock())
-            )
+            self._ledger.fail_permanently(key, token, reason=failure.reason, detail=failure.detail, now_s=self._now())
             return JobResult(
                 recipe.ref,
                 key,
@@ -312,12 +544,13 @@ class Pipeline:
             )
         except (Superseded, JobBusy):
             raise
+        except (DeadlineReached, DeliveryLost) as exc:
+            if keeper.problem is exc:  # the heartbeat already gave the claim back
+                raise
+            self._release(key, token, exc, extra)
+            raise
         except Exception as exc:
-            log.warning("transient failure: %r", exc, extra=extra)
-            try:
-                self._ledger.release_transient(key, token, detail=repr(exc), now_s=int(self._clock()))
-            except (Superseded, TransientFailure) as release_error:
-                log.warning("could not release the claim: %r", release_error, extra=extra)
+            self._release(key, token, exc, extra)
             if isinstance(exc, TransientFailure):
                 raise
             raise TransientFailure(f"{type(exc).__name__}: {exc}") from exc
@@ -332,6 +565,13 @@ class Pipeline:
             outputs=tuple(outputs),
             seconds=seconds,
         )
+
+    def _release(self, key: str, token: str, exc: Exception, extra: dict[str, str]) -> None:
+        log.warning("transient failure: %r", exc, extra=extra)
+        try:
+            self._ledger.release_transient(key, token, detail=repr(exc), now_s=self._now())
+        except (Superseded, TransientFailure) as release_error:
+            log.warning("could not release the claim: %r", release_error, extra=extra)
 
     def _store_output(self, bucket: str, prefix: str, rendered: RenderedFile) -> OutputRecord:
         key = prefix + rendered.path.name

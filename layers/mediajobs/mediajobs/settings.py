@@ -14,6 +14,7 @@ MB: Final = 1024 * 1024
 
 _ENV_NAMES: Final = {
     "jobs_table_name": "JOBS_TABLE_NAME",
+    "sources_table_name": "SOURCES_TABLE_NAME",
     "region": "AWS_REGION",
     "endpoint_url": "AWS_ENDPOINT_URL",
     "originals_prefix": "ORIGINALS_PREFIX",
@@ -22,6 +23,11 @@ _ENV_NAMES: Final = {
     "max_pixels": "MAX_PIXELS",
     "max_input_bytes": "MAX_INPUT_BYTES",
     "lease_s": "LEASE_SECONDS",
+    "max_attempts": "MAX_ATTEMPTS",
+    "max_receive_count": "MAX_RECEIVE_COUNT",
+    "deadline_margin_s": "DEADLINE_MARGIN_SECONDS",
+    "image_job_s": "IMAGE_JOB_SECONDS",
+    "retry_base_s": "RETRY_BASE_SECONDS",
     "work_dir": "WORK_DIR",
 }
 
@@ -33,6 +39,7 @@ class Settings:
     Attributes
     ----------
     jobs_table_name: DynamoDB table of the job ledger (env ``JOBS_TABLE_NAME``).
+    sources_table_name: DynamoDB table of the source index (env ``SOURCES_TABLE_NAME``).
     region: AWS region (env ``AWS_REGION``).
     endpoint_url: override endpoint for every AWS client, e.g. the embedded moto server
         (env ``AWS_ENDPOINT_URL``); ``None`` in AWS.
@@ -42,11 +49,26 @@ class Settings:
     max_pixels: largest accepted width x height, checked from the header before decoding
         (default 50,000,000).
     max_input_bytes: largest accepted original in bytes (default 200 MiB).
-    lease_s: how long a claim is held before another worker may take over, seconds.
+    lease_s: how long a claim is held, unless renewed by the heartbeat (every third of
+        it), before another worker may take over, seconds: how long a crashed worker's
+        job waits, and how long a busy duplicate stays away (default 120).
+    max_attempts: claims a job may have; the next one ends it ``attempts_exhausted``.
+        Keep it below the queue's ``maxReceiveCount`` so the ledger, not the
+        dead-letter queue, ends a job that keeps failing (default 4, against 5).
+    max_receive_count: the queue's redrive ``maxReceiveCount`` (default 5). A busy
+        record on its last receive but one is re-sent as a fresh message instead of
+        returned, so waiting never dead-letters a message.
+    deadline_margin_s: seconds of invocation time kept to release a claim and report;
+        the heartbeat releases the claim when less is left (default 10).
+    image_job_s: time an image job is allowed to need; none starts with less than this
+        plus the margin left in the invocation (default 20).
+    retry_base_s: first backoff after a transient failure, seconds; it doubles per
+        receive up to 900 (default 5).
     work_dir: parent of the per-record work folders (``/tmp`` in Lambda).
     """
 
     jobs_table_name: str = "mediajobs-jobs"
+    sources_table_name: str = "mediajobs-sources"
     region: str = "us-east-1"
     endpoint_url: str | None = None
     originals_prefix: str = "originals/"
@@ -54,7 +76,13 @@ class Settings:
     policy_version: str = "none"
     max_pixels: int = 50_000_000
     max_input_bytes: int = 200 * MB
-    lease_s: int = 300
+    lease_s: int = 120
+    max_attempts: int = 4
+    max_receive_count: int = 5
+    deadline_margin_s: int = 10
+    image_job_s: int = 20
+    retry_base_s: int = 5
+    retry_cap_s: int = 900
     work_dir: str = tempfile.gettempdir()
 
     def __post_init__(self) -> None:
@@ -62,7 +90,7 @@ class Settings:
             raise ValueError("prefixes must end with '/'")
         if self.derivatives_prefix.startswith(self.originals_prefix):
             raise ValueError("derivatives must not be written under the originals prefix")
-        for name in ("max_pixels", "max_input_bytes", "lease_s"):
+        for name in ("max_pixels", "max_input_bytes", "lease_s", "max_attempts", "max_receive_count", "retry_base_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 

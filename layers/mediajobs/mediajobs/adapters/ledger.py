@@ -2,8 +2,13 @@
 
 One row per job key. A claim is one conditional put; a takeover (expired lease or
 transient failure) is one conditional update fenced on the previous lease token;
-finishing is conditional on still holding the claim (same token, state ``running``).
-A lost race is recognised by ``ConditionalCheckFailedException``, never by message text.
+renewing the lease (the heartbeat) and finishing are conditional on still holding the
+claim (same token, state ``running``). A lost race is recognised by
+``ConditionalCheckFailedException``, never by message text.
+
+Duplicates are cheap: :meth:`DynamoLedger.find` reads every job of an original in one
+``BatchGetItem`` (strongly consistent), and :meth:`DynamoLedger.claim` given what was
+found writes nothing for a job that is done, failed or busy.
 """
 
 from __future__ import annotations
@@ -12,16 +17,19 @@ import dataclasses
 import functools
 import logging
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 from pynamodb.attributes import JSONAttribute, NumberAttribute, UnicodeAttribute
-from pynamodb.exceptions import GetError, PutError, UpdateError
+from pynamodb.exceptions import GetError, PutError, PynamoDBException, UpdateError
+from pynamodb.expressions.update import Action
 from pynamodb.models import Model
 
-from mediajobs.domain.errors import Superseded, TransientFailure
-from mediajobs.domain.jobs import Claim, ClaimOutcome, JobSpec, JobState, OutputRecord
+from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, Superseded, TransientFailure
+from mediajobs.domain.jobs import Claim, ClaimOutcome, Decision, JobSpec, JobState, JobView, OutputRecord, decide
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Model)
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
@@ -60,11 +68,13 @@ class JobModel(Model):
 
 
 @functools.cache
-def bound_job_model(table_name: str, region: str, host: str | None) -> type[JobModel]:
-    """A :class:`JobModel` subclass bound to one table and endpoint.
+def bind_model(model: type[M], table_name: str, region: str, host: str | None) -> type[M]:
+    """A subclass of a PynamoDB ``model`` bound to one table and endpoint (cached, so the
+    model's connection is made once per table).
 
     Parameters
     ----------
+    model: the model class (:class:`JobModel`, ``SourceModel``).
     table_name: DynamoDB table name.
     region: AWS region.
     host: endpoint URL (the embedded moto server), or ``None`` for AWS.
@@ -73,32 +83,83 @@ def bound_job_model(table_name: str, region: str, host: str | None) -> type[JobM
     if host:
         meta_attrs["host"] = host
     meta = type("Meta", (), meta_attrs)
-    return type(f"JobModel_{table_name}", (JobModel,), {"Meta": meta})  # type: ignore[return-value]
+    return type(f"{model.__name__}_{table_name}", (model,), {"Meta": meta})
+
+
+def bound_job_model(table_name: str, region: str, host: str | None) -> type[JobModel]:
+    """:func:`bind_model` for :class:`JobModel`."""
+    return bind_model(JobModel, table_name, region, host)
 
 
 def _lost_race(exc: PutError | UpdateError) -> bool:
     return exc.cause_response_code == _CONDITION_FAILED
 
 
+def _view(row: JobModel) -> JobView:
+    return JobView(
+        job_key=row.job_key,
+        state=row.state,
+        lease_token=row.lease_token,
+        lease_expires_at_s=int(row.lease_expires_at_s or 0),
+        attempts=int(row.attempts or 0),
+        recipe_id=row.recipe_id,
+        manifest_key=row.manifest_key,
+        outputs=tuple(OutputRecord.from_json(o) for o in (row.outputs or [])),
+        failure_reason=row.failure_reason,
+        failure_detail=row.failure_detail,
+    )
+
+
+#: How often a claim re-reads and retries after losing a race to another claim.
+_CLAIM_ROUNDS = 3
+
+
 class DynamoLedger:
-    """Claims, takeovers and state changes of jobs.
+    """Claims, takeovers, lease renewals and state changes of jobs.
 
     Parameters
     ----------
     model: a bound job model (see :func:`bound_job_model`).
-    lease_s: lease length in seconds.
+    max_attempts: claims a job may have (first claim plus takeovers); the next claim
+        ends it ``attempts_exhausted``.
     """
 
-    def __init__(self, model: type[JobModel], lease_s: int) -> None:
+    def __init__(self, model: type[JobModel], *, max_attempts: int) -> None:
         self._model = model
-        self._lease_s = lease_s
+        self._max_attempts = max_attempts
 
-    def claim(self, spec: JobSpec, *, now_s: int) -> Claim:
+    def find(self, job_keys: list[str]) -> dict[str, JobView]:
+        """The rows of ``job_keys`` that exist, by key: one strongly consistent
+        ``BatchGetItem`` (PynamoDB retries unprocessed keys itself).
+
+        Raises
+        ------
+        TransientFailure
+            On any DynamoDB error.
+        """
+        if not job_keys:
+            return {}
+        try:
+            rows = list(self._model.batch_get(sorted(set(job_keys)), consistent_read=True))
+        except PynamoDBException as exc:
+            raise TransientFailure(f"ledger batch read failed: {exc}") from exc
+        return {row.job_key: _view(row) for row in rows}
+
+    def claim(self, spec: JobSpec, *, now_s: int, lease_until_s: int, seen: JobView | None = None) -> Claim:
         """Claim a job, or report what holds it.
 
-        One conditional put (``attribute_not_exists(job_key)``); when the row exists, one
-        consistent read and, if the job can be taken over (expired lease or transient
-        failure), one conditional update fenced on the previous token.
+        Parameters
+        ----------
+        spec: the job.
+        now_s: Unix epoch seconds.
+        lease_until_s: when the lease ends unless renewed (epoch seconds).
+        seen: the row :meth:`find` returned, or ``None`` when it found none.
+
+        With ``seen`` ``None``: one conditional put (``attribute_not_exists(job_key)``);
+        after a lost race, one consistent read. A row that is done, failed or busy costs
+        no write. A takeover (expired lease or transient failure) is one conditional
+        update fenced on the previous token; past ``max_attempts`` the same update
+        ends the job ``attempts_exhausted`` instead.
 
         Raises
         ------
@@ -107,88 +168,103 @@ class DynamoLedger:
             mode has already retried throttling).
         """
         token = uuid.uuid4().hex
-        expires = now_s + self._lease_s
-        job_key = spec.job_key
-        row = self._model(
-            state=JobState.RUNNING.value,
-            lease_token=token,
-            lease_expires_at_s=expires,
-            attempts=1,
-            created_at_s=now_s,
-            updated_at_s=now_s,
-            **dataclasses.asdict(spec),
-        )
-        try:
-            row.save(condition=self._model.job_key.does_not_exist())
-            return Claim(ClaimOutcome.RUN, job_key, lease_token=token, lease_expires_at_s=expires, attempts=1)
-        except PutError as exc:
-            if not _lost_race(exc):
-                raise TransientFailure(f"ledger put failed: {exc.cause_response_code}") from exc
-        existing = self._get(job_key)
-        if existing is None:  # deleted between the put and the read: let SQS bring it back
-            raise TransientFailure(f"job {job_key[:12]} vanished during claim")
-        if existing.lease_token == token:
-            # The SDK retried a put whose first attempt succeeded but whose answer was lost:
-            # the row is ours.
-            return Claim(ClaimOutcome.RUN, job_key, lease_token=token, lease_expires_at_s=expires, attempts=1)
-        outcome = self._outcome(existing, now_s)
-        if outcome is not None:
-            return outcome
-        return self._take_over(existing, token, now_s)
+        if seen is None:
+            row = self._model(
+                state=JobState.RUNNING.value,
+                lease_token=token,
+                lease_expires_at_s=lease_until_s,
+                attempts=1,
+                created_at_s=now_s,
+                updated_at_s=now_s,
+                **dataclasses.asdict(spec),
+            )
+            try:
+                row.save(condition=self._model.job_key.does_not_exist())
+                return Claim(
+                    ClaimOutcome.RUN, spec.job_key, lease_token=token, lease_expires_at_s=lease_until_s, attempts=1
+                )
+            except PutError as exc:
+                if not _lost_race(exc):
+                    raise TransientFailure(f"ledger put failed: {exc.cause_response_code}") from exc
+            seen = self._read(spec.job_key)
+            if seen.lease_token == token:
+                # The SDK retried a put whose first attempt succeeded but whose answer was
+                # lost: the row is ours.
+                return Claim(
+                    ClaimOutcome.RUN, spec.job_key, lease_token=token, lease_expires_at_s=lease_until_s, attempts=1
+                )
+        for _ in range(_CLAIM_ROUNDS):
+            decision = decide(seen, now_s=now_s, max_attempts=self._max_attempts)
+            if decision is Decision.DONE:
+                return Claim(ClaimOutcome.DONE, seen.job_key, manifest_key=seen.manifest_key, outputs=seen.outputs)
+            if decision is Decision.FAILED:
+                return Claim(ClaimOutcome.FAILED, seen.job_key, failure_reason=seen.failure_reason)
+            if decision is Decision.BUSY:
+                return Claim(ClaimOutcome.BUSY, seen.job_key, lease_expires_at_s=seen.lease_expires_at_s)
+            won = self._take_over(seen, token, now_s, lease_until_s, exhaust=decision is Decision.EXHAUST)
+            if won is not None:
+                return won
+            seen = self._read(seen.job_key)
+        # Lost every round: someone else is actively claiming it.
+        return Claim(ClaimOutcome.BUSY, spec.job_key, lease_expires_at_s=now_s)
 
-    def _take_over(self, existing: JobModel, token: str, now_s: int) -> Claim:
+    @staticmethod
+    def _ran(job_key: str, token: str, lease_until_s: int) -> Claim:
+        return Claim(ClaimOutcome.RUN, job_key, lease_token=token, lease_expires_at_s=lease_until_s, attempts=1)
+
+    def _take_over(self, seen: JobView, token: str, now_s: int, lease_until_s: int, *, exhaust: bool) -> Claim | None:
+        """One conditional update fenced on ``seen``'s token; ``None`` when the race was lost."""
         model = self._model
-        expires = now_s + self._lease_s
         takeable = (model.state == JobState.TRANSIENT_FAILURE.value) | (
             (model.state == JobState.RUNNING.value) & (model.lease_expires_at_s <= now_s)
         )
         fence = (
-            model.lease_token == existing.lease_token
-            if existing.lease_token is not None
+            model.lease_token == seen.lease_token
+            if seen.lease_token is not None
             else model.lease_token.does_not_exist()
         )
+        actions: list[Action]
+        if exhaust:
+            detail = f"{seen.attempts} attempts; last: {seen.failure_detail or 'lease expired (worker lost)'}"
+            actions = [
+                model.state.set(JobState.PERMANENT_FAILURE.value),
+                model.failure_reason.set(ATTEMPTS_EXHAUSTED),
+                model.failure_detail.set(detail[:1000]),
+                model.updated_at_s.set(now_s),
+                model.finished_at_s.set(now_s),
+            ]
+        else:
+            actions = [
+                model.state.set(JobState.RUNNING.value),
+                model.lease_token.set(token),
+                model.lease_expires_at_s.set(lease_until_s),
+                model.attempts.add(1),
+                model.updated_at_s.set(now_s),
+            ]
         try:
-            existing.update(
-                actions=[
-                    model.state.set(JobState.RUNNING.value),
-                    model.lease_token.set(token),
-                    model.lease_expires_at_s.set(expires),
-                    model.attempts.add(1),
-                    model.updated_at_s.set(now_s),
-                ],
-                condition=fence & takeable,
-            )
+            model(seen.job_key).update(actions=actions, condition=fence & takeable)
         except UpdateError as exc:
             if not _lost_race(exc):
                 raise TransientFailure(f"ledger update failed: {exc.cause_response_code}") from exc
-            # Someone else took it over (or finished it) first.
-            latest = self._get(existing.job_key)
-            if latest is not None:
-                outcome = self._outcome(latest, now_s)
-                if outcome is not None:
-                    return outcome
-            return Claim(ClaimOutcome.BUSY, existing.job_key, lease_expires_at_s=now_s)
-        log.info("took over job", extra={"job_key": existing.job_key, "attempts": int(existing.attempts)})
+            return None
+        if exhaust:
+            log.warning("attempts exhausted", extra={"job_key": seen.job_key, "attempts": seen.attempts})
+            return Claim(ClaimOutcome.FAILED, seen.job_key, failure_reason=ATTEMPTS_EXHAUSTED, failed_now=True)
+        log.info("took over job", extra={"job_key": seen.job_key, "attempts": seen.attempts + 1})
         return Claim(
             ClaimOutcome.RUN,
-            existing.job_key,
+            seen.job_key,
             lease_token=token,
-            lease_expires_at_s=expires,
-            attempts=int(existing.attempts),
+            lease_expires_at_s=lease_until_s,
+            attempts=seen.attempts + 1,
             took_over=True,
         )
 
-    @staticmethod
-    def _outcome(row: JobModel, now_s: int) -> Claim | None:
-        """The claim outcome a row implies, or ``None`` when it can be taken over."""
-        if row.state == JobState.DONE.value:
-            outputs = tuple(OutputRecord.from_json(o) for o in (row.outputs or []))
-            return Claim(ClaimOutcome.DONE, row.job_key, manifest_key=row.manifest_key, outputs=outputs)
-        if row.state == JobState.PERMANENT_FAILURE.value:
-            return Claim(ClaimOutcome.FAILED, row.job_key, failure_reason=row.failure_reason)
-        if row.state == JobState.RUNNING.value and int(row.lease_expires_at_s) > now_s:
-            return Claim(ClaimOutcome.BUSY, row.job_key, lease_expires_at_s=int(row.lease_expires_at_s))
-        return None
+    def _read(self, job_key: str) -> JobView:
+        row = self._get(job_key)
+        if row is None:  # deleted between the write and the read: let SQS bring it back
+            raise TransientFailure(f"job {job_key[:12]} vanished during claim")
+        return _view(row)
 
     def _get(self, job_key: str) -> JobModel | None:
         try:
@@ -199,7 +275,7 @@ class DynamoLedger:
             raise TransientFailure(f"ledger read failed: {exc.cause_response_code}") from exc
 
     def get(self, job_key: str) -> JobModel | None:
-        """The job's row (consistent read), or ``None``."""
+        """The job's whole row (consistent read), or ``None``."""
         return self._get(job_key)
 
     def _finish(self, job_key: str, token: str, actions: list[Any]) -> None:
@@ -213,6 +289,19 @@ class DynamoLedger:
             if _lost_race(exc):
                 raise Superseded(job_key) from exc
             raise TransientFailure(f"ledger update failed: {exc.cause_response_code}") from exc
+
+    def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None:
+        """Extend the lease to ``lease_until_s`` (the heartbeat); only the holder can.
+
+        Raises
+        ------
+        Superseded
+            If the claim was taken over or released.
+        TransientFailure
+            On any other DynamoDB error.
+        """
+        m = self._model
+        self._finish(job_key, token, [m.lease_expires_at_s.set(lease_until_s), m.updated_at_s.set(now_s)])
 
     def complete(self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int) -> None:
         """Mark the job done; only the holder of ``token`` can.

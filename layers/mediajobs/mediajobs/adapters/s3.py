@@ -18,7 +18,7 @@ from typing import IO, Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from mediajobs.domain.errors import SOURCE_MISSING, PermanentFailure, TransientFailure
-from mediajobs.domain.jobs import Downloaded, ObjectRef
+from mediajobs.domain.jobs import Downloaded, ObjectHead, ObjectRef
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,42 @@ class S3Store:
 
     def __init__(self, client: Any) -> None:
         self._s3 = client
+
+    def head(self, ref: ObjectRef) -> ObjectHead:
+        """Size, version, ETag and (when the object has one) full-object SHA-256 of
+        ``ref``, without reading its bytes (``HeadObject`` with ``ChecksumMode=ENABLED``).
+
+        A checksum is a content hash only when it covers the whole object: S3 marks
+        multipart checksums ``COMPOSITE`` and suffixes them ``-<parts>`` (S3 user guide,
+        "Checking object integrity"); those are ignored.
+
+        Raises
+        ------
+        PermanentFailure
+            ``source_missing`` when the object or version no longer exists.
+        TransientFailure
+            On any other S3 or network error.
+        """
+        params: dict[str, Any] = {"Bucket": ref.bucket, "Key": ref.key, "ChecksumMode": "ENABLED"}
+        if ref.version_id:
+            params["VersionId"] = ref.version_id
+        try:
+            head = self._s3.head_object(**params)
+        except ClientError as exc:
+            if _code(exc) in _MISSING_CODES or _status(exc) == 404:
+                raise PermanentFailure(SOURCE_MISSING, f"s3://{ref.bucket}/{ref.key} is gone") from exc
+            raise TransientFailure(f"S3 HeadObject failed: {_code(exc)}") from exc
+        except BotoCoreError as exc:
+            raise TransientFailure(f"S3 HeadObject failed: {exc}") from exc
+        checksum = head.get("ChecksumSHA256")
+        full_object = checksum and "-" not in checksum and head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT"
+        version = head.get("VersionId")
+        return ObjectHead(
+            version_id=None if version in (None, "null") else version,
+            etag=str(head.get("ETag", "")).strip('"'),
+            size_bytes=int(head["ContentLength"]),
+            sha256=base64.b64decode(checksum).hex() if full_object else None,
+        )
 
     def download(self, ref: ObjectRef, dest: Path) -> Downloaded:
         """Stream ``ref`` to ``dest`` in 1 MiB chunks, hashing as it goes.

@@ -4,6 +4,8 @@
   unsupported, corrupt, over a limit). It is recorded and the message deleted.
 * :class:`TransientFailure` means "try again later": SQS redelivers.
 * :class:`JobBusy` is not a fault: another worker holds an unexpired lease.
+* :class:`DeadlineReached` and :class:`DeliveryLost` are transient failures that
+  release the claim at once.
 * :class:`Superseded` means this worker's lease was taken over; its results
   must not be committed.
 """
@@ -22,6 +24,7 @@ TOO_MANY_SCANS: Final = "too_many_scans"
 TOO_MANY_FRAMES: Final = "too_many_frames"
 TOO_LARGE: Final = "too_large"
 SOURCE_MISSING: Final = "source_missing"
+ATTEMPTS_EXHAUSTED: Final = "attempts_exhausted"
 
 REASON_CODES: Final = frozenset(
     {
@@ -34,6 +37,7 @@ REASON_CODES: Final = frozenset(
         TOO_MANY_FRAMES,
         TOO_LARGE,
         SOURCE_MISSING,
+        ATTEMPTS_EXHAUSTED,
     }
 )
 
@@ -63,6 +67,19 @@ class PermanentFailure(MediaJobsError):
 
 class TransientFailure(MediaJobsError):
     """A failure that may pass (network, throttling, a lost write race): redeliver."""
+
+
+class DeadlineReached(TransientFailure):
+    """Too little of the Lambda invocation's time is left to start or finish a job.
+
+    The claim (if any) is released at once so that another worker can take it without
+    waiting for the lease to expire; the message should come back immediately.
+    """
+
+
+class DeliveryLost(TransientFailure):
+    """The SQS message is no longer this worker's (``ReceiptHandleIsInvalid``): it was
+    deleted or its receipt handle expired. The work is abandoned and the claim released."""
 
 
 class JobBusy(MediaJobsError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,7 @@ class Claim:
     manifest_key: stored manifest key when ``outcome`` is ``DONE``.
     outputs: stored outputs when ``outcome`` is ``DONE``.
     took_over: whether this claim replaced an expired lease or a transient failure.
+    failed_now: whether this claim itself ended the job (``attempts_exhausted``).
     """
 
     outcome: ClaimOutcome
@@ -105,6 +107,115 @@ class Claim:
     manifest_key: str | None = None
     outputs: tuple[OutputRecord, ...] = ()
     took_over: bool = False
+    failed_now: bool = False
+
+
+class Decision(enum.StrEnum):
+    """What a claim must do with a job row it found (see :func:`decide`)."""
+
+    DONE = "done"
+    FAILED = "failed"
+    BUSY = "busy"
+    TAKE_OVER = "take_over"
+    EXHAUST = "exhaust"
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job row as read from the ledger.
+
+    Attributes
+    ----------
+    job_key: 64 hex characters.
+    state: a :class:`JobState` value.
+    lease_token: the current (or last) holder's fencing token.
+    lease_expires_at_s: Unix epoch seconds when the holder's lease ends.
+    attempts: claims so far (first claim and takeovers).
+    recipe_id: the recipe the job applies (tells the media type of the input).
+    manifest_key, outputs: the committed result when ``state`` is ``done``.
+    failure_reason, failure_detail: the stored failure, if any.
+    """
+
+    job_key: str
+    state: str
+    lease_token: str | None
+    lease_expires_at_s: int
+    attempts: int
+    recipe_id: str = ""
+    manifest_key: str | None = None
+    outputs: tuple[OutputRecord, ...] = ()
+    failure_reason: str | None = None
+    failure_detail: str | None = None
+
+
+def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
+    """What a claim should do with an existing job row. Pure.
+
+    ``done`` and ``permanent_failure`` are final. A ``running`` row whose lease has not
+    expired is busy. A ``transient_failure`` or an expired lease can be taken over --
+    unless ``max_attempts`` claims were already made, in which case the job ends
+    ``attempts_exhausted`` (the cap lives in the ledger, across every message that names
+    the job, so duplicates cannot multiply the retries).
+    """
+    if view.state == JobState.DONE:
+        return Decision.DONE
+    if view.state == JobState.PERMANENT_FAILURE:
+        return Decision.FAILED
+    if view.state == JobState.RUNNING and view.lease_expires_at_s > now_s:
+        return Decision.BUSY
+    if view.attempts >= max_attempts:
+        return Decision.EXHAUST
+    return Decision.TAKE_OVER
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The SQS delivery a record came with, and the invocation's clock.
+
+    Attributes
+    ----------
+    queue_arn: ARN of the source queue (``eventSourceARN``).
+    receipt_handle: handle of this receive of the message.
+    receive_count: ``ApproximateReceiveCount`` (1 on the first delivery).
+    remaining_s: seconds left before Lambda stops the invocation (from the context's
+        ``get_remaining_time_in_millis``).
+    """
+
+    queue_arn: str
+    receipt_handle: str
+    receive_count: int
+    remaining_s: Callable[[], float]
+
+
+@dataclass(frozen=True)
+class ObjectHead:
+    """What ``HeadObject`` says of an object version, read before any byte of it.
+
+    Attributes
+    ----------
+    version_id: S3 version id (``None`` when versioning is off).
+    etag: ETag without quotes.
+    size_bytes: object size in bytes.
+    sha256: hex SHA-256 of the whole object when it carries a full-object SHA-256
+        checksum, else ``None`` (composite multipart checksums are not a content hash).
+    """
+
+    version_id: str | None
+    etag: str
+    size_bytes: int
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class KnownSource:
+    """What the source index remembers of a content: its hash, size and media type.
+
+    ``media`` is ``""`` for content no recipe applies to; ``None`` while it is unknown.
+    """
+
+    sha256: str
+    size_bytes: int
+    media: str | None
 
 
 @dataclass(frozen=True)
@@ -184,6 +295,8 @@ class SourceResult:
     size_bytes: bytes read.
     reason: the failure's reason code, when ``state`` is ``permanent_failure``.
     jobs: one entry per recipe applied.
+    bytes_read: bytes of the original read from S3 by this delivery (0 when the
+        duplicate was recognised without reading it).
     """
 
     source: ObjectRef
@@ -194,6 +307,7 @@ class SourceResult:
     reason: str | None = None
     detail: str = ""
     jobs: list[JobResult] = field(default_factory=list)
+    bytes_read: int = 0
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,24 @@ def job_key(
         "recipe_sha256": recipe_sha256,
     }
     return sha256_hex(canonical_json(document))
+
+
+def source_version_id(bucket: str, key: str, *, version_id: str | None, etag: str, size_bytes: int) -> str | None:
+    """Identity of one immutable version of an S3 object, for the source index.
+
+    ``["s3", bucket, key, "version", <version id>]`` when the bucket is versioned (a
+    version's bytes never change); otherwise ``["s3", bucket, key, "etag", <etag>,
+    <size>]`` (a new upload under the key gets another ETag unless its bytes are the
+    same). ``None`` when neither is known: such a source is hashed every time.
+    This is a cache key for a content hash, never a job's identity.
+    """
+    if version_id:
+        return canonical_json(["s3", bucket, key, "version", version_id]).decode()
+    if etag:
+        return canonical_json(["s3", bucket, key, "etag", etag.strip('"'), size_bytes]).decode()
+    return None
+
+
+def content_id(sha256: str) -> str:
+    """Identity of a content in the source index: ``sha256:<hex>``."""
+    return f"sha256:{sha256}"

@@ -5,7 +5,11 @@ Thin: parse each record (Powertools parser model), call the pipeline, report.
 * A record outside ``originals/``, a committed job and a permanent failure are successes
   for SQS: the message is deleted (the failure is in the ledger and the logs).
 * A busy job, a transient failure, a superseded claim and a record that does not parse
-  are reported in ``batchItemFailures``: only those messages come back.
+  are reported in ``batchItemFailures``: only those messages come back -- after the
+  visibility the handler sets for each (Lambda leaves a failed record invisible until
+  its visibility timeout ends; it never shortens it): a busy duplicate when the
+  holder's lease ends (plus jitter), a transient failure after an exponential backoff
+  on its receive count, a record stopped by the invocation's deadline at once.
 
 ``raise_on_entire_batch_failure=False``: when every record of a batch is busy or
 transient, reporting them all as item failures has the same effect on SQS as raising,
@@ -16,6 +20,7 @@ trips the Errors alarm, and Lambda does not back off the whole event source mapp
 from __future__ import annotations
 
 import os
+import random
 import time
 from typing import Any
 
@@ -29,8 +34,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Json
 
 from mediajobs.bootstrap import build_pipeline
-from mediajobs.domain.errors import JobBusy, Superseded, TransientFailure
-from mediajobs.domain.jobs import ObjectRef, SourceResult
+from mediajobs.domain.errors import DeadlineReached, DeliveryLost, JobBusy, Superseded, TransientFailure
+from mediajobs.domain.jobs import Delivery, ObjectRef, SourceResult
+from mediajobs.domain.retry import busy_delay_s, transient_delay_s
 from mediajobs.service import Pipeline
 
 # The template sets POWERTOOLS_SERVICE_NAME and POWERTOOLS_METRICS_NAMESPACE; these are the fallbacks.
@@ -46,6 +52,11 @@ class ObjectCreatedRecord(SqsRecordModel):
 
 
 _pipeline: Pipeline | None = None
+#: Visibility (seconds) chosen for each record of the current batch that goes back, by message id.
+_return_after: dict[str, int] = {}
+#: The raw bodies of the current batch, by message id (a busy record may be re-sent).
+_bodies: dict[str, str] = {}
+_rng = random.Random()
 
 
 def get_pipeline() -> Pipeline:
@@ -96,27 +107,59 @@ def _report(result: SourceResult) -> None:
         )
 
 
-def record_handler(record: ObjectCreatedRecord) -> dict[str, Any]:
-    """Process one record; raising reports it as a batch item failure."""
+def _delivery(record: ObjectCreatedRecord, context: LambdaContext | None) -> Delivery:
+    remaining = (lambda: context.get_remaining_time_in_millis() / 1000) if context is not None else (lambda: 900.0)
+    return Delivery(
+        queue_arn=record.eventSourceARN,
+        receipt_handle=record.receiptHandle,
+        receive_count=int(record.attributes.ApproximateReceiveCount or 1),
+        remaining_s=remaining,
+    )
+
+
+def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
+    """Process one record; raising reports it as a batch item failure (after choosing
+    when the message should come back)."""
     ref = to_object_ref(record)
+    delivery = _delivery(record, lambda_context)
     logger.set_correlation_id(record.body.id)
     logger.append_keys(source_key=ref.key, message_id=record.messageId)
     started = time.monotonic()
+    pipeline = get_pipeline()
+    settings = pipeline.settings
     try:
-        result = get_pipeline().process(ref)
+        result = pipeline.process(ref, delivery)
         _report(result)
         logger.info(
             "record done",
             extra={
                 "state": result.state,
                 "job_keys": [j.job_key for j in result.jobs],
+                "bytes_read": result.bytes_read,
                 "seconds": round(time.monotonic() - started, 3),
             },
         )
         return {"state": result.state}
     except JobBusy as busy:
         metrics.add_metric(name="JobsBusy", unit=MetricUnit.Count, value=1)
-        logger.info("busy: redelivering later", extra={"job_key": busy.job_key})
+        delay = busy_delay_s(busy.lease_expires_at_s - time.time(), lease_s=settings.lease_s, rng=_rng)
+        if delivery.receive_count >= settings.max_receive_count - 1 and _resend(record, delay):
+            # Waiting is not failing: one more return would let SQS dead-letter it.
+            logger.info("busy near maxReceiveCount: re-sent as a fresh message", extra={"job_key": busy.job_key})
+            return {"state": "busy_resent"}
+        _return_after[record.messageId] = delay
+        logger.info("busy: redelivering after the lease", extra={"job_key": busy.job_key, "return_after_s": delay})
+        raise
+    except DeliveryLost as exc:
+        # The message is not ours any more: nothing to set on it.
+        metrics.add_metric(name="JobsTransient", unit=MetricUnit.Count, value=1)
+        _return_after[record.messageId] = -1
+        logger.warning("delivery lost: abandoning the work", extra={"error": str(exc)})
+        raise
+    except DeadlineReached as exc:
+        metrics.add_metric(name="JobsTransient", unit=MetricUnit.Count, value=1)
+        _return_after[record.messageId] = 0
+        logger.warning("deadline: redelivering at once", extra={"error": str(exc)})
         raise
     except (TransientFailure, Superseded) as exc:
         metrics.add_metric(name="JobsTransient", unit=MetricUnit.Count, value=1)
@@ -132,10 +175,57 @@ def record_handler(record: ObjectCreatedRecord) -> dict[str, Any]:
         logger.remove_keys(["source_key", "message_id"])
 
 
+def _resend(record: ObjectCreatedRecord, delay_s: int) -> bool:
+    queue = get_pipeline().queue
+    body = _bodies.get(record.messageId)
+    if queue is None or body is None:
+        return False
+    try:
+        queue.resend(record.eventSourceARN, body, delay_s)  # type: ignore[attr-defined]
+    except TransientFailure as exc:
+        logger.warning("could not re-send a busy record: %s", exc)
+        return False
+    return True
+
+
+def _return_failed(event: dict[str, Any], response: PartialItemFailureResponse) -> None:
+    """Set the visibility of every record reported as failed (one batch call per queue)."""
+    failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+    if not failed:
+        return
+    pipeline = get_pipeline()
+    settings = pipeline.settings
+    by_queue: dict[str, list[tuple[str, int]]] = {}
+    for raw in event.get("Records", []):
+        message_id = raw.get("messageId")
+        if message_id not in failed:
+            continue
+        seconds = _return_after.get(message_id)
+        if seconds is None:  # transient, superseded, unexpected or unparsable: back off
+            receives = int(raw.get("attributes", {}).get("ApproximateReceiveCount", 1) or 1)
+            seconds = transient_delay_s(receives, base_s=settings.retry_base_s, cap_s=settings.retry_cap_s, rng=_rng)
+        if seconds < 0:
+            continue
+        by_queue.setdefault(raw.get("eventSourceARN", ""), []).append((raw["receiptHandle"], seconds))
+    if pipeline.queue is None:
+        return
+    for queue_arn, delays in by_queue.items():
+        pipeline.queue.return_later(queue_arn, delays)  # type: ignore[attr-defined]
+
+
 @metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     """Entry point: returns ``{"batchItemFailures": [{"itemIdentifier": <messageId>}, ...]}``."""
     # A processor per invocation: it holds the batch's state, so invocations never share it.
     processor = BatchProcessor(event_type=EventType.SQS, model=ObjectCreatedRecord, raise_on_entire_batch_failure=False)
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    _return_after.clear()
+    _bodies.clear()
+    _bodies.update({r.get("messageId", ""): r.get("body", "") for r in event.get("Records", [])})
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    _return_failed(event, response)
+    _return_after.clear()
+    _bodies.clear()
+    return response

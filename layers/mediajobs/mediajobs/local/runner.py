@@ -1,11 +1,11 @@
 """Drives a handler with SQS batches the way Lambda's SQS event source mapping does.
 
-Receive up to ``BatchSize`` messages, build the Lambda SQS event, invoke the handler,
-then delete every record not listed in ``batchItemFailures``. One deliberate local
-difference: a failed record is made visible again after ``retry_delay_s`` instead of
-waiting out the queue's visibility timeout (90 minutes in the template), so a local run
-ends; the redrive to the dead-letter queue after ``maxReceiveCount`` receives still
-applies because moto counts receives.
+Receive up to ``BatchSize`` messages, build the Lambda SQS event, invoke the handler
+with a context whose remaining time counts down from the function's Timeout, then delete
+every record not listed in ``batchItemFailures``. As in Lambda, a failed record's
+visibility is left as the handler set it (the handler chooses when each comes back);
+the redrive to the dead-letter queue after ``maxReceiveCount`` receives applies because
+moto counts receives.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HandlerFn = Callable[[dict[str, Any], Any], dict[str, Any]]
+#: Called with the messages about to be deleted; returns those to delete (a simulation
+#: drops some, as a lost acknowledgement would, or stops the process there).
+AckHook = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
 
 @dataclass
@@ -101,7 +104,7 @@ class EventSourceMapping:
     handler: the Lambda handler (``event, context -> response``).
     batch_size: records per invocation (the template's BatchSize, at most 10 per receive).
     timeout_s: the function's Timeout, for the context's remaining time.
-    retry_delay_s: visibility given to failed records (see module docstring).
+    before_ack: see :data:`AckHook`.
     """
 
     def __init__(
@@ -114,7 +117,7 @@ class EventSourceMapping:
         batch_size: int = 10,
         timeout_s: int = 900,
         region: str = "us-east-1",
-        retry_delay_s: int = 1,
+        before_ack: AckHook | None = None,
     ) -> None:
         self._sqs = sqs
         self._queue_url = queue_url
@@ -123,8 +126,11 @@ class EventSourceMapping:
         self._batch_size = max(1, min(10, batch_size))
         self._timeout_s = timeout_s
         self._region = region
-        self._retry_delay_s = retry_delay_s
+        self._before_ack = before_ack
         self.stats = DeliveryStats()
+        #: The messages of the batch being handled (receipt handles included), so a test
+        #: can make them visible again after stopping the handler mid-batch.
+        self.current_batch: list[dict[str, Any]] = []
 
     def poll_once(self, wait_s: int = 0) -> int:
         """Receive one batch and invoke the handler on it; returns the records received."""
@@ -140,6 +146,7 @@ class EventSourceMapping:
         for m in messages:
             if m.get("Attributes", {}).get("ApproximateReceiveCount", "1") == "1":
                 self.stats.bodies.append(m["Body"])
+        self.current_batch = messages
         result = self._handler(
             sqs_event(messages, self._queue_arn, self._region), LocalLambdaContext(timeout_s=self._timeout_s)
         )
@@ -147,23 +154,25 @@ class EventSourceMapping:
         self.stats.invocations += 1
         self.stats.received += len(messages)
         done = [m for m in messages if m["MessageId"] not in failed_ids]
-        failed = [m for m in messages if m["MessageId"] in failed_ids]
+        failed = len(messages) - len(done)
+        if self._before_ack is not None:
+            done = self._before_ack(done)
         if done:
             self._sqs.delete_message_batch(
                 QueueUrl=self._queue_url,
                 Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
             )
-        if failed:
-            self._sqs.change_message_visibility_batch(
-                QueueUrl=self._queue_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": self._retry_delay_s}
-                    for i, m in enumerate(failed)
-                ],
-            )
+        self.current_batch = []
         self.stats.deleted += len(done)
-        self.stats.failed += len(failed)
+        self.stats.failed += failed
         return len(messages)
+
+    def expire(self, messages: list[dict[str, Any]]) -> None:
+        """Make ``messages`` visible now, as if their visibility timeout had run out."""
+        for m in messages:
+            self._sqs.change_message_visibility(
+                QueueUrl=self._queue_url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+            )
 
     def in_flight(self) -> int:
         """Messages visible or in flight in the queue."""

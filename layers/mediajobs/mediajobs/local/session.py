@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mediajobs.bootstrap import build_pipeline
-from mediajobs.domain.jobs import JobResult, ObjectRef, SourceResult
+from mediajobs.domain.jobs import Claim, JobResult, ObjectRef, SourceResult
 from mediajobs.local.embedded import REGION, EmbeddedAws, LocalStack
 from mediajobs.local.runner import DeliveryStats, EventSourceMapping
 from mediajobs.service import PipelineObserver
@@ -20,17 +20,39 @@ from mediajobs.settings import Settings
 
 
 class Collector(PipelineObserver):
-    """Counts renders and keeps every result, by source key, in delivery order."""
+    """Counts claims and renders and keeps every result, by source key, in delivery order."""
 
     def __init__(self) -> None:
+        self.claims: list[Claim] = []
         self.renders: list[str] = []
         self.results: dict[str, list[SourceResult]] = {}
+
+    def claimed(self, claim: Claim, source: ObjectRef) -> None:
+        self.claims.append(claim)
 
     def render_started(self, job_key: str, source: ObjectRef) -> None:
         self.renders.append(job_key)
 
     def source_finished(self, result: SourceResult) -> None:
         self.results.setdefault(result.source.key, []).append(result)
+
+
+def local_handler(worker: Any) -> Any:
+    """The worker's handler, for local runs with metrics disabled.
+
+    Powertools (3.x) neither prints nor clears metrics when ``POWERTOOLS_METRICS_DISABLED``
+    is set, so they pile up across invocations, and at 100 values ``add_metric`` prints
+    them anyway -- EMF documents on stdout in the middle of ``process --json``. Clearing
+    them after each invocation keeps local runs quiet.
+    """
+
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        try:
+            return worker.lambda_handler(event, context)
+        finally:
+            worker.metrics.clear_metrics()
+
+    return handler
 
 
 class LocalSession:
@@ -70,7 +92,7 @@ class LocalSession:
             self.sqs,
             self.stack.queue_url,
             self.stack.queue_arn,
-            worker.lambda_handler,
+            local_handler(worker),
             batch_size=self.stack.batch_size,
             timeout_s=self.stack.timeout_s,
             region=REGION,

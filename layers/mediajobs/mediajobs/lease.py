@@ -1,0 +1,183 @@
+"""The heartbeat of a claim: keep the lease and the message while the work runs, and give
+both back when the invocation is about to end.
+
+A background thread wakes every ``tick_s`` seconds and
+
+* renews the lease in the ledger (conditional on the token) once a third of the lease
+  has passed since the last renewal;
+* sets the SQS message's visibility to the lease's remaining time plus a margin, so the
+  message stays hidden while the job runs and comes back soon after a crash;
+* releases the claim as transient when less than ``margin_s`` of the Lambda
+  invocation is left, so another worker can take the job at once instead of waiting for
+  the lease of a worker Lambda is about to stop mid-write.
+
+``ReceiptHandleIsInvalid`` once the message was held (deleted, or its receive expired)
+aborts the work and releases the claim. On the first extension it means the record was
+never a message in flight (an event replayed with ``sam local invoke -e``): the work
+goes on without one.
+
+It never interrupts the work: it records what went wrong, and the pipeline calls
+:meth:`LeaseKeeper.check` at every step boundary (before each write), which raises it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from mediajobs.domain.errors import DeadlineReached, DeliveryLost, MediaJobsError, Superseded, TransientFailure
+from mediajobs.domain.jobs import Delivery
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLedger(Protocol):
+    """What the heartbeat needs of the ledger."""
+
+    def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None: ...
+    def release_transient(self, job_key: str, token: str, *, detail: str, now_s: int) -> None: ...
+
+
+class MessageVisibility(Protocol):
+    """What the heartbeat needs of the queue."""
+
+    def set_visibility(self, delivery: Delivery, seconds: int) -> None: ...
+
+
+def lease_until(now_s: float, lease_s: int, delivery: Delivery | None) -> int:
+    """When a lease taken or renewed at ``now_s`` ends: ``lease_s`` later, but never after
+    the invocation's end (plus 1 s) -- past it, the holder cannot be running, so a
+    duplicate that waits for the lease waits exactly as long as the holder can live."""
+    until = now_s + lease_s
+    if delivery is not None:
+        until = min(until, now_s + max(0.0, delivery.remaining_s()) + 1)
+    return math.ceil(until)
+
+
+class LeaseKeeper:
+    """Context manager around the work of one claim.
+
+    Parameters
+    ----------
+    ledger, queue: adapters (``queue`` is unused without a delivery).
+    job_key, token: the claim.
+    expires_at_s: when the claim's lease ends (epoch seconds).
+    delivery: the SQS record being worked on, or ``None`` (CLI, tests).
+    lease_s: lease length, seconds.
+    margin_s: seconds of invocation time kept to release the claim and report.
+    clock: Unix time in seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        ledger: LeaseLedger,
+        queue: MessageVisibility | None,
+        job_key: str,
+        token: str,
+        expires_at_s: int,
+        delivery: Delivery | None,
+        lease_s: int,
+        margin_s: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self._ledger = ledger
+        self._queue = queue
+        self.job_key = job_key
+        self._token = token
+        self.expires_at_s = expires_at_s
+        self._delivery = delivery
+        self._lease_s = lease_s
+        self._margin_s = margin_s
+        self._clock = clock
+        self._renewed_at = clock()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._delivery_held = True
+        self.problem: MediaJobsError | None = None
+        self.renewals = 0
+
+    @property
+    def tick_s(self) -> float:
+        """Seconds between beats: often enough to see the deadline coming and to renew
+        three times per lease."""
+        return max(0.05, min(self._lease_s / 3, self._margin_s / 2))
+
+    def __enter__(self) -> LeaseKeeper:
+        try:
+            self._extend_visibility(self._clock())
+        except DeliveryLost:
+            # Never in flight: an event replayed by hand (``sam local invoke -e``). The work
+            # is idempotent; it goes on, without a message to keep.
+            log.warning("the record's message is not in flight (a replayed event?)", extra={"job_key": self.job_key})
+            self._delivery_held = False
+        self._thread = threading.Thread(target=self._run, name=f"lease-{self.job_key[:8]}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            self.beat()
+            if self.problem is not None:
+                return
+
+    def beat(self) -> None:
+        """One heartbeat (the thread calls it; tests call it directly)."""
+        with self._lock:
+            if self.problem is not None:
+                return
+            now = self._clock()
+            try:
+                if self._delivery is not None and self._delivery.remaining_s() < self._margin_s:
+                    self._give_back(DeadlineReached(f"{self._delivery.remaining_s():.1f} s left in the invocation"))
+                    return
+                if now - self._renewed_at >= self._lease_s / 3:
+                    until = lease_until(now, self._lease_s, self._delivery)
+                    self._ledger.renew(self.job_key, self._token, lease_until_s=until, now_s=int(now))
+                    self.expires_at_s, self._renewed_at = until, now
+                    self.renewals += 1
+                    self._extend_visibility(now)
+            except Superseded as lost:
+                log.warning("lease lost: another worker took the job over", extra={"job_key": self.job_key})
+                self.problem = lost
+            except DeliveryLost as gone:
+                self._give_back(gone)
+            except TransientFailure as exc:  # the next beat tries again; the lease has slack
+                log.warning("heartbeat failed: %s", exc, extra={"job_key": self.job_key})
+
+    def _extend_visibility(self, now: float) -> None:
+        if self._delivery is None or self._queue is None or not self._delivery_held:
+            return
+        seconds = max(1, math.ceil(self.expires_at_s - now) + self._margin_s)
+        self._queue.set_visibility(self._delivery, seconds)
+
+    def _give_back(self, problem: MediaJobsError) -> None:
+        """Release the claim as transient so any delivery can take it over now."""
+        self.problem = problem
+        try:
+            self._ledger.release_transient(self.job_key, self._token, detail=str(problem), now_s=int(self._clock()))
+            log.warning("claim released: %s", problem, extra={"job_key": self.job_key})
+        except (Superseded, TransientFailure) as exc:
+            log.warning("could not release the claim: %s", exc, extra={"job_key": self.job_key})
+
+    def check(self) -> None:
+        """Raise what the heartbeat found (:class:`Superseded`, :class:`DeadlineReached`,
+        :class:`DeliveryLost`); the pipeline calls it before every write."""
+        if self.problem is None:
+            self.beat_if_due()
+        if self.problem is not None:
+            raise self.problem
+
+    def beat_if_due(self) -> None:
+        """Check the deadline now (cheap), without waiting for the next tick."""
+        if self._delivery is not None and self._delivery.remaining_s() < self._margin_s:
+            self.beat()

@@ -1,0 +1,120 @@
+"""The heartbeat, beat by beat (no threads, no sleeps: the tests call ``beat``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mediajobs.domain.errors import DeadlineReached, DeliveryLost, Superseded
+from mediajobs.domain.jobs import Delivery
+from mediajobs.lease import LeaseKeeper, lease_until
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeLedger:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.lost = False
+
+    def renew(self, job_key, token, *, lease_until_s, now_s):
+        self.calls.append(("renew", lease_until_s))
+        if self.lost:
+            raise Superseded(job_key)
+
+    def release_transient(self, job_key, token, *, detail, now_s):
+        self.calls.append(("release", detail))
+
+
+class FakeQueue:
+    def __init__(self) -> None:
+        self.visibility: list[int] = []
+        self.gone = False
+
+    def set_visibility(self, delivery, seconds):
+        if self.gone:
+            raise DeliveryLost("ReceiptHandleIsInvalid")
+        self.visibility.append(seconds)
+
+
+def keeper(clock, ledger, queue, remaining, lease_s=60, margin_s=10):
+    delivery = Delivery("arn:aws:sqs:us-east-1:1:q", "rh", 1, lambda: remaining[0])
+    return LeaseKeeper(
+        ledger=ledger,
+        queue=queue,
+        job_key="k" * 64,
+        token="t",
+        expires_at_s=int(clock()) + lease_s,
+        delivery=delivery,
+        lease_s=lease_s,
+        margin_s=margin_s,
+        clock=clock,
+    )
+
+
+def test_the_lease_never_outlives_the_invocation():
+    delivery = Delivery("arn", "rh", 1, lambda: 30.0)
+    assert lease_until(1000.0, 900, delivery) == 1031
+    assert lease_until(1000.0, 20, delivery) == 1020
+    assert lease_until(1000.0, 900, None) == 1900
+
+
+def test_renews_the_lease_and_the_visibility_every_third_of_a_lease():
+    clock, ledger, queue, remaining = Clock(), FakeLedger(), FakeQueue(), [600.0]
+    k = keeper(clock, ledger, queue, remaining)
+    k._extend_visibility(clock())  # what entering does
+    assert queue.visibility == [60 + 10]
+    clock.now += 5
+    k.beat()
+    assert ledger.calls == []  # not due yet
+    clock.now += 20
+    k.beat()
+    assert ledger.calls == [("renew", 1085)] and queue.visibility[-1] == 60 + 10
+    k.check()  # nothing wrong
+
+
+def test_a_takeover_found_by_the_heartbeat_stops_the_next_write():
+    clock, ledger, queue, remaining = Clock(), FakeLedger(), FakeQueue(), [600.0]
+    k = keeper(clock, ledger, queue, remaining)
+    ledger.lost = True
+    clock.now += 30
+    k.beat()
+    with pytest.raises(Superseded):
+        k.check()
+    assert [c[0] for c in ledger.calls] == ["renew"]  # a lost claim is not released
+
+
+def test_the_deadline_releases_the_claim_at_once():
+    clock, ledger, queue, remaining = Clock(), FakeLedger(), FakeQueue(), [600.0]
+    k = keeper(clock, ledger, queue, remaining)
+    remaining[0] = 9.5
+    with pytest.raises(DeadlineReached):
+        k.check()  # checks the deadline itself, without waiting for a tick
+    assert ledger.calls[-1][0] == "release" and "9.5 s left" in ledger.calls[-1][1]
+
+
+def test_an_invalid_receipt_handle_aborts_and_releases():
+    clock, ledger, queue, remaining = Clock(), FakeLedger(), FakeQueue(), [600.0]
+    k = keeper(clock, ledger, queue, remaining)
+    queue.gone = True
+    clock.now += 30
+    k.beat()
+    with pytest.raises(DeliveryLost):
+        k.check()
+    assert ledger.calls[-1][0] == "release"
+
+
+def test_a_replayed_event_is_worked_on_without_a_message():
+    """``sam local invoke -e``: the receipt handle was never valid; the work goes on."""
+    clock, ledger, queue, remaining = Clock(), FakeLedger(), FakeQueue(), [600.0]
+    queue.gone = True
+    with keeper(clock, ledger, queue, remaining) as k:
+        clock.now += 30
+        k.beat()
+        k.check()
+    assert ledger.calls == [("renew", 1090)]
