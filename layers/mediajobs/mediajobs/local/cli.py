@@ -292,6 +292,50 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a share is between 0 and 1, got {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Run the storm; print one JSON object; exit 1 when an exactly-once check fails."""
+    from mediajobs.local.simulate import StormConfig, run_storm
+
+    cfg = StormConfig(
+        uploads=args.uploads,
+        workers=args.workers,
+        crash_rate=args.crash_rate,
+        identical_share=args.identical_share,
+        duplicate_share=args.duplicate_share,
+        redelivery_share=args.redelivery_share,
+        checksum_share=args.checksum_share,
+        lease_s=args.lease_seconds,
+        visibility_s=args.visibility_seconds,
+        max_seconds=args.max_seconds,
+        seed=args.seed,
+        log_level=args.log_level,
+    )
+    summary = run_storm(cfg)
+    print(json.dumps(summary) if args.json else json.dumps(summary, indent=2), flush=True)
+    held = (
+        summary["lost"] == 0
+        and summary["dlq"] == 0
+        and summary["duplicate_renders"] == 0
+        and summary["renders_committed"] == summary["unique_jobs"]
+        and not summary["timed_out"]
+    )
+    return 0 if held else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``mediajobs`` command."""
     parser = argparse.ArgumentParser(prog="mediajobs", description=__doc__.splitlines()[0])
@@ -304,6 +348,44 @@ def build_parser() -> argparse.ArgumentParser:
     process.add_argument("files", nargs="+", metavar="FILE")
     process.add_argument("--out", required=True, metavar="DIR", help="where derivatives and manifests go")
     process.add_argument("--json", action="store_true", help="one JSON object per input on its own line")
+    sim = sub.add_parser(
+        "simulate",
+        help="a storm of uploads, duplicates, redeliveries and worker crashes; prints one JSON object",
+        description="Upload N originals to the embedded AWS and process them with M worker processes running "
+        "the real handler, with duplicated events, lost acknowledgements and crashes at every step boundary. "
+        "Exit 1 when something was lost, dead-lettered or rendered twice.",
+    )
+    sim.add_argument("--uploads", type=_positive, default=200, help="originals uploaded (default 200)")
+    sim.add_argument("--workers", type=_positive, default=4, help="worker processes (default 4)")
+    sim.add_argument(
+        "--crash-rate", type=_share, default=0.05, help="probability a worker dies while holding a claim (default 0.05)"
+    )
+    sim.add_argument(
+        "--identical-share", type=_share, default=0.09, help="byte-identical copies under other keys (default 0.09)"
+    )
+    sim.add_argument("--duplicate-share", type=_share, default=0.05, help="events delivered twice (default 0.05)")
+    sim.add_argument(
+        "--redelivery-share",
+        type=_share,
+        default=0.08,
+        help="records whose acknowledgement is lost, redelivered after the visibility timeout (default 0.08)",
+    )
+    sim.add_argument(
+        "--checksum-share",
+        type=_share,
+        default=1.0,
+        help="uploads sent with a full-object SHA-256 checksum (default 1.0)",
+    )
+    sim.add_argument("--lease-seconds", type=_positive, default=4, help="the workers' lease (default 4)")
+    sim.add_argument(
+        "--visibility-seconds",
+        type=_positive,
+        default=20,
+        help="the queue's visibility timeout: how long a crashed batch's other records stay hidden (default 20)",
+    )
+    sim.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    sim.add_argument("--max-seconds", type=float, default=900, help="give up after this long (default 900)")
+    sim.add_argument("--json", action="store_true", help="print the JSON object on one line")
     serve = sub.add_parser("serve", help="run the embedded AWS with the stack until Ctrl-C (for sam local invoke)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for Docker)")
     serve.add_argument("--port", type=int, default=5000)
@@ -321,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_demo(args, parser)
         if args.command == "serve":
             return cmd_serve(args)
+        if args.command == "simulate":
+            return cmd_simulate(args)
         return cmd_process(args, parser)
     except InternalError as exc:
         print(f"mediajobs: {exc}", file=sys.stderr)

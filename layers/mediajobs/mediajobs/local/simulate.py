@@ -1,0 +1,482 @@
+"""``mediajobs simulate``: a storm of uploads, duplicates, redeliveries and crashes
+against the embedded AWS, and the numbers that show whether exactly-once held.
+
+The parent process starts the moto server with the stack of ``template.yaml``, uploads
+the originals (small real JPEGs, a share of them byte-identical copies under other keys),
+sends a share of their events twice, and runs ``workers`` worker processes. Each worker
+runs the real handler behind an emulated event source mapping, with short leases. A
+worker dies (``os._exit``) with probability ``crash_rate`` per job it claims, at one
+step boundary chosen at random: after the claim, after an output, after the manifest,
+after done, or after the handler returned but before the acknowledgement. A dead worker
+is replaced, as Lambda starts a new execution environment. A share of successful
+records is not acknowledged in time and comes back (a redelivery after the visibility
+timeout). Nothing in the pipeline is replaced: the renders are real, of small images.
+
+Every worker writes what happened to a JSON-lines log of its own (flushed per line, so
+a crash loses nothing written before it); the parent reads them at the end and checks
+the bucket, the ledger and the queues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+#: Where a simulated worker can die, in the order a job reaches them.
+CRASH_POINTS: Final = ("claimed", "output_stored", "manifest_stored", "done", "before_ack")
+#: Exit status of a worker that crashed on purpose.
+CRASH_EXIT: Final = 70
+#: Uploads are sent in waves of FEED_WAVE while at most BACKLOG messages wait visible.
+FEED_WAVE: Final = 20
+BACKLOG: Final = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class StormConfig:
+    """The storm's shape.
+
+    Attributes
+    ----------
+    uploads: originals uploaded.
+    workers: worker processes running at once.
+    crash_rate: probability that a worker dies while holding a claim (per claim).
+    identical_share: share of uploads that are byte-identical copies under another key.
+    duplicate_share: share of uploads whose event is delivered twice.
+    redelivery_share: share of successful records whose acknowledgement is lost, so
+        SQS delivers them again after their visibility timeout.
+    checksum_share: share of uploads sent with a full-object SHA-256 checksum.
+    lease_s: the workers' lease, seconds.
+    timeout_s: the simulated function timeout, seconds.
+    visibility_s: the queue's visibility timeout, seconds (how long the unstarted
+        records of a crashed worker's batch stay hidden).
+    max_seconds: give up after this long.
+    seed: random seed (uploads, duplicates, crashes).
+    log_level: the workers' log level (their logs go to stderr).
+    """
+
+    uploads: int = 200
+    workers: int = 4
+    crash_rate: float = 0.05
+    identical_share: float = 0.09
+    duplicate_share: float = 0.05
+    redelivery_share: float = 0.08
+    checksum_share: float = 1.0
+    lease_s: int = 4
+    timeout_s: int = 30
+    visibility_s: int = 20
+    max_seconds: float = 900.0
+    seed: int = 1
+    log_level: str = "ERROR"
+
+
+def _jpeg(seed: int, size: tuple[int, int] = (96, 64)) -> bytes:
+    """A small unique real JPEG (noise from ``seed``)."""
+    from PIL import Image
+
+    rng = random.Random(seed)
+    pixels = rng.randbytes(size[0] * size[1] * 3)
+    out = io.BytesIO()
+    Image.frombytes("RGB", size, pixels).save(out, "JPEG", quality=85)
+    return out.getvalue()
+
+
+def object_created_body(bucket: str, key: str, *, size: int, etag: str, version_id: str | None) -> str:
+    """The body EventBridge puts in SQS for an S3 "Object Created" event (as AWS spells it)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj: dict[str, Any] = {"key": key, "size": size, "etag": etag.strip('"'), "sequencer": uuid.uuid4().hex[:18]}
+    if version_id:
+        obj["version-id"] = version_id
+    return json.dumps(
+        {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": "Object Created",
+            "source": "aws.s3",
+            "account": "123456789012",
+            "time": now,
+            "region": "us-east-1",
+            "resources": [f"arn:aws:s3:::{bucket}"],
+            "detail": {
+                "version": "0",
+                "bucket": {"name": bucket},
+                "object": obj,
+                "request-id": uuid.uuid4().hex[:16].upper(),
+                "requester": "123456789012",
+                "reason": "PutObject",
+            },
+        }
+    )
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+def _worker_main(index: int, env: dict[str, str], stack: dict[str, Any], cfg: StormConfig, log_path: str) -> None:
+    """One worker process: the real handler behind an event source mapping, until told to stop."""
+    os.environ.update(env)
+    os.environ["POWERTOOLS_LOG_LEVEL"] = cfg.log_level
+    import boto3
+    from pynamodb.signals import pre_dynamodb_send
+
+    from mediajobs.adapters.s3 import S3Store
+    from mediajobs.bootstrap import build_pipeline
+    from mediajobs.entrypoints import worker
+    from mediajobs.local.runner import EventSourceMapping
+    from mediajobs.local.session import local_handler
+    from mediajobs.settings import Settings
+
+    rng = random.Random(f"{cfg.seed}-{index}-{os.getpid()}")
+    log_file = open(log_path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole process life
+    pid = os.getpid()
+
+    def emit(event: str, **fields: Any) -> None:
+        log_file.write(json.dumps({"event": event, "t": time.time(), "pid": pid, **fields}) + "\n")
+
+    counters = {"ddb": 0, "s3_bytes": 0}
+    pre_dynamodb_send.connect(lambda *a, **k: counters.__setitem__("ddb", counters["ddb"] + 1), weak=False)
+    real_download = S3Store.download
+
+    def counted_download(self: Any, ref: Any, dest: Path) -> Any:
+        downloaded = real_download(self, ref, dest)
+        counters["s3_bytes"] += downloaded.size_bytes
+        return downloaded
+
+    S3Store.download = counted_download  # type: ignore[method-assign]
+
+    renders = [0]
+    armed: dict[str, str] = {}  # job key -> the crash point chosen for this claim
+    done_in_batch: list[str] = []
+
+    def crash(point: str, job_key: str) -> None:
+        emit("crash", point=point, job_key=job_key)
+        log_file.flush()
+        os._exit(CRASH_EXIT)
+
+    from mediajobs.service import PipelineObserver
+
+    class StormObserver(PipelineObserver):
+        def claimed(self, claim: Any, source: Any) -> None:
+            emit("claimed", job_key=claim.job_key, took_over=claim.took_over, attempts=claim.attempts)
+            if rng.random() < cfg.crash_rate:
+                armed[claim.job_key] = rng.choice(CRASH_POINTS)
+
+        def render_started(self, job_key: str, source: Any) -> None:
+            renders[0] += 1
+            emit("render_started", job_key=job_key)
+
+        def step(self, point: str, job_key: str) -> None:
+            if point == "done":
+                emit("committed", job_key=job_key)
+                if armed.get(job_key) == "before_ack":
+                    done_in_batch.append(job_key)
+                    return
+            if armed.get(job_key) == point:
+                crash(point, job_key)
+
+    settings = Settings.from_env()
+    worker.set_pipeline(build_pipeline(settings, observer=StormObserver()))
+    real_record_handler = worker.record_handler
+
+    def observed_record_handler(record: Any, lambda_context: Any = None) -> Any:
+        ddb, s3_bytes = counters["ddb"], counters["s3_bytes"]
+        renders_before = renders[0]
+        outcome = "error"
+        try:
+            result = real_record_handler(record, lambda_context)
+            outcome = result.get("state", "done")
+            return result
+        except Exception as exc:
+            outcome = type(exc).__name__
+            raise
+        finally:
+            emit(
+                "record",
+                message_id=record.messageId,
+                receive_count=int(record.attributes.ApproximateReceiveCount or 1),
+                outcome=outcome,
+                rendered=renders[0] > renders_before,
+                ddb_requests=counters["ddb"] - ddb,
+                s3_bytes=counters["s3_bytes"] - s3_bytes,
+            )
+
+    worker.record_handler = observed_record_handler  # type: ignore[assignment]
+
+    sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=env["AWS_ENDPOINT_URL"])
+
+    def before_ack(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if done_in_batch:
+            crash("before_ack", done_in_batch[0])
+        kept = []
+        for m in messages:
+            if rng.random() < cfg.redelivery_share:
+                # The acknowledgement is lost: SQS delivers it again when its visibility ends.
+                emit("ack_lost", message_id=m["MessageId"])
+                # (ReceiptHandleIsInvalid: already received again, the redelivery is under way.)
+                with contextlib.suppress(sqs.exceptions.ReceiptHandleIsInvalid):
+                    sqs.change_message_visibility(
+                        QueueUrl=stack["queue_url"], ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=1
+                    )
+            else:
+                kept.append(m)
+        return kept
+
+    esm = EventSourceMapping(
+        sqs,
+        stack["queue_url"],
+        stack["queue_arn"],
+        local_handler(worker),
+        batch_size=stack["batch_size"],
+        timeout_s=cfg.timeout_s,
+        before_ack=before_ack,
+    )
+    emit("started", index=index)
+    stop_file = Path(log_path).with_suffix(".stop")
+    while not stop_file.exists():
+        armed.clear()
+        done_in_batch.clear()
+        esm.poll_once(wait_s=1)
+    emit("stopped", index=index)
+    log_file.close()
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+@dataclasses.dataclass
+class _Upload:
+    key: str
+    data_index: int
+    checksum: bool
+
+
+def _plan(cfg: StormConfig) -> tuple[list[_Upload], list[bytes]]:
+    rng = random.Random(cfg.seed)
+    copies = round(cfg.uploads * cfg.identical_share)
+    uniques = max(1, cfg.uploads - copies)
+    contents = [_jpeg(cfg.seed * 1_000_003 + i) for i in range(uniques)]
+    uploads = [_Upload(f"originals/storm/{i:05d}.jpg", i, rng.random() < cfg.checksum_share) for i in range(uniques)]
+    for j in range(cfg.uploads - uniques):
+        position = rng.randrange(1, len(uploads) + 1)  # after at least one original
+        source = rng.randrange(0, min(position, uniques))
+        source_index = uploads[source].data_index
+        copy = _Upload(f"originals/storm/copy-{j:05d}.jpg", source_index, rng.random() < cfg.checksum_share)
+        uploads.insert(position, copy)
+    return uploads, contents
+
+
+def _read_logs(folder: Path) -> Iterator[dict[str, Any]]:
+    for path in sorted(folder.glob("worker-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a crash mid-write
+                    continue
+
+
+def _duplicate_renders(events: list[dict[str, Any]]) -> int:
+    """Renders started for a key already committed, or while another worker held it alive.
+
+    A worker holds a key from its ``render_started`` until it commits it, crashes, or
+    finishes the record (a transient failure or a superseded claim ends there).
+    """
+    holders: dict[str, dict[int, float]] = defaultdict(dict)
+    committed: set[str] = set()
+    duplicates = 0
+    for e in sorted(events, key=lambda e: e["t"]):
+        kind, pid = e["event"], e["pid"]
+        if kind == "render_started":
+            key = e["job_key"]
+            if key in committed or any(p != pid for p in holders[key]):
+                duplicates += 1
+            holders[key][pid] = e["t"]
+        elif kind == "committed":
+            committed.add(e["job_key"])
+            holders[e["job_key"]].pop(pid, None)
+        elif kind in ("crash", "record"):
+            for held in holders.values():
+                held.pop(pid, None)
+    return duplicates
+
+
+def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, Any]:
+    """Run the storm; returns the summary (see the module docstring and the README)."""
+    from mediajobs.adapters.ledger import bound_job_model
+    from mediajobs.bootstrap import active_recipes
+    from mediajobs.domain.keys import job_key, sha256_hex
+    from mediajobs.local.embedded import EmbeddedAws
+
+    started = time.monotonic()
+    overrides = {
+        "LEASE_SECONDS": str(cfg.lease_s),
+        "DEADLINE_MARGIN_SECONDS": "2",
+        "IMAGE_JOB_SECONDS": "2",
+        "RETRY_BASE_SECONDS": "1",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+    }
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    aws = EmbeddedAws(template_path)
+    folder = Path(tempfile.mkdtemp(prefix="mediajobs-storm-"))
+    try:
+        stack = aws.__enter__()
+        s3, sqs = aws.client("s3"), aws.client("sqs")
+        sqs.set_queue_attributes(QueueUrl=stack.queue_url, Attributes={"VisibilityTimeout": str(cfg.visibility_s)})
+        uploads, contents = _plan(cfg)
+        rng = random.Random(cfg.seed + 7)
+        duplicated_events = 0
+        lock = threading.Lock()
+
+        def upload(u: _Upload) -> None:
+            nonlocal duplicated_events
+            data = contents[u.data_index]
+            extra = {"ChecksumAlgorithm": "SHA256"} if u.checksum else {}
+            put = s3.put_object(Bucket=stack.bucket, Key=u.key, Body=data, **extra)
+            with lock:
+                twice = rng.random() < cfg.duplicate_share
+            if twice:
+                body = object_created_body(
+                    stack.bucket, u.key, size=len(data), etag=put["ETag"], version_id=put.get("VersionId")
+                )
+                sqs.send_message(QueueUrl=stack.queue_url, MessageBody=body)
+                with lock:
+                    duplicated_events += 1
+
+        env = {k: v for k, v in os.environ.items()}
+        stack_info = {"queue_url": stack.queue_url, "queue_arn": stack.queue_arn, "batch_size": stack.batch_size}
+        ctx = multiprocessing.get_context("spawn")
+        procs: dict[int, Any] = {}
+        spawned = 0
+
+        def spawn(slot: int) -> None:
+            nonlocal spawned
+            spawned += 1
+            path = str(folder / f"worker-{slot:02d}-{spawned:04d}.jsonl")
+            p = ctx.Process(target=_worker_main, args=(slot, env, stack_info, cfg, path), daemon=True)
+            p.start()
+            procs[slot] = (p, path)
+
+        for slot in range(cfg.workers):
+            spawn(slot)
+
+        def backlog() -> int:
+            attrs = sqs.get_queue_attributes(QueueUrl=stack.queue_url, AttributeNames=["ApproximateNumberOfMessages"])[
+                "Attributes"
+            ]
+            return int(attrs["ApproximateNumberOfMessages"])
+
+        def feed() -> None:
+            # Uploads arrive while the workers run, in waves that keep the visible backlog
+            # near BACKLOG messages (moto's ReceiveMessage scans the whole queue).
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                for start in range(0, len(uploads), FEED_WAVE):
+                    while backlog() > BACKLOG and time.monotonic() < deadline:
+                        time.sleep(0.25)
+                    list(pool.map(upload, uploads[start : start + FEED_WAVE]))
+
+        deadline = time.monotonic() + cfg.max_seconds
+        feeder = threading.Thread(target=feed, name="uploads", daemon=True)
+        feeder.start()
+
+        def queue_depth() -> int:
+            attrs = sqs.get_queue_attributes(
+                QueueUrl=stack.queue_url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                    "ApproximateNumberOfMessagesDelayed",
+                ],
+            )["Attributes"]
+            return sum(int(v) for v in attrs.values())
+
+        empty_since = None
+        while time.monotonic() < deadline:
+            for slot, (p, _) in list(procs.items()):
+                if not p.is_alive():
+                    spawn(slot)  # a crashed worker is replaced, as Lambda would
+            if not feeder.is_alive() and queue_depth() == 0:
+                empty_since = empty_since or time.monotonic()
+                if time.monotonic() - empty_since > 2:  # settled: nothing in flight for 2 s
+                    break
+            else:
+                empty_since = None
+            time.sleep(0.5)
+        timed_out = time.monotonic() >= deadline
+        for _, path in procs.values():
+            Path(path).with_suffix(".stop").touch()
+        for p, _ in procs.values():
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+
+        events = list(_read_logs(folder))
+        recipe = active_recipes()["image"][0]
+        unique_keys = {job_key(sha256_hex(c), recipe.sha256) for c in contents}
+        jobs = bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url)
+        lost = 0
+        for u in uploads:
+            key = job_key(sha256_hex(contents[u.data_index]), recipe.sha256)
+            manifest = f"derivatives/{key}/manifest.json"
+            try:
+                s3.head_object(Bucket=stack.bucket, Key=manifest)
+                row = jobs.get(key, consistent_read=True)
+                if row.state != "done":
+                    lost += 1
+            except Exception:
+                lost += 1
+        dlq = int(
+            sqs.get_queue_attributes(QueueUrl=stack.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])[
+                "Attributes"
+            ]["ApproximateNumberOfMessages"]
+        )
+        records = [e for e in events if e["event"] == "record"]
+        duplicates = [r for r in records if not r["rendered"] and r["outcome"] in ("done", "JobBusy", "busy_resent")]
+        summary: dict[str, Any] = {
+            "uploads": len(uploads),
+            "unique_jobs": len(unique_keys),
+            "renders_started": sum(1 for e in events if e["event"] == "render_started"),
+            "renders_committed": sum(1 for e in events if e["event"] == "committed"),
+            "duplicate_renders": _duplicate_renders(events),
+            "crashes": sum(1 for e in events if e["event"] == "crash"),
+            "takeovers": sum(1 for e in events if e["event"] == "claimed" and e.get("took_over")),
+            "lost": lost,
+            "dlq": dlq,
+            "s3_bytes_read_for_duplicates": sum(r["s3_bytes"] for r in duplicates),
+            "ddb_requests_per_duplicate": round(sum(r["ddb_requests"] for r in duplicates) / len(duplicates), 3)
+            if duplicates
+            else 0.0,
+            "seconds": round(time.monotonic() - started, 1),
+            # Beyond the contract: what the storm was made of.
+            "deliveries": len(records),
+            "duplicate_deliveries": len(duplicates),
+            "duplicated_events": duplicated_events,
+            "acks_lost": sum(1 for e in events if e["event"] == "ack_lost"),
+            "busy_returns": sum(1 for r in records if r["outcome"] == "JobBusy"),
+            "worker_processes": spawned,
+            "timed_out": timed_out,
+        }
+        return summary
+    finally:
+        aws.__exit__(None, None, None)
+        shutil.rmtree(folder, ignore_errors=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,81 @@
+"""``mediajobs simulate``, small and crash-heavy: the exactly-once checks hold, and the
+JSON object has the fields scripts rely on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.functional.test_cli import CLI
+
+FIELDS = [
+    "uploads",
+    "unique_jobs",
+    "renders_started",
+    "renders_committed",
+    "duplicate_renders",
+    "crashes",
+    "takeovers",
+    "lost",
+    "dlq",
+    "s3_bytes_read_for_duplicates",
+    "ddb_requests_per_duplicate",
+    "seconds",
+]
+
+
+def run(tmp_path, *args: str) -> tuple[int, dict]:
+    done = subprocess.run(
+        [*CLI, "simulate", *args, "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=600
+    )
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout + done.stderr
+    return done.returncode, json.loads(lines[0])
+
+
+def test_a_crash_heavy_storm_loses_nothing_and_renders_each_job_once(tmp_path):
+    code, summary = run(
+        tmp_path,
+        "--uploads",
+        "80",
+        "--workers",
+        "3",
+        "--crash-rate",
+        "0.25",
+        "--identical-share",
+        "0.2",
+        "--seed",
+        "7",
+        "--visibility-seconds",
+        "6",
+    )
+    assert list(summary)[: len(FIELDS)] == FIELDS
+    assert code == 0
+    assert summary["uploads"] == 80 and summary["unique_jobs"] == 64
+    assert (summary["lost"], summary["dlq"], summary["duplicate_renders"]) == (0, 0, 0)
+    assert summary["renders_committed"] == summary["unique_jobs"]
+    assert summary["crashes"] > 0 and summary["takeovers"] > 0
+    assert summary["renders_started"] >= summary["renders_committed"]
+    assert summary["s3_bytes_read_for_duplicates"] == 0
+    assert 0 < summary["ddb_requests_per_duplicate"] <= 2
+
+
+def test_without_checksums_duplicates_use_the_source_index(tmp_path):
+    """No full-object checksums: identical copies are read once to be hashed (they render
+    nothing), every redelivery is answered from the source index and the ledger."""
+    code, summary = run(
+        tmp_path,
+        "--uploads",
+        "40",
+        "--workers",
+        "2",
+        "--crash-rate",
+        "0",
+        "--identical-share",
+        "0",
+        "--checksum-share",
+        "0",
+    )
+    assert code == 0
+    assert summary["s3_bytes_read_for_duplicates"] == 0
+    assert summary["ddb_requests_per_duplicate"] == 2.0
