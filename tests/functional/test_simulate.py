@@ -34,6 +34,7 @@ def run(tmp_path, *args: str) -> tuple[int, dict]:
 
 
 def test_a_crash_heavy_storm_loses_nothing_and_renders_each_job_once(tmp_path):
+    """Twice the crash rate of the production figures, on 80 uploads (a few crashes per run)."""
     code, summary = run(
         tmp_path,
         "--uploads",
@@ -50,7 +51,7 @@ def test_a_crash_heavy_storm_loses_nothing_and_renders_each_job_once(tmp_path):
         "6",
     )
     assert list(summary)[: len(FIELDS)] == FIELDS
-    assert code == 0
+    assert code == 0, summary
     assert summary["uploads"] == 80 and summary["unique_jobs"] == 64
     assert (summary["lost"], summary["dlq"], summary["duplicate_renders"]) == (0, 0, 0)
     assert summary["renders_committed"] == summary["unique_jobs"]

@@ -118,3 +118,16 @@ def test_a_replayed_event_is_worked_on_without_a_message():
         k.beat()
         k.check()
     assert ledger.calls == [("renew", 1090)]
+
+
+def test_the_heartbeat_stays_off_the_final_write():
+    """While the job is marked done, no renewal or release can race it; afterwards the
+    heartbeat does nothing (a deadline passing then releases nothing)."""
+    clock, ledger, queue, remaining = Clock(), FakeLedger(), FakeQueue(), [600.0]
+    k = keeper(clock, ledger, queue, remaining)
+    with k.last_write():
+        assert not k._lock.acquire(blocking=False)  # a beat would wait here
+    remaining[0] = 1.0
+    clock.now += 60
+    k.beat()
+    assert ledger.calls == [] and k.problem is None

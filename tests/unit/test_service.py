@@ -43,7 +43,7 @@ class FakeStore:
         self.log.append(("head", ref.key))
         return ObjectHead("v1", "etag-" + sha256_hex(data)[:8], len(data), sha256_hex(data) if self.checksums else None)
 
-    def download(self, ref, dest: Path):
+    def download(self, ref, dest: Path, *, etag=None):
         data = self.objects[ref.key]
         dest.write_bytes(data)
         self.log.append(("download", ref.key))
@@ -344,7 +344,7 @@ def test_a_duplicate_arriving_while_the_first_reads_the_source_comes_back_later(
 def test_a_failed_read_gives_up_its_reading_marker(tmp_path):
     pipeline, store, _, _, log = make(tmp_path)
 
-    def broken(ref, dest):
+    def broken(ref, dest, etag=None):
         raise TransientFailure("S3 GetObject failed: InternalError")
 
     store.download = broken

@@ -22,10 +22,11 @@ It never interrupts the work: it records what went wrong, and the pipeline calls
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, MediaJobsError, Superseded, TransientFailure
@@ -98,6 +99,7 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._delivery_held = True
+        self._finished = False
         self.problem: MediaJobsError | None = None
         self.renewals = 0
 
@@ -127,13 +129,13 @@ class LeaseKeeper:
     def _run(self) -> None:
         while not self._stop.wait(self.tick_s):
             self.beat()
-            if self.problem is not None:
+            if self.problem is not None or self._finished:
                 return
 
     def beat(self) -> None:
         """One heartbeat (the thread calls it; tests call it directly)."""
         with self._lock:
-            if self.problem is not None:
+            if self.problem is not None or self._finished:
                 return
             now = self._clock()
             try:
@@ -176,6 +178,15 @@ class LeaseKeeper:
             self.beat_if_due()
         if self.problem is not None:
             raise self.problem
+
+    @contextlib.contextmanager
+    def last_write(self) -> Iterator[None]:
+        """Around the write that finishes the job: raises what the heartbeat found, then
+        holds the heartbeat off (no renewal or release races the commit) and stops it."""
+        self.check()
+        with self._lock:
+            yield
+            self._finished = True
 
     def beat_if_due(self) -> None:
         """Check the deadline now (cheap), without waiting for the next tick."""

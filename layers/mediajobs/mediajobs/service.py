@@ -81,7 +81,7 @@ class ObjectStore(Protocol):
     """What the pipeline needs of S3 (see :class:`mediajobs.adapters.s3.S3Store`)."""
 
     def head(self, ref: ObjectRef) -> ObjectHead: ...
-    def download(self, ref: ObjectRef, dest: Path) -> Downloaded: ...
+    def download(self, ref: ObjectRef, dest: Path, *, etag: str | None = None) -> Downloaded: ...
     def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool: ...
     def put_if_absent(self, bucket: str, key: str, body: bytes, *, content_type: str) -> bool: ...
     def existing_digest(self, bucket: str, key: str) -> tuple[str | None, int]: ...
@@ -350,7 +350,7 @@ class Pipeline:
         try:
             original = work_dir / "original"
             try:
-                downloaded = self._store.download(ref, original)
+                downloaded = self._store.download(ref, original, etag=head.etag)
             except PermanentFailure as failure:
                 return self._refuse(ref, failure.reason, failure.detail)
             size = downloaded.size_bytes
@@ -527,8 +527,8 @@ class Pipeline:
                     stored = json.loads(self._store.read_bytes(ref.bucket, manifest_key))
                     outputs = [OutputRecord.from_json(o) for o in stored["outputs"]]
                 self.observer.step("manifest_stored", key)
-                keeper.check()
-                self._ledger.complete(key, token, manifest_key=manifest_key, outputs=outputs, now_s=self._now())
+                with keeper.last_write():  # the heartbeat neither renews nor releases meanwhile
+                    self._ledger.complete(key, token, manifest_key=manifest_key, outputs=outputs, now_s=self._now())
             self.observer.step("done", key)
         except PermanentFailure as failure:
             log.warning("permanent failure: %s (%s)", failure.reason, failure.detail, extra=extra)

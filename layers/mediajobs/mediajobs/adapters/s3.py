@@ -85,8 +85,12 @@ class S3Store:
             sha256=base64.b64decode(checksum).hex() if full_object else None,
         )
 
-    def download(self, ref: ObjectRef, dest: Path) -> Downloaded:
+    def download(self, ref: ObjectRef, dest: Path, *, etag: str | None = None) -> Downloaded:
         """Stream ``ref`` to ``dest`` in 1 MiB chunks, hashing as it goes.
+
+        ``etag`` (from :meth:`head`) makes the read conditional (``If-Match``), so the bytes
+        are the ones ``HeadObject`` described even when versioning is off and the key is
+        overwritten meanwhile; a version id already pins them.
 
         Returns
         -------
@@ -104,6 +108,8 @@ class S3Store:
         params: dict[str, Any] = {"Bucket": ref.bucket, "Key": ref.key}
         if ref.version_id:
             params["VersionId"] = ref.version_id
+        elif etag:
+            params["IfMatch"] = f'"{etag}"'
         digest = hashlib.sha256()
         size = 0
         try:
@@ -116,6 +122,8 @@ class S3Store:
         except ClientError as exc:
             if _code(exc) in _MISSING_CODES:
                 raise PermanentFailure(SOURCE_MISSING, f"s3://{ref.bucket}/{ref.key} is gone") from exc
+            if _code(exc) == "PreconditionFailed" or _status(exc) == 412:
+                raise TransientFailure(f"s3://{ref.bucket}/{ref.key} changed while being read") from exc
             raise TransientFailure(f"S3 GetObject failed: {_code(exc)}") from exc
         except BotoCoreError as exc:
             raise TransientFailure(f"S3 GetObject failed: {exc}") from exc

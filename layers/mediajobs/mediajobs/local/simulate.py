@@ -152,8 +152,8 @@ def _worker_main(index: int, env: dict[str, str], stack: dict[str, Any], cfg: St
     pre_dynamodb_send.connect(lambda *a, **k: counters.__setitem__("ddb", counters["ddb"] + 1), weak=False)
     real_download = S3Store.download
 
-    def counted_download(self: Any, ref: Any, dest: Path) -> Any:
-        downloaded = real_download(self, ref, dest)
+    def counted_download(self: Any, ref: Any, dest: Path, *, etag: str | None = None) -> Any:
+        downloaded = real_download(self, ref, dest, etag=etag)
         counters["s3_bytes"] += downloaded.size_bytes
         return downloaded
 
@@ -430,15 +430,21 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
         unique_keys = {job_key(sha256_hex(c), recipe.sha256) for c in contents}
         jobs = bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url)
         lost = 0
+        end_states: dict[str, int] = defaultdict(int)
         for u in uploads:
             key = job_key(sha256_hex(contents[u.data_index]), recipe.sha256)
+            try:
+                row = jobs.get(key, consistent_read=True)
+                state = str(row.failure_reason or row.state)
+            except jobs.DoesNotExist:
+                state = "no_job"
+            end_states[state] += 1
             manifest = f"derivatives/{key}/manifest.json"
             try:
                 s3.head_object(Bucket=stack.bucket, Key=manifest)
-                row = jobs.get(key, consistent_read=True)
-                if row.state != "done":
-                    lost += 1
-            except Exception:
+            except s3.exceptions.ClientError:
+                state = "no_manifest"
+            if state != "done":
                 lost += 1
         dlq = int(
             sqs.get_queue_attributes(QueueUrl=stack.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])[
@@ -469,6 +475,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             "acks_lost": sum(1 for e in events if e["event"] == "ack_lost"),
             "busy_returns": sum(1 for r in records if r["outcome"] == "JobBusy"),
             "worker_processes": spawned,
+            "end_states": dict(sorted(end_states.items())),
             "timed_out": timed_out,
         }
         return summary
