@@ -12,6 +12,7 @@ from PIL import Image
 
 from mediajobs.adapters.imaging import PillowRenderer
 from mediajobs.adapters.ledger import bound_job_model
+from mediajobs.domain.errors import TransientFailure
 from mediajobs.domain.jobs import JobSpec
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.domain.recipes import load_recipe
@@ -91,15 +92,6 @@ def test_outputs_have_content_type_cache_control_and_a_manifest(local_session):
     assert (row.state, row.manifest_key, row.attempts) == ("done", f"derivatives/{key}/manifest.json", 1)
 
 
-def test_busy_job_is_reported_for_redelivery(local_session):
-    data = unique_png()
-    put(local_session, "originals/w/busy.png", data)
-    _hold(local_session, data, lease_s=3)  # a short lease: the queued message takes over later
-    event = event_for(local_session, "originals/w/busy.png", len(data))
-    response = worker.lambda_handler(event, LocalLambdaContext())
-    assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
-
-
 def test_transient_failure_is_reported_and_released(local_session, monkeypatch):
     data = unique_png()
     put(local_session, "originals/w/flaky.png", data)
@@ -161,38 +153,47 @@ def _hold(local_session, data: bytes, lease_s: int) -> str:
     return key
 
 
-def test_a_busy_record_comes_back_after_the_holders_lease(local_session, monkeypatch):
-    data = unique_png()
-    put(local_session, "originals/w/busy-later.png", data)
-    _hold(local_session, data, lease_s=3)
-    returned = []
-    queue = worker.get_pipeline().queue
-    monkeypatch.setattr(queue, "return_later", lambda arn, delays: returned.extend(delays))
-    event = event_for(local_session, "originals/w/busy-later.png", len(data))
-    worker.lambda_handler(event, LocalLambdaContext())
-    [(handle, seconds)] = returned
-    # lease remaining (<= 3 s) plus jitter between 1 s and max(2, lease/10) s
-    assert handle == "h" and 1 <= seconds <= 5
-
-
-def test_a_busy_record_near_max_receive_count_is_resent_not_dead_lettered(local_session):
-    """Waiting is not failing: on its last receive but one, a busy record is re-sent as a
-    fresh message (receive count 0) and acknowledged."""
+def test_a_busy_record_is_resent_to_come_back_after_the_holders_lease(local_session):
+    """Waiting is not failing: a busy record is re-sent as a fresh message delayed by the
+    holder's remaining lease plus jitter (receive count 0), then acknowledged."""
     data = unique_png()
     put(local_session, "originals/w/busy-resend.png", data)
     _hold(local_session, data, lease_s=3)
     local_session.sqs.purge_queue(QueueUrl=local_session.stack.queue_url)  # the upload's own message
     body = event_for(local_session, "originals/w/busy-resend.png", len(data))["Records"][0]["body"]
-    fourth = {"MessageId": "m-4", "ReceiptHandle": "h", "Body": body, "Attributes": {"ApproximateReceiveCount": "4"}}
-    event = sqs_event([fourth], local_session.stack.queue_arn, "us-east-1")
+    third = {"MessageId": "m-3", "ReceiptHandle": "h", "Body": body, "Attributes": {"ApproximateReceiveCount": "3"}}
+    event = sqs_event([third], local_session.stack.queue_arn, "us-east-1")
     assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
-    # The copy is delayed by the holder's remaining lease plus jitter (at most 5 s here).
+    queued = local_session.sqs.get_queue_attributes(
+        QueueUrl=local_session.stack.queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    assert queued["ApproximateNumberOfMessagesDelayed"] == "1"
+    # It arrives after the lease remaining (<= 3 s) plus jitter (1-2 s here).
     messages = local_session.sqs.receive_message(
         QueueUrl=local_session.stack.queue_url, WaitTimeSeconds=10, MessageSystemAttributeNames=["All"]
     )["Messages"]
     assert [m["Body"] for m in messages] == [body]
     assert messages[0]["Attributes"]["ApproximateReceiveCount"] == "1"
     local_session.sqs.delete_message(QueueUrl=local_session.stack.queue_url, ReceiptHandle=messages[0]["ReceiptHandle"])
+
+
+def test_a_busy_record_that_cannot_be_resent_goes_back_after_the_lease(local_session, monkeypatch):
+    data = unique_png()
+    put(local_session, "originals/w/busy-later.png", data)
+    _hold(local_session, data, lease_s=3)
+    queue = worker.get_pipeline().queue
+
+    def refuse(*args, **kwargs):
+        raise TransientFailure("SQS SendMessage failed: throttled")
+
+    returned = []
+    monkeypatch.setattr(queue, "resend", refuse)
+    monkeypatch.setattr(queue, "return_later", lambda arn, delays: returned.extend(delays))
+    event = event_for(local_session, "originals/w/busy-later.png", len(data))
+    response = worker.lambda_handler(event, LocalLambdaContext())
+    assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
+    [(handle, seconds)] = returned
+    assert handle == "h" and 1 <= seconds <= 5
 
 
 def test_local_runs_never_print_metrics(capsys, monkeypatch):

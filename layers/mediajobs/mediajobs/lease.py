@@ -182,11 +182,20 @@ class LeaseKeeper:
     @contextlib.contextmanager
     def last_write(self) -> Iterator[None]:
         """Around the write that finishes the job: raises what the heartbeat found, then
-        holds the heartbeat off (no renewal or release races the commit) and stops it."""
+        holds the heartbeat off (no renewal or release races the commit) and stops it;
+        after the commit, keeps the message hidden for the rest of the invocation."""
         self.check()
         with self._lock:
             yield
             self._finished = True
+        # The record is acknowledged when the invocation returns: keep it hidden until then
+        # (a redelivery now would find the job done, but would count a receive).
+        if self._delivery is not None and self._queue is not None and self._delivery_held:
+            seconds = math.ceil(max(0.0, self._delivery.remaining_s())) + self._margin_s
+            try:
+                self._queue.set_visibility(self._delivery, seconds)
+            except MediaJobsError as exc:
+                log.warning("could not keep the committed record hidden: %s", exc, extra={"job_key": self.job_key})
 
     def beat_if_due(self) -> None:
         """Check the deadline now (cheap), without waiting for the next tick."""

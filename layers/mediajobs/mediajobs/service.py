@@ -367,10 +367,11 @@ class Pipeline:
             ids = [i for i in (source_id, content_id(sha256) if head.sha256 else None) if i]
             if marker is not None and marker not in ids:
                 ids.append(marker)
-            self._sources.remember(ids, KnownSource(sha256, size, media or ""), now_s=self._now())
-            remembered = True
+            known = KnownSource(sha256, size, media or "")
             specs = self._specs(ref, sha256, media) if media in self._recipes else []
             if not specs:
+                self._sources.remember(ids, known, now_s=self._now())
+                remembered = True
                 return self._refuse(
                     ref,
                     UNSUPPORTED_FORMAT,
@@ -383,9 +384,19 @@ class Pipeline:
             result = SourceResult(
                 ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=size, bytes_read=size
             )
+            # Claim every job before telling duplicates what the content is: one that learns
+            # it from the index then finds the jobs claimed, and waits instead of reading.
+            self._ensure_time(delivery, self.settings.image_job_s * len(specs))
+            now, until = self._now(), self._lease_until(delivery)
+            claims = [
+                self._ledger.claim(spec, now_s=now, lease_until_s=until, seen=views.get(spec.job_key))
+                for _, spec in specs
+            ]
+            self._sources.remember(ids, known, now_s=self._now())
+            remembered = True
             work = _Work(ref, original, size, delivery, work_dir)
-            for recipe, spec in specs:
-                result.jobs.append(self._run_job(work, recipe, spec, views.get(spec.job_key)))
+            for (recipe, spec), claim in zip(specs, claims, strict=True):
+                result.jobs.append(self._run_job(work, recipe, spec, claim))
             return self._summarise(result)
         finally:
             if marker is not None and not remembered:
@@ -464,10 +475,9 @@ class Pipeline:
         log.info("job is running elsewhere", extra=extra)
         raise JobBusy(claim.job_key, claim.lease_expires_at_s)
 
-    def _run_job(self, work: _Work, recipe: Recipe, spec: JobSpec, seen: JobView | None) -> JobResult:
+    def _run_job(self, work: _Work, recipe: Recipe, spec: JobSpec, claim: Claim) -> JobResult:
+        """Render and commit a job this delivery claimed, or report what the claim found."""
         ref, delivery = work.ref, work.delivery
-        self._ensure_time(delivery, self.settings.image_job_s)
-        claim = self._ledger.claim(spec, now_s=self._now(), lease_until_s=self._lease_until(delivery), seen=seen)
         if claim.outcome is not ClaimOutcome.RUN:
             return self._settled(recipe, claim)
         assert claim.lease_token is not None

@@ -7,9 +7,13 @@ Thin: parse each record (Powertools parser model), call the pipeline, report.
 * A busy job, a transient failure, a superseded claim and a record that does not parse
   are reported in ``batchItemFailures``: only those messages come back -- after the
   visibility the handler sets for each (Lambda leaves a failed record invisible until
-  its visibility timeout ends; it never shortens it): a busy duplicate when the
-  holder's lease ends (plus jitter), a transient failure after an exponential backoff
-  on its receive count, a record stopped by the invocation's deadline at once.
+  its visibility timeout ends; it never shortens it): a transient failure after an
+  exponential backoff on its receive count, a record stopped by the invocation's
+  deadline at once.
+* A busy duplicate is re-sent as a fresh message delayed by the holder's remaining lease
+  plus jitter, and the received copy acknowledged once the copy is queued: waiting must
+  not count receives toward the dead-letter queue (if the send fails, the record goes
+  back with that visibility instead).
 
 ``raise_on_entire_batch_failure=False``: when every record of a batch is busy or
 transient, reporting them all as item failures has the same effect on SQS as raising,
@@ -143,9 +147,10 @@ def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | 
     except JobBusy as busy:
         metrics.add_metric(name="JobsBusy", unit=MetricUnit.Count, value=1)
         delay = busy_delay_s(busy.lease_expires_at_s - time.time(), lease_s=settings.lease_s, rng=_rng)
-        if delivery.receive_count >= settings.max_receive_count - 1 and _resend(record, delay):
-            # Waiting is not failing: one more return would let SQS dead-letter it.
-            logger.info("busy near maxReceiveCount: re-sent as a fresh message", extra={"job_key": busy.job_key})
+        if _resend(record, delay):
+            # Waiting is not failing: a returned record would count a receive toward the
+            # dead-letter queue; a fresh copy, durably queued first, counts none.
+            logger.info("busy: re-sent to come back after the lease", extra={"job_key": busy.job_key, "delay_s": delay})
             return {"state": "busy_resent"}
         _return_after[record.messageId] = delay
         logger.info("busy: redelivering after the lease", extra={"job_key": busy.job_key, "return_after_s": delay})
