@@ -53,7 +53,7 @@ def test_lease_attempts_and_receive_count_agree():
     and a lease renewed every third of itself fits in the function's timeout."""
     env = RESOURCES["WorkerFunction"]["Properties"]["Environment"]["Variables"]
     max_receive = RESOURCES["JobsQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"]
-    assert max_receive == 5
+    assert int(env["MAX_RECEIVE_COUNT"]) == max_receive == 5
     assert int(env["MAX_ATTEMPTS"]) < max_receive
     assert int(env["LEASE_SECONDS"]) <= RESOURCES["WorkerFunction"]["Properties"]["Timeout"]
 
@@ -63,7 +63,12 @@ def test_worker_may_change_visibility_and_resend_on_its_queue_only():
     statements = [st for policy in policies for st in policy.get("Statement", [])]
     sqs = [st for st in statements if any(str(a).startswith("sqs:") for a in _list(st["Action"]))]
     assert len(sqs) == 1
-    assert set(_list(sqs[0]["Action"])) == {"sqs:ChangeMessageVisibility", "sqs:GetQueueUrl", "sqs:SendMessage"}
+    assert set(_list(sqs[0]["Action"])) == {
+        "sqs:ChangeMessageVisibility",
+        "sqs:GetQueueUrl",
+        "sqs:SendMessage",
+        "sqs:DeleteMessage",
+    }
     assert sqs[0]["Resource"] == {"Fn::GetAtt": ["JobsQueue", "Arn"]}
 
 

@@ -57,6 +57,15 @@ def event_for(session, key: str, size: int) -> dict:
     )
 
 
+def swallow_queued(session) -> None:
+    """Delete what the bucket's notifications queued (PurgeQueue allows one call a minute)."""
+    while messages := session.sqs.receive_message(
+        QueueUrl=session.stack.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1
+    ).get("Messages"):
+        for m in messages:
+            session.sqs.delete_message(QueueUrl=session.stack.queue_url, ReceiptHandle=m["ReceiptHandle"])
+
+
 def put(session, key: str, data: bytes) -> None:
     session.s3.put_object(Bucket=session.stack.bucket, Key=key, Body=data)
 
@@ -159,7 +168,7 @@ def test_a_busy_record_is_resent_to_come_back_after_the_holders_lease(local_sess
     data = unique_png()
     put(local_session, "originals/w/busy-resend.png", data)
     _hold(local_session, data, lease_s=3)
-    local_session.sqs.purge_queue(QueueUrl=local_session.stack.queue_url)  # the upload's own message
+    swallow_queued(local_session)  # the upload's own message
     body = event_for(local_session, "originals/w/busy-resend.png", len(data))["Records"][0]["body"]
     third = {"MessageId": "m-3", "ReceiptHandle": "h", "Body": body, "Attributes": {"ApproximateReceiveCount": "3"}}
     event = sqs_event([third], local_session.stack.queue_arn, "us-east-1")
@@ -214,3 +223,46 @@ def test_local_runs_never_print_metrics(capsys, monkeypatch):
     for _ in range(3):
         handler({"Records": []}, LocalLambdaContext())
     assert capsys.readouterr().out == ""
+
+
+def _record(local_session, key: str, size: int, receives: int, handovers: int | None = None) -> dict:
+    body = event_for(local_session, key, size)["Records"][0]["body"]
+    message = {"MessageId": f"m-{uuid.uuid4().hex[:8]}", "ReceiptHandle": "h", "Body": body}
+    message["Attributes"] = {"ApproximateReceiveCount": str(receives)}
+    if handovers is not None:
+        message["MessageAttributes"] = {"mediajobs-handovers": {"DataType": "Number", "StringValue": str(handovers)}}
+    return sqs_event([message], local_session.stack.queue_arn, "us-east-1")
+
+
+def test_a_record_on_its_last_receive_but_one_is_handed_over_before_any_work(local_session):
+    """Receives lost to a batch-mate's crash or a lost ack must not dead-letter a record
+    whose own work never failed: at receive 4 of 5 it is handed to a fresh copy."""
+    data = unique_png()
+    put(local_session, "originals/w/handover.png", data)
+    swallow_queued(local_session)  # the upload's own message
+    event = _record(local_session, "originals/w/handover.png", len(data), receives=4)
+    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    [copy] = local_session.sqs.receive_message(
+        QueueUrl=local_session.stack.queue_url,
+        WaitTimeSeconds=5,
+        MessageSystemAttributeNames=["All"],
+        MessageAttributeNames=["All"],
+    )["Messages"]
+    assert copy["Body"] == event["Records"][0]["body"]
+    assert copy["Attributes"]["ApproximateReceiveCount"] == "1"
+    assert copy["MessageAttributes"]["mediajobs-handovers"]["StringValue"] == "1"
+    key = job_key(sha256_hex(data), RECIPE.sha256)
+    assert (
+        bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).count(key) == 0
+    )  # no work was done on the handed-over receive
+    local_session.sqs.delete_message(QueueUrl=local_session.stack.queue_url, ReceiptHandle=copy["ReceiptHandle"])
+
+
+def test_after_two_handovers_a_record_is_processed_and_left_to_sqs(local_session):
+    data = unique_png()
+    put(local_session, "originals/w/handed-twice.png", data)
+    event = _record(local_session, "originals/w/handed-twice.png", len(data), receives=4, handovers=2)
+    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    key = job_key(sha256_hex(data), RECIPE.sha256)
+    row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
+    assert row.state == "done"

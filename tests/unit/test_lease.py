@@ -131,3 +131,13 @@ def test_the_heartbeat_stays_off_the_final_write():
     clock.now += 60
     k.beat()
     assert ledger.calls == [] and k.problem is None
+
+
+def test_a_committed_record_stays_hidden_for_the_rest_of_the_invocation():
+    """It is acknowledged only when the batch returns; until then a redelivery would count
+    a receive against it."""
+    clock, ledger, queue, remaining = Clock(), FakeLedger(), FakeQueue(), [600.0]
+    k = keeper(clock, ledger, queue, remaining)
+    with k.last_write():
+        remaining[0] = 480.2
+    assert queue.visibility[-1] == 481 + 10

@@ -347,6 +347,7 @@ class Pipeline:
                     return settled
         work_dir = Path(tempfile.mkdtemp(prefix="mediajobs-", dir=self.settings.work_dir))
         remembered = False
+        ids: list[str] = []
         try:
             original = work_dir / "original"
             try:
@@ -364,9 +365,9 @@ class Pipeline:
             if problem := self._size_problem(size):
                 return self._refuse(ref, *problem, sha256=sha256, size_bytes=size, bytes_read=size)
             media = media or self._detect_media(original)
+            # Remember the hash under the ids it is true for: this source version, and the
+            # content the bytes read are (a marker named after another hash is dropped).
             ids = [i for i in (source_id, content_id(sha256) if head.sha256 else None) if i]
-            if marker is not None and marker not in ids:
-                ids.append(marker)
             known = KnownSource(sha256, size, media or "")
             specs = self._specs(ref, sha256, media) if media in self._recipes else []
             if not specs:
@@ -399,7 +400,7 @@ class Pipeline:
                 result.jobs.append(self._run_job(work, recipe, spec, claim))
             return self._summarise(result)
         finally:
-            if marker is not None and not remembered:
+            if marker is not None and not (remembered and marker in ids):
                 self._sources.abandon(marker, token)
             shutil.rmtree(work_dir, ignore_errors=True)
 

@@ -24,6 +24,7 @@ _ENV_NAMES: Final = {
     "max_input_bytes": "MAX_INPUT_BYTES",
     "lease_s": "LEASE_SECONDS",
     "max_attempts": "MAX_ATTEMPTS",
+    "max_receive_count": "MAX_RECEIVE_COUNT",
     "deadline_margin_s": "DEADLINE_MARGIN_SECONDS",
     "image_job_s": "IMAGE_JOB_SECONDS",
     "retry_base_s": "RETRY_BASE_SECONDS",
@@ -54,6 +55,11 @@ class Settings:
     max_attempts: claims a job may have; the next one ends it ``attempts_exhausted``.
         Keep it below the queue's ``maxReceiveCount`` so the ledger, not the
         dead-letter queue, ends a job that keeps failing (default 4, against 5).
+    max_receive_count: the queue's redrive ``maxReceiveCount`` (default 5): a record
+        that reaches its last receive but one is handed over to a fresh copy (at most
+        :data:`mediajobs.entrypoints.worker.MAX_HANDOVERS` times) before any work, so
+        receives lost to other records' crashes or to lost acknowledgements do not
+        dead-letter it.
     deadline_margin_s: seconds of invocation time kept to release a claim and report;
         the heartbeat releases the claim when less is left (default 10).
     image_job_s: time an image job is allowed to need; none starts with less than this
@@ -74,6 +80,7 @@ class Settings:
     max_input_bytes: int = 200 * MB
     lease_s: int = 120
     max_attempts: int = 4
+    max_receive_count: int = 5
     deadline_margin_s: int = 10
     image_job_s: int = 20
     retry_base_s: int = 5
@@ -85,7 +92,7 @@ class Settings:
             raise ValueError("prefixes must end with '/'")
         if self.derivatives_prefix.startswith(self.originals_prefix):
             raise ValueError("derivatives must not be written under the originals prefix")
-        for name in ("max_pixels", "max_input_bytes", "lease_s", "max_attempts", "retry_base_s"):
+        for name in ("max_pixels", "max_input_bytes", "lease_s", "max_attempts", "max_receive_count", "retry_base_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 

@@ -180,9 +180,7 @@ class DynamoLedger:
             )
             try:
                 row.save(condition=self._model.job_key.does_not_exist())
-                return Claim(
-                    ClaimOutcome.RUN, spec.job_key, lease_token=token, lease_expires_at_s=lease_until_s, attempts=1
-                )
+                return self._ran(spec.job_key, token, lease_until_s)
             except PutError as exc:
                 if not _lost_race(exc):
                     raise TransientFailure(f"ledger put failed: {exc.cause_response_code}") from exc
@@ -190,10 +188,18 @@ class DynamoLedger:
             if seen.lease_token == token:
                 # The SDK retried a put whose first attempt succeeded but whose answer was
                 # lost: the row is ours.
-                return Claim(
-                    ClaimOutcome.RUN, spec.job_key, lease_token=token, lease_expires_at_s=lease_until_s, attempts=1
-                )
+                return self._ran(spec.job_key, token, lease_until_s)
         for _ in range(_CLAIM_ROUNDS):
+            if seen.lease_token == token and seen.state == JobState.RUNNING:
+                # Our own takeover, retried by the SDK after its answer was lost.
+                return Claim(
+                    ClaimOutcome.RUN,
+                    seen.job_key,
+                    lease_token=token,
+                    lease_expires_at_s=seen.lease_expires_at_s,
+                    attempts=seen.attempts,
+                    took_over=True,
+                )
             decision = decide(seen, now_s=now_s, max_attempts=self._max_attempts)
             if decision is Decision.DONE:
                 return Claim(ClaimOutcome.DONE, seen.job_key, manifest_key=seen.manifest_key, outputs=seen.outputs)

@@ -18,6 +18,10 @@ from mediajobs.domain.jobs import Delivery
 
 log = logging.getLogger(__name__)
 
+#: Message attribute counting how often a record was handed over to a fresh copy after
+#: its receives ran low (see ``entrypoints.worker``).
+HANDOVERS_ATTRIBUTE: Final = "mediajobs-handovers"
+
 #: Answers that mean the receipt handle no longer names an in-flight receive of ours.
 _LOST_CODES: Final = frozenset(
     {"ReceiptHandleIsInvalid", "AWS.SimpleQueueService.MessageNotInflight", "MessageNotInflight"}
@@ -67,15 +71,19 @@ class SqsQueue:
             )
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in _LOST_CODES:
+            message = str(exc.response.get("Error", {}).get("Message", "")).lower()
+            # SQS answers an expired receipt handle with InvalidParameterValue ("The receipt
+            # handle has expired").
+            if code in _LOST_CODES or (code == "InvalidParameterValue" and "receipt handle" in message):
                 raise DeliveryLost(f"the message is no longer ours: {code}") from exc
             raise TransientFailure(f"SQS ChangeMessageVisibility failed: {code}") from exc
         except BotoCoreError as exc:
             raise TransientFailure(f"SQS ChangeMessageVisibility failed: {exc}") from exc
 
-    def resend(self, queue_arn: str, body: str, delay_s: int) -> None:
+    def resend(self, queue_arn: str, body: str, delay_s: int, *, handovers: int = 0) -> None:
         """Send ``body`` again as a new message, delivered after ``delay_s`` (at most 900,
-        SQS's ``DelaySeconds`` limit). Its receive count starts at 0.
+        SQS's ``DelaySeconds`` limit). Its receive count starts at 0; ``handovers`` is
+        carried in the message attribute :data:`HANDOVERS_ATTRIBUTE`.
 
         Raises
         ------
@@ -84,10 +92,22 @@ class SqsQueue:
         """
         try:
             self._sqs.send_message(
-                QueueUrl=self.url(queue_arn), MessageBody=body, DelaySeconds=max(0, min(900, delay_s))
+                QueueUrl=self.url(queue_arn),
+                MessageBody=body,
+                DelaySeconds=max(0, min(900, delay_s)),
+                MessageAttributes={HANDOVERS_ATTRIBUTE: {"DataType": "Number", "StringValue": str(handovers)}},
             )
         except (ClientError, BotoCoreError) as exc:
             raise TransientFailure(f"SQS SendMessage failed: {exc}") from exc
+
+    def delete(self, queue_arn: str, receipt_handle: str) -> None:
+        """Delete a received message now (after its request was handed to a fresh copy), so
+        a crash of the rest of the batch cannot count another receive against it.
+        Failures are logged: the message then comes back and is answered again."""
+        try:
+            self._sqs.delete_message(QueueUrl=self.url(queue_arn), ReceiptHandle=receipt_handle)
+        except (ClientError, BotoCoreError, TransientFailure) as exc:
+            log.warning("could not delete a handed-over message: %s", exc)
 
     def return_later(self, queue_arn: str, delays: list[tuple[str, int]]) -> None:
         """Set the visibility of records going back to the queue, ``(receipt handle,

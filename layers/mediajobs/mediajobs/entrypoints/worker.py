@@ -14,6 +14,10 @@ Thin: parse each record (Powertools parser model), call the pipeline, report.
   plus jitter, and the received copy acknowledged once the copy is queued: waiting must
   not count receives toward the dead-letter queue (if the send fails, the record goes
   back with that visibility instead).
+* A record on its last receive but one (``MAX_RECEIVE_COUNT - 1``) is handed over to a
+  fresh copy before any work, at most ``MAX_HANDOVERS`` times: receives are lost to
+  batch-mates' crashes and lost acknowledgements without the record's own work failing,
+  and the dead-letter queue is for requests that keep failing.
 
 ``raise_on_entire_batch_failure=False``: when every record of a batch is busy or
 transient, reporting them all as item failures has the same effect on SQS as raising,
@@ -37,6 +41,7 @@ from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEve
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Json
 
+from mediajobs.adapters.sqs import HANDOVERS_ATTRIBUTE
 from mediajobs.bootstrap import build_pipeline
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, JobBusy, Superseded, TransientFailure
 from mediajobs.domain.jobs import Delivery, ObjectRef, SourceResult
@@ -60,7 +65,11 @@ _pipeline: Pipeline | None = None
 _return_after: dict[str, int] = {}
 #: The raw bodies of the current batch, by message id (a busy record may be re-sent).
 _bodies: dict[str, str] = {}
+#: Message ids of the current batch handed over to fresh copies before processing.
+_handed_over: set[str] = set()
 _rng = random.Random()
+#: How often one request is handed over to a fresh copy before SQS may dead-letter it.
+MAX_HANDOVERS = 2
 
 
 def get_pipeline() -> Pipeline:
@@ -131,6 +140,9 @@ def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | 
     started = time.monotonic()
     pipeline = get_pipeline()
     settings = pipeline.settings
+    if record.messageId in _handed_over:
+        return {"state": "handed_over"}
+    handovers = _handovers(record.messageAttributes.get(HANDOVERS_ATTRIBUTE))
     try:
         result = pipeline.process(ref, delivery)
         _report(result)
@@ -147,7 +159,7 @@ def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | 
     except JobBusy as busy:
         metrics.add_metric(name="JobsBusy", unit=MetricUnit.Count, value=1)
         delay = busy_delay_s(busy.lease_expires_at_s - time.time(), lease_s=settings.lease_s, rng=_rng)
-        if _resend(record, delay):
+        if _hand_over(record.eventSourceARN, record.messageId, record.receiptHandle, delay, handovers=handovers):
             # Waiting is not failing: a returned record would count a receive toward the
             # dead-letter queue; a fresh copy, durably queued first, counts none.
             logger.info("busy: re-sent to come back after the lease", extra={"job_key": busy.job_key, "delay_s": delay})
@@ -180,17 +192,50 @@ def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | 
         logger.remove_keys(["source_key", "message_id"])
 
 
-def _resend(record: ObjectCreatedRecord, delay_s: int) -> bool:
+def _handovers(attribute: Any) -> int:
+    """The handover count a record carries (0 when it has none)."""
+    if attribute is None:
+        return 0
+    value = attribute.get("stringValue") if isinstance(attribute, dict) else attribute.stringValue
+    try:
+        return int(value or 0)
+    except ValueError:
+        return MAX_HANDOVERS  # not ours to trust: no more handovers
+
+
+def _hand_over(queue_arn: str, message_id: str, receipt_handle: str, delay_s: int, *, handovers: int) -> bool:
+    """Queue a fresh copy of a record, then delete the received one at once (the request
+    is durably queued again first, so nothing is dropped; deleting now means a crash of
+    the rest of the batch cannot count another receive against it)."""
     queue = get_pipeline().queue
-    body = _bodies.get(record.messageId)
+    body = _bodies.get(message_id)
     if queue is None or body is None:
         return False
     try:
-        queue.resend(record.eventSourceARN, body, delay_s)  # type: ignore[attr-defined]
+        queue.resend(queue_arn, body, delay_s, handovers=handovers)  # type: ignore[attr-defined]
     except TransientFailure as exc:
-        logger.warning("could not re-send a busy record: %s", exc)
+        logger.warning("could not re-send the record: %s", exc)
         return False
+    queue.delete(queue_arn, receipt_handle)  # type: ignore[attr-defined]
     return True
+
+
+def _hand_over_running_low(event: dict[str, Any]) -> None:
+    """Before any record is processed: hand over every record on its last receive but
+    one. One more lost receive would dead-letter it, though its own work may never have
+    failed (a batch-mate's crash, a lost acknowledgement, a deadline)."""
+    settings = get_pipeline().settings
+    for raw in event.get("Records", []):
+        try:
+            receives = int(raw.get("attributes", {}).get("ApproximateReceiveCount", 1) or 1)
+            handovers = _handovers((raw.get("messageAttributes") or {}).get(HANDOVERS_ATTRIBUTE))
+            if receives < settings.max_receive_count - 1 or handovers >= MAX_HANDOVERS:
+                continue
+            if _hand_over(raw["eventSourceARN"], raw["messageId"], raw["receiptHandle"], 0, handovers=handovers + 1):
+                _handed_over.add(raw["messageId"])
+                logger.info("receives running low: handed over to a fresh copy", extra={"handovers": handovers + 1})
+        except (KeyError, TypeError, ValueError):
+            continue  # a record that does not parse is reported by the batch processor
 
 
 def _return_failed(event: dict[str, Any], response: PartialItemFailureResponse) -> None:
@@ -227,10 +272,13 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
     _return_after.clear()
     _bodies.clear()
     _bodies.update({r.get("messageId", ""): r.get("body", "") for r in event.get("Records", [])})
+    _handed_over.clear()
+    _hand_over_running_low(event)
     response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
     _return_failed(event, response)
     _return_after.clear()
     _bodies.clear()
+    _handed_over.clear()
     return response

@@ -292,17 +292,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _share(text: str) -> float:
+def share(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"a share is between 0 and 1, got {text}")
     return value
 
 
-def _positive(text: str) -> int:
+def positive_integer(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
 
 
@@ -331,6 +338,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         and summary["dlq"] == 0
         and summary["duplicate_renders"] == 0
         and summary["renders_committed"] == summary["unique_jobs"]
+        and summary["s3_bytes_read_for_duplicates"] == 0
+        and summary["ddb_requests_per_duplicate"] <= 2
         and not summary["timed_out"]
     )
     return 0 if held else 1
@@ -355,36 +364,36 @@ def build_parser() -> argparse.ArgumentParser:
         "the real handler, with duplicated events, lost acknowledgements and crashes at every step boundary. "
         "Exit 1 when something was lost, dead-lettered or rendered twice.",
     )
-    sim.add_argument("--uploads", type=_positive, default=200, help="originals uploaded (default 200)")
-    sim.add_argument("--workers", type=_positive, default=4, help="worker processes (default 4)")
+    sim.add_argument("--uploads", type=positive_integer, default=200, help="originals uploaded (default 200)")
+    sim.add_argument("--workers", type=positive_integer, default=4, help="worker processes (default 4)")
     sim.add_argument(
-        "--crash-rate", type=_share, default=0.05, help="probability a worker dies while holding a claim (default 0.05)"
+        "--crash-rate", type=share, default=0.05, help="probability a worker dies while holding a claim (default 0.05)"
     )
     sim.add_argument(
-        "--identical-share", type=_share, default=0.09, help="byte-identical copies under other keys (default 0.09)"
+        "--identical-share", type=share, default=0.09, help="byte-identical copies under other keys (default 0.09)"
     )
-    sim.add_argument("--duplicate-share", type=_share, default=0.05, help="events delivered twice (default 0.05)")
+    sim.add_argument("--duplicate-share", type=share, default=0.05, help="events delivered twice (default 0.05)")
     sim.add_argument(
         "--redelivery-share",
-        type=_share,
+        type=share,
         default=0.08,
         help="records whose acknowledgement is lost, redelivered after the visibility timeout (default 0.08)",
     )
     sim.add_argument(
         "--checksum-share",
-        type=_share,
+        type=share,
         default=1.0,
         help="uploads sent with a full-object SHA-256 checksum (default 1.0)",
     )
-    sim.add_argument("--lease-seconds", type=_positive, default=4, help="the workers' lease (default 4)")
+    sim.add_argument("--lease-seconds", type=positive_integer, default=4, help="the workers' lease (default 4)")
     sim.add_argument(
         "--visibility-seconds",
-        type=_positive,
+        type=positive_integer,
         default=20,
         help="the queue's visibility timeout: how long a crashed batch's other records stay hidden (default 20)",
     )
     sim.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    sim.add_argument("--max-seconds", type=float, default=900, help="give up after this long (default 900)")
+    sim.add_argument("--max-seconds", type=positive_seconds, default=900, help="give up after this long (default 900)")
     sim.add_argument("--json", action="store_true", help="print the JSON object on one line")
     serve = sub.add_parser("serve", help="run the embedded AWS with the stack until Ctrl-C (for sam local invoke)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for Docker)")

@@ -85,7 +85,16 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> di
                     "SenderId": attrs.get("SenderId", "local"),
                     "ApproximateFirstReceiveTimestamp": attrs.get("ApproximateFirstReceiveTimestamp", "0"),
                 },
-                "messageAttributes": {},
+                "messageAttributes": {
+                    name: {
+                        "stringValue": value.get("StringValue"),
+                        "binaryValue": value.get("BinaryValue"),
+                        "stringListValues": [],
+                        "binaryListValues": [],
+                        "dataType": value["DataType"],
+                    }
+                    for name, value in m.get("MessageAttributes", {}).items()
+                },
                 "md5OfBody": m.get("MD5OfBody", ""),
                 "eventSource": "aws:sqs",
                 "eventSourceARN": queue_arn,
@@ -139,6 +148,7 @@ class EventSourceMapping:
             MaxNumberOfMessages=self._batch_size,
             WaitTimeSeconds=wait_s,
             MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
         )
         messages = response.get("Messages", [])
         if not messages:
