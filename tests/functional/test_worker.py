@@ -266,3 +266,20 @@ def test_after_two_handovers_a_record_is_processed_and_left_to_sqs(local_session
     key = job_key(sha256_hex(data), RECIPE.sha256)
     row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
     assert row.state == "done"
+
+
+def test_a_record_that_does_not_parse_is_not_handed_over(local_session):
+    """It is the batch processor's to report, with the rest of its batch."""
+    bad = {
+        "MessageId": "bad-4",
+        "ReceiptHandle": "h",
+        "Body": "{not json",
+        "Attributes": {"ApproximateReceiveCount": "4"},
+    }
+    event = sqs_event([bad], local_session.stack.queue_arn, "us-east-1")
+    swallow_queued(local_session)
+    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": [{"itemIdentifier": "bad-4"}]}
+    assert (
+        local_session.sqs.receive_message(QueueUrl=local_session.stack.queue_url, WaitTimeSeconds=1).get("Messages", [])
+        == []
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mediajobs.domain.errors import DeadlineReached, DeliveryLost, Superseded
+from mediajobs.domain.errors import DeadlineReached, DeliveryLost, Superseded, TransientFailure
 from mediajobs.domain.jobs import Delivery
 from mediajobs.lease import LeaseKeeper, lease_until
 
@@ -141,3 +141,31 @@ def test_a_committed_record_stays_hidden_for_the_rest_of_the_invocation():
     with k.last_write():
         remaining[0] = 480.2
     assert queue.visibility[-1] == 481 + 10
+
+
+def test_sqs_answers_for_a_receipt_handle_that_is_no_longer_ours():
+    from botocore.exceptions import ClientError
+
+    from mediajobs.adapters.sqs import SqsQueue
+
+    class Stub:
+        def __init__(self, code, message):
+            self.error = ClientError({"Error": {"Code": code, "Message": message}}, "ChangeMessageVisibility")
+
+        def get_queue_url(self, **_):
+            return {"QueueUrl": "https://sqs/q"}
+
+        def change_message_visibility(self, **_):
+            raise self.error
+
+    delivery = Delivery("arn:aws:sqs:us-east-1:1:q", "rh", 1, lambda: 60.0)
+    stale = "Value rh for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available"
+    for code, message in [
+        ("ReceiptHandleIsInvalid", "The input receipt handle is invalid."),
+        ("InvalidParameterValue", stale),
+        ("InvalidParameterValue", "The receipt handle has expired."),
+    ]:
+        with pytest.raises(DeliveryLost):
+            SqsQueue(Stub(code, message)).set_visibility(delivery, 10)
+    with pytest.raises(TransientFailure):
+        SqsQueue(Stub("InternalError", "try again")).set_visibility(delivery, 10)

@@ -72,9 +72,10 @@ class SqsQueue:
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             message = str(exc.response.get("Error", {}).get("Message", "")).lower()
-            # SQS answers an expired receipt handle with InvalidParameterValue ("The receipt
-            # handle has expired").
-            if code in _LOST_CODES or (code == "InvalidParameterValue" and "receipt handle" in message):
+            # SQS answers an expired or stale receipt handle with InvalidParameterValue ("The
+            # receipt handle has expired", "ReceiptHandle is invalid. Reason: Message does not
+            # exist or is not available for visibility timeout change").
+            if code in _LOST_CODES or (code == "InvalidParameterValue" and "receipthandle" in message.replace(" ", "")):
                 raise DeliveryLost(f"the message is no longer ours: {code}") from exc
             raise TransientFailure(f"SQS ChangeMessageVisibility failed: {code}") from exc
         except BotoCoreError as exc:

@@ -4,25 +4,30 @@ Thin: parse each record (Powertools parser model), call the pipeline, report.
 
 * A record outside ``originals/``, a committed job and a permanent failure are successes
   for SQS: the message is deleted (the failure is in the ledger and the logs).
-* A busy job, a transient failure, a superseded claim and a record that does not parse
-  are reported in ``batchItemFailures``: only those messages come back -- after the
-  visibility the handler sets for each (Lambda leaves a failed record invisible until
-  its visibility timeout ends; it never shortens it): a transient failure after an
-  exponential backoff on its receive count, a record stopped by the invocation's
-  deadline at once.
-* A busy duplicate is re-sent as a fresh message delayed by the holder's remaining lease
-  plus jitter, and the received copy acknowledged once the copy is queued: waiting must
-  not count receives toward the dead-letter queue (if the send fails, the record goes
-  back with that visibility instead).
-* A record on its last receive but one (``MAX_RECEIVE_COUNT - 1``) is handed over to a
-  fresh copy before any work, at most ``MAX_HANDOVERS`` times: receives are lost to
-  batch-mates' crashes and lost acknowledgements without the record's own work failing,
-  and the dead-letter queue is for requests that keep failing.
+* A transient failure, a superseded claim and a record that does not parse are reported
+  in ``batchItemFailures``: only those messages come back -- after the visibility the
+  handler sets for each (Lambda leaves a failed record invisible until its visibility
+  timeout ends; it never shortens it): a transient failure after an exponential backoff
+  on its receive count, a record stopped by the invocation's deadline at once.
+* A busy duplicate is handed over: a fresh copy is queued, delayed by the holder's
+  remaining lease plus jitter (at most 900 s, SQS's DelaySeconds limit), then the
+  received message is deleted and the record reported a success. Waiting must not count
+  receives toward the dead-letter queue. If the send fails, the record is reported
+  failed and comes back with that visibility instead.
+* A record on its last receive but one (``>= MAX_RECEIVE_COUNT - 1``) is handed over the
+  same way (no delay) before any record of the batch is worked on, at most
+  ``MAX_HANDOVERS`` times: receives are lost to batch-mates' crashes and lost
+  acknowledgements without the record's own work failing, and the dead-letter queue is
+  for requests that keep failing.
+* A hand-over never drops a request (the copy is queued before the delete); it may
+  duplicate one (a send retried after a lost answer, a crash between send and delete),
+  which the ledger answers as any duplicate.
 
-``raise_on_entire_batch_failure=False``: when every record of a batch is busy or
-transient, reporting them all as item failures has the same effect on SQS as raising,
-but does not turn a normal outcome ("busy, come back later") into a function error that
-trips the Errors alarm, and Lambda does not back off the whole event source mapping.
+``raise_on_entire_batch_failure=False``: when every record of a batch failed (busy ones
+whose hand-over failed, transient ones), reporting them all as item failures has the same
+effect on SQS as raising, but does not turn an expected outcome ("come back later") into a
+function error that trips the Errors alarm, and Lambda does not back off the whole event
+source mapping.
 """
 
 from __future__ import annotations
@@ -133,6 +138,8 @@ def _delivery(record: ObjectCreatedRecord, context: LambdaContext | None) -> Del
 def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
     """Process one record; raising reports it as a batch item failure (after choosing
     when the message should come back)."""
+    if record.messageId in _handed_over:
+        return {"state": "handed_over"}
     ref = to_object_ref(record)
     delivery = _delivery(record, lambda_context)
     logger.set_correlation_id(record.body.id)
@@ -140,8 +147,6 @@ def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | 
     started = time.monotonic()
     pipeline = get_pipeline()
     settings = pipeline.settings
-    if record.messageId in _handed_over:
-        return {"state": "handed_over"}
     handovers = _handovers(record.messageAttributes.get(HANDOVERS_ATTRIBUTE))
     try:
         result = pipeline.process(ref, delivery)
@@ -196,11 +201,12 @@ def _handovers(attribute: Any) -> int:
     """The handover count a record carries (0 when it has none)."""
     if attribute is None:
         return 0
-    value = attribute.get("stringValue") if isinstance(attribute, dict) else attribute.stringValue
+    value = attribute.get("stringValue") if isinstance(attribute, dict) else getattr(attribute, "stringValue", None)
     try:
-        return int(value or 0)
-    except ValueError:
+        count = int(value or 0)
+    except (TypeError, ValueError):
         return MAX_HANDOVERS  # not ours to trust: no more handovers
+    return count if count >= 0 else MAX_HANDOVERS
 
 
 def _hand_over(queue_arn: str, message_id: str, receipt_handle: str, delay_s: int, *, handovers: int) -> bool:
@@ -227,6 +233,7 @@ def _hand_over_running_low(event: dict[str, Any]) -> None:
     settings = get_pipeline().settings
     for raw in event.get("Records", []):
         try:
+            ObjectCreatedRecord.model_validate(raw)  # one that does not parse is the processor's to report
             receives = int(raw.get("attributes", {}).get("ApproximateReceiveCount", 1) or 1)
             handovers = _handovers((raw.get("messageAttributes") or {}).get(HANDOVERS_ATTRIBUTE))
             if receives < settings.max_receive_count - 1 or handovers >= MAX_HANDOVERS:
@@ -234,8 +241,8 @@ def _hand_over_running_low(event: dict[str, Any]) -> None:
             if _hand_over(raw["eventSourceARN"], raw["messageId"], raw["receiptHandle"], 0, handovers=handovers + 1):
                 _handed_over.add(raw["messageId"])
                 logger.info("receives running low: handed over to a fresh copy", extra={"handovers": handovers + 1})
-        except (KeyError, TypeError, ValueError):
-            continue  # a record that does not parse is reported by the batch processor
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
 
 
 def _return_failed(event: dict[str, Any], response: PartialItemFailureResponse) -> None:
