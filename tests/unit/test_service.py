@@ -66,6 +66,9 @@ class FakeStore:
     def read_bytes(self, bucket, key):
         return self.objects[key]
 
+    def read_if_exists(self, bucket, key):
+        return self.objects.get(key)
+
 
 class FakeLedger:
     """An in-memory ledger with the real decision rule (:func:`decide`)."""
@@ -382,3 +385,13 @@ def test_a_superseded_worker_cannot_mark_the_job_done(tmp_path):
         pipeline.process(REF)
     row = ledger.rows[_key(pipeline)]
     assert (row.state, row.lease_token) == ("running", "someone-else")
+
+
+def test_a_takeover_adopts_a_manifest_its_lost_holder_committed_without_rendering(tmp_path):
+    pipeline, store, ledger, renderer, _ = make(tmp_path)
+    key = _preload(pipeline, ledger, state="running", lease_expires_at_s=900, attempts=1)  # expired at 1000
+    out = OutputRecord("thumb", f"derivatives/{key}/thumb.webp", "webp", 1, 1, 1, "0" * 64, "image/webp")
+    store.objects[f"derivatives/{key}/manifest.json"] = json.dumps({"outputs": [out.to_json()]}).encode()
+    result = pipeline.process(REF)
+    assert (result.state, result.jobs[0].reused, result.jobs[0].outputs, renderer.calls) == ("done", False, (out,), 0)
+    assert ledger.rows[key].state == "done" and ledger.rows[key].outputs == (out,)

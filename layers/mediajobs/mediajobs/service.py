@@ -86,6 +86,7 @@ class ObjectStore(Protocol):
     def put_if_absent(self, bucket: str, key: str, body: bytes, *, content_type: str) -> bool: ...
     def existing_digest(self, bucket: str, key: str) -> tuple[str | None, int]: ...
     def read_bytes(self, bucket: str, key: str) -> bytes: ...
+    def read_if_exists(self, bucket: str, key: str) -> bytes | None: ...
 
 
 class Ledger(Protocol):
@@ -494,50 +495,27 @@ class Pipeline:
             margin_s=self.settings.deadline_margin_s,
             clock=self._clock,
         )
-        return self._render_and_commit(work, recipe, spec, claim.lease_token, keeper)
+        return self._render_and_commit(work, recipe, spec, claim.lease_token, keeper, took_over=claim.took_over)
 
     def _render_and_commit(
-        self, work: _Work, recipe: Recipe, spec: JobSpec, token: str, keeper: LeaseKeeper
+        self, work: _Work, recipe: Recipe, spec: JobSpec, token: str, keeper: LeaseKeeper, *, took_over: bool
     ) -> JobResult:
-        ref, original, size, work_dir = work.ref, work.original, work.size_bytes, work.folder
+        ref = work.ref
         key, prefix = spec.job_key, spec.output_prefix
         extra = {"job_key": key, "source_key": ref.key, "recipe": recipe.ref}
         started = time.monotonic()
         try:
             self.observer.step("claimed", key)
             with keeper:
-                log.info("processing started", extra=extra)
-                self.observer.render_started(key, ref)
-                out_dir = work_dir / key
-                out_dir.mkdir()
-                files, decisions = self._renderer.render(original, recipe.params.variants, out_dir)
-                outputs = []
-                for rendered in files:
-                    keeper.check()
-                    outputs.append(self._store_output(ref.bucket, prefix, rendered))
-                    self.observer.step("output_stored", key)
                 manifest_key = prefix + MANIFEST_NAME
-                manifest = build_manifest(
-                    job_key=key,
-                    source=ref,
-                    input_sha256=spec.input_sha256,
-                    input_bytes=size,
-                    recipe_id=spec.recipe_id,
-                    recipe_version=spec.recipe_version,
-                    recipe_sha256=spec.recipe_sha256,
-                    policy_version=spec.policy_version,
-                    outputs=outputs,
-                    decisions=decisions,
-                    created_at=_utc_iso(self._clock()),
-                )
-                body = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
-                keeper.check()
-                if not self._store.put_if_absent(ref.bucket, manifest_key, body, content_type="application/json"):
-                    # An earlier worker committed the manifest and died before marking the
-                    # job done: its manifest is the truth about what is stored.
-                    stored = json.loads(self._store.read_bytes(ref.bucket, manifest_key))
-                    outputs = [OutputRecord.from_json(o) for o in stored["outputs"]]
-                self.observer.step("manifest_stored", key)
+                # A holder that died after its manifest committed the set; only the ledger
+                # row was left to mark. Adopt it instead of rendering again.
+                adopted = self._store.read_if_exists(ref.bucket, manifest_key) if took_over else None
+                if adopted is not None:
+                    log.info("adopting the manifest a lost holder committed", extra=extra)
+                    outputs = [OutputRecord.from_json(o) for o in json.loads(adopted)["outputs"]]
+                else:
+                    outputs = self._write_set(work, recipe, spec, keeper, extra)
                 with keeper.last_write():  # the heartbeat neither renews nor releases meanwhile
                     self._ledger.complete(key, token, manifest_key=manifest_key, outputs=outputs, now_s=self._now())
             self.observer.step("done", key)
@@ -576,6 +554,45 @@ class Pipeline:
             outputs=tuple(outputs),
             seconds=seconds,
         )
+
+    def _write_set(
+        self, work: _Work, recipe: Recipe, spec: JobSpec, keeper: LeaseKeeper, extra: dict[str, str]
+    ) -> list[OutputRecord]:
+        """Render, write each output, then the manifest; the outputs as stored."""
+        ref, key, prefix = work.ref, spec.job_key, spec.output_prefix
+        log.info("processing started", extra=extra)
+        self.observer.render_started(key, ref)
+        out_dir = work.folder / key
+        out_dir.mkdir()
+        files, decisions = self._renderer.render(work.original, recipe.params.variants, out_dir)
+        outputs = []
+        for rendered in files:
+            keeper.check()
+            outputs.append(self._store_output(ref.bucket, prefix, rendered))
+            self.observer.step("output_stored", key)
+        manifest_key = prefix + MANIFEST_NAME
+        manifest = build_manifest(
+            job_key=key,
+            source=ref,
+            input_sha256=spec.input_sha256,
+            input_bytes=work.size_bytes,
+            recipe_id=spec.recipe_id,
+            recipe_version=spec.recipe_version,
+            recipe_sha256=spec.recipe_sha256,
+            policy_version=spec.policy_version,
+            outputs=outputs,
+            decisions=decisions,
+            created_at=_utc_iso(self._clock()),
+        )
+        body = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
+        keeper.check()
+        if not self._store.put_if_absent(ref.bucket, manifest_key, body, content_type="application/json"):
+            # An earlier worker committed the manifest and died before marking the job
+            # done: its manifest is the truth about what is stored.
+            stored = json.loads(self._store.read_bytes(ref.bucket, manifest_key))
+            outputs = [OutputRecord.from_json(o) for o in stored["outputs"]]
+        self.observer.step("manifest_stored", key)
+        return outputs
 
     def _release(self, key: str, token: str, exc: Exception, extra: dict[str, str]) -> None:
         log.warning("transient failure: %r", exc, extra=extra)

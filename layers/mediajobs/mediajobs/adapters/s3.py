@@ -187,6 +187,23 @@ class S3Store:
         """
         return bytes(self._s3.get_object(Bucket=bucket, Key=key)["Body"].read())
 
+    def read_if_exists(self, bucket: str, key: str) -> bytes | None:
+        """Read a small object whole, or ``None`` when there is none.
+
+        Raises
+        ------
+        TransientFailure
+            On any other S3 error.
+        """
+        try:
+            return self.read_bytes(bucket, key)
+        except ClientError as exc:
+            if _code(exc) in _MISSING_CODES or _status(exc) == 404:
+                return None
+            raise TransientFailure(f"S3 GetObject {key} failed: {_code(exc)}") from exc
+        except BotoCoreError as exc:
+            raise TransientFailure(f"S3 GetObject {key} failed: {exc}") from exc
+
     def download_file(self, bucket: str, key: str, dest: Path) -> None:
         """Copy an object to a local file (the CLI's output folder), via a temporary name."""
         tmp = dest.with_name(dest.name + ".part")

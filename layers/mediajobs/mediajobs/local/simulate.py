@@ -182,6 +182,7 @@ def _worker_main(index: int, env: dict[str, str], stack: dict[str, Any], cfg: St
 
         def step(self, point: str, job_key: str) -> None:
             if point == "done":
+                renders[0] += 1  # committed work (a takeover may adopt a manifest without rendering)
                 emit("committed", job_key=job_key)
                 if armed.get(job_key) == "before_ack":
                     done_in_batch.append(job_key)
@@ -210,7 +211,7 @@ def _worker_main(index: int, env: dict[str, str], stack: dict[str, Any], cfg: St
                 message_id=record.messageId,
                 receive_count=int(record.attributes.ApproximateReceiveCount or 1),
                 outcome=outcome,
-                rendered=renders[0] > renders_before,
+                rendered=renders[0] > renders_before,  # started a render or committed a job
                 ddb_requests=counters["ddb"] - ddb,
                 s3_bytes=counters["s3_bytes"] - s3_bytes,
             )
