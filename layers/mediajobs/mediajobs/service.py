@@ -314,6 +314,7 @@ class Pipeline:
             elif entry is not None:  # another delivery is reading it right now
                 raise JobBusy(source_id, getattr(entry, "lease_expires_at_s", self._now()))
         views: dict[str, JobView] = {}
+        pre_claimed: list[Claim] = []
         if sha256 is not None:
             if media == "":
                 return self._refuse(ref, UNSUPPORTED_FORMAT, "no recipe for this content (remembered)", sha256=sha256)
@@ -323,6 +324,16 @@ class Pipeline:
                 settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media, views)
                 if settled is not None:
                     return settled
+                # Some job needs work: claim before reading, so a delivery that loses the
+                # claim (another took it over first) reads nothing.
+                pre_claimed = self._claim_all(self._specs(ref, sha256, media), views, delivery)
+                if not any(c.outcome is ClaimOutcome.RUN for c in pre_claimed):
+                    result = SourceResult(
+                        ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=head.size_bytes
+                    )
+                    for (recipe, _), claim in zip(self._specs(ref, sha256, media), pre_claimed, strict=True):
+                        result.jobs.append(self._settled(recipe, claim))
+                    return self._summarise(result)
 
         # The bytes are needed: mark the source as being read, so duplicates wait.
         marker = None
@@ -361,7 +372,10 @@ class Pipeline:
                     "the bytes read do not match the known SHA-256; using the bytes",
                     extra={"source_key": ref.key, "known": sha256, "read": downloaded.sha256},
                 )
-                views, media = {}, None
+                for claim in pre_claimed:  # claims on the wrong jobs: give them back
+                    if claim.outcome is ClaimOutcome.RUN and claim.lease_token:
+                        self._release(claim.job_key, claim.lease_token, TransientFailure("content changed"), {})
+                views, media, pre_claimed = {}, None, []
             sha256 = downloaded.sha256
             if problem := self._size_problem(size):
                 return self._refuse(ref, *problem, sha256=sha256, size_bytes=size, bytes_read=size)
@@ -388,12 +402,7 @@ class Pipeline:
             )
             # Claim every job before telling duplicates what the content is: one that learns
             # it from the index then finds the jobs claimed, and waits instead of reading.
-            self._ensure_time(delivery, self.settings.image_job_s * len(specs))
-            now, until = self._now(), self._lease_until(delivery)
-            claims = [
-                self._ledger.claim(spec, now_s=now, lease_until_s=until, seen=views.get(spec.job_key))
-                for _, spec in specs
-            ]
+            claims = pre_claimed or self._claim_all(specs, views, delivery)
             self._sources.remember(ids, known, now_s=self._now())
             remembered = True
             work = _Work(ref, original, size, delivery, work_dir)
@@ -404,6 +413,16 @@ class Pipeline:
             if marker is not None and not (remembered and marker in ids):
                 self._sources.abandon(marker, token)
             shutil.rmtree(work_dir, ignore_errors=True)
+
+    def _claim_all(
+        self, specs: list[tuple[Recipe, JobSpec]], views: dict[str, JobView], delivery: Delivery | None
+    ) -> list[Claim]:
+        """Claim every job of a content (none is started without time for all of them)."""
+        self._ensure_time(delivery, self.settings.image_job_s * len(specs))
+        now, until = self._now(), self._lease_until(delivery)
+        return [
+            self._ledger.claim(spec, now_s=now, lease_until_s=until, seen=views.get(spec.job_key)) for _, spec in specs
+        ]
 
     @staticmethod
     def _summarise(result: SourceResult) -> SourceResult:
