@@ -67,6 +67,7 @@ from mediajobs.domain.jobs import (
     RenderedFile,
     SourceResult,
     decide,
+    standing_claim,
 )
 from mediajobs.domain.keys import content_id, job_key, source_version_id
 from mediajobs.domain.manifest import MANIFEST_NAME, RenderDecisions, build_manifest, derivative_prefix
@@ -326,12 +327,13 @@ class Pipeline:
                     return settled
                 # Some job needs work: claim before reading, so a delivery that loses the
                 # claim (another took it over first) reads nothing.
-                pre_claimed = self._claim_all(self._specs(ref, sha256, media), views, delivery)
+                known_specs = self._specs(ref, sha256, media)
+                pre_claimed = self._claim_all(known_specs, views, delivery)
                 if not any(c.outcome is ClaimOutcome.RUN for c in pre_claimed):
                     result = SourceResult(
                         ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=head.size_bytes
                     )
-                    for (recipe, _), claim in zip(self._specs(ref, sha256, media), pre_claimed, strict=True):
+                    for (recipe, _), claim in zip(known_specs, pre_claimed, strict=True):
                         result.jobs.append(self._settled(recipe, claim))
                     return self._summarise(result)
 
@@ -464,10 +466,8 @@ class Pipeline:
             view = views[spec.job_key]
             if decisions[spec.job_key] is Decision.EXHAUST:  # one conditional write ends it
                 claim = self._ledger.claim(spec, now_s=now, lease_until_s=now, seen=view)
-            elif view.state == JobState.DONE:
-                claim = Claim(ClaimOutcome.DONE, view.job_key, manifest_key=view.manifest_key, outputs=view.outputs)
             else:
-                claim = Claim(ClaimOutcome.FAILED, view.job_key, failure_reason=view.failure_reason)
+                claim = standing_claim(view)
             result.jobs.append(self._settled(recipe, claim))
         return self._summarise(result)
 

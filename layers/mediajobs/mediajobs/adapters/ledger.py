@@ -25,7 +25,17 @@ from pynamodb.expressions.update import Action
 from pynamodb.models import Model
 
 from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, Superseded, TransientFailure
-from mediajobs.domain.jobs import Claim, ClaimOutcome, Decision, JobSpec, JobState, JobView, OutputRecord, decide
+from mediajobs.domain.jobs import (
+    Claim,
+    ClaimOutcome,
+    Decision,
+    JobSpec,
+    JobState,
+    JobView,
+    OutputRecord,
+    decide,
+    standing_claim,
+)
 
 log = logging.getLogger(__name__)
 
@@ -201,12 +211,8 @@ class DynamoLedger:
                     took_over=True,
                 )
             decision = decide(seen, now_s=now_s, max_attempts=self._max_attempts)
-            if decision is Decision.DONE:
-                return Claim(ClaimOutcome.DONE, seen.job_key, manifest_key=seen.manifest_key, outputs=seen.outputs)
-            if decision is Decision.FAILED:
-                return Claim(ClaimOutcome.FAILED, seen.job_key, failure_reason=seen.failure_reason)
-            if decision is Decision.BUSY:
-                return Claim(ClaimOutcome.BUSY, seen.job_key, lease_expires_at_s=seen.lease_expires_at_s)
+            if decision in (Decision.DONE, Decision.FAILED, Decision.BUSY):
+                return standing_claim(seen)
             won = self._take_over(seen, token, now_s, lease_until_s, exhaust=decision is Decision.EXHAUST)
             if won is not None:
                 return won

@@ -168,6 +168,16 @@ def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
     return Decision.TAKE_OVER
 
 
+def standing_claim(view: JobView) -> Claim:
+    """The claim outcome a row stands for when it is not taken over: ``DONE`` with its
+    outputs, ``FAILED`` with its reason, or ``BUSY`` until its lease ends. Pure."""
+    if view.state == JobState.DONE:
+        return Claim(ClaimOutcome.DONE, view.job_key, manifest_key=view.manifest_key, outputs=view.outputs)
+    if view.state == JobState.PERMANENT_FAILURE:
+        return Claim(ClaimOutcome.FAILED, view.job_key, failure_reason=view.failure_reason)
+    return Claim(ClaimOutcome.BUSY, view.job_key, lease_expires_at_s=view.lease_expires_at_s)
+
+
 @dataclass(frozen=True)
 class Delivery:
     """The SQS delivery a record came with, and the invocation's clock.
