@@ -25,6 +25,13 @@ TOO_MANY_FRAMES: Final = "too_many_frames"
 TOO_LARGE: Final = "too_large"
 SOURCE_MISSING: Final = "source_missing"
 ATTEMPTS_EXHAUSTED: Final = "attempts_exhausted"
+# Video (ffprobe/ffmpeg outcomes; see mediajobs.domain.video.CLASSIFICATION).
+INVALID_MEDIA: Final = "invalid_media"
+UNSUPPORTED_CONTAINER: Final = "unsupported_container"
+UNSUPPORTED_CODEC: Final = "unsupported_codec"
+NO_VIDEO_STREAM: Final = "no_video_stream"
+TOO_LONG: Final = "too_long"
+INVALID_OUTPUT: Final = "invalid_output"
 
 REASON_CODES: Final = frozenset(
     {
@@ -38,6 +45,12 @@ REASON_CODES: Final = frozenset(
         TOO_LARGE,
         SOURCE_MISSING,
         ATTEMPTS_EXHAUSTED,
+        INVALID_MEDIA,
+        UNSUPPORTED_CONTAINER,
+        UNSUPPORTED_CODEC,
+        NO_VIDEO_STREAM,
+        TOO_LONG,
+        INVALID_OUTPUT,
     }
 )
 

@@ -70,6 +70,74 @@ class ImageVariantsParams(_Strict):
     variants: tuple[ImageVariant, ...] = Field(min_length=1)
 
 
+class VideoRung(_Strict):
+    """One H.264 rendition of a rung of the ladder: ``height_px`` high, even width (``scale=-2:H``).
+
+    Attributes
+    ----------
+    name:
+        Rendition name, also its file stem (``720p`` -> ``720p.mp4``).
+    height_px:
+        Height of the display-oriented picture, pixels (even). A source shorter than this
+        skips the rung: nothing is upscaled.
+    crf:
+        libx264 constant rate factor, 0-51 (lower is better and larger).
+    maxrate_kbps, bufsize_kbps:
+        VBV cap and buffer, kbit/s and kbit, so the stream fits the connection it is for.
+    audio_kbps:
+        AAC bit rate, kbit/s (ignored when the source has no audio).
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
+    height_px: int = Field(gt=0, le=4320, multiple_of=2)
+    crf: int = Field(ge=0, le=51)
+    maxrate_kbps: int = Field(gt=0)
+    bufsize_kbps: int = Field(gt=0)
+    audio_kbps: int = Field(gt=0, le=512)
+
+
+class VideoEncoding(_Strict):
+    """Encoder settings shared by every rung (libx264 + AAC in MP4).
+
+    ``level`` 4.0 admits 1080p30 (ITU-T H.264 Annex A, table A-1), so every rung of up to
+    720p at up to 60 fps plays on any H.264 High decoder of a browser or phone.
+    """
+
+    codec: Literal["libx264"] = "libx264"
+    preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"]
+    profile: Literal["high", "main", "baseline"]
+    level: Literal["3.1", "4.0", "4.1", "4.2"]
+    pix_fmt: Literal["yuv420p"]
+    audio_codec: Literal["aac"] = "aac"
+    faststart: bool
+
+
+class PosterFrame(_Strict):
+    """The poster frame: one JPEG of the display-oriented picture.
+
+    Attributes
+    ----------
+    name: file stem (``poster`` -> ``poster.jpg``).
+    at_fraction: where to take it, as a fraction of the container duration (0.1 = 10 %).
+    box_px: longest side at most this many pixels; never enlarged.
+    quality: ffmpeg's MJPEG ``-q:v``, 2 (best) to 31.
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
+    at_fraction: float = Field(ge=0, lt=1)
+    box_px: int = Field(gt=0, le=8192)
+    quality: int = Field(ge=2, le=31)
+
+
+class VideoRenditionsParams(_Strict):
+    """Parameters of the ``video.renditions`` step: the ladder, its encoding and the poster."""
+
+    rungs: tuple[VideoRung, ...] = Field(min_length=1)
+    encoding: VideoEncoding
+    poster: PosterFrame
+    source_rendition: str = Field(default="source", pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
+
+
 class Recipe(_Strict):
     """A versioned recipe as loaded from JSON.
 
@@ -80,9 +148,9 @@ class Recipe(_Strict):
     version:
         Positive integer; bump it whenever the output would change.
     media:
-        Which originals it applies to: ``image`` (``video`` comes later).
+        Which originals it applies to: ``image`` or ``video``.
     step:
-        The step that renders it, e.g. ``image.variants``.
+        The step that renders it: ``image.variants`` or ``video.renditions``.
     params:
         The step's parameters.
     comment:
@@ -91,9 +159,9 @@ class Recipe(_Strict):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
     version: int = Field(gt=0)
-    media: Literal["image"]
-    step: Literal["image.variants"]
-    params: ImageVariantsParams
+    media: Literal["image", "video"]
+    step: Literal["image.variants", "video.renditions"]
+    params: ImageVariantsParams | VideoRenditionsParams
     comment: str = ""
 
     @property
@@ -119,9 +187,17 @@ def parse_recipe(document: dict[str, Any]) -> Recipe:
         recipe = Recipe.model_validate(document)
     except ValidationError as exc:
         raise RecipeError(f"invalid recipe: {exc}") from exc
-    names = [v.name for v in recipe.params.variants]
+    params = recipe.params
+    expected = {"image.variants": ("image", ImageVariantsParams), "video.renditions": ("video", VideoRenditionsParams)}
+    media, params_type = expected[recipe.step]
+    if recipe.media != media or not isinstance(params, params_type):
+        raise RecipeError(f"recipe {recipe.ref}: step {recipe.step} needs media {media} and its own parameters")
+    if isinstance(params, ImageVariantsParams):
+        names = [v.name for v in params.variants]
+    else:
+        names = [r.name for r in params.rungs] + [params.source_rendition, params.poster.name]
     if len(names) != len(set(names)):
-        raise RecipeError(f"recipe {recipe.ref}: duplicate variant names {names}")
+        raise RecipeError(f"recipe {recipe.ref}: duplicate output names {names}")
     return recipe
 
 

@@ -1,0 +1,587 @@
+"""Video decisions as pure functions: what ffprobe found, what to render, how to call ffmpeg,
+what its failures mean, whether a job fits, and whether an output is right.
+
+Nothing here runs a process or touches AWS; :mod:`mediajobs.adapters.ffmpeg` runs the
+argv lists built here and :mod:`mediajobs.adapters.video` strings the steps together.
+
+Rules that come from outside:
+
+* Demuxers are allow-listed (:data:`ALLOWED_DEMUXERS`) and every call passes
+  ``-format_whitelist`` and ``-protocol_whitelist file``: ffmpeg picks the HLS or ffconcat
+  demuxer from a file's *content*, whatever its name, and those then open the files or
+  URLs they list (HackerOne 242831; ``../shared/cases`` V09).
+* ``scale=-2:H`` gives the width ``round(H * w / h / 2) * 2`` (libavfilter ``scale_eval.c``,
+  ``av_rescale`` rounds half away from zero): libx264 with yuv420p needs even sizes.
+* ``-progress`` reports ``out_time_us`` and, under the misleading name ``out_time_ms``,
+  the same value in microseconds (ffmpeg ``fftools/ffmpeg.c``, ``print_report``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from mediajobs.domain.errors import (
+    INVALID_MEDIA,
+    INVALID_OUTPUT,
+    NO_VIDEO_STREAM,
+    TOO_LARGE,
+    TOO_LONG,
+    UNSUPPORTED_CODEC,
+    UNSUPPORTED_CONTAINER,
+    PermanentFailure,
+)
+from mediajobs.domain.recipes import VideoRenditionsParams, VideoRung, fit_within
+
+#: Demuxers ffprobe/ffmpeg may use, as ``-format_whitelist`` takes them. The mov family
+#: (MP4, MOV, M4V, 3GP, the MJ2 and M4A brands share one demuxer) and Matroska/WebM are what
+#: phones, cameras and browsers record. Nothing that names other files (HLS, DASH,
+#: ffconcat, image sequences) is ever allowed.
+ALLOWED_DEMUXERS: Final = ("mov", "mp4", "m4a", "3gp", "3g2", "mj2", "matroska", "webm")
+FORMAT_WHITELIST: Final = ",".join(ALLOWED_DEMUXERS)
+#: Only the local file protocol: no http(s), tcp, concat, subfile, data or pipe.
+PROTOCOL_WHITELIST: Final = "file"
+
+#: Video decoders accepted. Anything else (ProRes RAW, a codec the build lacks, an image
+#: track posing as video) is refused before an encoder starts.
+ALLOWED_VIDEO_CODECS: Final = frozenset(
+    {"h264", "hevc", "vp8", "vp9", "av1", "mpeg4", "mpeg2video", "prores", "mjpeg", "h263", "theora"}
+)
+
+#: Transfer characteristics that mark HDR (ITU-T H.273): PQ (SMPTE ST 2084) and HLG (ARIB STD-B67).
+HDR_TRANSFERS: Final = frozenset({"smpte2084", "arib-std-b67"})
+
+#: Tone mapping to 8-bit BT.709 through zscale (zimg): linear light at 100 nits nominal peak,
+#: BT.709 primaries, Mobius curve (keeps the in-range colours, rolls off highlights),
+#: then back to BT.709 transfer and limited-range 4:2:0. A bare ``format=yuv420p`` would
+#: read HLG/PQ code values as BT.709 and wash colours out (``../shared/cases`` V06).
+TONEMAP_FILTER: Final = (
+    "zscale=t=linear:npl=100,format=gbrpf32le,zscale=p=bt709,"
+    "tonemap=tonemap=mobius:desat=0,zscale=t=bt709:m=bt709:r=tv,format=yuv420p"
+)
+
+#: Largest error allowed between an output's duration and the source's, seconds.
+DURATION_TOLERANCE_S: Final = 0.1
+
+STDERR_TAIL_BYTES: Final = 8 * 1024
+
+
+# --- probe ---------------------------------------------------------------------------------
+
+#: Leading bytes of text formats that name other files or URLs: playlists, manifests and
+#: scripts posing as video. They are refused before ffprobe runs, whatever ffmpeg version
+#: would make of them (5.1 opens the HLS segments it lists; 6+ refuses an HLS playlist
+#: without an ``.m3u8`` name as "Invalid data").
+PLAYLIST_SIGNATURES: Final = (
+    (b"#EXTM3U", "an HLS/M3U playlist"),
+    (b"#EXT-X-", "an HLS playlist"),
+    (b"ffconcat version", "an ffmpeg concat script"),
+    (b"<MPD", "a DASH manifest"),
+    (b"[playlist]", "a PLS playlist"),
+    (b"<ASX", "an ASX playlist"),
+    (b"#EXTINF", "an M3U playlist"),
+)
+
+
+def playlist_problem(head: bytes) -> PermanentFailure | None:
+    """``unsupported_container`` when ``head`` (the first bytes of a file) is a playlist,
+    manifest or script that names other files, else ``None``. Leading whitespace, a UTF-8
+    byte-order mark and an XML declaration are skipped."""
+    text = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    if text.startswith(b"<?xml"):
+        text = text[text.find(b"?>") + 2 :].lstrip() if b"?>" in text else text
+    for signature, kind in PLAYLIST_SIGNATURES:
+        if text[: len(signature)].upper() == signature.upper():
+            return PermanentFailure(UNSUPPORTED_CONTAINER, f"{kind}, not a media file")
+    return None
+
+
+@dataclass(frozen=True)
+class VideoProbe:
+    """What ffprobe found in an original, reduced to what the pipeline decides on.
+
+    Attributes
+    ----------
+    format_name: the demuxer's name list (``mov,mp4,m4a,3gp,3g2,mj2``).
+    duration_s: container duration, seconds.
+    codec: the first video stream's codec (``h264``).
+    coded_width, coded_height: stored frame size, pixels.
+    rotation: clockwise degrees the display matrix turns the picture (0, 90, 180, 270).
+    pix_fmt: pixel format (``yuv420p10le``); bit_depth: bits per component.
+    color_transfer, color_primaries: as ffprobe names them (``arib-std-b67``, ``bt2020``).
+    audio_codec: the first audio stream's codec, or ``None`` without audio.
+    """
+
+    format_name: str
+    duration_s: float
+    codec: str
+    coded_width: int
+    coded_height: int
+    rotation: int = 0
+    pix_fmt: str = "yuv420p"
+    bit_depth: int = 8
+    color_transfer: str | None = None
+    color_primaries: str | None = None
+    audio_codec: str | None = None
+
+    @property
+    def display_size(self) -> tuple[int, int]:
+        """(width, height) of the upright picture, pixels: a quarter turn swaps the sides."""
+        if self.rotation in (90, 270):
+            return self.coded_height, self.coded_width
+        return self.coded_width, self.coded_height
+
+    @property
+    def has_audio(self) -> bool:
+        """Whether the original has an audio stream."""
+        return self.audio_codec is not None
+
+    @property
+    def hdr(self) -> bool:
+        """Whether the picture is HDR (PQ or HLG transfer): it must be tone-mapped."""
+        return self.color_transfer in HDR_TRANSFERS
+
+    @property
+    def needs_tonemap(self) -> bool:
+        """HDR or BT.2020 wide gamut: tone-mapped to BT.709. (Any source, 10-bit included, is
+        then reduced to 8-bit 4:2:0; a 10-bit BT.709 source needs no more than that.)"""
+        return self.hdr or self.color_primaries == "bt2020"
+
+
+def _bit_depth(pix_fmt: str) -> int:
+    match = re.search(r"p(\d{2})(le|be)$", pix_fmt)
+    return int(match.group(1)) if match else 8
+
+
+def _rotation(stream: dict[str, Any]) -> int:
+    """Clockwise rotation in degrees from a stream's display matrix (or legacy ``rotate`` tag).
+
+    ffprobe reports the display matrix's rotation counter-clockwise (``-90`` for a phone
+    held upright), so the picture is turned by ``-rotation`` degrees.
+    """
+    for side in stream.get("side_data_list") or []:
+        if "rotation" in side:
+            return int(-float(side["rotation"])) % 360
+    tag = (stream.get("tags") or {}).get("rotate")
+    if tag is not None:
+        try:
+            return int(float(tag)) % 360
+        except ValueError:
+            return 0
+    return 0
+
+
+def parse_probe(document: dict[str, Any]) -> VideoProbe:
+    """Turn ffprobe's ``-show_format -show_streams -of json`` document into a :class:`VideoProbe`.
+
+    Raises
+    ------
+    PermanentFailure
+        ``unsupported_container`` when the demuxer is not allow-listed;
+        ``no_video_stream`` when no video stream (cover art excluded) is present;
+        ``unsupported_codec`` for a video codec outside :data:`ALLOWED_VIDEO_CODECS`;
+        ``invalid_media`` when the duration or frame size is missing or absurd.
+    """
+    fmt = document.get("format") or {}
+    format_name = str(fmt.get("format_name") or "")
+    if not format_name or not set(format_name.split(",")) <= set(ALLOWED_DEMUXERS):
+        raise PermanentFailure(UNSUPPORTED_CONTAINER, f"container {format_name or 'unknown'} is not accepted")
+    streams = document.get("streams") or []
+    videos = [
+        s for s in streams if s.get("codec_type") == "video" and not (s.get("disposition") or {}).get("attached_pic")
+    ]
+    audios = [s for s in streams if s.get("codec_type") == "audio"]
+    if not videos:
+        raise PermanentFailure(NO_VIDEO_STREAM, f"{len(streams)} streams, none of them video")
+    video = videos[0]
+    codec = str(video.get("codec_name") or "unknown")
+    if codec not in ALLOWED_VIDEO_CODECS:
+        raise PermanentFailure(UNSUPPORTED_CODEC, f"video codec {codec} is not accepted")
+    try:
+        duration = float(fmt.get("duration") or video.get("duration") or 0)
+        width, height = int(video.get("width") or 0), int(video.get("height") or 0)
+    except (TypeError, ValueError) as exc:
+        raise PermanentFailure(INVALID_MEDIA, f"unreadable duration or size: {exc}") from exc
+    if not duration > 0:
+        raise PermanentFailure(INVALID_MEDIA, "the container has no duration")
+    if width <= 0 or height <= 0:
+        raise PermanentFailure(INVALID_MEDIA, f"frame size {width}x{height}")
+    pix_fmt = str(video.get("pix_fmt") or "yuv420p")
+    return VideoProbe(
+        format_name=format_name,
+        duration_s=duration,
+        codec=codec,
+        coded_width=width,
+        coded_height=height,
+        rotation=_rotation(video),
+        pix_fmt=pix_fmt,
+        bit_depth=_bit_depth(pix_fmt),
+        color_transfer=video.get("color_transfer"),
+        color_primaries=video.get("color_primaries"),
+        audio_codec=str(audios[0].get("codec_name")) if audios else None,
+    )
+
+
+# --- plan ----------------------------------------------------------------------------------
+
+
+def scaled_width(display_width: int, display_height: int, height_px: int) -> int:
+    """Width ``scale=-2:height_px`` gives for a ``display_width`` x ``display_height`` picture, pixels.
+
+    ``av_rescale(h, w, ih * 2) * 2``, rounding half away from zero; at least 2.
+    """
+    den = display_height * 2
+    return max(2, (height_px * display_width * 2 + den) // (2 * den) * 2)
+
+
+@dataclass(frozen=True)
+class PlannedRendition:
+    """One rendition to encode: ``width`` x ``height`` pixels with ``rung``'s settings."""
+
+    name: str
+    rung: VideoRung
+    width: int
+    height: int
+
+
+@dataclass(frozen=True)
+class RenditionPlan:
+    """The renditions of one original, the rungs skipped, and the poster's size and time."""
+
+    renditions: tuple[PlannedRendition, ...]
+    skipped: tuple[str, ...]
+    poster_size: tuple[int, int]
+    poster_at_s: float
+
+
+def plan_renditions(probe: VideoProbe, params: VideoRenditionsParams) -> RenditionPlan:
+    """Decide which rungs to encode at which size, and where to take the poster frame.
+
+    A rung taller than the upright source is skipped (never upscaled). When every rung is,
+    one rendition named ``params.source_rendition`` is made at the source's display height
+    rounded down to even (at least 2), with the smallest rung's settings, so every video
+    gets one playable H.264 rendition.
+    """
+    width, height = probe.display_size
+    planned, skipped = [], []
+    for rung in params.rungs:
+        if rung.height_px > height:
+            skipped.append(rung.name)
+            continue
+        planned.append(PlannedRendition(rung.name, rung, scaled_width(width, height, rung.height_px), rung.height_px))
+    if not planned:
+        even = max(2, height // 2 * 2)
+        rung = min(params.rungs, key=lambda r: r.height_px)
+        planned.append(PlannedRendition(params.source_rendition, rung, scaled_width(width, height, even), even))
+    poster = fit_within(width, height, params.poster.box_px)
+    return RenditionPlan(
+        renditions=tuple(planned),
+        skipped=tuple(skipped),
+        poster_size=poster,
+        poster_at_s=round(probe.duration_s * params.poster.at_fraction, 3),
+    )
+
+
+# --- ffmpeg argv ---------------------------------------------------------------------------
+
+
+#: Options every ffmpeg and ffprobe run starts with: no stdin, no banner, and the input
+#: confined to the allow-listed demuxers on a local file.
+def _input_guard() -> list[str]:
+    return ["-format_whitelist", FORMAT_WHITELIST, "-protocol_whitelist", PROTOCOL_WHITELIST]
+
+
+def ffprobe_argv(ffprobe: str, source: str) -> list[str]:
+    """argv to probe ``source`` (a path in the work folder) as JSON; never a shell string."""
+    return [
+        ffprobe, "-hide_banner", "-v", "error", *_input_guard(),
+        "-show_format", "-show_streams", "-of", "json", "-i", source,
+    ]  # fmt: skip
+
+
+def ffprobe_output_argv(ffprobe: str, path: str) -> list[str]:
+    """argv to probe one of our own outputs (MP4 or JPEG) for verification."""
+    return [
+        ffprobe, "-hide_banner", "-v", "error", "-format_whitelist", "mov,mp4,m4a,3gp,3g2,mj2,image2,jpeg_pipe",
+        "-protocol_whitelist", PROTOCOL_WHITELIST, "-show_format", "-show_streams", "-of", "json", "-i", path,
+    ]  # fmt: skip
+
+
+def _picture_filter(probe: VideoProbe) -> str:
+    """Filters that make an 8-bit BT.709 4:2:0 picture (rotation is ffmpeg's autorotate)."""
+    return TONEMAP_FILTER if probe.needs_tonemap else "format=yuv420p"
+
+
+def _colour_tags(probe: VideoProbe) -> list[str]:
+    if not probe.needs_tonemap:
+        return []
+    return ["-color_primaries", "bt709", "-color_trc", "bt709", "-colorspace", "bt709", "-color_range", "tv"]
+
+
+def renditions_argv(
+    ffmpeg: str, source: str, probe: VideoProbe, plan: RenditionPlan, params: VideoRenditionsParams, out_dir: str
+) -> list[str]:
+    """argv that decodes ``source`` once and encodes every planned rendition (``split``).
+
+    Each output: libx264 with the recipe's preset, profile, level, CRF and VBV; yuv420p;
+    AAC from the first audio stream when there is one (``-map 0:a:0?``); no metadata or
+    chapters copied (phones store the location in ``udta``); ``+faststart`` puts the moov
+    atom before mdat. Progress goes to stdout as ``key=value`` lines.
+    """
+    enc = params.encoding
+    n = len(plan.renditions)
+    chains = [f"[0:v:0]{_picture_filter(probe)},split={n}" + "".join(f"[s{i}]" for i in range(n))]
+    chains += [f"[s{i}]scale=-2:{r.height}[v{i}]" for i, r in enumerate(plan.renditions)]
+    argv = [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-progress", "pipe:1",
+        *_input_guard(), "-i", source, "-filter_complex", ";".join(chains),
+    ]  # fmt: skip
+    for i, r in enumerate(plan.renditions):
+        argv += ["-map", f"[v{i}]", "-map", "0:a:0?", "-map_metadata", "-1", "-map_chapters", "-1"]
+        argv += ["-c:v", enc.codec, "-preset", enc.preset, "-profile:v", enc.profile, "-level:v", enc.level]
+        argv += ["-pix_fmt", enc.pix_fmt, "-crf", str(r.rung.crf)]
+        argv += ["-maxrate", f"{r.rung.maxrate_kbps}k", "-bufsize", f"{r.rung.bufsize_kbps}k"]
+        argv += _colour_tags(probe)
+        argv += ["-c:a", enc.audio_codec, "-b:a", f"{r.rung.audio_kbps}k"]
+        if enc.faststart:
+            argv += ["-movflags", "+faststart"]
+        argv += ["-f", "mp4", f"{out_dir}/{r.name}.mp4"]
+    return argv
+
+
+def poster_argv(
+    ffmpeg: str, source: str, probe: VideoProbe, plan: RenditionPlan, params: VideoRenditionsParams, out_path: str
+) -> list[str]:
+    """argv for the poster: ``-ss`` before ``-i`` (seek by index: 0.2 s instead of 10 s on a
+    10-minute file, ``../shared/NOTES.md``), one display-oriented frame scaled to fit the box."""
+    width, height = plan.poster_size
+    return [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error",
+        *_input_guard(), "-ss", f"{plan.poster_at_s:.3f}", "-i", source,
+        "-map", "0:v:0", "-frames:v", "1", "-vf", f"{_picture_filter(probe)},scale={width}:{height}",
+        "-map_metadata", "-1", "-q:v", str(params.poster.quality), "-update", "1", "-f", "image2", out_path,
+    ]  # fmt: skip
+
+
+# --- progress ------------------------------------------------------------------------------
+
+
+def progress_seconds(fields: dict[str, str]) -> float | None:
+    """Seconds of output written, from one ``-progress`` block, or ``None`` when not known yet.
+
+    ``out_time_us`` and ``out_time_ms`` are both microseconds; ``N/A`` before the first frame.
+    """
+    for name in ("out_time_us", "out_time_ms"):
+        raw = fields.get(name, "")
+        if raw.lstrip("-").isdigit():
+            return max(0.0, int(raw) / 1_000_000)
+    return None
+
+
+# --- classification ------------------------------------------------------------------------
+
+#: ffmpeg/ffprobe messages that mean the input can never succeed, in order: the first match
+#: names the reason. The detail is the matched message. Anything else is transient.
+CLASSIFICATION: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
+    (re.compile(r"(Format|Protocol) not on whitelist"), UNSUPPORTED_CONTAINER),
+    (re.compile(r"Not detecting m3u8/hls with non standard extension"), UNSUPPORTED_CONTAINER),
+    (re.compile(r"moov atom not found"), INVALID_MEDIA),
+    (re.compile(r"EBML header parsing failed"), INVALID_MEDIA),
+    (re.compile(r"partial file"), INVALID_MEDIA),
+    (re.compile(r"Invalid data found when processing input"), INVALID_MEDIA),
+    (re.compile(r"could not find codec parameters|Could not find codec parameters"), INVALID_MEDIA),
+    (re.compile(r"Decoder \(codec [^)]*\) not found|[Uu]nsupported codec|Unknown decoder"), UNSUPPORTED_CODEC),
+    (re.compile(r"Stream map '[^']*' matches no streams|does not contain any stream"), NO_VIDEO_STREAM),
+)
+
+
+def classify(stderr_tail: str) -> PermanentFailure | None:
+    """The permanent failure an ffmpeg/ffprobe error message means, or ``None`` (transient).
+
+    Only messages about the input are permanent; a crash, a kill, a full disk or an
+    unknown message may pass and is retried until the attempts cap.
+    """
+    for pattern, reason in CLASSIFICATION:
+        match = pattern.search(stderr_tail)
+        if match:
+            return PermanentFailure(reason, match.group(0))
+    return None
+
+
+# --- budget --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a job may use.
+
+    Attributes
+    ----------
+    speed_factor: seconds of work per second of source (both rungs and the poster, measured
+        for 1080p sources; see ``benchmarks/video.py``).
+    max_duration_s: longest accepted source, seconds.
+    invocation_s: a whole invocation's time for the job (function timeout minus margin), seconds.
+    free_bytes: free space where the outputs are written, bytes.
+    """
+
+    speed_factor: float
+    max_duration_s: float
+    invocation_s: float
+    free_bytes: int
+
+
+def expected_output_bytes(probe: VideoProbe, plan: RenditionPlan) -> int:
+    """Upper estimate of the renditions' size: every rung at its VBV cap plus audio, bytes."""
+    kbps = sum(r.rung.maxrate_kbps + (r.rung.audio_kbps if probe.has_audio else 0) for r in plan.renditions)
+    return int(kbps * 1000 / 8 * probe.duration_s) + 1_000_000
+
+
+def estimated_seconds(probe: VideoProbe, budget: Budget) -> float:
+    """Estimated wall time of the job, seconds: duration x speed factor, scaled by the source's
+    pixels relative to 1080p (decoding dominates above it), at least 1 s."""
+    width, height = probe.display_size
+    scale = max(0.25, (width * height) / (1920 * 1080))
+    return max(1.0, probe.duration_s * budget.speed_factor * scale)
+
+
+def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None:
+    """Refuse a job that cannot fit, before any encoder starts.
+
+    Raises
+    ------
+    PermanentFailure
+        ``too_long`` when the source is longer than ``max_duration_s`` or its estimated time
+        exceeds a whole invocation; ``too_large`` when twice the expected output does not fit
+        the free space (the original is already on disk).
+    """
+    if probe.duration_s > budget.max_duration_s:
+        raise PermanentFailure(TOO_LONG, f"{probe.duration_s:.1f} s > {budget.max_duration_s:.0f} s")
+    needed = estimated_seconds(probe, budget)
+    if needed > budget.invocation_s:
+        raise PermanentFailure(
+            TOO_LONG, f"estimated {needed:.0f} s of work, an invocation allows {budget.invocation_s:.0f} s"
+        )
+    space = 2 * expected_output_bytes(probe, plan)
+    if space > budget.free_bytes:
+        raise PermanentFailure(TOO_LARGE, f"outputs need up to {space} bytes, {budget.free_bytes} free")
+
+
+# --- verification --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one rendition must be: H.264 ``profile`` ``pix_fmt`` at ``width`` x ``height``,
+    AAC when ``audio``, lasting ``duration_s`` (within :data:`DURATION_TOLERANCE_S`)."""
+
+    width: int
+    height: int
+    duration_s: float
+    audio: bool
+    profile: str = "High"
+    pix_fmt: str = "yuv420p"
+
+
+def rendition_problems(document: dict[str, Any], expected: Expected, *, moov_first: bool) -> list[str]:
+    """Differences between an output's ffprobe document and what was planned (empty when right)."""
+    problems = []
+    streams = document.get("streams") or []
+    videos = [s for s in streams if s.get("codec_type") == "video"]
+    audios = [s for s in streams if s.get("codec_type") == "audio"]
+    if len(videos) != 1:
+        return [f"{len(videos)} video streams"]
+    v = videos[0]
+    if v.get("codec_name") != "h264" or v.get("profile") != expected.profile:
+        problems.append(f"video {v.get('codec_name')} {v.get('profile')}, not h264 {expected.profile}")
+    if v.get("pix_fmt") != expected.pix_fmt:
+        problems.append(f"pix_fmt {v.get('pix_fmt')}")
+    if (v.get("width"), v.get("height")) != (expected.width, expected.height):
+        problems.append(f"size {v.get('width')}x{v.get('height')}, planned {expected.width}x{expected.height}")
+    if _rotation(v) != 0:
+        problems.append(f"rotation {_rotation(v)} left on the output")
+    want_audio = 1 if expected.audio else 0
+    if len(audios) != want_audio or any(a.get("codec_name") != "aac" for a in audios):
+        problems.append(f"audio {[a.get('codec_name') for a in audios]}, expected {'aac' if want_audio else 'none'}")
+    duration = float((document.get("format") or {}).get("duration") or 0)
+    if abs(duration - expected.duration_s) > DURATION_TOLERANCE_S:
+        problems.append(f"duration {duration:.3f} s, source {expected.duration_s:.3f} s")
+    if not moov_first:
+        problems.append("moov atom after mdat")
+    return problems
+
+
+def poster_problems(document: dict[str, Any], width: int, height: int) -> list[str]:
+    """Differences between the poster's ffprobe document and its planned JPEG size."""
+    streams = document.get("streams") or []
+    if len(streams) != 1 or streams[0].get("codec_name") != "mjpeg":
+        return [f"poster streams {[s.get('codec_name') for s in streams]}"]
+    size = (streams[0].get("width"), streams[0].get("height"))
+    return [] if size == (width, height) else [f"poster {size[0]}x{size[1]}, planned {width}x{height}"]
+
+
+def verification_failure(name: str, problems: list[str]) -> PermanentFailure:
+    """``invalid_output`` naming the output and what is wrong with it (deterministic: no retry)."""
+    return PermanentFailure(INVALID_OUTPUT, f"{name}: " + "; ".join(problems))
+
+
+# --- manifest ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VideoDecisions:
+    """What the video step decided for one original; recorded in the manifest's ``decisions``.
+
+    Attributes
+    ----------
+    source_format: the demuxer (``mov,mp4,m4a,3gp,3g2,mj2``); source_codec: ``h264``, ``hevc`` ...
+    source_width, source_height: coded frame size, pixels; rotation: degrees applied.
+    display_width, display_height: the upright picture, pixels.
+    duration_s: container duration, seconds; audio: whether renditions carry AAC.
+    tonemapped: HDR / wide-gamut / 10-bit converted to 8-bit BT.709.
+    renditions: names made; skipped: rungs taller than the source (never upscaled).
+    poster_at_s: where the poster frame was taken, seconds.
+    ffmpeg_version: first line of ``ffmpeg -version``.
+    """
+
+    source_format: str
+    source_codec: str
+    source_width: int
+    source_height: int
+    rotation: int
+    display_width: int
+    display_height: int
+    duration_s: float
+    audio: bool
+    tonemapped: bool
+    renditions: tuple[str, ...]
+    skipped: tuple[str, ...]
+    poster_at_s: float
+    ffmpeg_version: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        data = asdict(self)
+        data["renditions"], data["skipped"] = list(self.renditions), list(self.skipped)
+        return data
+
+
+def decisions_for(probe: VideoProbe, plan: RenditionPlan, ffmpeg_version: str) -> VideoDecisions:
+    """The manifest's record of ``probe`` and ``plan``."""
+    width, height = probe.display_size
+    return VideoDecisions(
+        source_format=probe.format_name,
+        source_codec=probe.codec,
+        source_width=probe.coded_width,
+        source_height=probe.coded_height,
+        rotation=probe.rotation,
+        display_width=width,
+        display_height=height,
+        duration_s=probe.duration_s,
+        audio=probe.has_audio,
+        tonemapped=probe.needs_tonemap,
+        renditions=tuple(r.name for r in plan.renditions),
+        skipped=plan.skipped,
+        poster_at_s=plan.poster_at_s,
+        ffmpeg_version=ffmpeg_version,
+    )

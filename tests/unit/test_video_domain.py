@@ -1,0 +1,264 @@
+"""Video decisions without ffmpeg: probe parsing, the plan, argv, classification, budget, checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from mediajobs.domain.errors import PermanentFailure
+from mediajobs.domain.recipes import load_recipe
+from mediajobs.domain.video import (
+    FORMAT_WHITELIST,
+    TONEMAP_FILTER,
+    Budget,
+    Expected,
+    VideoProbe,
+    check_budget,
+    classify,
+    ffprobe_argv,
+    parse_probe,
+    plan_renditions,
+    playlist_problem,
+    poster_argv,
+    progress_seconds,
+    rendition_problems,
+    renditions_argv,
+    scaled_width,
+)
+
+PARAMS = load_recipe("web-video", 1).params
+MP4 = "mov,mp4,m4a,3gp,3g2,mj2"
+
+
+def probe_doc(streams: list[dict], format_name: str = MP4, duration: str = "2.000000") -> dict:
+    return {"format": {"format_name": format_name, "duration": duration}, "streams": streams}
+
+
+def video(width: int = 1280, height: int = 720, **extra: object) -> dict:
+    return {
+        "codec_type": "video",
+        "codec_name": "h264",
+        "width": width,
+        "height": height,
+        "pix_fmt": "yuv420p",
+        **extra,
+    }
+
+
+AUDIO = {"codec_type": "audio", "codec_name": "aac"}
+
+
+def test_the_recipe_is_data_with_the_issues_ladder() -> None:
+    recipe = load_recipe("web-video", 1)
+    assert recipe.media == "video" and recipe.step == "video.renditions"
+    rungs = {r.name: (r.height_px, r.crf, r.maxrate_kbps, r.bufsize_kbps, r.audio_kbps) for r in PARAMS.rungs}
+    assert rungs == {"720p": (720, 23, 2500, 5000, 128), "360p": (360, 26, 800, 1600, 96)}
+    enc = PARAMS.encoding
+    assert (enc.codec, enc.preset, enc.profile, enc.level, enc.pix_fmt, enc.faststart) == (
+        "libx264", "veryfast", "high", "4.0", "yuv420p", True,
+    )  # fmt: skip
+    assert (PARAMS.poster.at_fraction, PARAMS.poster.box_px) == (0.1, 1280)
+
+
+def test_a_display_matrix_of_minus_90_makes_the_picture_portrait() -> None:
+    probe = parse_probe(probe_doc([video(side_data_list=[{"rotation": -90}]), AUDIO]))
+    assert probe.rotation == 90 and probe.display_size == (720, 1280) and probe.has_audio
+
+
+def test_cover_art_is_not_a_video_stream() -> None:
+    art = video(disposition={"attached_pic": 1}) | {"codec_name": "mjpeg"}
+    with pytest.raises(PermanentFailure) as caught:
+        parse_probe(probe_doc([AUDIO, art]))
+    assert caught.value.reason == "no_video_stream"
+
+
+@pytest.mark.parametrize("format_name", ["hls", "concat", "mpegts", "image2", "mov,mp4,m4a,3gp,3g2,mj2,hls", ""])
+def test_only_allow_listed_demuxers_are_accepted(format_name: str) -> None:
+    with pytest.raises(PermanentFailure) as caught:
+        parse_probe(probe_doc([video()], format_name=format_name))
+    assert caught.value.reason == "unsupported_container"
+
+
+def test_matroska_and_webm_are_accepted() -> None:
+    assert parse_probe(probe_doc([video()], format_name="matroska,webm")).format_name == "matroska,webm"
+
+
+def test_a_codec_outside_the_list_is_refused() -> None:
+    with pytest.raises(PermanentFailure) as caught:
+        parse_probe(probe_doc([video(codec_name="cinepak")]))
+    assert caught.value.reason == "unsupported_codec"
+
+
+def test_no_duration_is_invalid_media() -> None:
+    with pytest.raises(PermanentFailure) as caught:
+        parse_probe(probe_doc([video()], duration="N/A"))
+    assert caught.value.reason == "invalid_media"
+
+
+@pytest.mark.parametrize(
+    ("size", "height", "width"),
+    [((720, 1280), 720, 406), ((720, 1280), 360, 202), ((1279, 721), 720, 1278), ((1279, 721), 360, 638),
+     ((1920, 1080), 720, 1280), ((640, 272), 272, 640), ((100, 60), 60, 100)],
+)  # fmt: skip
+def test_scaled_width_is_what_scale_minus_2_gives(size: tuple[int, int], height: int, width: int) -> None:
+    assert scaled_width(*size, height) == width
+
+
+def test_rungs_taller_than_the_source_are_skipped() -> None:
+    plan = plan_renditions(parse_probe(probe_doc([video(640, 360)])), PARAMS)
+    assert [(r.name, r.width, r.height) for r in plan.renditions] == [("360p", 640, 360)]
+    assert plan.skipped == ("720p",)
+
+
+def test_a_source_shorter_than_every_rung_gets_one_source_rendition_at_even_height() -> None:
+    plan = plan_renditions(parse_probe(probe_doc([video(177, 145)])), PARAMS)
+    assert [(r.name, r.width, r.height) for r in plan.renditions] == [("source", 176, 144)]
+    assert plan.skipped == ("720p", "360p")
+    assert plan.renditions[0].rung.name == "360p"  # the smallest rung's settings
+
+
+def test_the_poster_fits_1280_and_is_taken_at_a_tenth() -> None:
+    plan = plan_renditions(parse_probe(probe_doc([video(3840, 2160)], duration="600.0")), PARAMS)
+    assert plan.poster_size == (1280, 720) and plan.poster_at_s == 60.0
+
+
+def _probe(**kw: object) -> VideoProbe:
+    base: dict = {"format_name": MP4, "duration_s": 2.0, "codec": "h264", "coded_width": 1280, "coded_height": 720}
+    return VideoProbe(**(base | kw))
+
+
+def test_the_renditions_argv_is_one_decode_with_split_and_the_inputs_guard() -> None:
+    probe = _probe(audio_codec="aac")
+    plan = plan_renditions(probe, PARAMS)
+    argv = renditions_argv("/opt/bin/ffmpeg", "/tmp/w/original", probe, plan, PARAMS, "/tmp/w/out")
+    assert argv[0] == "/opt/bin/ffmpeg" and all(isinstance(a, str) for a in argv)
+    for flag in ("-nostdin", "-hide_banner"):
+        assert flag in argv
+    assert argv[argv.index("-progress") + 1] == "pipe:1"
+    assert argv[argv.index("-format_whitelist") + 1] == FORMAT_WHITELIST
+    assert argv[argv.index("-protocol_whitelist") + 1] == "file"
+    assert argv.index("-format_whitelist") < argv.index("-i") and argv.count("-i") == 1
+    graph = argv[argv.index("-filter_complex") + 1]
+    assert "split=2[s0][s1]" in graph and "scale=-2:720" in graph and "scale=-2:360" in graph
+    assert argv.count("+faststart") == 2 and argv.count("0:a:0?") == 2
+    assert argv[-1] == "/tmp/w/out/360p.mp4" and "/tmp/w/out/720p.mp4" in argv
+    assert "-map_metadata" in argv  # no location or device tags copied
+
+
+def test_hdr_sources_are_tone_mapped_and_tagged_bt709() -> None:
+    probe = _probe(color_transfer="arib-std-b67", color_primaries="bt2020", pix_fmt="yuv420p10le", bit_depth=10)
+    plan = plan_renditions(probe, PARAMS)
+    argv = renditions_argv("ffmpeg", "in", probe, plan, PARAMS, "out")
+    assert TONEMAP_FILTER in argv[argv.index("-filter_complex") + 1]
+    assert argv[argv.index("-color_trc") + 1] == "bt709" and argv[argv.index("-colorspace") + 1] == "bt709"
+    poster = poster_argv("ffmpeg", "in", probe, plan, PARAMS, "out/poster.jpg")
+    assert TONEMAP_FILTER in poster[poster.index("-vf") + 1]
+
+
+def test_the_poster_seeks_before_the_input() -> None:
+    probe = _probe(duration_s=10.0)
+    argv = poster_argv("ffmpeg", "in", probe, plan_renditions(probe, PARAMS), PARAMS, "out/poster.jpg")
+    assert argv.index("-ss") < argv.index("-i") and argv[argv.index("-ss") + 1] == "1.000"
+    assert argv[argv.index("-protocol_whitelist") + 1] == "file"
+
+
+def test_the_probe_argv_is_guarded_too() -> None:
+    argv = ffprobe_argv("ffprobe", "in")
+    assert argv[argv.index("-format_whitelist") + 1] == FORMAT_WHITELIST and "-protocol_whitelist" in argv
+
+
+def test_out_time_ms_is_microseconds() -> None:
+    assert progress_seconds({"out_time_ms": "2500000"}) == 2.5
+    assert progress_seconds({"out_time_us": "1000000", "out_time_ms": "1000000"}) == 1.0
+    assert progress_seconds({"out_time_us": "N/A"}) is None
+
+
+@pytest.mark.parametrize(
+    ("stderr", "reason"),
+    [
+        ("[mov,mp4 @ 0x1] moov atom not found\nin: Invalid data found when processing input", "invalid_media"),
+        ("in: Invalid data found when processing input", "invalid_media"),
+        ("[hls @ 0x1] Format not on whitelist 'mov,mp4'", "unsupported_container"),
+        ("[tcp @ 0x1] Protocol not on whitelist 'file'!", "unsupported_container"),
+        ("Decoder (codec vp6) not found for input stream #0:0", "unsupported_codec"),
+        ("Stream map '0:v:0' matches no streams.", "no_video_stream"),
+        ("Output file #0 does not contain any stream", "no_video_stream"),
+    ],
+)
+def test_classification_names_permanent_reasons(stderr: str, reason: str) -> None:
+    failure = classify(stderr)
+    assert failure is not None and failure.reason == reason
+
+
+@pytest.mark.parametrize("stderr", ["", "Killed", "No space left on device", "Conversion failed!"])
+def test_anything_else_is_transient(stderr: str) -> None:
+    assert classify(stderr) is None
+
+
+def test_moov_detail_names_the_atom() -> None:
+    failure = classify("[mov,mp4 @ 0x1] moov atom not found\nx: Invalid data found when processing input")
+    assert failure is not None and failure.detail == "moov atom not found"
+
+
+BUDGET = Budget(speed_factor=1.0, max_duration_s=1800, invocation_s=880, free_bytes=10_000_000_000)
+
+
+def test_a_video_longer_than_the_limit_is_too_long() -> None:
+    probe = _probe(duration_s=3600.0)
+    with pytest.raises(PermanentFailure) as caught:
+        check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)
+    assert caught.value.reason == "too_long"
+
+
+def test_a_video_whose_estimate_exceeds_an_invocation_is_too_long() -> None:
+    probe = _probe(duration_s=1000.0, coded_width=1920, coded_height=1080)
+    with pytest.raises(PermanentFailure) as caught:
+        check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)
+    assert caught.value.reason == "too_long" and "880" in caught.value.detail
+
+
+def test_outputs_that_cannot_fit_tmp_are_too_large() -> None:
+    probe = _probe(duration_s=600.0)
+    small_disk = Budget(1.0, 1800, 880, free_bytes=100_000_000)
+    with pytest.raises(PermanentFailure) as caught:
+        check_budget(probe, plan_renditions(probe, PARAMS), small_disk)
+    assert caught.value.reason == "too_large"
+
+
+def test_a_video_that_fits_passes() -> None:
+    probe = _probe(duration_s=60.0)
+    check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)
+
+
+def _out(**stream: object) -> dict:
+    v = {"codec_type": "video", "codec_name": "h264", "profile": "High", "pix_fmt": "yuv420p", "width": 406,
+         "height": 720} | stream  # fmt: skip
+    return {"format": {"duration": "2.030"}, "streams": [v, {"codec_type": "audio", "codec_name": "aac"}]}
+
+
+def test_a_right_output_has_no_problems() -> None:
+    assert rendition_problems(_out(), Expected(406, 720, 2.0, audio=True), moov_first=True) == []
+
+
+def test_each_check_finds_its_fault() -> None:
+    expected = Expected(406, 720, 2.0, audio=True)
+    assert rendition_problems(_out(profile="High 4:4:4 Predictive"), expected, moov_first=True)
+    assert rendition_problems(_out(width=720, height=406), expected, moov_first=True)
+    assert rendition_problems(_out(side_data_list=[{"rotation": -90}]), expected, moov_first=True)
+    assert rendition_problems(_out(), Expected(406, 720, 2.2, audio=True), moov_first=True)
+    assert rendition_problems(_out(), Expected(406, 720, 2.0, audio=False), moov_first=True)
+    assert rendition_problems(_out(), expected, moov_first=False) == ["moov atom after mdat"]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"#EXTM3U\n#EXT-X-VERSION:3\n", b"\xef\xbb\xbf#EXTM3U\n", b"  \n#EXT-X-TARGETDURATION:2",
+     b"ffconcat version 1.0\n", b'<?xml version="1.0"?>\n<MPD xmlns="urn:mpeg:dash:schema:mpd:2011">', b"#extm3u\n"],
+)  # fmt: skip
+def test_playlists_and_scripts_are_refused_from_their_first_bytes(head: bytes) -> None:
+    problem = playlist_problem(head)
+    assert problem is not None and problem.reason == "unsupported_container"
+
+
+def test_media_bytes_are_not_playlists() -> None:
+    assert playlist_problem(b"\x00\x00\x00\x20ftypisom") is None
+    assert playlist_problem(b'<?xml version="1.0"?><Error><Code>AccessDenied</Code></Error>') is None
