@@ -1,5 +1,6 @@
 """Case files uploaded to the embedded AWS and delivered through SQS and the real handler:
-permanent failures end with their reason, are not retried, and write nothing."""
+permanent failures end with their reason, are not retried, and write nothing. (Videos go
+through ffprobe; the cases' ffmpeg-level checks are in tests/integration/test_video_cases.py.)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ CASES = [
     (("cases", "I12_progressive_truncated.jpg"), "truncated_image", True),
     (("cases", "I14_bomb_60mp_8000x7500.png"), "too_many_pixels", True),
     (("media", "bad", "corrupted.jpg"), "corrupt_image", True),
+    (("cases", "I17_s3_error.mp4"), "invalid_media", True),
+    (("cases", "V05_audio_only.mp4"), "no_video_stream", True),
+    (("cases", "V08_moov_missing.mov"), "invalid_media", True),
+    (("cases", "V09_hls_playlist.mp4"), "unsupported_container", True),
+    (("cases", "V09_hls_ssrf.mp4"), "unsupported_container", True),
 ]
 
 

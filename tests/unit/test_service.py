@@ -193,7 +193,7 @@ def make(tmp_path, *, data=b"photo", error=None, media="image", checksums=False,
         sources=FakeSources(log),
         renderer=renderer,
         recipes={"image": [RECIPE]},
-        detect_media=lambda p: media,
+        detect_media=lambda p, k: media,
         clock=clock,
         observer=PipelineObserver(),
     )
@@ -395,3 +395,86 @@ def test_a_takeover_adopts_a_manifest_its_lost_holder_committed_without_renderin
     result = pipeline.process(REF)
     assert (result.state, result.jobs[0].reused, result.jobs[0].outputs, renderer.calls) == ("done", False, (out,), 0)
     assert ledger.rows[key].state == "done" and ledger.rows[key].outputs == (out,)
+
+
+VIDEO_RECIPE = load_recipe("web-video", 1)
+
+
+class FakeVideoRenderer:
+    """Writes one file per rendition, reports progress, and checks the lease like ffmpeg's runner."""
+
+    def __init__(self, error=None):
+        self.error = error
+        self.contexts = []
+
+    def render(self, source, params, out_dir, context=None):
+        self.contexts.append(context)
+        context.progress(("720p", "360p"), 1.0, 2.0)
+        context.check()
+        if self.error:
+            raise self.error
+        files = []
+        for name, fmt, ctype in (
+            ("720p", "mp4", "video/mp4"),
+            ("360p", "mp4", "video/mp4"),
+            ("poster", "jpg", "image/jpeg"),
+        ):
+            path = out_dir / f"{name}.{fmt}"
+            path.write_bytes(name.encode())
+            files.append(RenderedFile(name, fmt, path, 2, 2, path.stat().st_size, sha256_hex(path.read_bytes()), ctype))
+        return files, RenderDecisions("mov,mp4", 2, 2)
+
+
+class ProgressSeen(PipelineObserver):
+    def __init__(self):
+        self.seen = []
+
+    def progress(self, job_key, names, done_s, total_s):
+        self.seen.append((names, done_s, total_s))
+
+
+def make_video(tmp_path, video_renderer):
+    log: list = []
+    observer = ProgressSeen()
+    pipeline = Pipeline(
+        Settings(work_dir=str(tmp_path)),
+        store=FakeStore({"originals/a.jpg": b"video"}, log, False),
+        ledger=FakeLedger(log),
+        sources=FakeSources(log),
+        renderer=FakeRenderer(None),
+        video_renderer=video_renderer,
+        recipes={"image": [RECIPE], "video": [VIDEO_RECIPE]},
+        detect_media=lambda p, k: "video",
+        observer=observer,
+    )
+    return pipeline, log, observer
+
+
+def test_a_video_job_goes_to_the_video_renderer_and_commits_its_manifest_last(tmp_path):
+    videos = FakeVideoRenderer()
+    pipeline, log, observer = make_video(tmp_path, videos)
+    result = pipeline.process(REF)
+    (job,) = result.jobs
+    assert (result.media, job.recipe, job.state) == ("video", "web-video@1", "done")
+    prefix = f"derivatives/{job.job_key}/"
+    assert [e[1] for e in log if e[0] == "put"] == [
+        prefix + n for n in ("720p.mp4", "360p.mp4", "poster.jpg", "manifest.json")
+    ]
+    assert observer.seen == [(("720p", "360p"), 1.0, 2.0)]
+    assert videos.contexts[0].remaining_s() is None  # no delivery: no invocation deadline
+
+
+def test_a_lost_lease_during_a_video_render_commits_nothing(tmp_path):
+    videos = FakeVideoRenderer(error=Superseded("k" * 64))
+    pipeline, log, _ = make_video(tmp_path, videos)
+    with pytest.raises(Superseded):
+        pipeline.process(REF)
+    assert not [e for e in log if e[0] in ("put", "complete")]
+
+
+def test_a_permanent_video_failure_is_recorded_with_its_reason(tmp_path):
+    videos = FakeVideoRenderer(error=PermanentFailure("no_video_stream", "1 streams, none of them video"))
+    pipeline, log, _ = make_video(tmp_path, videos)
+    result = pipeline.process(REF)
+    assert (result.state, result.reason) == ("permanent_failure", "no_video_stream")
+    assert not [e for e in log if e[0] == "put"]

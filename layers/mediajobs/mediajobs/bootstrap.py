@@ -13,25 +13,38 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from mediajobs.adapters.containers import looks_like_video
 from mediajobs.adapters.imaging import PillowRenderer, identify
 from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
+from mediajobs.adapters.video import FfmpegRenderer
 from mediajobs.domain.recipes import Recipe, load_recipe
 from mediajobs.service import Pipeline, PipelineObserver
 from mediajobs.settings import Settings
 
 #: Recipes applied to each media type, as (id, version).
-ACTIVE_RECIPES: dict[str, list[tuple[str, int]]] = {"image": [("web-image", 1)]}
+ACTIVE_RECIPES: dict[str, list[tuple[str, int]]] = {"image": [("web-image", 1)], "video": [("web-video", 1)]}
+
+#: Extensions that send bytes no sniffing recognises to ffprobe, whose allow-list and
+#: classification then name the failure (an S3 error page saved as ``.mp4`` is
+#: ``invalid_media``, not ``unsupported_format``). Never used to accept anything.
+VIDEO_EXTENSIONS: frozenset[str] = frozenset({".mp4", ".m4v", ".mov", ".qt", ".webm", ".mkv", ".3gp", ".3g2"})
 
 #: SDK retry mode: throttling and S3 SlowDown are retried by botocore, not by our code.
 RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=60)
 
 
-def detect_media(path: Path) -> str | None:
-    """``"image"`` when the bytes are an accepted image format, else ``None``."""
-    return "image" if identify(path) is not None else None
+def detect_media(path: Path, key: str = "") -> str | None:
+    """``"image"`` when the bytes are an accepted image format; ``"video"`` when they look like
+    a media container or playlist (ffprobe's allow-list decides what is accepted), or when
+    nothing recognises them and ``key`` has a video extension; else ``None``."""
+    if identify(path) is not None:
+        return "image"
+    if looks_like_video(path) or Path(key).suffix.lower() in VIDEO_EXTENSIONS:
+        return "video"
+    return None
 
 
 @functools.cache
@@ -76,6 +89,12 @@ def build_pipeline(
         ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
         sources=SourceIndex(sources),
         renderer=PillowRenderer(max_pixels=settings.max_pixels),
+        video_renderer=FfmpegRenderer(
+            speed_factor=settings.video_speed_factor,
+            max_duration_s=settings.max_video_s,
+            invocation_s=settings.worker_timeout_s - settings.deadline_margin_s,
+            margin_s=settings.deadline_margin_s,
+        ),
         queue=SqsQueue(sqs_client(settings)),
         recipes=active_recipes(),
         detect_media=detect_media,

@@ -64,14 +64,15 @@ from mediajobs.domain.jobs import (
     ObjectHead,
     ObjectRef,
     OutputRecord,
+    RenderContext,
     RenderedFile,
     SourceResult,
     decide,
     standing_claim,
 )
 from mediajobs.domain.keys import content_id, job_key, source_version_id
-from mediajobs.domain.manifest import MANIFEST_NAME, RenderDecisions, build_manifest, derivative_prefix
-from mediajobs.domain.recipes import ImageVariant, Recipe
+from mediajobs.domain.manifest import MANIFEST_NAME, Decisions, RenderDecisions, build_manifest, derivative_prefix
+from mediajobs.domain.recipes import ImageVariant, ImageVariantsParams, Recipe, VideoRenditionsParams
 from mediajobs.lease import LeaseKeeper, MessageVisibility, lease_until
 from mediajobs.settings import Settings
 
@@ -120,6 +121,19 @@ class ImageRenderer(Protocol):
     ) -> tuple[list[RenderedFile], RenderDecisions]: ...
 
 
+class VideoRenderer(Protocol):
+    """What the pipeline needs of a video renderer (see :class:`mediajobs.adapters.video.FfmpegRenderer`)."""
+
+    def render(
+        self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext | None = None
+    ) -> tuple[list[RenderedFile], Decisions]: ...
+
+
+#: Progress of a long render is logged at most this often, seconds (Lambda's logs are the
+#: only progress bar there).
+PROGRESS_LOG_EVERY_S = 10.0
+
+
 class PipelineObserver:
     """Hooks for callers that want to watch the pipeline (the CLI, tests). No-ops by default."""
 
@@ -136,6 +150,9 @@ class PipelineObserver:
 
     def source_finished(self, result: SourceResult) -> None:
         """Called with each original's result (not for busy or transient outcomes, which raise)."""
+
+    def progress(self, job_key: str, names: tuple[str, ...], done_s: float, total_s: float) -> None:
+        """Called as a video job's outputs ``names`` grow: ``done_s`` of ``total_s`` seconds written."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,10 +176,12 @@ class Pipeline:
     Parameters
     ----------
     settings: limits, prefixes, lease and policy version.
-    store, ledger, sources, renderer: adapters (real or fakes).
+    store, ledger, sources, renderer: adapters (real or fakes); ``renderer`` renders images.
+    video_renderer: renders videos (``None``: no video recipe can run).
     queue: message visibility (``None`` where there is no SQS delivery).
     recipes: the recipes to apply, by media type (``{"image": [web-image@1]}``).
-    detect_media: returns ``"image"``, ``"video"`` or ``None`` for a local file.
+    detect_media: ``"image"``, ``"video"`` or ``None`` for a local file, given the file and
+        the original's key (whose extension only routes bytes that no sniffing recognises).
     clock: returns Unix time in seconds.
     observer: optional hooks.
     """
@@ -176,7 +195,8 @@ class Pipeline:
         sources: Sources,
         renderer: ImageRenderer,
         recipes: dict[str, list[Recipe]],
-        detect_media: Callable[[Path], str | None],
+        detect_media: Callable[[Path, str], str | None],
+        video_renderer: VideoRenderer | None = None,
         queue: MessageVisibility | None = None,
         clock: Callable[[], float] = time.time,
         observer: PipelineObserver | None = None,
@@ -186,6 +206,7 @@ class Pipeline:
         self._ledger = ledger
         self._sources = sources
         self._renderer = renderer
+        self._video_renderer = video_renderer
         self._recipes = recipes
         self._detect_media = detect_media
         self.queue = queue
@@ -381,7 +402,7 @@ class Pipeline:
             sha256 = downloaded.sha256
             if problem := self._size_problem(size):
                 return self._refuse(ref, *problem, sha256=sha256, size_bytes=size, bytes_read=size)
-            media = media or self._detect_media(original)
+            media = media or self._detect_media(original, ref.key)
             # Remember the hash under the ids it is true for: this source version, and the
             # content the bytes read are (a marker named after another hash is dropped).
             ids = [i for i in (source_id, content_id(sha256) if head.sha256 else None) if i]
@@ -583,7 +604,7 @@ class Pipeline:
         self.observer.render_started(key, ref)
         out_dir = work.folder / key
         out_dir.mkdir()
-        files, decisions = self._renderer.render(work.original, recipe.params.variants, out_dir)
+        files, decisions = self._render(work, recipe, out_dir, keeper, key)
         outputs = []
         for rendered in files:
             keeper.check()
@@ -612,6 +633,43 @@ class Pipeline:
             outputs = [OutputRecord.from_json(o) for o in stored["outputs"]]
         self.observer.step("manifest_stored", key)
         return outputs
+
+    def _render(
+        self, work: _Work, recipe: Recipe, out_dir: Path, keeper: LeaseKeeper, key: str
+    ) -> tuple[list[RenderedFile], Decisions]:
+        """Run the recipe's step on the original."""
+        params = recipe.params
+        if isinstance(params, ImageVariantsParams):
+            return self._renderer.render(work.original, params.variants, out_dir)
+        if self._video_renderer is None:
+            raise TransientFailure(f"no video renderer for {recipe.ref}")
+        delivery = work.delivery
+        context = RenderContext(
+            check=keeper.check,
+            remaining_s=(delivery.remaining_s if delivery is not None else lambda: None),
+            progress=self._progress_sink(key, work.ref),
+        )
+        return self._video_renderer.render(work.original, params, out_dir, context)
+
+    def _progress_sink(self, key: str, ref: ObjectRef) -> Callable[[tuple[str, ...], float, float], None]:
+        """Passes progress to the observer, and logs it at most every :data:`PROGRESS_LOG_EVERY_S`."""
+        last_logged = [time.monotonic()]
+
+        def sink(names: tuple[str, ...], done_s: float, total_s: float) -> None:
+            self.observer.progress(key, names, done_s, total_s)
+            now = time.monotonic()
+            if now - last_logged[0] >= PROGRESS_LOG_EVERY_S:
+                last_logged[0] = now
+                log.info(
+                    "rendering %s: %.0f%% (%.1f of %.1f s)",
+                    "+".join(names),
+                    100 * done_s / total_s if total_s else 100.0,
+                    done_s,
+                    total_s,
+                    extra={"job_key": key, "source_key": ref.key},
+                )
+
+        return sink
 
     def _release(self, key: str, token: str, exc: Exception, extra: dict[str, str]) -> None:
         log.warning("transient failure: %r", exc, extra=extra)

@@ -27,6 +27,9 @@ _ENV_NAMES: Final = {
     "max_receive_count": "MAX_RECEIVE_COUNT",
     "deadline_margin_s": "DEADLINE_MARGIN_SECONDS",
     "image_job_s": "IMAGE_JOB_SECONDS",
+    "worker_timeout_s": "WORKER_TIMEOUT_SECONDS",
+    "video_speed_factor": "VIDEO_SPEED_FACTOR",
+    "max_video_s": "MAX_VIDEO_SECONDS",
     "retry_base_s": "RETRY_BASE_SECONDS",
     "work_dir": "WORK_DIR",
 }
@@ -64,6 +67,13 @@ class Settings:
         the heartbeat releases the claim when less is left (default 10).
     image_job_s: time an image job is allowed to need; none starts with less than this
         plus the margin left in the invocation (default 20).
+    worker_timeout_s: the worker function's timeout, seconds (env ``WORKER_TIMEOUT_SECONDS``,
+        the template's ``Timeout``; default 900, Lambda's maximum). A video whose estimated
+        time exceeds it less the margin ends ``too_long`` instead of timing out on every try.
+    video_speed_factor: seconds of work per second of a 1080p video for every rendition and
+        the poster (default 1.0; ``benchmarks/video.py`` measures it; scaled by the source's
+        pixels relative to 1080p).
+    max_video_s: longest accepted video, seconds (default 1800); longer ones end ``too_long``.
     retry_base_s: first backoff after a transient failure, seconds; it doubles per
         receive up to 900 (default 5).
     work_dir: parent of the per-record work folders (``/tmp`` in Lambda).
@@ -83,6 +93,9 @@ class Settings:
     max_receive_count: int = 5
     deadline_margin_s: int = 10
     image_job_s: int = 20
+    worker_timeout_s: int = 900
+    video_speed_factor: float = 1.0
+    max_video_s: int = 1800
     retry_base_s: int = 5
     retry_cap_s: int = 900
     work_dir: str = tempfile.gettempdir()
@@ -92,7 +105,17 @@ class Settings:
             raise ValueError("prefixes must end with '/'")
         if self.derivatives_prefix.startswith(self.originals_prefix):
             raise ValueError("derivatives must not be written under the originals prefix")
-        for name in ("max_pixels", "max_input_bytes", "lease_s", "max_attempts", "max_receive_count", "retry_base_s"):
+        for name in (
+            "max_pixels",
+            "max_input_bytes",
+            "lease_s",
+            "max_attempts",
+            "max_receive_count",
+            "retry_base_s",
+            "worker_timeout_s",
+            "video_speed_factor",
+            "max_video_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
@@ -112,11 +135,12 @@ class Settings:
             raw = env.get(var)
             if raw is None or raw == "":
                 continue
-            if types[name] == "int":
+            if types[name] in ("int", "float"):
+                kind = int if types[name] == "int" else float
                 try:
-                    values[name] = int(raw)
+                    values[name] = kind(raw)
                 except ValueError:
-                    raise ValueError(f"{var} must be an integer, got {raw!r}") from None
+                    raise ValueError(f"{var} must be a number ({types[name]}), got {raw!r}") from None
             else:
                 values[name] = raw
         if "region" not in values and env.get("AWS_DEFAULT_REGION"):

@@ -149,3 +149,56 @@ def container_problem(path: Path) -> PermanentFailure | None:
             return None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             return bmff_problem(m) or png_problem(m) or gif_problem(m)
+
+
+def top_level_boxes(path: Path, limit: int = 64) -> list[str]:
+    """Types of an ISO base media file's top-level boxes in file order (``['ftyp', 'moov', 'mdat']``).
+
+    Reads only the box headers (ISO/IEC 14496-12, 4.2), at most ``limit`` of them; stops at a
+    box that runs past the end of the file.
+    """
+    kinds: list[str] = []
+    with open(path, "rb") as f:
+        end = f.seek(0, 2)
+        pos = 0
+        while pos + 8 <= end and len(kinds) < limit:
+            f.seek(pos)
+            size, kind = struct.unpack(">I4s", f.read(8))
+            if size == 1:
+                size = struct.unpack(">Q", f.read(8))[0]
+            elif size == 0:
+                size = end - pos
+            if size < 8:
+                break
+            kinds.append(kind.decode("latin-1"))
+            pos += size
+    return kinds
+
+
+#: Leading bytes of media containers and playlists, as (offset, signature). Playlists and
+#: scripts are here on purpose: they go to ffprobe, whose allow-list refuses them by name
+#: (``unsupported_container``) instead of a generic ``unsupported_format``.
+_VIDEO_SIGNATURES: Final = (
+    (4, b"ftyp"),  # ISO BMFF: MP4, MOV, 3GP (HEIF/AVIF are recognised as images first)
+    (4, b"moov"),  # QuickTime without ftyp
+    (4, b"mdat"),
+    (4, b"wide"),
+    (0, b"\x1a\x45\xdf\xa3"),  # EBML: Matroska, WebM
+    (0, b"RIFF"),  # AVI (WAV too: ffprobe refuses it)
+    (0, b"FLV"),
+    (0, b"\x00\x00\x01\xba"),  # MPEG program stream
+    (0, b"\x30\x26\xb2\x75"),  # ASF / WMV
+    (0, b"#EXTM3U"),  # HLS playlist
+    (0, b"ffconcat"),  # ffmpeg concat script
+)
+
+
+def looks_like_video(path: Path) -> bool:
+    """Whether the first bytes of ``path`` look like a video container, an MPEG-TS stream, or
+    a playlist; only the allow-listed ffprobe run decides whether it is accepted."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if any(head[offset : offset + len(sig)] == sig for offset, sig in _VIDEO_SIGNATURES):
+        return True
+    # MPEG-TS: a sync byte every 188 bytes
+    return len(head) >= 3 * 188 and all(head[i] == 0x47 for i in (0, 188, 376))

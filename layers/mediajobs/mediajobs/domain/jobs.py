@@ -347,3 +347,33 @@ class RenderedFile:
     bytes: int
     sha256: str
     content_type: str
+
+
+def _no_progress(names: tuple[str, ...], done_s: float, total_s: float) -> None:
+    """Default progress sink: ignore."""
+
+
+def _no_check() -> None:
+    """Default lease check: nothing to find."""
+
+
+def _no_deadline() -> float | None:
+    """Default remaining time: no invocation deadline (local runs)."""
+    return None
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What a long-running renderer may ask of the job it renders for.
+
+    Attributes
+    ----------
+    check: raises what the lease's heartbeat found (``Superseded``, ``DeadlineReached``,
+        ``DeliveryLost``); call it often, and stop when it raises.
+    remaining_s: seconds left in the invocation, or ``None`` without a deadline.
+    progress: called with (output names, seconds of output written, total seconds).
+    """
+
+    check: Callable[[], None] = _no_check
+    remaining_s: Callable[[], float | None] = _no_deadline
+    progress: Callable[[tuple[str, ...], float, float], None] = _no_progress

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from mediajobs.domain.jobs import ObjectRef, OutputRecord
 
 MANIFEST_SCHEMA_VERSION: Final = 1
 MANIFEST_NAME: Final = "manifest.json"
+
+
+class Decisions(Protocol):
+    """What a renderer decided (:class:`RenderDecisions` for images,
+    :class:`mediajobs.domain.video.VideoDecisions` for videos)."""
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,7 @@ def build_manifest(
     recipe_sha256: str,
     policy_version: str,
     outputs: list[OutputRecord],
-    decisions: RenderDecisions,
+    decisions: Decisions,
     created_at: str,
 ) -> dict[str, Any]:
     """Build the manifest document for a committed job.

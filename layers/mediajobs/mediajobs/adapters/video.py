@@ -1,0 +1,281 @@
+"""Video renditions and the poster frame with ffmpeg: probe, plan, budget, encode, verify.
+
+The decisions live in :mod:`mediajobs.domain.video`; this module runs them in order:
+
+1. ffprobe (allow-listed demuxers, local file only) -> :class:`VideoProbe`, or a permanent
+   failure (``unsupported_container``, ``no_video_stream``, ``invalid_media`` ...);
+2. the plan (rungs not taller than the source, or one ``source`` rendition) and the
+   budget (time and /tmp space) before any encoder starts;
+3. one ffmpeg run that decodes once and encodes every rendition (``split``), its progress
+   passed on and the job's lease checked at every ``-progress`` block;
+4. the poster frame (``-ss`` before ``-i``);
+5. every output probed again and checked against the plan before it is returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from mediajobs.adapters import ffmpeg
+from mediajobs.adapters.containers import top_level_boxes
+from mediajobs.domain.errors import INVALID_MEDIA, DeadlineReached, PermanentFailure, TransientFailure
+from mediajobs.domain.jobs import RenderContext, RenderedFile
+from mediajobs.domain.recipes import VideoRenditionsParams
+from mediajobs.domain.video import (
+    Budget,
+    Expected,
+    RenditionPlan,
+    VideoDecisions,
+    VideoProbe,
+    check_budget,
+    classify,
+    decisions_for,
+    estimated_seconds,
+    ffprobe_argv,
+    ffprobe_output_argv,
+    parse_probe,
+    plan_renditions,
+    playlist_problem,
+    poster_argv,
+    poster_problems,
+    progress_seconds,
+    rendition_problems,
+    renditions_argv,
+    verification_failure,
+)
+
+log = logging.getLogger(__name__)
+
+#: Longest an ffprobe run may take, seconds (it reads headers and a few packets).
+PROBE_TIMEOUT_S = 60
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _failure(tool: str, completed: ffmpeg.Completed) -> PermanentFailure | TransientFailure:
+    """The permanent failure ``completed``'s stderr means, else a transient one quoting it."""
+    permanent = classify(completed.stderr_tail)
+    if permanent is not None:
+        return permanent
+    last = completed.stderr_tail.strip().splitlines()[-3:]
+    return TransientFailure(f"{tool} exited {completed.returncode}: {' | '.join(last) or 'no message'}")
+
+
+class FfmpegRenderer:
+    """Renders the ``video.renditions`` step with ffmpeg/ffprobe.
+
+    Parameters
+    ----------
+    speed_factor: seconds of work per second of 1080p source, measured (``benchmarks/video.py``).
+    max_duration_s: longest accepted source, seconds.
+    invocation_s: time a whole invocation gives a job (function timeout minus margin), seconds.
+    margin_s: seconds kept at the end of an invocation to release the claim.
+    binaries: ffmpeg/ffprobe to run; found by :func:`mediajobs.adapters.ffmpeg.find_binaries`
+        when ``None`` (at the first render, so image-only workers never look).
+    """
+
+    def __init__(
+        self,
+        *,
+        speed_factor: float,
+        max_duration_s: float,
+        invocation_s: float,
+        margin_s: float,
+        binaries: ffmpeg.Binaries | None = None,
+    ) -> None:
+        self.speed_factor = speed_factor
+        self.max_duration_s = max_duration_s
+        self.invocation_s = invocation_s
+        self.margin_s = margin_s
+        self._binaries = binaries
+
+    @property
+    def binaries(self) -> ffmpeg.Binaries:
+        """The programs in use (raises :class:`~mediajobs.adapters.ffmpeg.FfmpegMissing`)."""
+        if self._binaries is None:
+            self._binaries = ffmpeg.find_binaries()
+        return self._binaries
+
+    def probe(self, source: Path) -> VideoProbe:
+        """Probe ``source`` with the allow-list.
+
+        A playlist or script (HLS, ffconcat, DASH ...) is refused from its first bytes,
+        before ffprobe runs.
+
+        Raises
+        ------
+        PermanentFailure
+            ``unsupported_container``, ``invalid_media``, ``no_video_stream``, ``unsupported_codec``.
+        TransientFailure
+            When ffprobe fails for a reason the classification does not know, or times out.
+        """
+        with open(source, "rb") as f:
+            if problem := playlist_problem(f.read(1024)):
+                raise problem
+        completed = self._run(ffprobe_argv(self.binaries.ffprobe, str(source)), PROBE_TIMEOUT_S, source.parent)
+        if completed.returncode != 0:
+            raise _failure("ffprobe", completed)
+        try:
+            document = json.loads(completed.stdout)
+        except json.JSONDecodeError as exc:
+            raise TransientFailure(f"ffprobe printed no JSON: {exc}") from exc
+        return parse_probe(document)
+
+    def render(
+        self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext | None = None
+    ) -> tuple[list[RenderedFile], VideoDecisions]:
+        """Render the renditions and the poster of the video at ``source`` into ``out_dir``.
+
+        Returns
+        -------
+        (files, decisions)
+            The renditions in ladder order, then the poster; what was decided.
+
+        Raises
+        ------
+        PermanentFailure
+            From :meth:`probe`; ``too_long`` / ``too_large`` from the budget; a classified
+            ffmpeg failure; ``invalid_output`` when an output does not match its plan.
+        DeadlineReached
+            When the job fits an invocation but not what is left of this one.
+        TransientFailure
+            For any other ffmpeg failure or a timeout.
+        """
+        context = context or RenderContext()
+        probe = self.probe(source)
+        plan = plan_renditions(probe, params)
+        check_budget(probe, plan, self._budget(out_dir))
+        timeout = self._timeout(probe, context)
+        names = tuple(r.name for r in plan.renditions)
+
+        def on_progress(block: dict[str, str]) -> None:
+            context.check()
+            done = progress_seconds(block)
+            if done is not None:
+                context.progress(names, min(done, probe.duration_s), probe.duration_s)
+
+        binaries = self.binaries
+        argv = renditions_argv(binaries.ffmpeg, str(source), probe, plan, params, str(out_dir))
+        completed = self._run(argv, timeout, out_dir, on_progress)
+        if completed.returncode != 0:
+            raise _failure("ffmpeg", completed)
+        context.progress(names, probe.duration_s, probe.duration_s)
+        context.check()
+        poster = self._poster(source, probe, plan, params, out_dir, timeout)
+        files = [self._verified(out_dir / f"{r.name}.mp4", r.name, probe, r.width, r.height) for r in plan.renditions]
+        files.append(poster)
+        return files, decisions_for(probe, plan, ffmpeg.version(binaries.ffmpeg))
+
+    def _budget(self, out_dir: Path) -> Budget:
+        return Budget(
+            speed_factor=self.speed_factor,
+            max_duration_s=self.max_duration_s,
+            invocation_s=self.invocation_s,
+            free_bytes=shutil.disk_usage(out_dir).free,
+        )
+
+    def _timeout(self, probe: VideoProbe, context: RenderContext) -> float:
+        """Seconds the encoder may run: what is left of the invocation, less the margin.
+
+        Raises
+        ------
+        DeadlineReached
+            When the estimate does not fit what is left (it fits a whole invocation: the
+            budget check passed), so the record comes back in a fresh invocation.
+        """
+        remaining = context.remaining_s()
+        if remaining is None:
+            return self.invocation_s
+        available = remaining - self.margin_s
+        needed = estimated_seconds(probe, self._budget_for_estimate())
+        if needed > available:
+            raise DeadlineReached(f"{available:.0f} s left, the video needs about {needed:.0f} s")
+        return available
+
+    def _budget_for_estimate(self) -> Budget:
+        return Budget(self.speed_factor, self.max_duration_s, self.invocation_s, 0)
+
+    def _poster(
+        self,
+        source: Path,
+        probe: VideoProbe,
+        plan: RenditionPlan,
+        params: VideoRenditionsParams,
+        out_dir: Path,
+        timeout: float,
+    ) -> RenderedFile:
+        """The poster frame at ``plan.poster_at_s``; at 0 s when the seek lands past the last
+        frame (a very short or sparse-keyframe file gives no frame there)."""
+        path = out_dir / f"{params.poster.name}.jpg"
+        for plan_at in (plan, _at_start(plan)):
+            argv = poster_argv(self.binaries.ffmpeg, str(source), probe, plan_at, params, str(path))
+            completed = self._run(argv, timeout, out_dir)
+            if completed.returncode != 0:
+                raise _failure("ffmpeg poster", completed)
+            if path.exists() and path.stat().st_size > 0:
+                break
+        else:
+            raise PermanentFailure(INVALID_MEDIA, "no frame could be decoded for the poster")
+        document = self._probe_output(path)
+        width, height = plan.poster_size
+        if problems := poster_problems(document, width, height):
+            raise verification_failure(params.poster.name, problems)
+        return self._rendered(path, params.poster.name, "jpeg", "image/jpeg", width, height)
+
+    def _verified(self, path: Path, name: str, probe: VideoProbe, width: int, height: int) -> RenderedFile:
+        """Check a rendition against its plan with ffprobe and its box order.
+
+        Raises
+        ------
+        PermanentFailure
+            ``invalid_output`` naming what differs.
+        """
+        if not path.exists():
+            raise verification_failure(name, ["not written"])
+        document = self._probe_output(path)
+        boxes = top_level_boxes(path)
+        moov_first = "moov" in boxes and "mdat" in boxes and boxes.index("moov") < boxes.index("mdat")
+        expected = Expected(width=width, height=height, duration_s=probe.duration_s, audio=probe.has_audio)
+        if problems := rendition_problems(document, expected, moov_first=moov_first):
+            raise verification_failure(name, problems)
+        return self._rendered(path, name, "mp4", "video/mp4", width, height)
+
+    def _probe_output(self, path: Path) -> dict[str, object]:
+        completed = self._run(ffprobe_output_argv(self.binaries.ffprobe, str(path)), PROBE_TIMEOUT_S, path.parent)
+        if completed.returncode != 0:
+            raise verification_failure(path.name, [completed.stderr_tail.strip()[-300:] or "ffprobe failed"])
+        document: dict[str, object] = json.loads(completed.stdout)
+        return document
+
+    @staticmethod
+    def _rendered(path: Path, name: str, fmt: str, content_type: str, width: int, height: int) -> RenderedFile:
+        return RenderedFile(
+            name=name,
+            format=fmt,
+            path=path,
+            width=width,
+            height=height,
+            bytes=path.stat().st_size,
+            sha256=_sha256(path),
+            content_type=content_type,
+        )
+
+    @staticmethod
+    def _run(
+        argv: list[str], timeout: float, cwd: Path, on_progress: ffmpeg.ProgressSink | None = None
+    ) -> ffmpeg.Completed:
+        try:
+            return ffmpeg.run(argv, timeout_s=timeout, on_progress=on_progress, cwd=cwd)
+        except ffmpeg.FfmpegTimeout as exc:
+            raise TransientFailure(str(exc)) from exc
+
+
+def _at_start(plan: RenditionPlan) -> RenditionPlan:
+    return RenditionPlan(plan.renditions, plan.skipped, plan.poster_size, 0.0)

@@ -1,0 +1,68 @@
+"""Videos through the embedded AWS and the real handler: committed once with their manifest,
+reused on redelivery, and a playlist never makes the worker open another file."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import shared_file
+
+
+def _manifest(session, job) -> dict:
+    body = session.s3.get_object(Bucket=session.stack.bucket, Key=job.manifest_key)["Body"].read()
+    return json.loads(body)
+
+
+def test_a_portrait_video_is_committed_with_its_renditions_poster_and_manifest(local_session):
+    session = local_session
+    key = session.upload(shared_file("cases", "V01_portrait_rotation.mp4"), "originals/video/portrait.mp4")
+    session.run()
+    (result,) = session.collector.results[key]
+    assert (result.state, result.media) == ("done", "video")
+    (job,) = result.jobs
+    assert job.recipe == "web-video@1"
+    outputs = {o.name: (o.width, o.height, o.content_type) for o in job.outputs}
+    assert outputs == {
+        "720p": (406, 720, "video/mp4"),
+        "360p": (202, 360, "video/mp4"),
+        "poster": (720, 1280, "image/jpeg"),
+    }
+    manifest = _manifest(session, job)
+    assert [o["name"] for o in manifest["outputs"]] == ["720p", "360p", "poster"]
+    decisions = manifest["decisions"]
+    assert (decisions["rotation"], decisions["display_width"], decisions["display_height"]) == (90, 720, 1280)
+    assert decisions["skipped"] == [] and decisions["audio"] is True
+    listed = session.s3.list_objects_v2(Bucket=session.stack.bucket, Prefix=f"derivatives/{job.job_key}/")
+    assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed["Contents"]) == [
+        "360p.mp4", "720p.mp4", "manifest.json", "poster.jpg",
+    ]  # fmt: skip
+
+
+def test_a_redelivered_video_is_answered_from_the_ledger(local_session):
+    session = local_session
+    key = session.upload(shared_file("media", "video", "white.mp4"), "originals/video/white.mp4")
+    session.run()
+    renders = len(session.collector.renders)
+    session.redeliver(list(session.esm.stats.bodies[-1:]))
+    session.run()
+    assert len(session.collector.renders) == renders
+    first, second = session.collector.results[key]
+    assert second.jobs[0].reused and second.jobs[0].manifest_key == first.jobs[0].manifest_key
+    assert second.bytes_read == 0
+
+
+def test_v09_canary_first_then_the_playlists(local_session):
+    """CASES.md V09: the canary segment is uploaded first in the same warm environment, then
+    the playlists; they end unsupported_container and nothing of theirs is written."""
+    session = local_session
+    keys = {}
+    for name in ("V09_canary_segment.ts", "V09_hls_playlist.mp4", "V09_hls_ssrf.mp4"):
+        keys[name] = session.upload(shared_file("cases", name), f"originals/v09/{name}")
+        session.run()
+    for name in ("V09_hls_playlist.mp4", "V09_hls_ssrf.mp4"):
+        (result,) = session.collector.results[keys[name]]
+        assert (result.state, result.reason) == ("permanent_failure", "unsupported_container")
+        (job,) = result.jobs
+        listed = session.s3.list_objects_v2(Bucket=session.stack.bucket, Prefix=f"derivatives/{job.job_key}/")
+        assert listed.get("KeyCount", 0) == 0
+    assert session.dead_letters() == 0

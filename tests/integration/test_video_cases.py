@@ -1,0 +1,283 @@
+"""The video cases of ../shared/cases/CASES.md and the videos of ../shared/media/video, through
+the real ffmpeg/ffprobe. Outputs are checked with ffprobe run here, not with the renderer's
+own verification."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from mediajobs.adapters.containers import top_level_boxes
+from mediajobs.adapters.ffmpeg import find_binaries
+from mediajobs.adapters.video import FfmpegRenderer
+from mediajobs.domain.errors import PermanentFailure
+from mediajobs.domain.jobs import RenderedFile
+from mediajobs.domain.recipes import load_recipe
+from mediajobs.domain.video import VideoDecisions
+from tests.conftest import shared_file
+
+PARAMS = load_recipe("web-video", 1).params
+BINARIES = find_binaries()
+
+
+def renderer() -> FfmpegRenderer:
+    return FfmpegRenderer(speed_factor=1.0, max_duration_s=1800, invocation_s=880, margin_s=10)
+
+
+def work_copy(tmp_path: Path, *parts: str) -> Path:
+    """The original as the pipeline holds it: ``original`` in a fresh work folder."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    original = folder / "original"
+    shutil.copyfile(shared_file(*parts), original)
+    return original
+
+
+def render(tmp_path: Path, *parts: str) -> tuple[dict[str, RenderedFile], VideoDecisions]:
+    original = work_copy(tmp_path, *parts)
+    out = original.parent / "out"
+    out.mkdir()
+    files, decisions = renderer().render(original, PARAMS, out)
+    return {f.name: f for f in files}, decisions
+
+
+def refused(tmp_path: Path, *parts: str) -> PermanentFailure:
+    original = work_copy(tmp_path, *parts)
+    out = original.parent / "out"
+    out.mkdir()
+    with pytest.raises(PermanentFailure) as caught:
+        renderer().render(original, PARAMS, out)
+    assert list(out.iterdir()) == []  # nothing written
+    return caught.value
+
+
+def ffprobe(path: Path) -> dict:
+    out = subprocess.run(
+        [BINARIES.ffprobe, "-v", "error", "-show_format", "-show_streams", "-of", "json", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    return json.loads(out.stdout)
+
+
+def source_duration(path: Path) -> float:
+    return float(ffprobe(path)["format"]["duration"])
+
+
+def assert_playable(path: Path, *, width: int, height: int, duration_s: float, audio: bool) -> dict:
+    """H.264 High yuv420p (+ AAC), moov before mdat, no rotation, duration within 0.1 s."""
+    doc = ffprobe(path)
+    videos = [s for s in doc["streams"] if s["codec_type"] == "video"]
+    audios = [s for s in doc["streams"] if s["codec_type"] == "audio"]
+    assert len(videos) == 1
+    v = videos[0]
+    assert (v["codec_name"], v["profile"], v["pix_fmt"]) == ("h264", "High", "yuv420p")
+    assert v["level"] == 40
+    assert (v["width"], v["height"]) == (width, height)
+    assert not any("rotation" in s and s["rotation"] != 0 for s in v.get("side_data_list", []))
+    assert "rotate" not in v.get("tags", {})
+    assert [a["codec_name"] for a in audios] == (["aac"] if audio else [])
+    assert abs(float(doc["format"]["duration"]) - duration_s) <= 0.1
+    boxes = top_level_boxes(path)
+    assert boxes.index("moov") < boxes.index("mdat")
+    return v
+
+
+# --- V01 ---------------------------------------------------------------------------------
+
+
+def test_v01_portrait_phone_video_comes_out_portrait(tmp_path: Path) -> None:
+    files, decisions = render(tmp_path, "cases", "V01_portrait_rotation.mp4")
+    assert list(files) == ["720p", "360p", "poster"]
+    assert_playable(files["720p"].path, width=406, height=720, duration_s=2.0, audio=True)
+    assert_playable(files["360p"].path, width=202, height=360, duration_s=2.0, audio=True)
+    assert decisions.rotation == 90 and (decisions.display_width, decisions.display_height) == (720, 1280)
+    poster = Image.open(files["poster"].path).convert("RGB")
+    assert poster.size == (720, 1280)
+    r, g, b = poster.getpixel((40, 40))  # the red square is top-left of the upright picture
+    assert r > 180 and g < 80 and b < 80
+    frame = first_frame(files["720p"].path, tmp_path)
+    r, g, b = frame.getpixel((20, 20))
+    assert r > 180 and g < 80 and b < 80
+
+
+def first_frame(path: Path, tmp_path: Path) -> Image.Image:
+    png = tmp_path / f"{path.stem}-frame.png"
+    subprocess.run([BINARIES.ffmpeg, "-v", "error", "-i", str(path), "-frames:v", "1", str(png)], check=True)
+    return Image.open(png).convert("RGB")
+
+
+# --- V02 ---------------------------------------------------------------------------------
+
+
+def test_v02_odd_sized_vp9_gets_even_h264_renditions(tmp_path: Path) -> None:
+    files, _ = render(tmp_path, "cases", "V02_odd_1279x721.webm")
+    duration = source_duration(shared_file("cases", "V02_odd_1279x721.webm"))
+    assert_playable(files["720p"].path, width=1278, height=720, duration_s=duration, audio=True)
+    assert_playable(files["360p"].path, width=638, height=360, duration_s=duration, audio=True)
+
+
+# --- V04 ---------------------------------------------------------------------------------
+
+
+def test_v04_no_audio_gives_video_only_renditions(tmp_path: Path) -> None:
+    files, decisions = render(tmp_path, "cases", "V04_no_audio.mp4")
+    # 640x360: the 720p rung is taller than the source and skipped, never upscaled.
+    assert list(files) == ["360p", "poster"] and decisions.skipped == ("720p",)
+    doc = ffprobe(files["360p"].path)
+    assert [s["codec_type"] for s in doc["streams"]] == ["video"]
+    assert_playable(files["360p"].path, width=640, height=360, duration_s=2.0, audio=False)
+
+
+# --- V05, V08, I17: refused from ffprobe, before any ffmpeg run ----------------------------
+
+
+def test_v05_audio_only_is_no_video_stream(tmp_path: Path) -> None:
+    failure = refused(tmp_path, "cases", "V05_audio_only.mp4")
+    assert failure.reason == "no_video_stream"
+
+
+def test_v08_missing_moov_is_invalid_media(tmp_path: Path) -> None:
+    failure = refused(tmp_path, "cases", "V08_moov_missing.mov")
+    assert (failure.reason, failure.detail) == ("invalid_media", "moov atom not found")
+
+
+def test_i17_an_s3_error_page_named_mp4_is_invalid_media(tmp_path: Path) -> None:
+    assert refused(tmp_path, "cases", "I17_s3_error.mp4").reason == "invalid_media"
+
+
+# --- V06 ---------------------------------------------------------------------------------
+
+#: x of the six coloured 75 % bars (yellow, cyan, green, magenta, red, blue) in a 1280 wide frame.
+BAR_X = (360, 490, 650, 800, 930, 1060)
+
+
+def bar_saturations(image: Image.Image) -> list[float]:
+    scale = image.width / 1280
+    hsv = image.convert("RGB").convert("HSV")
+    return [hsv.getpixel((int(x * scale), image.height // 6))[1] / 255 for x in BAR_X]
+
+
+def test_v06_hlg_hdr_is_tone_mapped_to_bt709(tmp_path: Path) -> None:
+    files, decisions = render(tmp_path, "cases", "V06_hdr_hlg_10bit.mov")
+    assert decisions.tonemapped
+    for name, height in (("720p", 720), ("360p", 360)):
+        v = assert_playable(files[name].path, width=height * 16 // 9, height=height, duration_s=2.0, audio=True)
+        assert (v["color_primaries"], v["color_transfer"], v["color_space"]) == ("bt709", "bt709", "bt709")
+    poster = Image.open(files["poster"].path)
+    assert min(bar_saturations(poster)) >= 0.70
+    assert min(bar_saturations(first_frame(files["720p"].path, tmp_path))) >= 0.70
+
+
+# --- V09 ---------------------------------------------------------------------------------
+
+IN_OPEN, IN_ACCESS, IN_NONBLOCK = 0x20, 0x01, 0o4000
+
+
+class OpenWatch:
+    """inotify on one file: the kernel queues an event when anyone opens it, before open()
+    returns to the opener, so reading after the opener exited misses nothing."""
+
+    def __init__(self, path: Path) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        self.fd = libc.inotify_init1(IN_NONBLOCK)
+        assert self.fd >= 0
+        assert libc.inotify_add_watch(self.fd, str(path).encode(), IN_OPEN | IN_ACCESS) >= 0
+
+    def events(self) -> list[int]:
+        masks = []
+        try:
+            data = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return []
+        pos = 0
+        while pos < len(data):
+            _, mask, _, length = struct.unpack_from("iIII", data, pos)
+            masks.append(mask)
+            pos += 16 + length
+        return masks
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@pytest.mark.parametrize("playlist", ["V09_hls_playlist.mp4", "V09_hls_ssrf.mp4"])
+def test_v09_a_playlist_is_refused_and_the_canary_never_opened(tmp_path: Path, playlist: str) -> None:
+    # The canary lies beside the original, where the playlist's relative segment resolves:
+    # a stand-in for what a warm Lambda left in /tmp.
+    original = work_copy(tmp_path, "cases", playlist)
+    canary = original.parent / "V09_canary_segment.ts"
+    shutil.copyfile(shared_file("cases", "V09_canary_segment.ts"), canary)
+    out = original.parent / "out"
+    out.mkdir()
+    watch = OpenWatch(canary)
+    try:
+        with pytest.raises(PermanentFailure) as caught:
+            renderer().render(original, PARAMS, out)
+        assert caught.value.reason == "unsupported_container"
+        assert watch.events() == []  # never opened
+        assert list(out.iterdir()) == []
+        # The watch is live: an open is seen.
+        canary.read_bytes()
+        assert watch.events()
+    finally:
+        watch.close()
+
+
+def test_v09_the_canary_test_would_see_an_unguarded_ffprobe(tmp_path: Path) -> None:
+    """Unguarded, with the HLS demuxer (which ffmpeg 5.1 picks from the content), ffprobe opens
+    the canary: the test above can fail."""
+    original = work_copy(tmp_path, "cases", "V09_hls_playlist.mp4")
+    canary = original.parent / "V09_canary_segment.ts"
+    shutil.copyfile(shared_file("cases", "V09_canary_segment.ts"), canary)
+    watch = OpenWatch(canary)
+    try:
+        subprocess.run([BINARIES.ffprobe, "-v", "quiet", "-f", "hls", "-show_format", "original"], cwd=original.parent)
+        assert watch.events()
+    finally:
+        watch.close()
+
+
+def test_v09_the_canary_on_its_own_is_refused_as_a_container_we_do_not_accept(tmp_path: Path) -> None:
+    # MPEG-TS is outside the allow-list (mov/mp4 family, matroska/webm): CASES.md permits either.
+    assert refused(tmp_path, "cases", "V09_canary_segment.ts").reason == "unsupported_container"
+
+
+# --- ../shared/media/video ---------------------------------------------------------------
+
+MEDIA = {
+    # name: {rendition: (width, height)}, audio
+    "bigbuckbunny.mp4": ({"720p": (1280, 720), "360p": (640, 360)}, True),
+    "carphone.mp4": ({"source": (176, 144)}, False),
+    "minimal.mp4": ({"source": (320, 240)}, True),
+    "white.mp4": ({"source": (320, 240)}, False),
+    "video_rotation_90.mp4": ({"source": (60, 100)}, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MEDIA))
+def test_shared_videos_give_playable_renditions(tmp_path: Path, name: str) -> None:
+    sizes, audio = MEDIA[name]
+    files, decisions = render(tmp_path, "media", "video", name)
+    duration = source_duration(shared_file("media", "video", name))
+    assert [n for n in files if n != "poster"] == list(sizes)
+    for rendition, (width, height) in sizes.items():
+        assert_playable(files[rendition].path, width=width, height=height, duration_s=duration, audio=audio)
+    assert files["poster"].content_type == "image/jpeg"
+    assert max(Image.open(files["poster"].path).size) <= 1280
+
+
+def test_the_rotated_sample_comes_out_portrait_source_and_poster(tmp_path: Path) -> None:
+    files, decisions = render(tmp_path, "media", "video", "video_rotation_90.mp4")
+    assert decisions.rotation == 90
+    assert (files["source"].width, files["source"].height) == (60, 100)
+    assert Image.open(files["poster"].path).size == (60, 100)
