@@ -83,11 +83,20 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     index = out / "index.html"
     assert str(index) in done.stdout
     page = index.read_text()
-    assert page.count("<section>") == 7
-    for folder in (p for p in out.iterdir() if p.is_dir()):
-        assert {f.name for f in folder.iterdir()} >= {"thumb.webp", "card.webp", "full.avif", "manifest.json"}
-        for name in ("thumb.webp", "card.webp", "full.avif"):
+    assert page.count("<section>") == 9  # 6 photos, 2 videos, a copy of the first photo
+    folders = sorted(p for p in out.iterdir() if p.is_dir())
+    videos = {"bigbuckbunny": {"720p.mp4", "360p.mp4", "poster.jpg"}, "bikes": {"source.mp4", "poster.jpg"}}
+    for folder in folders:
+        video = next((names for stem, names in videos.items() if stem in folder.name), None)
+        expected = video or {"thumb.webp", "card.webp", "full.avif"}
+        assert {f.name for f in folder.iterdir()} >= expected | {"manifest.json"}, folder
+        for name in expected:
             assert f"{folder.name}/{name}" in page
+    for stem in videos:  # each video is shown by its poster, with links to its renditions
+        folder = next(f for f in folders if stem in f.name)
+        assert f'<img src="{folder.name}/poster.jpg"' in page
+        for name in videos[stem] - {"poster.jpg"}:
+            assert f'<a href="{folder.name}/{name}">' in page
 
 
 def test_out_must_be_a_folder(tmp_path):

