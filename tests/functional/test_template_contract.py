@@ -139,3 +139,15 @@ def test_worker_s3_permissions_match_what_the_code_does():
     # Writes only under derivatives/; reads there back what an earlier attempt stored.
     assert by_action["s3:PutObject"] == {"${MediaBucket.Arn}/derivatives/*"}
     assert by_action["s3:GetObject"] == {"${MediaBucket.Arn}/originals/*", "${MediaBucket.Arn}/derivatives/*"}
+
+
+def test_the_worker_has_the_ffmpeg_layer_and_its_timeout_in_the_environment():
+    worker = RESOURCES["WorkerFunction"]["Properties"]
+    env = worker["Environment"]["Variables"]
+    assert int(env["WORKER_TIMEOUT_SECONDS"]) == worker["Timeout"]
+    assert float(env["VIDEO_SPEED_FACTOR"]) > 0 and int(env["MAX_VIDEO_SECONDS"]) > 0
+    layer = RESOURCES["FfmpegLayer"]
+    assert layer["Properties"]["ContentUri"] == "layers/ffmpeg"
+    assert layer["Metadata"]["BuildMethod"] == "makefile"
+    assert (REPO / "layers" / "ffmpeg" / "Makefile").read_text().count("build-FfmpegLayer:") == 1
+    assert {"Ref": "FfmpegLayer"} in worker["Layers"]
