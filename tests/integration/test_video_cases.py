@@ -281,3 +281,81 @@ def test_the_rotated_sample_comes_out_portrait_source_and_poster(tmp_path: Path)
     assert decisions.rotation == 90
     assert (files["source"].width, files["source"].height) == (60, 100)
     assert Image.open(files["poster"].path).size == (60, 100)
+
+
+# --- generated edge cases (made here with ffmpeg; never committed) -------------------------
+
+
+def generate(tmp_path: Path, name: str, *args: str) -> Path:
+    folder = tmp_path / "work"
+    folder.mkdir(exist_ok=True)
+    path = folder / "original"
+    subprocess.run([BINARIES.ffmpeg, "-nostdin", "-v", "error", "-y", *args, str(path)], check=True)
+    return path
+
+
+def render_file(original: Path, **settings: object) -> tuple[dict[str, RenderedFile], VideoDecisions]:
+    out = original.parent / "out"
+    out.mkdir()
+    options = {"speed_factor": 1.0, "max_duration_s": 1800, "invocation_s": 880, "margin_s": 10} | settings
+    files, decisions = FfmpegRenderer(**options).render(original, PARAMS, out)  # type: ignore[arg-type]
+    return {f.name: f for f in files}, decisions
+
+
+def refuse_file(original: Path, *, before_encoding: bool = True, **settings: object) -> PermanentFailure:
+    with pytest.raises(PermanentFailure) as caught:
+        render_file(original, **settings)
+    if before_encoding:  # refused before any encoder started: nothing in the output folder
+        assert not any((original.parent / "out").iterdir())
+    return caught.value
+
+
+LAVFI_320 = ("-f", "lavfi", "-i", "testsrc2=size=320x240:rate=10:duration=2")
+
+
+def test_audio_longer_than_the_video_still_gets_its_poster(tmp_path: Path) -> None:
+    # The poster's time (10 % of the container: 1 s) is after the last video frame (0.5 s).
+    original = generate(
+        tmp_path, "short", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=10:duration=0.5",
+        "-f", "lavfi", "-i", "sine=duration=10", "-c:v", "libx264", "-c:a", "aac", "-f", "mp4",
+    )  # fmt: skip
+    files, _ = render_file(original)
+    assert Image.open(files["poster"].path).size == (320, 240)
+    assert_playable(files["source"].path, width=320, height=240, duration_s=source_duration(original), audio=True)
+
+
+def test_a_cut_mp4_is_invalid_media_before_ffmpeg_runs(tmp_path: Path) -> None:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    original = folder / "original"
+    original.write_bytes(shared_file("media", "video", "bigbuckbunny.mp4").read_bytes()[:600_000])
+    failure = refuse_file(original)
+    assert failure.reason == "invalid_media" and "truncated" in failure.detail
+
+
+def test_a_cut_matroska_is_invalid_media_not_a_bad_output(tmp_path: Path) -> None:
+    original = generate(tmp_path, "mkv", *LAVFI_320, "-c:v", "libx264", "-f", "matroska")
+    original.write_bytes(original.read_bytes()[: original.stat().st_size // 2])
+    failure = refuse_file(original, before_encoding=False)  # found by checking the outputs
+    assert failure.reason == "invalid_media" and "truncated or damaged" in failure.detail
+
+
+def test_a_codec_outside_the_list_is_unsupported_codec(tmp_path: Path) -> None:
+    original = generate(tmp_path, "ffv1", *LAVFI_320, "-c:v", "ffv1", "-f", "matroska")
+    assert refuse_file(original).reason == "unsupported_codec"
+
+
+def test_frames_over_the_pixel_limit_are_refused(tmp_path: Path) -> None:
+    original = generate(tmp_path, "big", *LAVFI_320, "-c:v", "libx264", "-f", "mp4")
+    assert refuse_file(original, max_pixels=320 * 240 - 1).reason == "too_many_pixels"
+
+
+def test_a_video_longer_than_an_invocation_allows_is_too_long_before_encoding(tmp_path: Path) -> None:
+    original = generate(tmp_path, "long", *LAVFI_320, "-c:v", "libx264", "-f", "mp4")
+    assert refuse_file(original, invocation_s=0.1).reason == "too_long"
+    assert refuse_file_again(original, max_duration_s=1).reason == "too_long"
+
+
+def refuse_file_again(original: Path, **settings: object) -> PermanentFailure:
+    shutil.rmtree(original.parent / "out")
+    return refuse_file(original, **settings)

@@ -20,6 +20,7 @@ from mediajobs.domain.video import (
     playlist_problem,
     poster_argv,
     progress_seconds,
+    rendition_failure,
     rendition_problems,
     renditions_argv,
     scaled_width,
@@ -262,3 +263,12 @@ def test_playlists_and_scripts_are_refused_from_their_first_bytes(head: bytes) -
 def test_media_bytes_are_not_playlists() -> None:
     assert playlist_problem(b"\x00\x00\x00\x20ftypisom") is None
     assert playlist_problem(b'<?xml version="1.0"?><Error><Code>AccessDenied</Code></Error>') is None
+
+
+def test_an_output_that_ends_early_means_the_source_was_cut() -> None:
+    expected = Expected(406, 720, 4.0, audio=True)
+    failure = rendition_failure("720p", _out(), expected, moov_first=True)  # 2.03 s of 4 s
+    assert failure is not None and failure.reason == "invalid_media"
+    failure = rendition_failure("720p", _out(pix_fmt="yuv444p"), expected, moov_first=True)
+    assert failure is not None and failure.reason == "invalid_output" and failure.detail.startswith("720p: ")
+    assert rendition_failure("720p", _out(), Expected(406, 720, 2.0, audio=True), moov_first=True) is None

@@ -94,6 +94,7 @@ def build_pipeline(
             max_duration_s=settings.max_video_s,
             invocation_s=settings.worker_timeout_s - settings.deadline_margin_s,
             margin_s=settings.deadline_margin_s,
+            max_pixels=settings.max_pixels,
         ),
         queue=SqsQueue(sqs_client(settings)),
         recipes=active_recipes(),

@@ -21,8 +21,14 @@ import shutil
 from pathlib import Path
 
 from mediajobs.adapters import ffmpeg
-from mediajobs.adapters.containers import top_level_boxes
-from mediajobs.domain.errors import INVALID_MEDIA, DeadlineReached, PermanentFailure, TransientFailure
+from mediajobs.adapters.containers import container_problem, top_level_boxes
+from mediajobs.domain.errors import (
+    INVALID_MEDIA,
+    TOO_MANY_PIXELS,
+    DeadlineReached,
+    PermanentFailure,
+    TransientFailure,
+)
 from mediajobs.domain.jobs import RenderContext, RenderedFile
 from mediajobs.domain.recipes import VideoRenditionsParams
 from mediajobs.domain.video import (
@@ -43,7 +49,7 @@ from mediajobs.domain.video import (
     poster_argv,
     poster_problems,
     progress_seconds,
-    rendition_problems,
+    rendition_failure,
     renditions_argv,
     verification_failure,
 )
@@ -77,6 +83,7 @@ class FfmpegRenderer:
     max_duration_s: longest accepted source, seconds.
     invocation_s: time a whole invocation gives a job (function timeout minus margin), seconds.
     margin_s: seconds kept at the end of an invocation to release the claim.
+    max_pixels: largest accepted frame, width x height (the images' ``MAX_PIXELS``).
     binaries: ffmpeg/ffprobe to run; found by :func:`mediajobs.adapters.ffmpeg.find_binaries`
         when ``None`` (at the first render, so image-only workers never look).
     """
@@ -88,12 +95,14 @@ class FfmpegRenderer:
         max_duration_s: float,
         invocation_s: float,
         margin_s: float,
+        max_pixels: int = 50_000_000,
         binaries: ffmpeg.Binaries | None = None,
     ) -> None:
         self.speed_factor = speed_factor
         self.max_duration_s = max_duration_s
         self.invocation_s = invocation_s
         self.margin_s = margin_s
+        self.max_pixels = max_pixels
         self._binaries = binaries
 
     @property
@@ -112,13 +121,16 @@ class FfmpegRenderer:
         Raises
         ------
         PermanentFailure
-            ``unsupported_container``, ``invalid_media``, ``no_video_stream``, ``unsupported_codec``.
+            ``unsupported_container``, ``invalid_media`` (also for an MP4/MOV whose last box
+            is cut short), ``no_video_stream``, ``unsupported_codec``, ``too_many_pixels``.
         TransientFailure
             When ffprobe fails for a reason the classification does not know, or times out.
         """
         with open(source, "rb") as f:
             if problem := playlist_problem(f.read(1024)):
                 raise problem
+        if truncated := container_problem(source):  # an ISO BMFF box runs past the end: a cut upload
+            raise PermanentFailure(INVALID_MEDIA, f"truncated: {truncated.detail}")
         completed = self._run(ffprobe_argv(self.binaries.ffprobe, str(source)), PROBE_TIMEOUT_S, source.parent)
         if completed.returncode != 0:
             raise _failure("ffprobe", completed)
@@ -126,7 +138,13 @@ class FfmpegRenderer:
             document = json.loads(completed.stdout)
         except json.JSONDecodeError as exc:
             raise TransientFailure(f"ffprobe printed no JSON: {exc}") from exc
-        return parse_probe(document)
+        probe = parse_probe(document)
+        if probe.coded_width * probe.coded_height > self.max_pixels:
+            raise PermanentFailure(
+                TOO_MANY_PIXELS,
+                f"{probe.coded_width}x{probe.coded_height} frames > {self.max_pixels} pixels",
+            )
+        return probe
 
     def render(
         self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext | None = None
@@ -235,7 +253,8 @@ class FfmpegRenderer:
         Raises
         ------
         PermanentFailure
-            ``invalid_output`` naming what differs.
+            ``invalid_output`` naming what differs; ``invalid_media`` when the source's
+            streams end before its declared duration.
         """
         if not path.exists():
             raise verification_failure(name, ["not written"])
@@ -243,8 +262,8 @@ class FfmpegRenderer:
         boxes = top_level_boxes(path)
         moov_first = "moov" in boxes and "mdat" in boxes and boxes.index("moov") < boxes.index("mdat")
         expected = Expected(width=width, height=height, duration_s=probe.duration_s, audio=probe.has_audio)
-        if problems := rendition_problems(document, expected, moov_first=moov_first):
-            raise verification_failure(name, problems)
+        if failure := rendition_failure(name, document, expected, moov_first=moov_first):
+            raise failure
         return self._rendered(path, name, "mp4", "video/mp4", width, height)
 
     def _probe_output(self, path: Path) -> dict[str, object]:

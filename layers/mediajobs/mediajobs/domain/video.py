@@ -503,12 +503,42 @@ def rendition_problems(document: dict[str, Any], expected: Expected, *, moov_fir
     want_audio = 1 if expected.audio else 0
     if len(audios) != want_audio or any(a.get("codec_name") != "aac" for a in audios):
         problems.append(f"audio {[a.get('codec_name') for a in audios]}, expected {'aac' if want_audio else 'none'}")
-    duration = float((document.get("format") or {}).get("duration") or 0)
+    duration = output_duration_s(document)
     if abs(duration - expected.duration_s) > DURATION_TOLERANCE_S:
         problems.append(f"duration {duration:.3f} s, source {expected.duration_s:.3f} s")
     if not moov_first:
         problems.append("moov atom after mdat")
     return problems
+
+
+def output_duration_s(document: dict[str, Any]) -> float:
+    """The container duration of an output's ffprobe document, seconds (0 when missing)."""
+    try:
+        return float((document.get("format") or {}).get("duration") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def rendition_failure(
+    name: str, document: dict[str, Any], expected: Expected, *, moov_first: bool
+) -> PermanentFailure | None:
+    """What is wrong with a rendition, or ``None``.
+
+    When the only fault is an output shorter than the source, the source's streams end before
+    the duration its container declares (a cut Matroska/WebM upload decodes without error up
+    to the cut): ``invalid_media``. Any other fault is ``invalid_output`` naming it.
+    """
+    problems = rendition_problems(document, expected, moov_first=moov_first)
+    if not problems:
+        return None
+    short = output_duration_s(document) < expected.duration_s - DURATION_TOLERANCE_S
+    if short and len(problems) == 1:
+        return PermanentFailure(
+            INVALID_MEDIA,
+            f"the streams end at {output_duration_s(document):.3f} s of the {expected.duration_s:.3f} s "
+            "the container declares (truncated or damaged)",
+        )
+    return verification_failure(name, problems)
 
 
 def poster_problems(document: dict[str, Any], width: int, height: int) -> list[str]:
