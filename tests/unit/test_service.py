@@ -478,3 +478,39 @@ def test_a_permanent_video_failure_is_recorded_with_its_reason(tmp_path):
     result = pipeline.process(REF)
     assert (result.state, result.reason) == ("permanent_failure", "no_video_stream")
     assert not [e for e in log if e[0] == "put"]
+
+
+class SteppingRenderer(FakeVideoRenderer):
+    """Reports progress at the given clock times."""
+
+    def __init__(self, clock_box, times):
+        super().__init__()
+        self.clock_box, self.times = clock_box, times
+
+    def render(self, source, params, out_dir, context=None):
+        for t in self.times:
+            self.clock_box[0] = t
+            context.progress(("720p",), t - 1000.0, 60.0)
+        return super().render(source, params, out_dir, context)
+
+
+def test_video_progress_is_logged_at_most_every_10_seconds(tmp_path, caplog):
+    now = [1000.0]
+    log: list = []
+    renderer = SteppingRenderer(now, [1001.0, 1005.0, 1010.0, 1012.0, 1019.9, 1020.0, 1031.0])
+    pipeline = Pipeline(
+        Settings(work_dir=str(tmp_path)),
+        store=FakeStore({"originals/a.jpg": b"video"}, log, False),
+        ledger=FakeLedger(log),
+        sources=FakeSources(log),
+        renderer=FakeRenderer(None),
+        video_renderer=renderer,
+        recipes={"video": [VIDEO_RECIPE]},
+        detect_media=lambda p, k: "video",
+        clock=lambda: now[0],
+    )
+    with caplog.at_level("INFO", logger="mediajobs.service"):
+        pipeline.process(REF)
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rendering ")]
+    assert logged == ["rendering 720p: 17% (10.0 of 60.0 s)", "rendering 720p: 33% (20.0 of 60.0 s)",
+                      "rendering 720p: 52% (31.0 of 60.0 s)"]  # fmt: skip

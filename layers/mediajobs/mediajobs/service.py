@@ -653,11 +653,11 @@ class Pipeline:
 
     def _progress_sink(self, key: str, ref: ObjectRef) -> Callable[[tuple[str, ...], float, float], None]:
         """Passes progress to the observer, and logs it at most every :data:`PROGRESS_LOG_EVERY_S`."""
-        last_logged = [time.monotonic()]
+        last_logged = [self._clock()]
 
         def sink(names: tuple[str, ...], done_s: float, total_s: float) -> None:
             self.observer.progress(key, names, done_s, total_s)
-            now = time.monotonic()
+            now = self._clock()
             if now - last_logged[0] >= PROGRESS_LOG_EVERY_S:
                 last_logged[0] = now
                 log.info(
