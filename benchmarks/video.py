@@ -2,7 +2,8 @@
 against the bare ffmpeg commands, on a generated 60 s 1080p source.
 
 The source (``testsrc2`` with grain and a 440 Hz tone, H.264 High at 15 Mbit/s + AAC,
-1920x1080 at 30 fps, 60 s: see :func:`generate_source`) is generated once into a temporary folder and deleted afterwards. In one run:
+1920x1080 at 30 fps, 60 s: see :func:`generate_source`) is generated once into a temporary
+folder and deleted afterwards. In one run:
 
 * ``one decode``: one ffmpeg that decodes once and encodes 720p and 360p (``split``) --
   :func:`mediajobs.domain.video.renditions_argv`, run bare with ``subprocess.run``;
