@@ -514,3 +514,15 @@ def test_video_progress_is_logged_at_most_every_10_seconds(tmp_path, caplog):
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rendering ")]
     assert logged == ["rendering 720p: 17% (10.0 of 60.0 s)", "rendering 720p: 33% (20.0 of 60.0 s)",
                       "rendering 720p: 52% (31.0 of 60.0 s)"]  # fmt: skip
+
+
+def test_an_original_larger_than_the_free_space_is_too_large_before_reading(tmp_path, monkeypatch):
+    import shutil
+
+    from mediajobs import service
+
+    pipeline, store, ledger, renderer, log = make(tmp_path)
+    monkeypatch.setattr(service.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100, 96, 4))
+    result = pipeline.process(REF)  # 5 bytes, 4 free
+    assert (result.state, result.reason, result.bytes_read) == ("permanent_failure", "too_large", 0)
+    assert not [e for e in log if e[0] in ("claim", "download", "put")]

@@ -289,6 +289,14 @@ class Pipeline:
             return TOO_LARGE, f"{size} bytes > {self.settings.max_input_bytes}"
         return None
 
+    def _space_problem(self, size: int) -> tuple[str, str] | None:
+        """``too_large`` when the original cannot fit the free space of the work folder's disk
+        (Lambda's ``/tmp``, ``EphemeralStorage``): a download that fills it would fail on every try."""
+        free = shutil.disk_usage(self.settings.work_dir).free
+        if size > free:
+            return TOO_LARGE, f"{size} bytes > {free} bytes free in {self.settings.work_dir}"
+        return None
+
     def _specs(self, ref: ObjectRef, sha256: str, media: str | None) -> list[tuple[Recipe, JobSpec]]:
         """The jobs of a content: for ``media``'s recipes, or every media type's when unknown."""
         settings = self.settings
@@ -348,6 +356,8 @@ class Pipeline:
                     return settled
                 # Some job needs work: claim before reading, so a delivery that loses the
                 # claim (another took it over first) reads nothing.
+                if problem := self._space_problem(head.size_bytes):
+                    return self._refuse(ref, *problem, sha256=sha256, size_bytes=head.size_bytes, media=media)
                 known_specs = self._specs(ref, sha256, media)
                 pre_claimed = self._claim_all(known_specs, views, delivery)
                 if not any(c.outcome is ClaimOutcome.RUN for c in pre_claimed):
@@ -359,6 +369,8 @@ class Pipeline:
                     return self._summarise(result)
 
         # The bytes are needed: mark the source as being read, so duplicates wait.
+        if not pre_claimed and (problem := self._space_problem(head.size_bytes)):
+            return self._refuse(ref, *problem, sha256=sha256, size_bytes=head.size_bytes)
         marker = None
         if media is None:
             marker = content_id(sha256) if sha256 is not None else source_id
