@@ -257,7 +257,7 @@ def test_v09_the_canary_on_its_own_is_refused_as_a_container_we_do_not_accept(tm
 MEDIA = {
     # name: {rendition: (width, height)}, audio
     "bigbuckbunny.mp4": ({"720p": (1280, 720), "360p": (640, 360)}, True),
-    "carphone.mp4": ({"source": (176, 144)}, False),
+    "carphone.mp4": ({"source": (192, 144)}, False),  # 176x144 at pixel aspect 128:117
     "minimal.mp4": ({"source": (320, 240)}, True),
     "white.mp4": ({"source": (320, 240)}, False),
     "video_rotation_90.mp4": ({"source": (60, 100)}, False),
@@ -359,3 +359,69 @@ def test_a_video_longer_than_an_invocation_allows_is_too_long_before_encoding(tm
 def refuse_file_again(original: Path, **settings: object) -> PermanentFailure:
     shutil.rmtree(original.parent / "out")
     return refuse_file(original, **settings)
+
+
+def test_a_strip_thinner_than_1_to_180_gets_2_pixel_wide_renditions(tmp_path: Path) -> None:
+    # scale=-2:720 would give width 0 ("Picture size 0x720 is invalid") on every try.
+    original = generate(
+        tmp_path, "thin", "-f", "lavfi", "-i", "color=red:size=2x1000:rate=10:duration=1",
+        "-vf", "scale=1:1000,format=yuv444p", "-c:v", "libvpx-vp9", "-f", "webm",
+    )  # fmt: skip
+    files, _ = render_file(original)
+    duration = source_duration(original)
+    assert_playable(files["720p"].path, width=2, height=720, duration_s=duration, audio=False)
+    assert_playable(files["360p"].path, width=2, height=360, duration_s=duration, audio=False)
+
+
+def _boxes(data: bytes, start: int, end: int) -> list[tuple[bytes, bytes]]:
+    """(type, whole box) of the ISO BMFF boxes between ``start`` and ``end`` (32-bit sizes)."""
+    found, pos = [], start
+    while pos < end:
+        size, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        found.append((kind, data[pos : pos + size]))
+        pos += size
+    return found
+
+
+def test_cover_art_stored_before_the_video_is_not_encoded(tmp_path: Path) -> None:
+    # ffmpeg writes cover art in moov/udta after the tracks; with udta moved before the trak
+    # boxes (as some taggers write it), the cover becomes stream 0 and the video stream 1.
+    cover = tmp_path / "cover.jpg"
+    Image.new("RGB", (240, 240), (0, 0, 255)).save(cover)
+    video_file = tmp_path / "video.mp4"
+    subprocess.run([BINARIES.ffmpeg, "-v", "error", *LAVFI_320, "-c:v", "libx264", str(video_file)], check=True)
+    tagged = tmp_path / "tagged.mp4"
+    subprocess.run(
+        [BINARIES.ffmpeg, "-v", "error", "-i", str(video_file), "-i", str(cover), "-map", "0", "-map", "1",
+         "-c", "copy", "-disposition:v:1", "attached_pic", str(tagged)],
+        check=True,
+    )  # fmt: skip
+    data = tagged.read_bytes()
+    top = _boxes(data, 0, len(data))
+    rebuilt = b""
+    for kind, box in top:
+        if kind == b"moov":  # mdat comes first here, so moving boxes inside moov moves no sample
+            children = _boxes(box, 8, len(box))
+            order = sorted(children, key=lambda c: {b"mvhd": 0, b"udta": 1}.get(c[0], 2))
+            box = box[:8] + b"".join(b for _, b in order)
+        rebuilt += box
+    folder = tmp_path / "work"
+    folder.mkdir()
+    original = folder / "original"
+    original.write_bytes(rebuilt)
+    streams = ffprobe(original)["streams"]
+    assert [s["disposition"]["attached_pic"] for s in streams] == [1, 0]
+    files, decisions = render_file(original)
+    assert_playable(files["source"].path, width=320, height=240, duration_s=source_duration(original), audio=False)
+    assert Image.open(files["poster"].path).size == (320, 240)
+
+
+def test_anamorphic_video_comes_out_in_square_pixels(tmp_path: Path) -> None:
+    original = generate(
+        tmp_path, "pal", "-f", "lavfi", "-i", "testsrc2=size=720x576:rate=25:duration=1",
+        "-vf", "setsar=64/45", "-c:v", "libx264", "-f", "mp4",
+    )  # fmt: skip
+    files, decisions = render_file(original)
+    v = assert_playable(files["360p"].path, width=640, height=360, duration_s=source_duration(original), audio=False)
+    assert v.get("sample_aspect_ratio", "1:1") in ("1:1", "0:1")
+    assert Image.open(files["poster"].path).size == (1024, 576)

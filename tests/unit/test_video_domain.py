@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mediajobs.domain.errors import PermanentFailure
+from mediajobs.domain.errors import PermanentFailure, TransientFailure
 from mediajobs.domain.recipes import load_recipe
 from mediajobs.domain.video import (
     FORMAT_WHITELIST,
@@ -139,7 +139,7 @@ def test_the_renditions_argv_is_one_decode_with_split_and_the_inputs_guard() -> 
     assert argv[argv.index("-protocol_whitelist") + 1] == "file"
     assert argv.index("-format_whitelist") < argv.index("-i") and argv.count("-i") == 1
     graph = argv[argv.index("-filter_complex") + 1]
-    assert "split=2[s0][s1]" in graph and "scale=-2:720" in graph and "scale=-2:360" in graph
+    assert "split=2[s0][s1]" in graph and "scale=1280:720,setsar=1" in graph and "scale=640:360,setsar=1" in graph
     assert argv.count("+faststart") == 2 and argv.count("0:a:0?") == 2
     assert argv[-1] == "/tmp/w/out/360p.mp4" and "/tmp/w/out/720p.mp4" in argv
     assert "-map_metadata" in argv  # no location or device tags copied
@@ -200,7 +200,7 @@ def test_moov_detail_names_the_atom() -> None:
     assert failure is not None and failure.detail == "moov atom not found"
 
 
-BUDGET = Budget(speed_factor=1.0, max_duration_s=1800, invocation_s=880, free_bytes=10_000_000_000)
+BUDGET = Budget(speed_factor=1.0, max_duration_s=1800, invocation_s=880, free_bytes=10**10, capacity_bytes=10**10)
 
 
 def test_a_video_longer_than_the_limit_is_too_long() -> None:
@@ -217,12 +217,19 @@ def test_a_video_whose_estimate_exceeds_an_invocation_is_too_long() -> None:
     assert caught.value.reason == "too_long" and "880" in caught.value.detail
 
 
-def test_outputs_that_cannot_fit_tmp_are_too_large() -> None:
+def test_outputs_that_cannot_fit_the_disk_are_too_large() -> None:
     probe = _probe(duration_s=600.0)
-    small_disk = Budget(1.0, 1800, 880, free_bytes=100_000_000)
+    small_disk = Budget(1.0, 1800, 880, free_bytes=100_000_000, capacity_bytes=100_000_000)
     with pytest.raises(PermanentFailure) as caught:
         check_budget(probe, plan_renditions(probe, PARAMS), small_disk)
     assert caught.value.reason == "too_large"
+
+
+def test_outputs_that_fit_the_disk_but_not_its_free_space_now_are_transient() -> None:
+    probe = _probe(duration_s=600.0)
+    crowded = Budget(1.0, 1800, 880, free_bytes=100_000_000, capacity_bytes=2_000_000_000)
+    with pytest.raises(TransientFailure):
+        check_budget(probe, plan_renditions(probe, PARAMS), crowded)
 
 
 def test_a_video_that_fits_passes() -> None:
@@ -272,3 +279,47 @@ def test_an_output_that_ends_early_means_the_source_was_cut() -> None:
     failure = rendition_failure("720p", _out(pix_fmt="yuv444p"), expected, moov_first=True)
     assert failure is not None and failure.reason == "invalid_output" and failure.detail.startswith("720p: ")
     assert rendition_failure("720p", _out(), Expected(406, 720, 2.0, audio=True), moov_first=True) is None
+
+
+def test_a_thin_strip_gets_its_planned_even_size_not_scale_minus_2() -> None:
+    probe = _probe(coded_width=2, coded_height=1000)
+    plan = plan_renditions(probe, PARAMS)
+    assert [(r.name, r.width, r.height) for r in plan.renditions] == [("720p", 2, 720), ("360p", 2, 360)]
+    graph = renditions_argv("ffmpeg", "in", probe, plan, PARAMS, "out")
+    graph_text = graph[graph.index("-filter_complex") + 1]
+    assert "scale=2:720,setsar=1" in graph_text and "scale=-2" not in graph_text
+
+
+def test_a_one_pixel_high_source_is_never_widened() -> None:
+    plan = plan_renditions(_probe(coded_width=1000, coded_height=1), PARAMS)
+    assert [(r.name, r.width, r.height) for r in plan.renditions] == [("source", 1000, 2)]
+
+
+def test_cover_art_before_the_video_is_not_what_gets_encoded() -> None:
+    art = video(320, 320, codec_name="mjpeg", index=0, disposition={"attached_pic": 1})
+    probe = parse_probe(probe_doc([art, video(640, 360, index=1), AUDIO | {"index": 2}]))
+    assert probe.stream_index == 1 and probe.display_size == (640, 360)
+    plan = plan_renditions(probe, PARAMS)
+    argv = renditions_argv("ffmpeg", "in", probe, plan, PARAMS, "out")
+    assert argv[argv.index("-filter_complex") + 1].startswith("[0:1]")
+    poster = poster_argv("ffmpeg", "in", probe, plan, PARAMS, "out/poster.jpg")
+    assert poster[poster.index("-map") + 1] == "0:1"
+
+
+def test_anamorphic_pixels_are_made_square() -> None:
+    probe = parse_probe(probe_doc([video(720, 576, sample_aspect_ratio="64:45")]))
+    assert probe.display_size == (1024, 576)
+    plan = plan_renditions(probe, PARAMS)
+    assert [(r.name, r.width, r.height) for r in plan.renditions] == [("360p", 640, 360)]
+    assert plan.poster_size == (1024, 576)
+
+
+@pytest.mark.parametrize("sar", ["0:1", "1:0", "N/A", "1000:1", None])
+def test_unknown_or_absurd_pixel_aspect_is_square(sar: str | None) -> None:
+    assert parse_probe(probe_doc([video(720, 576, sample_aspect_ratio=sar)])).display_size == (720, 576)
+
+
+def test_each_rendition_is_cut_just_past_the_declared_duration() -> None:
+    probe = _probe(duration_s=1.0)
+    argv = renditions_argv("ffmpeg", "in", probe, plan_renditions(probe, PARAMS), PARAMS, "out")
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "-t"] == ["1.500", "1.500"]

@@ -70,7 +70,7 @@ def _failure(tool: str, completed: ffmpeg.Completed) -> PermanentFailure | Trans
     permanent = classify(completed.stderr_tail)
     if permanent is not None:
         return permanent
-    last = completed.stderr_tail.strip().splitlines()[-3:]
+    last = completed.stderr_tail.strip().splitlines()[-5:]
     return TransientFailure(f"{tool} exited {completed.returncode}: {' | '.join(last) or 'no message'}")
 
 
@@ -192,11 +192,13 @@ class FfmpegRenderer:
         return files, decisions_for(probe, plan, ffmpeg.version(binaries.ffmpeg))
 
     def _budget(self, out_dir: Path) -> Budget:
+        disk = shutil.disk_usage(out_dir)
         return Budget(
             speed_factor=self.speed_factor,
             max_duration_s=self.max_duration_s,
             invocation_s=self.invocation_s,
-            free_bytes=shutil.disk_usage(out_dir).free,
+            free_bytes=disk.free,
+            capacity_bytes=disk.total,
         )
 
     def _timeout(self, probe: VideoProbe, context: RenderContext) -> float:
@@ -218,7 +220,7 @@ class FfmpegRenderer:
         return available
 
     def _budget_for_estimate(self) -> Budget:
-        return Budget(self.speed_factor, self.max_duration_s, self.invocation_s, 0)
+        return Budget(self.speed_factor, self.max_duration_s, self.invocation_s, 0, 0)
 
     def _poster(
         self,

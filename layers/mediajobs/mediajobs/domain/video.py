@@ -31,6 +31,7 @@ from mediajobs.domain.errors import (
     UNSUPPORTED_CODEC,
     UNSUPPORTED_CONTAINER,
     PermanentFailure,
+    TransientFailure,
 )
 from mediajobs.domain.recipes import VideoRenditionsParams, VideoRung, fit_within
 
@@ -111,6 +112,8 @@ class VideoProbe:
     pix_fmt: pixel format (``yuv420p10le``); bit_depth: bits per component.
     color_transfer, color_primaries: as ffprobe names them (``arib-std-b67``, ``bt2020``).
     audio_codec: the first audio stream's codec, or ``None`` without audio.
+    stream_index: the video stream's index in the file (cover art may come before it).
+    sar: sample (pixel) aspect ratio as (num, den); (1, 1) for square pixels or unknown.
     """
 
     format_name: str
@@ -124,13 +127,19 @@ class VideoProbe:
     color_transfer: str | None = None
     color_primaries: str | None = None
     audio_codec: str | None = None
+    stream_index: int = 0
+    sar: tuple[int, int] = (1, 1)
 
     @property
     def display_size(self) -> tuple[int, int]:
-        """(width, height) of the upright picture, pixels: a quarter turn swaps the sides."""
+        """(width, height) of the upright picture in square pixels: the width stretched by the
+        pixel aspect ratio (anamorphic PAL 720x576 at 16:15 shows 768x576), then a quarter
+        turn swaps the sides."""
+        num, den = self.sar
+        width = max(1, (self.coded_width * num * 2 + den) // (2 * den))
         if self.rotation in (90, 270):
-            return self.coded_height, self.coded_width
-        return self.coded_width, self.coded_height
+            return self.coded_height, width
+        return width, self.coded_height
 
     @property
     def has_audio(self) -> bool:
@@ -147,6 +156,17 @@ class VideoProbe:
         """HDR or BT.2020 wide gamut: tone-mapped to BT.709. (Any source, 10-bit included, is
         then reduced to 8-bit 4:2:0; a 10-bit BT.709 source needs no more than that.)"""
         return self.hdr or self.color_primaries == "bt2020"
+
+
+def _sar(stream: dict[str, Any]) -> tuple[int, int]:
+    """The stream's sample aspect ratio (``"64:45"``); (1, 1) when absent, unknown (``0:1``) or absurd."""
+    match = re.fullmatch(r"(\d+):(\d+)", str(stream.get("sample_aspect_ratio") or ""))
+    if not match:
+        return (1, 1)
+    num, den = int(match.group(1)), int(match.group(2))
+    if num <= 0 or den <= 0 or not 0.1 <= num / den <= 10:
+        return (1, 1)
+    return (num, den)
 
 
 def _bit_depth(pix_fmt: str) -> int:
@@ -220,6 +240,8 @@ def parse_probe(document: dict[str, Any]) -> VideoProbe:
         color_transfer=video.get("color_transfer"),
         color_primaries=video.get("color_primaries"),
         audio_codec=str(audios[0].get("codec_name")) if audios else None,
+        stream_index=int(video.get("index") or 0),
+        sar=_sar(video),
     )
 
 
@@ -273,7 +295,9 @@ def plan_renditions(probe: VideoProbe, params: VideoRenditionsParams) -> Renditi
     if not planned:
         even = max(2, height // 2 * 2)
         rung = min(params.rungs, key=lambda r: r.height_px)
-        planned.append(PlannedRendition(params.source_rendition, rung, scaled_width(width, height, even), even))
+        # Never wider than the source (a 1000x1 strip becomes 1000x2, not 2000x2).
+        source_width = min(scaled_width(width, height, even), max(2, width // 2 * 2))
+        planned.append(PlannedRendition(params.source_rendition, rung, source_width, even))
     poster = fit_within(width, height, params.poster.box_px)
     return RenditionPlan(
         renditions=tuple(planned),
@@ -319,20 +343,31 @@ def _colour_tags(probe: VideoProbe) -> list[str]:
     return ["-color_primaries", "bt709", "-color_trc", "bt709", "-colorspace", "bt709", "-color_range", "tv"]
 
 
+def output_limit_s(probe: VideoProbe) -> float:
+    """Longest a rendition may run, seconds: the declared duration plus slack. A file whose
+    container understates its length cannot make the encoder run past its budget; its
+    renditions then fail verification (longer than the source), permanently."""
+    return probe.duration_s + 5 * DURATION_TOLERANCE_S
+
+
 def renditions_argv(
     ffmpeg: str, source: str, probe: VideoProbe, plan: RenditionPlan, params: VideoRenditionsParams, out_dir: str
 ) -> list[str]:
     """argv that decodes ``source`` once and encodes every planned rendition (``split``).
 
-    Each output: libx264 with the recipe's preset, profile, level, CRF and VBV; yuv420p;
-    AAC from the first audio stream when there is one (``-map 0:a:0?``); no metadata or
-    chapters copied (phones store the location in ``udta``); ``+faststart`` puts the moov
-    atom before mdat. Progress goes to stdout as ``key=value`` lines.
+    The probed video stream (by index: cover art may come first) is decoded once, made upright
+    (ffmpeg's autorotate), converted (:data:`TONEMAP_FILTER` or 8-bit 4:2:0), split, and scaled
+    to each rendition's planned size in square pixels. Each output: libx264 with the recipe's
+    preset, profile, level, CRF and VBV; yuv420p; AAC from the first audio stream when there
+    is one (``-map 0:a:0?``); no metadata or chapters copied (phones store the location in
+    ``udta``); at most :func:`output_limit_s` long; ``+faststart`` puts the moov atom before
+    mdat. Progress goes to stdout as ``key=value`` lines.
     """
     enc = params.encoding
     n = len(plan.renditions)
-    chains = [f"[0:v:0]{_picture_filter(probe)},split={n}" + "".join(f"[s{i}]" for i in range(n))]
-    chains += [f"[s{i}]scale=-2:{r.height}[v{i}]" for i, r in enumerate(plan.renditions)]
+    chains = [f"[0:{probe.stream_index}]{_picture_filter(probe)},split={n}" + "".join(f"[s{i}]" for i in range(n))]
+    # The planned size, not scale=-2:H: for a strip thinner than 1:180, -2 gives width 0.
+    chains += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(plan.renditions)]
     argv = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-progress", "pipe:1",
         *_input_guard(), "-i", source, "-filter_complex", ";".join(chains),
@@ -344,6 +379,7 @@ def renditions_argv(
         argv += ["-maxrate", f"{r.rung.maxrate_kbps}k", "-bufsize", f"{r.rung.bufsize_kbps}k"]
         argv += _colour_tags(probe)
         argv += ["-c:a", enc.audio_codec, "-b:a", f"{r.rung.audio_kbps}k"]
+        argv += ["-t", f"{output_limit_s(probe):.3f}"]
         if enc.faststart:
             argv += ["-movflags", "+faststart"]
         argv += ["-f", "mp4", f"{out_dir}/{r.name}.mp4"]
@@ -359,7 +395,8 @@ def poster_argv(
     return [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error",
         *_input_guard(), "-ss", f"{plan.poster_at_s:.3f}", "-i", source,
-        "-map", "0:v:0", "-frames:v", "1", "-vf", f"{_picture_filter(probe)},scale={width}:{height}",
+        "-map", f"0:{probe.stream_index}", "-frames:v", "1",
+        "-vf", f"{_picture_filter(probe)},scale={width}:{height},setsar=1",
         "-map_metadata", "-1", "-q:v", str(params.poster.quality), "-update", "1", "-f", "image2", out_path,
     ]  # fmt: skip
 
@@ -391,6 +428,7 @@ CLASSIFICATION: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"partial file"), INVALID_MEDIA),
     (re.compile(r"Invalid data found when processing input"), INVALID_MEDIA),
     (re.compile(r"could not find codec parameters|Could not find codec parameters"), INVALID_MEDIA),
+    (re.compile(r"Cannot determine format of input stream"), INVALID_MEDIA),
     (re.compile(r"Decoder \(codec [^)]*\) not found|[Uu]nsupported codec|Unknown decoder"), UNSUPPORTED_CODEC),
     (re.compile(r"Stream map '[^']*' matches no streams|does not contain any stream"), NO_VIDEO_STREAM),
 )
@@ -423,12 +461,14 @@ class Budget:
     max_duration_s: longest accepted source, seconds.
     invocation_s: a whole invocation's time for the job (function timeout minus margin), seconds.
     free_bytes: free space where the outputs are written, bytes.
+    capacity_bytes: the size of that disk (Lambda's ``EphemeralStorage``), bytes.
     """
 
     speed_factor: float
     max_duration_s: float
     invocation_s: float
     free_bytes: int
+    capacity_bytes: int
 
 
 def expected_output_bytes(probe: VideoProbe, plan: RenditionPlan) -> int:
@@ -452,8 +492,10 @@ def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None
     ------
     PermanentFailure
         ``too_long`` when the source is longer than ``max_duration_s`` or its estimated time
-        exceeds a whole invocation; ``too_large`` when twice the expected output does not fit
-        the free space (the original is already on disk).
+        exceeds a whole invocation; ``too_large`` when twice the expected output exceeds the
+        disk's whole size.
+    TransientFailure
+        When it fits the disk but not its free space now (another folder holds the rest).
     """
     if probe.duration_s > budget.max_duration_s:
         raise PermanentFailure(TOO_LONG, f"{probe.duration_s:.1f} s > {budget.max_duration_s:.0f} s")
@@ -463,8 +505,10 @@ def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None
             TOO_LONG, f"estimated {needed:.0f} s of work, an invocation allows {budget.invocation_s:.0f} s"
         )
     space = 2 * expected_output_bytes(probe, plan)
+    if space > budget.capacity_bytes:
+        raise PermanentFailure(TOO_LARGE, f"outputs need up to {space} bytes, the disk has {budget.capacity_bytes}")
     if space > budget.free_bytes:
-        raise PermanentFailure(TOO_LARGE, f"outputs need up to {space} bytes, {budget.free_bytes} free")
+        raise TransientFailure(f"outputs need up to {space} bytes, {budget.free_bytes} free now")
 
 
 # --- verification --------------------------------------------------------------------------
