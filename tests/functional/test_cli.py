@@ -216,3 +216,15 @@ def test_a_job_that_keeps_failing_ends_attempts_exhausted(tmp_path):
     )
     line = json.loads(done.stdout)
     assert (done.returncode, line["state"], line["reason"]) == (0, "permanent_failure", "attempts_exhausted")
+
+
+def test_a_video_failure_names_its_reason_and_the_table_says_why(tmp_path):
+    video = str(shared_file("cases", "V08_moov_missing.mov"))
+    done = run("process", video, "--out", str(tmp_path / "o"), "--json", cwd=tmp_path)
+    line = json.loads(done.stdout)
+    assert (done.returncode, line["state"], line["reason"], line["media"]) == (
+        0, "permanent_failure", "invalid_media", "video",
+    )  # fmt: skip
+    assert (line["jobs"][0]["recipe"], line["jobs"][0]["reason"]) == ("web-video@1", "invalid_media")
+    table = run("process", video, "--out", str(tmp_path / "o2"), cwd=tmp_path)
+    assert "failed: invalid_media (moov atom not found)" in table.stdout

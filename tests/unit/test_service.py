@@ -516,13 +516,39 @@ def test_video_progress_is_logged_at_most_every_10_seconds(tmp_path, caplog):
                       "rendering 720p: 52% (31.0 of 60.0 s)"]  # fmt: skip
 
 
-def test_an_original_larger_than_the_free_space_is_too_large_before_reading(tmp_path, monkeypatch):
+def test_an_original_larger_than_the_disk_is_too_large_before_reading(tmp_path, monkeypatch):
+    import shutil
+
+    from mediajobs import service
+
+    pipeline, store, ledger, renderer, log = make(tmp_path)
+    monkeypatch.setattr(service.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(4, 0, 4))
+    result = pipeline.process(REF)  # 5 bytes, a 4-byte disk
+    assert (result.state, result.reason, result.bytes_read) == ("permanent_failure", "too_large", 0)
+    assert not [e for e in log if e[0] in ("claim", "download", "put")]
+
+
+def test_an_original_that_fits_the_disk_but_not_its_free_space_now_comes_back(tmp_path, monkeypatch):
     import shutil
 
     from mediajobs import service
 
     pipeline, store, ledger, renderer, log = make(tmp_path)
     monkeypatch.setattr(service.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100, 96, 4))
-    result = pipeline.process(REF)  # 5 bytes, 4 free
-    assert (result.state, result.reason, result.bytes_read) == ("permanent_failure", "too_large", 0)
+    with pytest.raises(TransientFailure):
+        pipeline.process(REF)  # 5 bytes, 4 free of 100
     assert not [e for e in log if e[0] in ("claim", "download", "put")]
+
+
+def test_work_folders_of_dead_workers_are_removed_and_live_ones_kept(tmp_path):
+    import os
+
+    from mediajobs.service import remove_stale_work_folders
+
+    stale, live, other = tmp_path / "mediajobs-dead", tmp_path / "mediajobs-live", tmp_path / "someone-elses"
+    for folder in (stale, live, other):
+        (folder / "x").mkdir(parents=True)
+        os.utime(folder, (1000, 1000))
+    os.utime(live, (5000, 5000))
+    assert remove_stale_work_folders(str(tmp_path), older_than_s=1800, now_s=5000) == 1
+    assert not stale.exists() and live.exists() and other.exists()

@@ -7,6 +7,7 @@ in the package constructs adapters.
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
 from mediajobs.adapters.video import FfmpegRenderer
 from mediajobs.domain.recipes import Recipe, load_recipe
-from mediajobs.service import Pipeline, PipelineObserver
+from mediajobs.service import Pipeline, PipelineObserver, remove_stale_work_folders
 from mediajobs.settings import Settings
 
 #: Recipes applied to each media type, as (id, version).
@@ -80,6 +81,8 @@ def build_pipeline(
     clock: Unix time in seconds (tests move it forward); defaults to ``time.time``.
     """
     settings = settings or Settings.from_env()
+    # Once per cold start: folders of workers that died here earlier (a whole invocation ago).
+    remove_stale_work_folders(settings.work_dir, older_than_s=2 * settings.worker_timeout_s, now_s=time.time())
     jobs = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
     sources = bind_model(SourceModel, settings.sources_table_name, settings.region, settings.endpoint_url)
     extra = {"clock": clock} if clock is not None else {}

@@ -166,6 +166,32 @@ class _Work:
     folder: Path
 
 
+#: Prefix of the per-record work folders under ``settings.work_dir``.
+WORK_FOLDER_PREFIX = "mediajobs-"
+
+
+def remove_stale_work_folders(work_dir: str, *, older_than_s: float, now_s: float) -> int:
+    """Remove work folders left by workers that died (a crash skips their cleanup), so they
+    cannot eat the space later jobs need; returns how many were removed.
+
+    Only folders named ``mediajobs-*`` and not modified for ``older_than_s`` seconds are
+    removed: a live job's folder is younger than an invocation.
+    """
+    removed = 0
+    try:
+        entries = list(Path(work_dir).glob(f"{WORK_FOLDER_PREFIX}*"))
+    except OSError:
+        return 0
+    for folder in entries:
+        try:
+            if folder.is_dir() and now_s - folder.stat().st_mtime > older_than_s:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def _utc_iso(now_s: float) -> str:
     return datetime.fromtimestamp(now_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -290,11 +316,19 @@ class Pipeline:
         return None
 
     def _space_problem(self, size: int) -> tuple[str, str] | None:
-        """``too_large`` when the original cannot fit the free space of the work folder's disk
-        (Lambda's ``/tmp``, ``EphemeralStorage``): a download that fills it would fail on every try."""
-        free = shutil.disk_usage(self.settings.work_dir).free
-        if size > free:
-            return TOO_LARGE, f"{size} bytes > {free} bytes free in {self.settings.work_dir}"
+        """``too_large`` when the original is larger than the work folder's whole disk (Lambda's
+        ``/tmp``, ``EphemeralStorage``): its download would fail on every try.
+
+        Raises
+        ------
+        TransientFailure
+            When it fits the disk but not its free space now.
+        """
+        disk = shutil.disk_usage(self.settings.work_dir)
+        if size > disk.total:
+            return TOO_LARGE, f"{size} bytes > the {disk.total} bytes of the disk of {self.settings.work_dir}"
+        if size > disk.free:
+            raise TransientFailure(f"{size} bytes > {disk.free} bytes free in {self.settings.work_dir} now")
         return None
 
     def _specs(self, ref: ObjectRef, sha256: str, media: str | None) -> list[tuple[Recipe, JobSpec]]:
@@ -392,7 +426,7 @@ class Pipeline:
                 settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media or "", views)
                 if settled is not None:
                     return settled
-        work_dir = Path(tempfile.mkdtemp(prefix="mediajobs-", dir=self.settings.work_dir))
+        work_dir = Path(tempfile.mkdtemp(prefix=WORK_FOLDER_PREFIX, dir=self.settings.work_dir))
         remembered = False
         ids: list[str] = []
         try:

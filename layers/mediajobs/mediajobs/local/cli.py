@@ -12,6 +12,7 @@ import importlib.util
 import json
 import re
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -93,6 +94,10 @@ def _human(size: int) -> str:
     return f"{size / 1024:.1f} KB" if size < 1024 * 1024 else f"{size / 1024 / 1024:.2f} MB"
 
 
+def _because(detail: str | None) -> str:
+    return f" ({detail[:100]})" if detail else ""
+
+
 def _first_result(session: LocalSession, key: str) -> SourceResult:
     results = session.collector.results.get(key)
     if not results:
@@ -106,11 +111,11 @@ def _print_table(rows: list[tuple[str, SourceResult]]) -> None:
     print("-" * len(header))
     for title, result in rows:
         if not result.jobs:
-            print(f"{title[:28]:<28} {'-':<12}  failed: {result.reason}")
+            print(f"{title[:28]:<28} {'-':<12}  failed: {result.reason}{_because(result.detail)}")
             continue
         for job in result.jobs:
             if job.state != "done":
-                print(f"{title[:28]:<28} {job.job_key[:12]:<12}  failed: {job.reason}")
+                print(f"{title[:28]:<28} {job.job_key[:12]:<12}  failed: {job.reason}{_because(job.detail)}")
                 continue
             timing = "reused" if job.reused else f"{job.seconds:.2f} s"
             for i, out in enumerate(job.outputs):
@@ -425,10 +430,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mediajobs`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM and SIGHUP unwind like Ctrl-C: a running ffmpeg's process group is killed and
+    # work folders are removed on the way out (the default action would orphan ffmpeg).
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on_signal)
     try:
         if args.command == "demo":
             return cmd_demo(args, parser)

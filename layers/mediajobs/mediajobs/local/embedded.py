@@ -48,6 +48,9 @@ USER_TUNABLE = frozenset(
         "DEADLINE_MARGIN_SECONDS",
         "IMAGE_JOB_SECONDS",
         "RETRY_BASE_SECONDS",
+        "WORKER_TIMEOUT_SECONDS",
+        "VIDEO_SPEED_FACTOR",
+        "MAX_VIDEO_SECONDS",
     }
 )
 
