@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +231,53 @@ def test_a_video_failure_names_its_reason_and_the_table_says_why(tmp_path):
     assert (line["jobs"][0]["recipe"], line["jobs"][0]["reason"]) == ("web-video@1", "invalid_media")
     table = run("process", video, "--out", str(tmp_path / "o2"), cwd=tmp_path)
     assert "failed: invalid_media (moov atom not found)" in table.stdout
+
+
+FAKE_FFMPEG = """import os, signal, sys, time
+fifo = os.open(os.environ["FAKE_FFMPEG_FIFO"], os.O_WRONLY)
+os.write(fifo, f"{os.getpid()}\\n".encode())
+os.kill(os.getppid(), signal.SIGTERM)  # the CLI is told to stop while "ffmpeg" runs
+time.sleep(600)
+"""
+
+
+def test_sigterm_stops_the_cli_and_kills_ffmpeg(tmp_path):
+    """A stand-in ffmpeg holds the write end of a FIFO: the test reads end-of-file only once
+    every process holding it is gone, so the end-of-file proves the stand-in was killed."""
+    from mediajobs.adapters.ffmpeg import find_binaries
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ffprobe").symlink_to(find_binaries().ffprobe)
+    (fake / "ffmpeg").write_text(f"#!{sys.executable}\n{FAKE_FFMPEG}")
+    (fake / "ffmpeg").chmod(0o755)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "MEDIAJOBS_FFMPEG_DIR": str(fake), "FAKE_FFMPEG_FIFO": str(fifo), "WORK_DIR": str(work)}
+    video = str(shared_file("media", "video", "white.mp4"))
+    pid = None
+    try:
+        cli = subprocess.run(
+            [*CLI, "process", video, "--out", str(tmp_path / "o"), "--json"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env,
+        )  # fmt: skip
+        assert cli.returncode == 128 + signal.SIGTERM, cli.stderr
+        received = b""
+        while True:  # the pid line, then end-of-file once the stand-in is dead
+            ready, _, _ = select.select([reader], [], [], 60)
+            assert ready, f"the stand-in ffmpeg is still running: {received!r}"
+            chunk = os.read(reader, 100)
+            if not chunk:
+                break
+            received += chunk
+        pid = int(received.decode().split()[0])
+        assert "Traceback" not in cli.stderr
+        assert not list(work.glob("mediajobs-*"))  # its work folder was removed on the way out
+    finally:
+        os.close(reader)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
