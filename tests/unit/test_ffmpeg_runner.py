@@ -104,3 +104,26 @@ def test_binaries_are_found_in_the_folder_named_by_the_environment(
     assert (found.ffmpeg, found.ffprobe, found.origin) == (
         str(tmp_path / "ffmpeg"), str(tmp_path / "ffprobe"), "MEDIAJOBS_FFMPEG_DIR",
     )  # fmt: skip
+
+
+def test_a_folder_named_by_the_environment_is_the_only_place_looked(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MEDIAJOBS_FFMPEG_DIR", str(tmp_path / "missing"))
+    ffmpeg.find_binaries.cache_clear()
+    try:
+        with pytest.raises(ffmpeg.FfmpegMissing) as caught:
+            ffmpeg.find_binaries()
+    finally:
+        ffmpeg.find_binaries.cache_clear()
+    assert "MEDIAJOBS_FFMPEG_DIR" in str(caught.value)
+
+
+def test_without_ffmpeg_the_demo_leaves_its_videos_out_and_says_so(tmp_path: Path, monkeypatch, capsys) -> None:
+    from mediajobs.local import cli
+
+    monkeypatch.setenv("MEDIAJOBS_FFMPEG_DIR", str(tmp_path / "missing"))
+    ffmpeg.find_binaries.cache_clear()
+    try:
+        assert cli._videos_if_ffmpeg() == []
+    finally:
+        ffmpeg.find_binaries.cache_clear()
+    assert "the demo runs without its videos" in capsys.readouterr().err

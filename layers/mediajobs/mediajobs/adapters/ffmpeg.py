@@ -62,7 +62,7 @@ class Binaries:
 def find_binaries() -> Binaries:
     """Locate ffmpeg and ffprobe, first found wins:
 
-    1. ``MEDIAJOBS_FFMPEG_DIR`` (a folder holding both);
+    1. ``MEDIAJOBS_FFMPEG_DIR`` (a folder holding both); when it is set, nowhere else;
     2. the Lambda layer, ``/opt/bin``;
     3. the layer built for this machine, ``layers/ffmpeg/build/<arch>/bin``;
     4. ``PATH`` (Debian's ``ffmpeg`` package).
@@ -72,14 +72,16 @@ def find_binaries() -> Binaries:
     FfmpegMissing
         If none has both programs.
     """
-    candidates = []
     if env := os.environ.get("MEDIAJOBS_FFMPEG_DIR"):
-        candidates.append((Path(env), "MEDIAJOBS_FFMPEG_DIR"))
-    candidates += [(LAYER_BIN, "layer"), (LOCAL_LAYER_BIN / _machine() / "bin", "local layer build")]
+        candidates = [(Path(env), "MEDIAJOBS_FFMPEG_DIR")]
+    else:
+        candidates = [(LAYER_BIN, "layer"), (LOCAL_LAYER_BIN / _machine() / "bin", "local layer build")]
     for folder, origin in candidates:
         ffmpeg, ffprobe = folder / "ffmpeg", folder / "ffprobe"
         if os.access(ffmpeg, os.X_OK) and os.access(ffprobe, os.X_OK):
             return Binaries(str(ffmpeg), str(ffprobe), origin)
+    if env:
+        raise FfmpegMissing(f"MEDIAJOBS_FFMPEG_DIR={env} holds no executable ffmpeg and ffprobe")
     ffmpeg_path, ffprobe_path = shutil.which("ffmpeg"), shutil.which("ffprobe")
     if ffmpeg_path and ffprobe_path:
         return Binaries(ffmpeg_path, ffprobe_path, "PATH")

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
 from mediajobs.domain.jobs import JobResult, SourceResult
 from mediajobs.local.gallery import GalleryEntry, GalleryVariant, write_gallery
 from mediajobs.local.progress import ProgressBars
@@ -79,6 +80,16 @@ def sample_videos() -> list[Path]:
     if not videos:
         raise InternalError(f"no sample videos found in {data}")
     return videos
+
+
+def _videos_if_ffmpeg() -> list[Path]:
+    """The demo's videos, or none (with a note on stderr) when ffmpeg cannot be found."""
+    try:
+        find_binaries()
+    except FfmpegMissing as exc:
+        print(f"mediajobs: the demo runs without its videos: {exc}", file=sys.stderr)
+        return []
+    return sample_videos()
 
 
 def _safe_name(name: str) -> str:
@@ -167,7 +178,7 @@ def _checked_inputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run the demo: sample photos and videos through the embedded AWS, delivered twice."""
     files, out_dir = _checked_inputs(args, parser)
-    files = files or sample_photos() + sample_videos()
+    files = files or sample_photos() + _videos_if_ffmpeg()
     out_dir = out_dir.resolve()
     with LocalSession(log_level=args.log_level, bars=ProgressBars()) as session:
         print(
