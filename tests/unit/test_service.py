@@ -433,7 +433,7 @@ class ProgressSeen(PipelineObserver):
         self.seen.append((names, done_s, total_s))
 
 
-def make_video(tmp_path, video_renderer):
+def make_video(tmp_path, video_renderer, clock=lambda: 1000.0):
     log: list = []
     observer = ProgressSeen()
     pipeline = Pipeline(
@@ -446,6 +446,7 @@ def make_video(tmp_path, video_renderer):
         recipes={"image": [RECIPE], "video": [VIDEO_RECIPE]},
         detect_media=lambda p, k: "video",
         observer=observer,
+        clock=clock,
     )
     return pipeline, log, observer
 
@@ -496,19 +497,8 @@ class SteppingRenderer(FakeVideoRenderer):
 
 def test_video_progress_is_logged_at_most_every_10_seconds(tmp_path, caplog):
     now = [1000.0]
-    log: list = []
     renderer = SteppingRenderer(now, [1001.0, 1005.0, 1010.0, 1012.0, 1019.9, 1020.0, 1031.0])
-    pipeline = Pipeline(
-        Settings(work_dir=str(tmp_path)),
-        store=FakeStore({"originals/a.jpg": b"video"}, log, False),
-        ledger=FakeLedger(log),
-        sources=FakeSources(log),
-        renderer=FakeRenderer(None),
-        video_renderer=renderer,
-        recipes={"video": [VIDEO_RECIPE]},
-        detect_media=lambda p, k: "video",
-        clock=lambda: now[0],
-    )
+    pipeline, _, _ = make_video(tmp_path, renderer, clock=lambda: now[0])
     with caplog.at_level("INFO", logger="mediajobs.service"):
         pipeline.process(REF)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rendering ")]
