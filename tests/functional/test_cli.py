@@ -234,10 +234,12 @@ def test_a_video_failure_names_its_reason_and_the_table_says_why(tmp_path):
 
 
 FAKE_FFMPEG = """import os, signal, sys, time
+with open(os.environ["FAKE_FFMPEG_FIFO"] + ".pid", "w") as f:
+    f.write(str(os.getpid()))
 fifo = os.open(os.environ["FAKE_FFMPEG_FIFO"], os.O_WRONLY)
 os.write(fifo, f"{os.getpid()}\\n".encode())
 os.kill(os.getppid(), signal.SIGTERM)  # the CLI is told to stop while "ffmpeg" runs
-time.sleep(600)
+time.sleep(120)
 """
 
 
@@ -258,7 +260,6 @@ def test_sigterm_stops_the_cli_and_kills_ffmpeg(tmp_path):
     work.mkdir()
     env = {**os.environ, "MEDIAJOBS_FFMPEG_DIR": str(fake), "FAKE_FFMPEG_FIFO": str(fifo), "WORK_DIR": str(work)}
     video = str(shared_file("media", "video", "white.mp4"))
-    pid = None
     try:
         cli = subprocess.run(
             [*CLI, "process", video, "--out", str(tmp_path / "o"), "--json"],
@@ -273,11 +274,12 @@ def test_sigterm_stops_the_cli_and_kills_ffmpeg(tmp_path):
             if not chunk:
                 break
             received += chunk
-        pid = int(received.decode().split()[0])
+        assert int(received.decode().split()[0]) > 0  # the stand-in ran and wrote its pid
         assert "Traceback" not in cli.stderr
         assert not list(work.glob("mediajobs-*"))  # its work folder was removed on the way out
     finally:
         os.close(reader)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        pid_file = tmp_path / "fifo.pid"  # written first: a failing run leaves no stand-in behind
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)

@@ -163,8 +163,10 @@ def test_past_the_attempts_cap_the_job_ends_attempts_exhausted(ledger):
     row = ledger.get(key)
     assert (row.state, row.failure_reason, row.attempts) == ("permanent_failure", "attempts_exhausted", MAX_ATTEMPTS)
     assert row.failure_detail == f"{MAX_ATTEMPTS} attempts; last: ConnectionError #{MAX_ATTEMPTS}"
+    assert final.failure_detail == row.failure_detail  # the last error is reported, not only the code
     again = claim(ledger, key, now + 1)  # later duplicates only read the stored failure
     assert (again.outcome, again.failed_now) == (ClaimOutcome.FAILED, False)
+    assert again.failure_detail == row.failure_detail
 
 
 def test_find_reads_many_jobs_and_a_claim_given_the_row_writes_nothing_for_done(ledger, local_session):

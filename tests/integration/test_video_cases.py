@@ -425,3 +425,68 @@ def test_anamorphic_video_comes_out_in_square_pixels(tmp_path: Path) -> None:
     v = assert_playable(files["360p"].path, width=640, height=360, duration_s=source_duration(original), audio=False)
     assert v.get("sample_aspect_ratio", "1:1") in ("1:1", "0:1")
     assert Image.open(files["poster"].path).size == (1024, 576)
+
+
+# --- found by the second break-it pass -----------------------------------------------------
+
+
+def test_a_webm_without_a_stored_duration_is_timed_from_its_packets(tmp_path: Path) -> None:
+    # A browser's MediaRecorder (or any encoder writing to a pipe) stores no Duration element.
+    folder = tmp_path / "work"
+    folder.mkdir()
+    original = folder / "original"
+    with open(original, "wb") as f:
+        subprocess.run(
+            [BINARIES.ffmpeg, "-v", "error", *LAVFI_320, "-c:v", "libvpx", "-deadline", "realtime",
+             "-f", "webm", "pipe:1"],
+            check=True, stdout=f,
+        )  # fmt: skip
+    assert ffprobe(original)["format"].get("duration") in (None, "N/A")
+    files, decisions = render_file(original)
+    assert abs(decisions.duration_s - 2.0) <= 0.1
+    assert_playable(files["source"].path, width=320, height=240, duration_s=decisions.duration_s, audio=False)
+
+
+def test_partial_colour_tags_are_tone_mapped_not_retried(tmp_path: Path) -> None:
+    original = generate(tmp_path, "pq", *LAVFI_320, "-c:v", "libx264", "-color_trc", "smpte2084", "-f", "mp4")
+    files, decisions = render_file(original)
+    assert decisions.tonemapped
+    v = assert_playable(files["source"].path, width=320, height=240, duration_s=2.0, audio=False)
+    assert v["color_transfer"] == "bt709"
+
+
+def test_a_matroska_cut_inside_its_header_is_invalid_media(tmp_path: Path) -> None:
+    original = generate(tmp_path, "mkv", *LAVFI_320, "-c:v", "libx264", "-f", "matroska")
+    original.write_bytes(original.read_bytes()[:400])
+    assert refuse_file(original).reason == "invalid_media"
+
+
+def test_a_sparse_variable_rate_video_is_not_filled_with_duplicate_frames(tmp_path: Path) -> None:
+    # Three frames over 60 s: a constant output rate would encode 1,800 frames per rendition.
+    original = generate(
+        tmp_path, "sparse", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25", "-frames:v", "3",
+        "-vf", "setpts='N*30/TB'", "-fps_mode", "passthrough", "-c:v", "libx264", "-f", "matroska",
+    )  # fmt: skip
+    files, decisions = render_file(original)
+    frames = subprocess.run(
+        [BINARIES.ffprobe, "-v", "error", "-count_frames", "-select_streams", "v:0",
+         "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", str(files["source"].path)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    assert int(frames.stdout.strip()) == 3
+
+
+def test_a_late_start_is_not_taken_for_a_cut(tmp_path: Path) -> None:
+    original = generate(tmp_path, "offset", *LAVFI_320, "-c:v", "libx264", "-output_ts_offset", "5", "-f", "matroska")
+    files, decisions = render_file(original)
+    assert abs(decisions.duration_s - 2.0) <= 0.1
+
+
+def test_a_panorama_wider_than_level_4_allows_is_shrunk_to_fit(tmp_path: Path) -> None:
+    original = generate(
+        tmp_path, "pano", "-f", "lavfi", "-i", "testsrc2=size=9000x16:rate=5:duration=1",
+        "-c:v", "libx264", "-f", "mp4",
+    )  # fmt: skip
+    files, _ = render_file(original)
+    assert (files["source"].width, files["source"].height) == (4096, 6)
+    assert_playable(files["source"].path, width=4096, height=6, duration_s=source_duration(original), audio=False)

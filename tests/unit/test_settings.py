@@ -31,3 +31,9 @@ def test_invalid_values_are_rejected(env):
 def test_derivatives_may_not_live_under_originals():
     with pytest.raises(ValueError):
         Settings.from_env({"DERIVATIVES_PREFIX": "originals/derivatives/"})
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-1", "0"])
+def test_the_video_speed_factor_must_be_a_positive_finite_number(raw):
+    with pytest.raises(ValueError):
+        Settings.from_env({"VIDEO_SPEED_FACTOR": raw})

@@ -8,13 +8,15 @@ from mediajobs.domain.errors import PermanentFailure, TransientFailure
 from mediajobs.domain.recipes import load_recipe
 from mediajobs.domain.video import (
     FORMAT_WHITELIST,
-    TONEMAP_FILTER,
     Budget,
     Expected,
     VideoProbe,
     check_budget,
     classify,
     ffprobe_argv,
+    fit_level,
+    media_duration_s,
+    packets_end_s,
     parse_probe,
     plan_renditions,
     playlist_problem,
@@ -24,6 +26,7 @@ from mediajobs.domain.video import (
     rendition_problems,
     renditions_argv,
     scaled_width,
+    tonemap_filter,
 )
 
 PARAMS = load_recipe("web-video", 1).params
@@ -149,10 +152,12 @@ def test_hdr_sources_are_tone_mapped_and_tagged_bt709() -> None:
     probe = _probe(color_transfer="arib-std-b67", color_primaries="bt2020", pix_fmt="yuv420p10le", bit_depth=10)
     plan = plan_renditions(probe, PARAMS)
     argv = renditions_argv("ffmpeg", "in", probe, plan, PARAMS, "out")
-    assert TONEMAP_FILTER in argv[argv.index("-filter_complex") + 1]
+    graph = argv[argv.index("-filter_complex") + 1]
+    source = "zscale=tin=arib-std-b67:pin=2020:min=2020_ncl:rin=limited:p=2020:m=2020_ncl:t=linear"
+    assert source in graph and "tonemap=" in graph
     assert argv[argv.index("-color_trc") + 1] == "bt709" and argv[argv.index("-colorspace") + 1] == "bt709"
     poster = poster_argv("ffmpeg", "in", probe, plan, PARAMS, "out/poster.jpg")
-    assert TONEMAP_FILTER in poster[poster.index("-vf") + 1]
+    assert "tonemap=tonemap=mobius" in poster[poster.index("-vf") + 1]
 
 
 def test_the_poster_seeks_before_the_input() -> None:
@@ -323,3 +328,52 @@ def test_each_rendition_is_cut_just_past_the_declared_duration() -> None:
     probe = _probe(duration_s=1.0)
     argv = renditions_argv("ffmpeg", "in", probe, plan_renditions(probe, PARAMS), PARAMS, "out")
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "-t"] == ["1.500", "1.500"]
+
+
+def test_the_duration_runs_from_the_first_start_to_the_last_end() -> None:
+    fmt = {"duration": "8.000", "start_time": "5.000"}
+    assert media_duration_s(fmt, []) == 3.0  # Matroska stores the end time
+    streams = [{"duration": "3.0", "start_time": "0.0"}, {"duration": "3.0", "start_time": "0.5"}]
+    assert media_duration_s({"duration": "36000"}, streams) == 3.5  # tracks win over mvhd
+    assert media_duration_s({"duration": "N/A"}, [{"duration": "N/A"}]) is None
+
+
+def test_without_any_stored_duration_the_packets_give_it() -> None:
+    assert packets_end_s("0.000000,0.033000\n1.000000,0.033000\nN/A,N/A\n3.967000,0.033000\n") == 4.0
+    assert packets_end_s("") is None
+    doc = probe_doc([video()], duration="N/A")
+    assert parse_probe(doc, packets_duration_s=4.0).duration_s == 4.0
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        ({"color_primaries": "bt2020"}, "tin=709:pin=2020:min=2020_ncl:rin=limited"),
+        ({"color_transfer": "smpte2084"}, "tin=smpte2084:pin=2020:min=2020_ncl:rin=limited"),
+        ({"color_transfer": "arib-std-b67", "color_primaries": "bt2020", "color_space": "bt2020nc",
+          "color_range": "pc"}, "tin=arib-std-b67:pin=2020:min=2020_ncl:rin=full"),
+    ],
+)  # fmt: skip
+def test_partial_colour_tags_are_completed_for_zscale(tags: dict, expected: str) -> None:
+    assert tonemap_filter(_probe(**tags)).startswith(f"zscale={expected}:")
+
+
+def test_sizes_over_the_level_are_shrunk_to_fit_it() -> None:
+    assert fit_level(1280, 720, "4.0") == (1280, 720)
+    assert fit_level(9000, 16, "4.0") == (4096, 6)
+    w, h = fit_level(5760, 360, "4.0")
+    assert w <= 4096 and -(-w // 16) * -(-h // 16) <= 8192 and w % 2 == h % 2 == 0
+
+
+def test_variable_frame_rate_is_kept() -> None:
+    probe = _probe()
+    argv = renditions_argv("ffmpeg", "in", probe, plan_renditions(probe, PARAMS), PARAMS, "out")
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "-fps_mode"] == ["vfr", "vfr"]
+
+
+@pytest.mark.parametrize(
+    "stderr", ["original: End of file", "original: Input/output error", "code 3074: no path between colorspaces"]
+)
+def test_header_cuts_and_colour_dead_ends_are_invalid_media(stderr: str) -> None:
+    failure = classify(stderr)
+    assert failure is not None and failure.reason == "invalid_media"

@@ -559,6 +559,7 @@ class Pipeline:
                 JobState.PERMANENT_FAILURE.value,
                 reused=not claim.failed_now,
                 reason=claim.failure_reason,
+                detail=claim.failure_detail or "",
             )
         log.info("job is running elsewhere", extra=extra)
         raise JobBusy(claim.job_key, claim.lease_expires_at_s)

@@ -5,6 +5,7 @@ Explicit arguments win over the environment (``Settings.from_env(max_pixels=...)
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import dataclass, fields
@@ -116,8 +117,9 @@ class Settings:
             "video_speed_factor",
             "max_video_s",
         ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive number, got {value}")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -261,7 +261,13 @@ class DynamoLedger:
             return None
         if exhaust:
             log.warning("attempts exhausted", extra={"job_key": seen.job_key, "attempts": seen.attempts})
-            return Claim(ClaimOutcome.FAILED, seen.job_key, failure_reason=ATTEMPTS_EXHAUSTED, failed_now=True)
+            return Claim(
+                ClaimOutcome.FAILED,
+                seen.job_key,
+                failure_reason=ATTEMPTS_EXHAUSTED,
+                failure_detail=detail[:1000],
+                failed_now=True,
+            )
         log.info("took over job", extra={"job_key": seen.job_key, "attempts": seen.attempts + 1})
         return Claim(
             ClaimOutcome.RUN,

@@ -43,6 +43,9 @@ from mediajobs.domain.video import (
     estimated_seconds,
     ffprobe_argv,
     ffprobe_output_argv,
+    ffprobe_packets_argv,
+    media_duration_s,
+    packets_end_s,
     parse_probe,
     plan_renditions,
     playlist_problem,
@@ -138,7 +141,14 @@ class FfmpegRenderer:
             document = json.loads(completed.stdout)
         except json.JSONDecodeError as exc:
             raise TransientFailure(f"ffprobe printed no JSON: {exc}") from exc
-        probe = parse_probe(document)
+        packets = None
+        if media_duration_s(document.get("format") or {}, document.get("streams") or []) is None:
+            # No duration stored (a browser's MediaRecorder WebM): read the packets' times.
+            listed = self._run(ffprobe_packets_argv(self.binaries.ffprobe, str(source)), PROBE_TIMEOUT_S, source.parent)
+            if listed.returncode != 0:
+                raise _failure("ffprobe", listed)
+            packets = packets_end_s(listed.stdout.decode("utf-8", "replace"))
+        probe = parse_probe(document, packets_duration_s=packets)
         if probe.coded_width * probe.coded_height > self.max_pixels:
             raise PermanentFailure(
                 TOO_MANY_PIXELS,

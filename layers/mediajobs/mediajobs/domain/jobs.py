@@ -91,7 +91,7 @@ class Claim:
     lease_token: this worker's fencing token when ``outcome`` is ``RUN``, else ``None``.
     lease_expires_at_s: Unix epoch seconds when the current lease ends.
     attempts: how many times the job has been claimed, this claim included.
-    failure_reason: stored reason when ``outcome`` is ``FAILED``.
+    failure_reason: stored reason when ``outcome`` is ``FAILED``; failure_detail: its words.
     manifest_key: stored manifest key when ``outcome`` is ``DONE``.
     outputs: stored outputs when ``outcome`` is ``DONE``.
     took_over: whether this claim replaced an expired lease or a transient failure.
@@ -104,6 +104,7 @@ class Claim:
     lease_expires_at_s: int = 0
     attempts: int = 0
     failure_reason: str | None = None
+    failure_detail: str | None = None
     manifest_key: str | None = None
     outputs: tuple[OutputRecord, ...] = ()
     took_over: bool = False
@@ -174,7 +175,9 @@ def standing_claim(view: JobView) -> Claim:
     if view.state == JobState.DONE:
         return Claim(ClaimOutcome.DONE, view.job_key, manifest_key=view.manifest_key, outputs=view.outputs)
     if view.state == JobState.PERMANENT_FAILURE:
-        return Claim(ClaimOutcome.FAILED, view.job_key, failure_reason=view.failure_reason)
+        return Claim(
+            ClaimOutcome.FAILED, view.job_key, failure_reason=view.failure_reason, failure_detail=view.failure_detail
+        )
     return Claim(ClaimOutcome.BUSY, view.job_key, lease_expires_at_s=view.lease_expires_at_s)
 
 

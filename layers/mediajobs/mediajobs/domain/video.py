@@ -18,6 +18,8 @@ Rules that come from outside:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any, Final
@@ -57,10 +59,39 @@ HDR_TRANSFERS: Final = frozenset({"smpte2084", "arib-std-b67"})
 #: BT.709 primaries, Mobius curve (keeps the in-range colours, rolls off highlights),
 #: then back to BT.709 transfer and limited-range 4:2:0. A bare ``format=yuv420p`` would
 #: read HLG/PQ code values as BT.709 and wash colours out (``../shared/cases`` V06).
+#: ``{source}`` names the input's colour explicitly (:func:`tonemap_filter`): with a tag
+#: missing, zscale fails with "no path between colorspaces" on every try.
 TONEMAP_FILTER: Final = (
-    "zscale=t=linear:npl=100,format=gbrpf32le,zscale=p=bt709,"
+    "zscale={source}:t=linear:npl=100,format=gbrpf32le,zscale=p=bt709,"
     "tonemap=tonemap=mobius:desat=0,zscale=t=bt709:m=bt709:r=tv,format=yuv420p"
 )
+
+#: ffprobe's colour names (ITU-T H.273, as libavutil spells them) -> zscale's.
+_ZSCALE_TRANSFER: Final = {
+    "smpte2084": "smpte2084", "arib-std-b67": "arib-std-b67", "bt709": "709", "bt2020-10": "2020_10",
+    "bt2020-12": "2020_12", "smpte170m": "601", "bt470bg": "601", "linear": "linear",
+    "iec61966-2-1": "iec61966-2-1",
+}  # fmt: skip
+_ZSCALE_PRIMARIES: Final = {"bt2020": "2020", "bt709": "709", "smpte170m": "170m", "bt470bg": "470bg"}
+_ZSCALE_MATRIX: Final = {
+    "bt2020nc": "2020_ncl", "bt2020c": "2020_cl", "bt709": "709", "smpte170m": "170m", "bt470bg": "470bg",
+}  # fmt: skip
+
+
+def tonemap_filter(probe: VideoProbe) -> str:
+    """:data:`TONEMAP_FILTER` with the source's colour named in full. A missing tag gets the
+    value that goes with the others: transfer BT.709 (SDR); primaries BT.2020 for an HDR
+    transfer, else BT.709; matrix BT.2020 non-constant with BT.2020 primaries, else BT.709."""
+    transfer = _ZSCALE_TRANSFER.get(probe.color_transfer or "", "709")
+    hdr = transfer in ("smpte2084", "arib-std-b67")
+    primaries = _ZSCALE_PRIMARIES.get(probe.color_primaries or "", "2020" if hdr else "709")
+    matrix = _ZSCALE_MATRIX.get(probe.color_space or "", "2020_ncl" if primaries == "2020" else "709")
+    colour_range = "full" if probe.color_range == "pc" else "limited"
+    # Named on the way in and kept on the way out (p, m): otherwise frames after the first
+    # leave the first zscale with "unknown" primaries and the next one finds no path.
+    source = f"tin={transfer}:pin={primaries}:min={matrix}:rin={colour_range}:p={primaries}:m={matrix}"
+    return TONEMAP_FILTER.format(source=source)
+
 
 #: Largest error allowed between an output's duration and the source's, seconds.
 DURATION_TOLERANCE_S: Final = 0.1
@@ -110,7 +141,8 @@ class VideoProbe:
     coded_width, coded_height: stored frame size, pixels.
     rotation: clockwise degrees the display matrix turns the picture (0, 90, 180, 270).
     pix_fmt: pixel format (``yuv420p10le``); bit_depth: bits per component.
-    color_transfer, color_primaries: as ffprobe names them (``arib-std-b67``, ``bt2020``).
+    color_transfer, color_primaries, color_space, color_range: as ffprobe names them
+        (``arib-std-b67``, ``bt2020``, ``bt2020nc``, ``tv``).
     audio_codec: the first audio stream's codec, or ``None`` without audio.
     stream_index: the video stream's index in the file (cover art may come before it).
     sar: sample (pixel) aspect ratio as (num, den); (1, 1) for square pixels or unknown.
@@ -126,6 +158,8 @@ class VideoProbe:
     bit_depth: int = 8
     color_transfer: str | None = None
     color_primaries: str | None = None
+    color_space: str | None = None
+    color_range: str | None = None
     audio_codec: str | None = None
     stream_index: int = 0
     sar: tuple[int, int] = (1, 1)
@@ -192,8 +226,72 @@ def _rotation(stream: dict[str, Any]) -> int:
     return 0
 
 
-def parse_probe(document: dict[str, Any]) -> VideoProbe:
+def _seconds(value: Any) -> float | None:
+    """A positive finite number of seconds from ffprobe (``"2.000000"``), else ``None`` (``N/A``)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def _number(value: Any) -> float:
+    """A finite number from ffprobe, 0.0 for ``N/A`` or nothing."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+def media_duration_s(fmt: dict[str, Any], streams: list[dict[str, Any]]) -> float | None:
+    """How long the media plays, seconds, or ``None`` when nothing says.
+
+    From the earliest start to the latest end of the given streams whose durations are known
+    (MP4/MOV track durations; ffprobe 5.1 and 6 disagree on a format duration taken from
+    ``mvhd``), else
+    the container's duration less its start time (Matroska stores the end time: a file whose
+    timestamps start at 5 s and run 3 s says 8 s).
+    """
+    spans = []
+    for stream in streams:
+        length = _seconds(stream.get("duration"))
+        if length is not None:
+            start = _number(stream.get("start_time"))
+            spans.append((start, start + length))
+    if spans:  # from the earliest start to the latest end (audio may start after the video)
+        return max(end for _, end in spans) - min(start for start, _ in spans)
+    duration = _seconds(fmt.get("duration"))
+    if duration is None:
+        return None
+    start = _seconds(fmt.get("start_time")) or 0.0
+    return duration - start if start < duration else duration
+
+
+def packets_end_s(csv_text: str) -> float | None:
+    """Duration from ffprobe's ``-show_entries packet=pts_time,duration_time -of csv=p=0``
+    lines: the last packet's end less the first packet's start, seconds; ``None`` without
+    timed packets. For files that store no duration at all (a WebM that a browser's
+    MediaRecorder or a live encoder wrote: no ``Duration`` element)."""
+    first, last = math.inf, -math.inf
+    for line in csv_text.splitlines():
+        fields = line.strip().split(",")
+        try:
+            pts = float(fields[0])
+        except (ValueError, IndexError):
+            continue
+        if not math.isfinite(pts):
+            continue
+        length = _seconds(fields[1]) if len(fields) > 1 else None
+        first, last = min(first, pts), max(last, pts + (length or 0.0))
+    return last - first if last > first else None
+
+
+def parse_probe(document: dict[str, Any], *, packets_duration_s: float | None = None) -> VideoProbe:
     """Turn ffprobe's ``-show_format -show_streams -of json`` document into a :class:`VideoProbe`.
+
+    ``packets_duration_s`` (from :func:`packets_end_s`) is used when neither the streams nor
+    the container give a duration.
 
     Raises
     ------
@@ -219,12 +317,12 @@ def parse_probe(document: dict[str, Any]) -> VideoProbe:
     if codec not in ALLOWED_VIDEO_CODECS:
         raise PermanentFailure(UNSUPPORTED_CODEC, f"video codec {codec} is not accepted")
     try:
-        duration = float(fmt.get("duration") or video.get("duration") or 0)
         width, height = int(video.get("width") or 0), int(video.get("height") or 0)
     except (TypeError, ValueError) as exc:
-        raise PermanentFailure(INVALID_MEDIA, f"unreadable duration or size: {exc}") from exc
-    if not duration > 0:
-        raise PermanentFailure(INVALID_MEDIA, "the container has no duration")
+        raise PermanentFailure(INVALID_MEDIA, f"unreadable frame size: {exc}") from exc
+    duration = media_duration_s(fmt, [video, *audios[:1]]) or packets_duration_s
+    if duration is None:
+        raise PermanentFailure(INVALID_MEDIA, "no duration: neither the container nor its packets give one")
     if width <= 0 or height <= 0:
         raise PermanentFailure(INVALID_MEDIA, f"frame size {width}x{height}")
     pix_fmt = str(video.get("pix_fmt") or "yuv420p")
@@ -239,6 +337,8 @@ def parse_probe(document: dict[str, Any]) -> VideoProbe:
         bit_depth=_bit_depth(pix_fmt),
         color_transfer=video.get("color_transfer"),
         color_primaries=video.get("color_primaries"),
+        color_space=video.get("color_space"),
+        color_range=video.get("color_range"),
         audio_codec=str(audios[0].get("codec_name")) if audios else None,
         stream_index=int(video.get("index") or 0),
         sar=_sar(video),
@@ -277,13 +377,32 @@ class RenditionPlan:
     poster_at_s: float
 
 
+#: Largest frame of each H.264 level, in 16x16 macroblocks (ITU-T H.264 Annex A, table A-1,
+#: MaxFS); no side may exceed sqrt(8 x MaxFS) macroblocks (A.3.1 item f).
+LEVEL_MAX_FRAME_MBS: Final = {"3.1": 3600, "4.0": 8192, "4.1": 8192, "4.2": 8704}
+
+
+def fit_level(width: int, height: int, level: str) -> tuple[int, int]:
+    """The largest even size at most ``width`` x ``height``, same shape, that ``level`` allows,
+    pixels (a 9000x16 panorama at level 4.0 becomes 4096x6)."""
+    max_mbs = LEVEL_MAX_FRAME_MBS[level]
+    max_side = math.isqrt(8 * max_mbs) * 16
+    scale = min(1.0, max_side / width, max_side / height)
+    while True:
+        w, h = max(2, int(width * scale) // 2 * 2), max(2, int(height * scale) // 2 * 2)
+        if math.ceil(w / 16) * math.ceil(h / 16) <= max_mbs or (w, h) == (2, 2):
+            return w, h
+        scale *= 0.98
+
+
 def plan_renditions(probe: VideoProbe, params: VideoRenditionsParams) -> RenditionPlan:
     """Decide which rungs to encode at which size, and where to take the poster frame.
 
     A rung taller than the upright source is skipped (never upscaled). When every rung is,
     one rendition named ``params.source_rendition`` is made at the source's display height
     rounded down to even (at least 2), with the smallest rung's settings, so every video
-    gets one playable H.264 rendition.
+    gets one playable H.264 rendition. A size over the recipe's H.264 level (a panorama
+    wider than 4096 px at level 4.0) is shrunk to fit it (:func:`fit_level`).
     """
     width, height = probe.display_size
     planned, skipped = [], []
@@ -298,6 +417,10 @@ def plan_renditions(probe: VideoProbe, params: VideoRenditionsParams) -> Renditi
         # Never wider than the source (a 1000x1 strip becomes 1000x2, not 2000x2).
         source_width = min(scaled_width(width, height, even), max(2, width // 2 * 2))
         planned.append(PlannedRendition(params.source_rendition, rung, source_width, even))
+    level = params.encoding.level
+    planned = [
+        dataclasses.replace(p, width=w, height=h) for p in planned for w, h in [fit_level(p.width, p.height, level)]
+    ]
     poster = fit_within(width, height, params.poster.box_px)
     return RenditionPlan(
         renditions=tuple(planned),
@@ -324,6 +447,14 @@ def ffprobe_argv(ffprobe: str, source: str) -> list[str]:
     ]  # fmt: skip
 
 
+def ffprobe_packets_argv(ffprobe: str, source: str) -> list[str]:
+    """argv listing every packet's time and length as CSV (for :func:`packets_end_s`)."""
+    return [
+        ffprobe, "-hide_banner", "-v", "error", *_input_guard(),
+        "-show_entries", "packet=pts_time,duration_time", "-of", "csv=p=0", "-i", source,
+    ]  # fmt: skip
+
+
 def ffprobe_output_argv(ffprobe: str, path: str) -> list[str]:
     """argv to probe one of our own outputs (MP4 or JPEG) for verification."""
     return [
@@ -334,7 +465,7 @@ def ffprobe_output_argv(ffprobe: str, path: str) -> list[str]:
 
 def _picture_filter(probe: VideoProbe) -> str:
     """Filters that make an 8-bit BT.709 4:2:0 picture (rotation is ffmpeg's autorotate)."""
-    return TONEMAP_FILTER if probe.needs_tonemap else "format=yuv420p"
+    return tonemap_filter(probe) if probe.needs_tonemap else "format=yuv420p"
 
 
 def _colour_tags(probe: VideoProbe) -> list[str]:
@@ -356,7 +487,7 @@ def renditions_argv(
     """argv that decodes ``source`` once and encodes every planned rendition (``split``).
 
     The probed video stream (by index: cover art may come first) is decoded once, made upright
-    (ffmpeg's autorotate), converted (:data:`TONEMAP_FILTER` or 8-bit 4:2:0), split, and scaled
+    (ffmpeg's autorotate), converted (:func:`tonemap_filter` or 8-bit 4:2:0), split, and scaled
     to each rendition's planned size in square pixels. Each output: libx264 with the recipe's
     preset, profile, level, CRF and VBV; yuv420p; AAC from the first audio stream when there
     is one (``-map 0:a:0?``); no metadata or chapters copied (phones store the location in
@@ -375,6 +506,9 @@ def renditions_argv(
     for i, r in enumerate(plan.renditions):
         argv += ["-map", f"[v{i}]", "-map", "0:a:0?", "-map_metadata", "-1", "-map_chapters", "-1"]
         argv += ["-c:v", enc.codec, "-preset", enc.preset, "-profile:v", enc.profile, "-level:v", enc.level]
+        # Variable frame rate stays variable: a constant output rate would duplicate frames to
+        # fill gaps (a 3-frame file declaring 25 minutes became 37,000 frames per rendition).
+        argv += ["-fps_mode", "vfr"]
         argv += ["-pix_fmt", enc.pix_fmt, "-crf", str(r.rung.crf)]
         argv += ["-maxrate", f"{r.rung.maxrate_kbps}k", "-bufsize", f"{r.rung.bufsize_kbps}k"]
         argv += _colour_tags(probe)
@@ -429,6 +563,9 @@ CLASSIFICATION: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"Invalid data found when processing input"), INVALID_MEDIA),
     (re.compile(r"could not find codec parameters|Could not find codec parameters"), INVALID_MEDIA),
     (re.compile(r"Cannot determine format of input stream"), INVALID_MEDIA),
+    (re.compile(r"no path between colorspaces"), INVALID_MEDIA),
+    # ffprobe on a local file cut inside its header (a Matroska EBML header cut at 40 bytes).
+    (re.compile(r": End of file$|: Input/output error$", re.MULTILINE), INVALID_MEDIA),
     (re.compile(r"Decoder \(codec [^)]*\) not found|[Uu]nsupported codec|Unknown decoder"), UNSUPPORTED_CODEC),
     (re.compile(r"Stream map '[^']*' matches no streams|does not contain any stream"), NO_VIDEO_STREAM),
 )

@@ -464,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     except InternalError as exc:
         print(f"mediajobs: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: ffmpeg and work folders were cleaned up on the way out
+        print("mediajobs: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":
