@@ -377,3 +377,4 @@ def test_variable_frame_rate_is_kept() -> None:
 def test_header_cuts_and_colour_dead_ends_are_invalid_media(stderr: str) -> None:
     failure = classify(stderr)
     assert failure is not None and failure.reason == "invalid_media"
+    assert not failure.detail.startswith(":")

@@ -565,7 +565,7 @@ CLASSIFICATION: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"Cannot determine format of input stream"), INVALID_MEDIA),
     (re.compile(r"no path between colorspaces"), INVALID_MEDIA),
     # ffprobe on a local file cut inside its header (a Matroska EBML header cut at 40 bytes).
-    (re.compile(r": End of file$|: Input/output error$", re.MULTILINE), INVALID_MEDIA),
+    (re.compile(r"(?<=: )(End of file|Input/output error)$", re.MULTILINE), INVALID_MEDIA),
     (re.compile(r"Decoder \(codec [^)]*\) not found|[Uu]nsupported codec|Unknown decoder"), UNSUPPORTED_CODEC),
     (re.compile(r"Stream map '[^']*' matches no streams|does not contain any stream"), NO_VIDEO_STREAM),
 )
