@@ -224,13 +224,10 @@ class FfmpegRenderer:
         if remaining is None:
             return self.invocation_s
         available = remaining - self.margin_s
-        needed = estimated_seconds(probe, self._budget_for_estimate())
+        needed = estimated_seconds(probe, self.speed_factor)
         if needed > available:
             raise DeadlineReached(f"{available:.0f} s left, the video needs about {needed:.0f} s")
         return available
-
-    def _budget_for_estimate(self) -> Budget:
-        return Budget(self.speed_factor, self.max_duration_s, self.invocation_s, 0, 0)
 
     def _poster(
         self,

@@ -614,12 +614,12 @@ def expected_output_bytes(probe: VideoProbe, plan: RenditionPlan) -> int:
     return int(kbps * 1000 / 8 * probe.duration_s) + 1_000_000
 
 
-def estimated_seconds(probe: VideoProbe, budget: Budget) -> float:
-    """Estimated wall time of the job, seconds: duration x speed factor, scaled by the source's
-    pixels relative to 1080p (decoding dominates above it), at least 1 s."""
+def estimated_seconds(probe: VideoProbe, speed_factor: float) -> float:
+    """Estimated wall time of the job, seconds: duration x ``speed_factor`` (seconds of work per
+    second of 1080p), scaled by the source's pixels relative to 1080p, at least 1 s."""
     width, height = probe.display_size
     scale = max(0.25, (width * height) / (1920 * 1080))
-    return max(1.0, probe.duration_s * budget.speed_factor * scale)
+    return max(1.0, probe.duration_s * speed_factor * scale)
 
 
 def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None:
@@ -636,7 +636,7 @@ def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None
     """
     if probe.duration_s > budget.max_duration_s:
         raise PermanentFailure(TOO_LONG, f"{probe.duration_s:.1f} s > {budget.max_duration_s:.0f} s")
-    needed = estimated_seconds(probe, budget)
+    needed = estimated_seconds(probe, budget.speed_factor)
     if needed > budget.invocation_s:
         raise PermanentFailure(
             TOO_LONG, f"estimated {needed:.0f} s of work, an invocation allows {budget.invocation_s:.0f} s"
