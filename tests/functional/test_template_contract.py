@@ -151,3 +151,75 @@ def test_the_worker_has_the_ffmpeg_layer_and_its_timeout_in_the_environment():
     assert layer["Metadata"]["BuildMethod"] == "makefile"
     assert (REPO / "layers" / "ffmpeg" / "Makefile").read_text().count("build-FfmpegLayer:") == 1
     assert {"Ref": "FfmpegLayer"} in worker["Layers"]
+
+
+def test_the_bucket_is_encrypted_private_tls_only_and_drops_abandoned_uploads():
+    bucket = RESOURCES["MediaBucket"]["Properties"]
+    assert bucket["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
+    }  # fmt: skip
+    (rule,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    (lifecycle,) = bucket["LifecycleConfiguration"]["Rules"]
+    assert lifecycle["Status"] == "Enabled" and lifecycle["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 7
+    policy = RESOURCES["MediaBucketPolicy"]["Properties"]
+    assert policy["Bucket"] == {"Ref": "MediaBucket"}
+    (deny,) = policy["PolicyDocument"]["Statement"]
+    assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_both_queues_are_encrypted_and_keep_messages_14_days():
+    for name in ("JobsQueue", "DeadLetterQueue"):
+        props = RESOURCES[name]["Properties"]
+        assert props["SqsManagedSseEnabled"] is True or "KmsMasterKeyId" in props, name
+        assert props["MessageRetentionPeriod"] == 14 * 24 * 3600, name
+
+
+def test_tables_are_on_demand_with_point_in_time_recovery():
+    for name in ("JobsTable", "SourcesTable"):
+        props = RESOURCES[name]["Properties"]
+        assert props["BillingMode"] == "PAY_PER_REQUEST", name
+        assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, name
+
+
+def _alarm(metric: str) -> dict:
+    (alarm,) = [
+        r["Properties"]
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"]["MetricName"] == metric
+    ]
+    return alarm
+
+
+def test_alarms_watch_the_dead_letters_the_oldest_message_errors_and_throttles():
+    dlq = _alarm("ApproximateNumberOfMessagesVisible")
+    assert dlq["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]}}]
+    assert (dlq["Threshold"], dlq["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    age = _alarm("ApproximateAgeOfOldestMessage")
+    assert age["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["JobsQueue", "QueueName"]}}]
+    assert age["Threshold"] == {"Ref": "OldestMessageAgeAlarmSeconds"}
+    assert age["ComparisonOperator"] == "GreaterThanThreshold"
+    for metric in ("Errors", "Throttles"):
+        alarm = _alarm(metric)
+        assert alarm["Namespace"] == "AWS/Lambda"
+        assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "WorkerFunction"}}]
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    for metric in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "Errors", "Throttles"):
+        assert _alarm(metric)["AlarmActions"] == [{"Ref": "AlarmTopic"}], metric
+
+
+def test_alarm_mail_is_subscribed_only_when_an_address_is_given():
+    params = TEMPLATE["Parameters"]
+    assert params["AlarmEmail"]["Default"] == ""
+    assert "OldestMessageAgeAlarmSeconds" in params
+    subscription = RESOURCES["AlarmEmailSubscription"]
+    assert subscription["Condition"] == "HasAlarmEmail"
+    assert subscription["Properties"]["Protocol"] == "email"
+    assert subscription["Properties"]["Endpoint"] == {"Ref": "AlarmEmail"}
+
+
+def test_the_worker_log_group_has_a_retention():
+    group = RESOURCES["WorkerLogGroup"]["Properties"]
+    assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${WorkerFunction}"}
+    assert 1 <= group["RetentionInDays"] <= 365
