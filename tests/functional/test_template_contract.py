@@ -223,3 +223,45 @@ def test_the_worker_log_group_has_a_retention():
     group = RESOURCES["WorkerLogGroup"]["Properties"]
     assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${WorkerFunction}"}
     assert 1 <= group["RetentionInDays"] <= 365
+
+
+def _code(*parts: str) -> str:
+    return (REPO / "layers" / "mediajobs" / "mediajobs").joinpath(*parts).read_text()
+
+
+def test_saved_queries_find_repeated_starts_and_failures_by_reason_in_the_workers_logs():
+    starts = RESOURCES["ProcessingStartsQuery"]["Properties"]
+    failures = RESOURCES["PermanentFailuresQuery"]["Properties"]
+    for query in (starts, failures):
+        assert query["LogGroupNames"] == [{"Ref": "WorkerLogGroup"}]
+    assert 'filter message = "processing started"' in starts["QueryString"]
+    assert "by job_key" in starts["QueryString"]
+    assert 'filter message = "permanent failure"' in failures["QueryString"]
+    assert "by reason" in failures["QueryString"]
+    # The messages and fields the queries read are the ones the code logs.
+    assert 'log.info("processing started", extra=extra)' in _code("service.py")
+    assert '"job_key": key' in _code("service.py")
+    assert '"permanent failure",' in _code("entrypoints", "worker.py")
+
+
+def test_the_dashboard_shows_queues_dead_letters_jobs_and_processing_time():
+    body = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    for placeholder in ("${AWS::Region}", "${JobsQueue.QueueName}", "${DeadLetterQueue.QueueName}"):
+        body = body.replace(placeholder, "x")
+    widgets = json.loads(body)["widgets"]
+    metrics = {(m[0], m[1]) for w in widgets for m in w["properties"]["metrics"]}
+    namespace = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"]
+    assert metrics >= {
+        ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),
+        ("AWS/SQS", "ApproximateAgeOfOldestMessage"),
+        (namespace, "JobsClaimed"),
+        (namespace, "JobsReused"),
+        (namespace, "JobsFailed"),
+        (namespace, "ProcessingSeconds"),
+    }
+    worker = _code("entrypoints", "worker.py")
+    for _, name in metrics - {m for m in metrics if m[0] == "AWS/SQS"}:
+        assert f'name="{name}"' in worker, name
+    outputs = TEMPLATE["Outputs"]
+    assert "#dashboards:name=${Dashboard}" in outputs["DashboardUrl"]["Value"]["Fn::Sub"]
+    assert {"BucketName", "JobsQueueUrl", "DeadLetterQueueUrl", "JobsTableName", "SourcesTableName"} <= set(outputs)
