@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from mediajobs.domain.errors import CORRUPT_IMAGE, TRUNCATED_IMAGE, PermanentFailure
+from mediajobs.domain.video import playlist_problem
 
 _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 #: Most chunks a PNG may have. A 50 MP PNG split into 8 KiB IDATs has about 20,000;
@@ -175,9 +176,7 @@ def top_level_boxes(path: Path, limit: int = 64) -> list[str]:
     return kinds
 
 
-#: Leading bytes of media containers and playlists, as (offset, signature). Playlists and
-#: scripts are here on purpose: they go to ffprobe, whose allow-list refuses them by name
-#: (``unsupported_container``) instead of a generic ``unsupported_format``.
+#: Leading bytes of media containers, as (offset, signature).
 _VIDEO_SIGNATURES: Final = (
     (4, b"ftyp"),  # ISO BMFF: MP4, MOV, 3GP (HEIF/AVIF are recognised as images first)
     (4, b"moov"),  # QuickTime without ftyp
@@ -188,17 +187,19 @@ _VIDEO_SIGNATURES: Final = (
     (0, b"FLV"),
     (0, b"\x00\x00\x01\xba"),  # MPEG program stream
     (0, b"\x30\x26\xb2\x75"),  # ASF / WMV
-    (0, b"#EXTM3U"),  # HLS playlist
-    (0, b"ffconcat"),  # ffmpeg concat script
 )
 
 
 def looks_like_video(path: Path) -> bool:
     """Whether the first bytes of ``path`` look like a video container, an MPEG-TS stream, or
-    a playlist; only the allow-listed ffprobe run decides whether it is accepted."""
+    a playlist (:func:`mediajobs.domain.video.playlist_problem`: the video step then refuses
+    it as ``unsupported_container`` rather than a generic ``unsupported_format``); only the
+    allow-listed ffprobe run decides whether a container is accepted."""
     with open(path, "rb") as f:
         head = f.read(4096)
     if any(head[offset : offset + len(sig)] == sig for offset, sig in _VIDEO_SIGNATURES):
+        return True
+    if playlist_problem(head) is not None:
         return True
     # MPEG-TS: a sync byte every 188 bytes
     return len(head) >= 3 * 188 and all(head[i] == 0x47 for i in (0, 188, 376))
