@@ -79,4 +79,7 @@ def test_without_checksums_duplicates_use_the_source_index(tmp_path):
     )
     assert code == 0
     assert summary["s3_bytes_read_for_duplicates"] == 0
-    assert summary["ddb_requests_per_duplicate"] == 2.0
+    if summary["busy_resent"] == 0:  # every duplicate answered: source index lookup + one BatchGetItem
+        assert summary["ddb_requests_per_duplicate"] == 2.0, summary
+    else:  # a copy that came while the first was being read went back after its lookup alone (1 request)
+        assert 1.0 <= summary["ddb_requests_per_duplicate"] <= 2.0, summary
