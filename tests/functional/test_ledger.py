@@ -10,7 +10,7 @@ import pytest
 
 from mediajobs.adapters.ledger import DynamoLedger, bound_job_model
 from mediajobs.domain.errors import Superseded
-from mediajobs.domain.jobs import ClaimOutcome, JobSpec, OutputRecord
+from mediajobs.domain.jobs import ClaimOutcome, JobSpec, OutputCandidate, OutputRecord
 
 LEASE_S = 60
 MAX_ATTEMPTS = 3
@@ -191,3 +191,30 @@ def test_a_stale_view_loses_the_takeover_race_to_the_fence(ledger):
     late = claim(ledger, key, 1000 + LEASE_S + 2, seen=stale)
     assert winner.took_over and late.outcome is ClaimOutcome.BUSY
     assert ledger.get(key).attempts == 2
+
+
+def test_candidates_accumulate_across_holders_and_a_takeover_carries_the_staged_manifest(ledger):
+    key = new_key()
+    a = OutputCandidate("thumb.webp", "a" * 32, "1" * 64, 10)
+    b = OutputCandidate("thumb.webp", "b" * 32, "2" * 64, 11)
+    first = claim(ledger, key, 1000)
+    assert ledger.register_outputs(key, first.lease_token, [a], now_s=1001) == {a}
+    assert ledger.stage_manifest(key, first.lease_token, '{"outputs": []}', now_s=1002) == '{"outputs": []}'
+    later = claim(ledger, key, 1000 + LEASE_S + 1)  # the first holder's lease ran out
+    assert (later.outcome, later.took_over, later.staged_manifest) == (ClaimOutcome.RUN, True, '{"outputs": []}')
+    with pytest.raises(Superseded):
+        ledger.register_outputs(key, first.lease_token, [b], now_s=1070)
+    assert ledger.register_outputs(key, later.lease_token, [b], now_s=1071) == {a, b}
+    # A second staging keeps the first body: every write of the manifest carries one body.
+    assert ledger.stage_manifest(key, later.lease_token, '{"outputs": [1]}', now_s=1072) == '{"outputs": []}'
+    ledger.complete(key, later.lease_token, manifest_key=f"derivatives/{key}/manifest.json", outputs=[], now_s=1073)
+    row = ledger.get(key)
+    assert (row.state, row.output_candidates, row.staged_manifest) == ("done", None, None)
+
+
+def test_a_takeover_of_a_job_that_staged_nothing_carries_no_manifest(ledger):
+    key = new_key()
+    first = claim(ledger, key, 1000)
+    ledger.release_transient(key, first.lease_token, detail="S3 503", now_s=1001)
+    later = claim(ledger, key, 1002)
+    assert (later.outcome, later.took_over, later.staged_manifest) == (ClaimOutcome.RUN, True, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from mediajobs.domain.jobs import (
     KnownSource,
     ObjectHead,
     ObjectRef,
+    OutputCandidate,
     OutputRecord,
     RenderedFile,
     decide,
@@ -60,14 +62,9 @@ class FakeStore:
     def put_file_if_absent(self, bucket, key, path, *, content_type):
         return self.put_if_absent(bucket, key, Path(path).read_bytes(), content_type=content_type)
 
-    def existing_digest(self, bucket, key):
-        return sha256_hex(self.objects[key]), len(self.objects[key])
-
-    def read_bytes(self, bucket, key):
-        return self.objects[key]
-
-    def read_if_exists(self, bucket, key):
-        return self.objects.get(key)
+    def listing(self, bucket, prefix):
+        self.log.append(("list", prefix))
+        return {k: hashlib.md5(v).hexdigest() for k, v in self.objects.items() if k.startswith(prefix)}
 
 
 class FakeLedger:
@@ -77,6 +74,8 @@ class FakeLedger:
         self.log = log
         self.rows: dict[str, JobView] = {}
         self.max_attempts = max_attempts
+        self.candidates: dict[str, set] = {}
+        self.staged: dict[str, str] = {}
 
     def find(self, job_keys):
         self.log.append(("find", len(job_keys)))
@@ -103,7 +102,14 @@ class FakeLedger:
         self.rows[key] = dataclasses.replace(
             row, state="running", lease_token=token, lease_expires_at_s=lease_until_s, attempts=row.attempts + 1
         )
-        return Claim(ClaimOutcome.RUN, key, lease_token=token, attempts=row.attempts + 1, took_over=True)
+        return Claim(
+            ClaimOutcome.RUN,
+            key,
+            lease_token=token,
+            attempts=row.attempts + 1,
+            took_over=True,
+            staged_manifest=self.staged.get(key),
+        )
 
     def _finish(self, job_key, token, **changes):
         row = self.rows[job_key]
@@ -114,9 +120,22 @@ class FakeLedger:
     def renew(self, job_key, token, *, lease_until_s, now_s):
         self._finish(job_key, token, lease_expires_at_s=lease_until_s)
 
+    def register_outputs(self, job_key, token, candidates, *, now_s):
+        self.log.append(("register", len(candidates)))
+        self._finish(job_key, token)
+        self.candidates.setdefault(job_key, set()).update(candidates)
+        return frozenset(self.candidates[job_key])
+
+    def stage_manifest(self, job_key, token, body, *, now_s):
+        self.log.append(("stage", job_key))
+        self._finish(job_key, token)
+        return self.staged.setdefault(job_key, body)
+
     def complete(self, job_key, token, *, manifest_key, outputs, now_s):
         self.log.append(("complete", job_key))
         self._finish(job_key, token, state="done", manifest_key=manifest_key, outputs=tuple(outputs))
+        self.candidates.pop(job_key, None)
+        self.staged.pop(job_key, None)
 
     def fail_permanently(self, job_key, token, *, reason, detail, now_s):
         self.log.append(("fail", reason))
@@ -387,14 +406,59 @@ def test_a_superseded_worker_cannot_mark_the_job_done(tmp_path):
     assert (row.state, row.lease_token) == ("running", "someone-else")
 
 
-def test_a_takeover_adopts_a_manifest_its_lost_holder_committed_without_rendering(tmp_path):
-    pipeline, store, ledger, renderer, _ = make(tmp_path)
+@pytest.mark.parametrize("already_written", [False, True])
+def test_a_takeover_adopts_the_manifest_its_lost_holder_staged_without_rendering_or_reading(tmp_path, already_written):
+    pipeline, store, ledger, renderer, log = make(tmp_path)
     key = _preload(pipeline, ledger, state="running", lease_expires_at_s=900, attempts=1)  # expired at 1000
     out = OutputRecord("thumb", f"derivatives/{key}/thumb.webp", "webp", 1, 1, 1, "0" * 64, "image/webp")
-    store.objects[f"derivatives/{key}/manifest.json"] = json.dumps({"outputs": [out.to_json()]}).encode()
+    staged = json.dumps({"outputs": [out.to_json()]})
+    ledger.staged[key] = staged
+    if already_written:  # the holder died after writing it, before marking the job done
+        store.objects[f"derivatives/{key}/manifest.json"] = staged.encode()
     result = pipeline.process(REF)
     assert (result.state, result.jobs[0].reused, result.jobs[0].outputs, renderer.calls) == ("done", False, (out,), 0)
-    assert ledger.rows[key].state == "done" and ledger.rows[key].outputs == (out,)
+    assert ledger.rows[key].state == "done" and ledger.rows[key].outputs == (out,) and key not in ledger.staged
+    assert store.objects[f"derivatives/{key}/manifest.json"] == staged.encode()
+    assert [e for e in log if e[0] in ("put", "list")] == [("put", f"derivatives/{key}/manifest.json")]
+
+
+def test_a_manifest_staged_by_a_lost_holder_wins_over_this_render(tmp_path):
+    """The takeover's claim did not carry the staged body (an SDK-retried takeover): the
+    stage step returns the earlier body, and that is what is written and recorded."""
+    pipeline, store, ledger, renderer, _ = make(tmp_path)
+    key = _key(pipeline)
+    out = OutputRecord("thumb", f"derivatives/{key}/thumb.webp", "webp", 10, 10, 5, "1" * 64, "image/webp")
+    earlier = json.dumps({"outputs": [out.to_json()]})
+    ledger.stage_manifest = lambda job_key, token, body, now_s: earlier
+    result = pipeline.process(REF)
+    assert (result.state, result.jobs[0].outputs, renderer.calls) == ("done", (out,), 1)
+    assert store.objects[f"derivatives/{key}/manifest.json"] == earlier.encode()
+
+
+def test_an_output_a_lost_holder_stored_with_other_bytes_is_described_as_stored(tmp_path):
+    """A 412 on an output whose bytes an earlier holder rendered differently: the listing's
+    ETag (MD5) names the earlier holder's registered candidate, without reading S3."""
+    pipeline, store, ledger, renderer, log = make(tmp_path)
+    key = _preload(pipeline, ledger, state="running", lease_expires_at_s=900, attempts=1)
+    earlier = b"thumb rendered by an older build"
+    store.objects[f"derivatives/{key}/thumb.webp"] = earlier
+    ledger.candidates[key] = {
+        OutputCandidate("thumb.webp", hashlib.md5(earlier).hexdigest(), sha256_hex(earlier), len(earlier))
+    }
+    result = pipeline.process(REF)
+    thumb, *others = result.jobs[0].outputs
+    assert (thumb.name, thumb.sha256, thumb.bytes) == ("thumb", sha256_hex(earlier), len(earlier))
+    assert all(o.sha256 == sha256_hex(o.name.encode()) for o in others)
+    manifest = json.loads(store.objects[f"derivatives/{key}/manifest.json"])
+    assert manifest["outputs"][0]["sha256"] == sha256_hex(earlier)
+    assert [e for e in log if e[0] == "list"] == [("list", f"derivatives/{key}/")]  # one listing, at the first 412
+
+
+def test_outputs_are_registered_before_any_is_written_and_the_manifest_staged_before_it_is(tmp_path):
+    pipeline, store, ledger, _, log = make(tmp_path)
+    pipeline.process(REF)
+    steps = [e[0] for e in log if e[0] in ("register", "put", "stage", "complete")]
+    assert steps == ["register", "put", "put", "put", "stage", "put", "complete"]
 
 
 VIDEO_RECIPE = load_recipe("web-video", 1)

@@ -28,6 +28,7 @@ nothing is acknowledged before its commit.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import shutil
@@ -63,11 +64,13 @@ from mediajobs.domain.jobs import (
     KnownSource,
     ObjectHead,
     ObjectRef,
+    OutputCandidate,
     OutputRecord,
     RenderContext,
     RenderedFile,
     SourceResult,
     decide,
+    identify_stored,
     standing_claim,
 )
 from mediajobs.domain.keys import content_id, job_key, source_version_id
@@ -86,9 +89,7 @@ class ObjectStore(Protocol):
     def download(self, ref: ObjectRef, dest: Path, *, etag: str | None = None) -> Downloaded: ...
     def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool: ...
     def put_if_absent(self, bucket: str, key: str, body: bytes, *, content_type: str) -> bool: ...
-    def existing_digest(self, bucket: str, key: str) -> tuple[str | None, int]: ...
-    def read_bytes(self, bucket: str, key: str) -> bytes: ...
-    def read_if_exists(self, bucket: str, key: str) -> bytes | None: ...
+    def listing(self, bucket: str, prefix: str) -> dict[str, str]: ...
 
 
 class Ledger(Protocol):
@@ -97,6 +98,10 @@ class Ledger(Protocol):
     def find(self, job_keys: list[str]) -> dict[str, JobView]: ...
     def claim(self, spec: JobSpec, *, now_s: int, lease_until_s: int, seen: JobView | None = None) -> Claim: ...
     def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None: ...
+    def register_outputs(
+        self, job_key: str, token: str, candidates: list[OutputCandidate], *, now_s: int
+    ) -> frozenset[OutputCandidate]: ...
+    def stage_manifest(self, job_key: str, token: str, body: str, *, now_s: int) -> str: ...
     def complete(
         self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int
     ) -> None: ...
@@ -582,10 +587,10 @@ class Pipeline:
             margin_s=self.settings.deadline_margin_s,
             clock=self._clock,
         )
-        return self._render_and_commit(work, recipe, spec, claim.lease_token, keeper, took_over=claim.took_over)
+        return self._render_and_commit(work, recipe, spec, claim.lease_token, keeper, staged=claim.staged_manifest)
 
     def _render_and_commit(
-        self, work: _Work, recipe: Recipe, spec: JobSpec, token: str, keeper: LeaseKeeper, *, took_over: bool
+        self, work: _Work, recipe: Recipe, spec: JobSpec, token: str, keeper: LeaseKeeper, *, staged: str | None
     ) -> JobResult:
         ref = work.ref
         key, prefix = spec.job_key, spec.output_prefix
@@ -595,14 +600,13 @@ class Pipeline:
             self.observer.step("claimed", key)
             with keeper:
                 manifest_key = prefix + MANIFEST_NAME
-                # A holder that died after its manifest committed the set; only the ledger
-                # row was left to mark. Adopt it instead of rendering again.
-                adopted = self._store.read_if_exists(ref.bucket, manifest_key) if took_over else None
-                if adopted is not None:
-                    log.info("adopting the manifest a lost holder committed", extra=extra)
-                    outputs = [OutputRecord.from_json(o) for o in json.loads(adopted)["outputs"]]
+                if staged is not None:
+                    # A lost holder stored every output and staged the manifest: write
+                    # that body (it may be there already) instead of rendering again.
+                    log.info("adopting the manifest a lost holder staged", extra=extra)
+                    outputs = self._commit_manifest(ref.bucket, manifest_key, staged)
                 else:
-                    outputs = self._write_set(work, recipe, spec, keeper, extra)
+                    outputs = self._write_set(work, recipe, spec, token, keeper, extra)
                 with keeper.last_write():  # the heartbeat neither renews nor releases meanwhile
                     self._ledger.complete(key, token, manifest_key=manifest_key, outputs=outputs, now_s=self._now())
             self.observer.step("done", key)
@@ -643,19 +647,31 @@ class Pipeline:
         )
 
     def _write_set(
-        self, work: _Work, recipe: Recipe, spec: JobSpec, keeper: LeaseKeeper, extra: dict[str, str]
+        self, work: _Work, recipe: Recipe, spec: JobSpec, token: str, keeper: LeaseKeeper, extra: dict[str, str]
     ) -> list[OutputRecord]:
-        """Render, write each output, then the manifest; the outputs as stored."""
+        """Render; register what will be written; write each output; stage the manifest in
+        the ledger, then write it. The outputs as stored."""
         ref, key, prefix = work.ref, spec.job_key, spec.output_prefix
         log.info("processing started", extra=extra)
         self.observer.render_started(key, ref)
         out_dir = work.folder / key
         out_dir.mkdir()
         files, decisions = self._render(work, recipe, out_dir, keeper, key)
+        own = {rendered.path.name: _candidate(rendered) for rendered in files}
+        keeper.check()
+        registered = self._ledger.register_outputs(key, token, list(own.values()), now_s=self._now())
+        listed: dict[str, str] | None = None  # the prefix's ETags, listed at the first 412
         outputs = []
         for rendered in files:
             keeper.check()
-            outputs.append(self._store_output(ref.bucket, prefix, rendered))
+            record = _record(prefix, rendered)
+            if not self._store.put_file_if_absent(
+                ref.bucket, record.key, rendered.path, content_type=rendered.content_type
+            ):
+                if listed is None:
+                    listed = self._store.listing(ref.bucket, prefix)
+                record = self._stored_record(record, own[rendered.path.name], listed.get(record.key), registered)
+            outputs.append(record)
             self.observer.step("output_stored", key)
         manifest_key = prefix + MANIFEST_NAME
         manifest = build_manifest(
@@ -671,15 +687,31 @@ class Pipeline:
             decisions=decisions,
             created_at=_utc_iso(self._clock()),
         )
-        body = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
+        body = json.dumps(manifest, indent=2, sort_keys=True)
         keeper.check()
-        if not self._store.put_if_absent(ref.bucket, manifest_key, body, content_type="application/json"):
-            # An earlier worker committed the manifest and died before marking the job
-            # done: its manifest is the truth about what is stored.
-            stored = json.loads(self._store.read_bytes(ref.bucket, manifest_key))
-            outputs = [OutputRecord.from_json(o) for o in stored["outputs"]]
+        staged = self._ledger.stage_manifest(key, token, body, now_s=self._now())
+        outputs = self._commit_manifest(ref.bucket, manifest_key, staged)
         self.observer.step("manifest_stored", key)
         return outputs
+
+    def _commit_manifest(self, bucket: str, manifest_key: str, staged: str) -> list[OutputRecord]:
+        """Write the staged manifest body (a 412 means it is there: every write of it
+        carries these bytes); its outputs."""
+        self._store.put_if_absent(bucket, manifest_key, staged.encode("utf-8"), content_type="application/json")
+        return [OutputRecord.from_json(o) for o in json.loads(staged)["outputs"]]
+
+    @staticmethod
+    def _stored_record(
+        record: OutputRecord, own: OutputCandidate, etag: str | None, registered: frozenset[OutputCandidate]
+    ) -> OutputRecord:
+        """``record`` describing the bytes an earlier holder stored under its key."""
+        stored = identify_stored(own, etag, registered)
+        if stored is None:
+            # Not reachable while every write goes through register_outputs: something
+            # else wrote under the prefix. Describe our render and say so.
+            log.error("stored output not identified", extra={"key": record.key, "etag": etag})
+            return record
+        return dataclasses.replace(record, bytes=stored.bytes, sha256=stored.sha256)
 
     def _render(
         self, work: _Work, recipe: Recipe, out_dir: Path, keeper: LeaseKeeper, key: str
@@ -725,19 +757,23 @@ class Pipeline:
         except (Superseded, TransientFailure) as release_error:
             log.warning("could not release the claim: %r", release_error, extra=extra)
 
-    def _store_output(self, bucket: str, prefix: str, rendered: RenderedFile) -> OutputRecord:
-        key = prefix + rendered.path.name
-        sha, size = rendered.sha256, rendered.bytes
-        if not self._store.put_file_if_absent(bucket, key, rendered.path, content_type=rendered.content_type):
-            stored_sha, stored_size = self._store.existing_digest(bucket, key)
-            sha, size = stored_sha or sha, stored_size
-        return OutputRecord(
-            name=rendered.name,
-            key=key,
-            format=rendered.format,
-            width=rendered.width,
-            height=rendered.height,
-            bytes=size,
-            sha256=sha,
-            content_type=rendered.content_type,
-        )
+
+def _record(prefix: str, rendered: RenderedFile) -> OutputRecord:
+    """The manifest's record of ``rendered`` stored under ``prefix``."""
+    return OutputRecord(
+        name=rendered.name,
+        key=prefix + rendered.path.name,
+        format=rendered.format,
+        width=rendered.width,
+        height=rendered.height,
+        bytes=rendered.bytes,
+        sha256=rendered.sha256,
+        content_type=rendered.content_type,
+    )
+
+
+def _candidate(rendered: RenderedFile) -> OutputCandidate:
+    """What a holder registers before writing ``rendered`` (its MD5 read from the file)."""
+    with open(rendered.path, "rb") as f:
+        md5 = hashlib.file_digest(f, lambda: hashlib.md5(usedforsecurity=False)).hexdigest()
+    return OutputCandidate(rendered.path.name, md5, rendered.sha256, rendered.bytes)

@@ -19,7 +19,7 @@ import logging
 import uuid
 from typing import Any, TypeVar
 
-from pynamodb.attributes import JSONAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.attributes import JSONAttribute, NumberAttribute, UnicodeAttribute, UnicodeSetAttribute
 from pynamodb.exceptions import GetError, PutError, PynamoDBException, UpdateError
 from pynamodb.expressions.update import Action
 from pynamodb.models import Model
@@ -32,6 +32,7 @@ from mediajobs.domain.jobs import (
     JobSpec,
     JobState,
     JobView,
+    OutputCandidate,
     OutputRecord,
     decide,
     standing_claim,
@@ -75,6 +76,10 @@ class JobModel(Model):
     created_at_s = NumberAttribute()
     updated_at_s = NumberAttribute()
     finished_at_s = NumberAttribute(null=True)
+    # While the job runs: what its holders are about to write (OutputCandidate.encode),
+    # and the manifest body staged before it is written. Removed when the job ends.
+    output_candidates = UnicodeSetAttribute(null=True)
+    staged_manifest = UnicodeAttribute(null=True)
 
 
 @functools.cache
@@ -244,6 +249,8 @@ class DynamoLedger:
                 model.failure_detail.set(detail[:1000]),
                 model.updated_at_s.set(now_s),
                 model.finished_at_s.set(now_s),
+                model.output_candidates.remove(),
+                model.staged_manifest.remove(),
             ]
         else:
             actions = [
@@ -253,8 +260,9 @@ class DynamoLedger:
                 model.attempts.add(1),
                 model.updated_at_s.set(now_s),
             ]
+        row = model(seen.job_key)
         try:
-            model(seen.job_key).update(actions=actions, condition=fence & takeable)
+            row.update(actions=actions, condition=fence & takeable)
         except UpdateError as exc:
             if not _lost_race(exc):
                 raise TransientFailure(f"ledger update failed: {exc.cause_response_code}") from exc
@@ -276,6 +284,7 @@ class DynamoLedger:
             lease_expires_at_s=lease_until_s,
             attempts=seen.attempts + 1,
             took_over=True,
+            staged_manifest=row.staged_manifest,
         )
 
     def _read(self, job_key: str) -> JobView:
@@ -296,10 +305,12 @@ class DynamoLedger:
         """The job's whole row (consistent read), or ``None``."""
         return self._get(job_key)
 
-    def _finish(self, job_key: str, token: str, actions: list[Any]) -> None:
+    def _finish(self, job_key: str, token: str, actions: list[Any]) -> JobModel:
+        """One update conditional on holding the claim; the row as it is afterwards."""
         model = self._model
+        row = model(job_key)
         try:
-            model(job_key).update(
+            row.update(
                 actions=actions,
                 condition=(model.state == JobState.RUNNING.value) & (model.lease_token == token),
             )
@@ -307,6 +318,56 @@ class DynamoLedger:
             if _lost_race(exc):
                 raise Superseded(job_key) from exc
             raise TransientFailure(f"ledger update failed: {exc.cause_response_code}") from exc
+        return row
+
+    def register_outputs(
+        self, job_key: str, token: str, candidates: list[OutputCandidate], *, now_s: int
+    ) -> frozenset[OutputCandidate]:
+        """Record what this holder is about to write, before writing it (one ``ADD`` to a
+        string set, conditional on holding the claim).
+
+        Returns
+        -------
+        frozenset[OutputCandidate]
+            Every candidate any holder of the job registered, these included: the bytes
+            a 412 can have met (see :func:`mediajobs.domain.jobs.identify_stored`).
+
+        Raises
+        ------
+        Superseded, TransientFailure
+            As :meth:`complete`.
+        """
+        m = self._model
+        if not candidates:
+            return frozenset()
+        row = self._finish(
+            job_key,
+            token,
+            [m.output_candidates.add({c.encode() for c in candidates}), m.updated_at_s.set(now_s)],
+        )
+        return frozenset(OutputCandidate.decode(text) for text in (row.output_candidates or ()))
+
+    def stage_manifest(self, job_key: str, token: str, body: str, *, now_s: int) -> str:
+        """Keep the manifest body in the row before writing it to S3, unless a body is
+        staged already (``if_not_exists``); conditional on holding the claim.
+
+        A takeover then re-writes the staged body instead of reading S3 (the worker has
+        no read access to derivatives), and every manifest write of the job carries the
+        same bytes.
+
+        Returns
+        -------
+        str
+            The staged body: ``body``, or the one staged earlier.
+
+        Raises
+        ------
+        Superseded, TransientFailure
+            As :meth:`complete`.
+        """
+        m = self._model
+        row = self._finish(job_key, token, [m.staged_manifest.set(m.staged_manifest | body), m.updated_at_s.set(now_s)])
+        return str(row.staged_manifest)
 
     def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None:
         """Extend the lease to ``lease_until_s`` (the heartbeat); only the holder can.
@@ -341,6 +402,8 @@ class DynamoLedger:
                 m.outputs.set([o.to_json() for o in outputs]),
                 m.updated_at_s.set(now_s),
                 m.finished_at_s.set(now_s),
+                m.output_candidates.remove(),
+                m.staged_manifest.remove(),
             ],
         )
 
@@ -362,6 +425,8 @@ class DynamoLedger:
                 m.failure_detail.set(detail[:1000] or reason),
                 m.updated_at_s.set(now_s),
                 m.finished_at_s.set(now_s),
+                m.output_candidates.remove(),
+                m.staged_manifest.remove(),
             ],
         )
 

@@ -177,54 +177,30 @@ class S3Store:
         with open(path, "rb") as body:
             return self.put_if_absent(bucket, key, body, content_type=content_type)
 
-    def read_bytes(self, bucket: str, key: str) -> bytes:
-        """Read a small object (a manifest) whole.
+    def listing(self, bucket: str, prefix: str) -> dict[str, str]:
+        """ETag of every object under ``prefix``, by key (``ListObjectsV2``, paginated by
+        boto3's paginator; needs ``s3:ListBucket``, never ``s3:GetObject``).
 
-        Raises
-        ------
-        botocore.exceptions.ClientError
-            As S3 answers.
-        """
-        return bytes(self._s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-
-    def read_if_exists(self, bucket: str, key: str) -> bytes | None:
-        """Read a small object whole, or ``None`` when there is none.
-
-        Raises
-        ------
-        TransientFailure
-            On any other S3 error.
-        """
-        try:
-            return self.read_bytes(bucket, key)
-        except ClientError as exc:
-            if _code(exc) in _MISSING_CODES or _status(exc) == 404:
-                return None
-            raise TransientFailure(f"S3 GetObject {key} failed: {_code(exc)}") from exc
-        except BotoCoreError as exc:
-            raise TransientFailure(f"S3 GetObject {key} failed: {exc}") from exc
-
-    def download_file(self, bucket: str, key: str, dest: Path) -> None:
-        """Copy an object to a local file (the CLI's output folder), via a temporary name."""
-        tmp = dest.with_name(dest.name + ".part")
-        self._s3.download_file(bucket, key, str(tmp))
-        os.replace(tmp, dest)
-
-    def existing_digest(self, bucket: str, key: str) -> tuple[str | None, int]:
-        """SHA-256 hex (from the stored full-object checksum, if any) and size of an object.
-
-        Used when a conditional write found the object already there, so the manifest
-        describes the bytes actually stored, not the ones this worker rendered.
+        Used when a conditional write found an output already there: the ETag of a
+        single-part upload to an SSE-S3 bucket is the MD5 of its bytes, which names the
+        candidate that was stored (:func:`mediajobs.domain.jobs.identify_stored`).
 
         Raises
         ------
         TransientFailure
             On any S3 error.
         """
+        found: dict[str, str] = {}
         try:
-            head = self._s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for item in page.get("Contents", ()):
+                    found[item["Key"]] = str(item.get("ETag", "")).strip('"')
         except (ClientError, BotoCoreError) as exc:
-            raise TransientFailure(f"S3 HeadObject {key} failed: {exc}") from exc
-        checksum = head.get("ChecksumSHA256")
-        sha = base64.b64decode(checksum).hex() if checksum and "-" not in checksum else None
-        return sha, int(head["ContentLength"])
+            raise TransientFailure(f"S3 ListObjectsV2 {prefix} failed: {exc}") from exc
+        return found
+
+    def download_file(self, bucket: str, key: str, dest: Path) -> None:
+        """Copy an object to a local file (the CLI's output folder), via a temporary name."""
+        tmp = dest.with_name(dest.name + ".part")
+        self._s3.download_file(bucket, key, str(tmp))
+        os.replace(tmp, dest)

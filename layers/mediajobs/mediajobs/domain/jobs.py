@@ -81,6 +81,76 @@ class OutputRecord:
 
 
 @dataclass(frozen=True)
+class OutputCandidate:
+    """Bytes one holder of a job rendered for one output file, registered in the ledger
+    before it writes them.
+
+    The worker may not read derivatives back (its role has no ``s3:GetObject`` there), so
+    when a conditional write finds the file already stored (412), the stored bytes are
+    identified from the listing's ETag -- the MD5 of the bytes for a single-part upload
+    to an SSE-S3 bucket (AWS S3 User Guide, "Checking object integrity") -- among the
+    candidates every holder registered first.
+
+    Attributes
+    ----------
+    file: file name under the job's prefix (``thumb.webp``).
+    md5: MD5 hex of the bytes; sha256: SHA-256 hex; bytes: size in bytes.
+    """
+
+    file: str
+    md5: str
+    sha256: str
+    bytes: int
+
+    def encode(self) -> str:
+        """One string for a DynamoDB string set: ``file md5 sha256 bytes``, space-separated
+        (file names are the recipe's ``<name>.<ext>``, which hold no space)."""
+        return f"{self.file} {self.md5} {self.sha256} {self.bytes}"
+
+    @classmethod
+    def decode(cls, text: str) -> OutputCandidate:
+        """Inverse of :meth:`encode`.
+
+        Raises
+        ------
+        ValueError
+            If ``text`` is not four space-separated fields with a whole size.
+        """
+        file, md5, sha256, size = text.split(" ")
+        return cls(file, md5, sha256, int(size))
+
+
+def identify_stored(
+    own: OutputCandidate, etag: str | None, registered: frozenset[OutputCandidate]
+) -> OutputCandidate | None:
+    """Which bytes a file already stored under the job's prefix holds, or ``None``.
+
+    Parameters
+    ----------
+    own: what this holder rendered for the file.
+    etag: the stored object's ETag from the listing (quotes allowed), ``None`` if unlisted.
+    registered: every candidate the job's holders registered, ``own`` included. A holder
+        registers before writing, and a takeover is fenced on the previous token, so no
+        bytes can be stored under the prefix that are not among them.
+
+    In order: the ETag is this holder's MD5; the ETag is another candidate's MD5; all
+    candidates for the file have one SHA-256 (an SSE-KMS bucket's ETag is no MD5, but
+    deterministic renders still agree).
+    """
+    tag = etag.strip('"') if etag else None
+    if tag == own.md5:
+        return own
+    same_file = [c for c in registered if c.file == own.file]
+    for candidate in same_file:
+        if candidate.md5 == tag:
+            return candidate
+    digests = {(c.sha256, c.bytes) for c in same_file} | {(own.sha256, own.bytes)}
+    if len(digests) == 1:
+        return own
+    return None
+
+
+@dataclass(frozen=True)
 class Claim:
     """Result of a claim attempt.
 
@@ -96,6 +166,8 @@ class Claim:
     outputs: stored outputs when ``outcome`` is ``DONE``.
     took_over: whether this claim replaced an expired lease or a transient failure.
     failed_now: whether this claim itself ended the job (``attempts_exhausted``).
+    staged_manifest: on a takeover, the manifest body (JSON) a lost holder staged in the
+        ledger before writing it: the set is adopted, not rendered again.
     """
 
     outcome: ClaimOutcome
@@ -109,6 +181,7 @@ class Claim:
     outputs: tuple[OutputRecord, ...] = ()
     took_over: bool = False
     failed_now: bool = False
+    staged_manifest: str | None = None
 
 
 class Decision(enum.StrEnum):
