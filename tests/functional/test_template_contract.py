@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 
 from mediajobs.adapters.ledger import JobModel
 from mediajobs.adapters.sources import SourceModel
@@ -58,20 +59,6 @@ def test_lease_attempts_and_receive_count_agree():
     assert int(env["LEASE_SECONDS"]) <= RESOURCES["WorkerFunction"]["Properties"]["Timeout"]
 
 
-def test_worker_may_change_visibility_and_resend_on_its_queue_only():
-    policies = RESOURCES["WorkerFunction"]["Properties"]["Policies"]
-    statements = [st for policy in policies for st in policy.get("Statement", [])]
-    sqs = [st for st in statements if any(str(a).startswith("sqs:") for a in _list(st["Action"]))]
-    assert len(sqs) == 1
-    assert set(_list(sqs[0]["Action"])) == {
-        "sqs:ChangeMessageVisibility",
-        "sqs:GetQueueUrl",
-        "sqs:SendMessage",
-        "sqs:DeleteMessage",
-    }
-    assert sqs[0]["Resource"] == {"Fn::GetAtt": ["JobsQueue", "Arn"]}
-
-
 def test_rule_has_the_templates_event_pattern(local_session):
     rule = local_session._aws.client("events").describe_rule(Name=local_session.stack.rule_name)
     expected = json.loads(json.dumps(RESOURCES["ObjectCreatedRule"]["Properties"]["EventPattern"]))
@@ -113,32 +100,6 @@ def test_worker_environment_names_are_settings(local_session):
     assert env["JOBS_TABLE_NAME"] == local_session.stack.table_name
     handler = RESOURCES["WorkerFunction"]["Properties"]["Handler"]
     assert handler == "app.lambda_handler" and (REPO / "functions" / "worker" / "app.py").is_file()
-
-
-def _s3_statements() -> list[dict]:
-    policies = RESOURCES["WorkerFunction"]["Properties"]["Policies"]
-    statements = [st for policy in policies for st in policy.get("Statement", [])]
-    return [st for st in statements if any(str(a).startswith("s3:") for a in _list(st["Action"]))]
-
-
-def _list(value) -> list:
-    return value if isinstance(value, list) else [value]
-
-
-def test_worker_s3_permissions_match_what_the_code_does():
-    by_action: dict[str, set[str]] = {}
-    for st in _s3_statements():
-        resource = st["Resource"]
-        where = resource["Fn::Sub"] if "Fn::Sub" in resource else ".".join(resource["Fn::GetAtt"])
-        for action in _list(st["Action"]):
-            by_action.setdefault(action, set()).add(where)
-    # A deleted original must answer 404 (source_missing), not 403: ListBucket on the bucket.
-    assert by_action["s3:ListBucket"] == {"MediaBucket.Arn"}
-    # Originals are read by version id (the bucket is versioned).
-    assert by_action["s3:GetObjectVersion"] == {"${MediaBucket.Arn}/originals/*"}
-    # Writes only under derivatives/; reads there back what an earlier attempt stored.
-    assert by_action["s3:PutObject"] == {"${MediaBucket.Arn}/derivatives/*"}
-    assert by_action["s3:GetObject"] == {"${MediaBucket.Arn}/originals/*", "${MediaBucket.Arn}/derivatives/*"}
 
 
 def test_the_worker_has_the_ffmpeg_layer_and_its_timeout_in_the_environment():
@@ -219,10 +180,99 @@ def test_alarm_mail_is_subscribed_only_when_an_address_is_given():
     assert subscription["Properties"]["Endpoint"] == {"Ref": "AlarmEmail"}
 
 
-def test_the_worker_log_group_has_a_retention():
+def test_the_worker_logs_to_its_own_log_group_with_a_retention():
     group = RESOURCES["WorkerLogGroup"]["Properties"]
-    assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${WorkerFunction}"}
+    assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${AWS::StackName}-worker"}
     assert 1 <= group["RetentionInDays"] <= 365
+    worker = RESOURCES["WorkerFunction"]["Properties"]
+    assert worker["LoggingConfig"] == {"LogGroup": {"Ref": "WorkerLogGroup"}}
+
+
+def test_parameters_and_globals():
+    params = TEMPLATE["Parameters"]
+    assert params["Stage"]["Type"] == "String"
+    assert (params["Architecture"]["Default"], params["Architecture"]["AllowedValues"]) == (
+        "arm64",
+        ["arm64", "x86_64"],
+    )
+    for name in ("AlarmEmail", "OldestMessageAgeAlarmSeconds", "MaxPixels", "MaxInputBytes"):
+        assert name in params, name
+    function = TEMPLATE["Globals"]["Function"]
+    assert function["Runtime"] == "python3.12"
+    assert function["Architectures"] == [{"Ref": "Architecture"}]
+    env = function["Environment"]["Variables"]
+    assert {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"} <= set(env)
+    for layer in ("MediaJobsLayer", "FfmpegLayer"):
+        props = RESOURCES[layer]["Properties"]
+        assert props["CompatibleArchitectures"] == [{"Ref": "Architecture"}], layer
+        assert RESOURCES[layer]["Metadata"]["BuildArchitecture"] == {"Ref": "Architecture"}, layer
+
+
+def test_the_bucket_is_versioned_and_notifies_eventbridge():
+    bucket = RESOURCES["MediaBucket"]["Properties"]
+    assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert bucket["NotificationConfiguration"]["EventBridgeConfiguration"] == {"EventBridgeEnabled": True}
+
+
+def test_the_rule_takes_every_object_created_under_originals_of_this_bucket_to_the_queue():
+    rule = RESOURCES["ObjectCreatedRule"]["Properties"]
+    assert rule["EventPattern"] == {
+        "source": ["aws.s3"],
+        "detail-type": ["Object Created"],  # every creation path: PUT, POST, COPY, multipart
+        "detail": {"bucket": {"name": [{"Ref": "MediaBucket"}]}, "object": {"key": [{"prefix": "originals/"}]}},
+    }
+    assert [t["Arn"] for t in rule["Targets"]] == [{"Fn::GetAtt": ["JobsQueue", "Arn"]}]
+
+
+def test_only_the_rule_may_send_to_the_queue():
+    policy = RESOURCES["JobsQueuePolicy"]["Properties"]
+    assert policy["Queues"] == [{"Ref": "JobsQueue"}]
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Allow"
+    assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+    assert statement["Action"] == "sqs:SendMessage"
+    assert statement["Resource"] == {"Fn::GetAtt": ["JobsQueue", "Arn"]}
+    assert statement["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["ObjectCreatedRule", "Arn"]}}}
+
+
+def test_the_queue_outlasts_six_worker_timeouts_and_dead_letters_after_five_receives():
+    queue = RESOURCES["JobsQueue"]["Properties"]
+    timeout = RESOURCES["WorkerFunction"]["Properties"]["Timeout"]
+    assert queue["VisibilityTimeout"] >= 6 * timeout
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]},
+        "maxReceiveCount": 5,
+    }
+
+
+def test_the_worker_is_driven_by_the_queue_with_partial_batch_failures_and_bounded_concurrency():
+    worker = RESOURCES["WorkerFunction"]["Properties"]
+    assert worker["Layers"] == [{"Ref": "MediaJobsLayer"}, {"Ref": "FfmpegLayer"}]
+    assert worker["EphemeralStorage"]["Size"] >= 2048
+    (event,) = worker["Events"].values()
+    props = event["Properties"]
+    assert event["Type"] == "SQS" and props["Queue"] == {"Fn::GetAtt": ["JobsQueue", "Arn"]}
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["ScalingConfig"] == {"MaximumConcurrency": 10}
+    assert 1 <= props["BatchSize"] <= 10 and props["MaximumBatchingWindowInSeconds"] >= 0
+
+
+def test_outputs_name_the_bucket_queues_tables_and_dashboard():
+    outputs = TEMPLATE["Outputs"]
+    assert outputs["BucketName"]["Value"] == {"Ref": "MediaBucket"}
+    assert outputs["JobsQueueUrl"]["Value"] == {"Ref": "JobsQueue"}
+    assert outputs["DeadLetterQueueUrl"]["Value"] == {"Ref": "DeadLetterQueue"}
+    assert outputs["JobsTableName"]["Value"] == {"Ref": "JobsTable"}
+    assert outputs["SourcesTableName"]["Value"] == {"Ref": "SourcesTable"}
+    assert "#dashboards:name=${Dashboard}" in outputs["DashboardUrl"]["Value"]["Fn::Sub"]
+
+
+def test_samconfig_has_a_default_and_a_prod_environment():
+    config = tomllib.loads((REPO / "samconfig.toml").read_text())
+    assert {"default", "prod"} <= set(config)
+    for env in ("default", "prod"):
+        assert "deploy" in config[env], env
+    assert "Stage=prod" in str(config["prod"]["deploy"]["parameters"]["parameter_overrides"])
 
 
 def _code(*parts: str) -> str:

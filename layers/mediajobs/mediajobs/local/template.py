@@ -84,12 +84,8 @@ def resolve(value: Any, refs: dict[str, str], attrs: dict[tuple[str, str], str],
     attrs: (logical id, attribute) -> value of ``Fn::GetAtt``.
     params: parameter name -> value (defaults from the template).
 
-    A ``Ref`` to a resource the runner does not create resolves to ``local-<LogicalId>``.
-
-    Raises
-    ------
-    KeyError
-        For an ``Fn::GetAtt`` the runner does not know.
+    A ``Ref`` to a resource the runner does not create resolves to ``local-<LogicalId>``,
+    an ``Fn::GetAtt`` of one to ``local-<LogicalId>.<Attribute>``.
     """
     if isinstance(value, list):
         return [resolve(v, refs, attrs, params) for v in value]
@@ -102,7 +98,8 @@ def resolve(value: Any, refs: dict[str, str], attrs: dict[tuple[str, str], str],
         return refs.get(name, f"local-{name}")  # resources the runner does not create (layers, roles)
     if set(value) == {"Fn::GetAtt"}:
         logical_id, attribute = value["Fn::GetAtt"]
-        return attrs[(logical_id, attribute)]
+        # Attributes of resources the runner does not create (the role, the log group).
+        return attrs.get((logical_id, attribute), f"local-{logical_id}.{attribute}")
     if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
         text: str = value["Fn::Sub"]
         for (logical_id, attribute), resolved in attrs.items():

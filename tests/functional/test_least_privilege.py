@@ -1,0 +1,235 @@
+"""The worker's role in template.yaml allows every AWS call the worker makes, and no more
+than the issue grants: the calls of real deliveries (a first one, a duplicate, takeovers
+after crashes that leave outputs and a staged manifest behind, a deleted original) are
+recorded at botocore and each is checked against the role's statements.
+
+The role is also checked as SAM deploys it (``samtranslator``): no managed policy, no
+statement with ``Resource: "*"``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import botocore.client
+import pytest
+
+from mediajobs.bootstrap import active_recipes, build_pipeline
+from mediajobs.domain.keys import job_key, sha256_hex
+from mediajobs.entrypoints import worker
+from mediajobs.local.session import Collector
+from mediajobs.local.template import load_template
+from mediajobs.settings import Settings
+from tests.conftest import REPO
+from tests.functional.test_crash_points import Crash, CrashAt, derivative_keys, esm_for
+from tests.functional.test_worker import unique_png
+
+TEMPLATE = load_template(REPO / "template.yaml")
+ROLE = TEMPLATE["Resources"]["WorkerRole"]["Properties"]
+STATEMENTS = [st for policy in ROLE["Policies"] for st in policy["PolicyDocument"]["Statement"]]
+
+#: IAM action of each S3 and SQS operation the code may call (S3 API reference, "Permissions").
+_S3_ACTIONS = {"PutObject": "s3:PutObject", "ListObjectsV2": "s3:ListBucket", "ListObjects": "s3:ListBucket"}
+_SQS_ACTIONS = {
+    "DeleteMessageBatch": "sqs:DeleteMessage",
+    "ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+}
+
+
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+class Recorder:
+    """Every botocore call made while :attr:`on`, as (IAM action, resource ARN)."""
+
+    def __init__(self, session) -> None:
+        stack = session.stack
+        self.stack = stack
+        self.on = False
+        self.calls: list[tuple[str, str]] = []
+        self.tables = {stack.table_name: "JobsTable", stack.sources_table_name: "SourcesTable"}
+
+    def record(self, client: Any, operation: str, params: dict[str, Any]) -> None:
+        if not self.on:
+            return
+        service = client.meta.service_model.service_name
+        if service == "s3":
+            key = params.get("Key")
+            if key is None:
+                self.calls.append((_S3_ACTIONS.get(operation, f"s3:{operation}"), f"arn:aws:s3:::{params['Bucket']}"))
+                return
+            action = _S3_ACTIONS.get(operation) or (
+                "s3:GetObjectVersion" if params.get("VersionId") else "s3:GetObject"
+            )
+            self.calls.append((action, f"arn:aws:s3:::{params['Bucket']}/{key}"))
+        elif service == "dynamodb":
+            tables = params["RequestItems"].keys() if "RequestItems" in params else [params["TableName"]]
+            for table in tables:
+                self.calls.append((f"dynamodb:{operation}", f"table/{table}"))
+        elif service == "sqs":
+            queue = params.get("QueueUrl") or params.get("QueueName", "?")
+            arn = (
+                self.stack.queue_arn
+                if self.stack.queue_arn.endswith(":" + queue.rsplit("/", 1)[-1])
+                else f"other:{queue}"
+            )
+            self.calls.append((_SQS_ACTIONS.get(operation, f"sqs:{operation}"), arn))
+        else:
+            self.calls.append((f"{service}:{operation}", "?"))
+
+    def resource(self, value: Any) -> str:
+        """A statement's resource as an ARN pattern of the local stack."""
+        bucket_arn = f"arn:aws:s3:::{self.stack.bucket}"
+        if isinstance(value, dict) and "Fn::Sub" in value:
+            return str(value["Fn::Sub"]).replace("${MediaBucket.Arn}", bucket_arn)
+        if isinstance(value, dict) and "Fn::GetAtt" in value:
+            name = value["Fn::GetAtt"][0]
+            return {
+                "MediaBucket": bucket_arn,
+                "JobsTable": f"table/{self.stack.table_name}",
+                "SourcesTable": f"table/{self.stack.sources_table_name}",
+                "JobsQueue": self.stack.queue_arn,
+                "WorkerLogGroup": "log-group",
+            }[name]
+        return str(value)
+
+    def allowed(self, action: str, arn: str) -> bool:
+        return any(
+            st["Effect"] == "Allow"
+            and action in _as_list(st["Action"])
+            and any(fnmatch.fnmatchcase(arn, self.resource(r)) for r in _as_list(st["Resource"]))
+            for st in STATEMENTS
+        )
+
+
+@pytest.fixture()
+def recorder(local_session, monkeypatch) -> Iterator[Recorder]:
+    rec = Recorder(local_session)
+    real = botocore.client.BaseClient._make_api_call
+
+    def recording(client, operation, params):
+        rec.record(client, operation, params)
+        return real(client, operation, params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
+    yield rec
+    worker.set_pipeline(None)
+
+
+def _poll(rec: Recorder, esm) -> None:
+    """One poll of the event source mapping and the handler (both use the function's role)."""
+    rec.on = True
+    try:
+        esm.poll_once()
+    finally:
+        rec.on = False
+
+
+def test_every_call_of_real_deliveries_is_allowed_by_the_role(local_session, recorder):
+    local_session.run()  # nothing of an earlier test in flight
+    s3, bucket = local_session.s3, local_session.stack.bucket
+    settings = Settings.from_env()
+    recipe_sha = active_recipes()["image"][0].sha256
+    skew = settings.lease_s + 60
+    keys = {}
+    for point in ("output_stored", "manifest_stored"):
+        data = unique_png(320, 240)
+        s3.put_object(Bucket=bucket, Key=f"originals/iam/{point}.png", Body=data)
+        keys[point] = job_key(sha256_hex(data), recipe_sha)
+        # Worker A dies there; worker B, past A's lease, takes over: after outputs it meets
+        # 412s, after the staged manifest it adopts it.
+        worker.set_pipeline(build_pipeline(settings, observer=CrashAt(point), s3=s3))
+        a = esm_for(local_session)
+        with pytest.raises(Crash):
+            _poll(recorder, a)
+        a.expire(a.current_batch)
+        worker.set_pipeline(build_pipeline(settings, observer=Collector(), s3=s3, clock=lambda: time.time() + 2 * skew))
+        _poll(recorder, esm_for(local_session))
+    # A duplicate of a done job, and an original deleted before its event is handled.
+    again = s3.get_object(Bucket=bucket, Key="originals/iam/output_stored.png")["Body"].read()
+    s3.put_object(Bucket=bucket, Key="originals/iam/copy.png", Body=again)
+    s3.put_object(Bucket=bucket, Key="originals/iam/gone.png", Body=unique_png(64, 64))
+    s3.delete_object(Bucket=bucket, Key="originals/iam/gone.png")
+    worker.set_pipeline(build_pipeline(settings, observer=Collector(), s3=s3))
+    b = esm_for(local_session)
+    while b.in_flight() or _visible(local_session):
+        _poll(recorder, b)
+
+    for point, key in keys.items():
+        assert derivative_keys(local_session, key) == ["card.webp", "full.avif", "manifest.json", "thumb.webp"], point
+    assert local_session.dead_letters() == 0
+    denied = sorted({call for call in recorder.calls if not recorder.allowed(*call)})
+    assert denied == []
+    actions = {action for action, _ in recorder.calls}
+    # The paths above did exercise what the role grants (a 412 listing, staging, hand-offs).
+    assert {"s3:PutObject", "s3:ListBucket", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"} <= actions
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= actions
+    # Nothing under derivatives/ is ever read: only written, or listed.
+    reads = [arn for action, arn in recorder.calls if action in ("s3:GetObject", "s3:GetObjectVersion")]
+    assert reads and all(f":::{bucket}/originals/" in arn for arn in reads)
+
+
+def _visible(session) -> int:
+    attrs = session.sqs.get_queue_attributes(
+        QueueUrl=session.stack.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"])
+
+
+def test_the_role_grants_s3_reads_on_originals_and_writes_on_derivatives_only():
+    grants: dict[str, set[str]] = {}
+    for st in STATEMENTS:
+        for action in _as_list(st["Action"]):
+            for resource in _as_list(st["Resource"]):
+                where = resource.get("Fn::Sub") or ".".join(resource["Fn::GetAtt"])
+                grants.setdefault(action, set()).add(where)
+    assert grants["s3:GetObject"] == grants["s3:GetObjectVersion"] == {"${MediaBucket.Arn}/originals/*"}
+    assert grants["s3:PutObject"] == {"${MediaBucket.Arn}/derivatives/*"}
+    assert grants["s3:ListBucket"] == {"MediaBucket.Arn"}
+    sqs = {a for a in grants if a.startswith("sqs:")}
+    # The event source mapping polls with this role; the worker sets visibility and hands over.
+    assert sqs == {
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:ChangeMessageVisibility",
+        "sqs:SendMessage",
+        "sqs:GetQueueUrl",
+    }
+    assert all(grants[a] == {"JobsQueue.Arn"} for a in sqs)
+    assert grants["logs:PutLogEvents"] == grants["logs:CreateLogStream"] == {"WorkerLogGroup.Arn"}
+    assert {a for a in grants if a.startswith("dynamodb:")} and all(
+        grants[a] <= {"JobsTable.Arn", "SourcesTable.Arn"} for a in grants if a.startswith("dynamodb:")
+    )
+    assert not any(a.endswith("*") for a in grants)  # no wildcard actions either
+
+
+def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
+    """SAM adds AWSLambdaBasicExecutionRole and AWSLambdaSQSQueueExecutionRole (Resource
+    "*") to a role it makes; the worker brings its own, so the deployed template has none."""
+    samtranslator = pytest.importorskip("samtranslator.translator.transform")
+    from samtranslator.yaml_helper import yaml_parse
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    template = yaml_parse((REPO / "template.yaml").read_text())
+    for resource in template["Resources"].values():
+        for uri in ("CodeUri", "ContentUri"):  # what `sam package` puts there
+            if uri in resource.get("Properties", {}):
+                resource["Properties"][uri] = "s3://artifacts/code.zip"
+
+    class NoManagedPolicies:
+        def load(self) -> dict[str, str]:
+            return {}
+
+    deployed = samtranslator.transform(template, {}, NoManagedPolicies())["Resources"]
+    roles = {name: r["Properties"] for name, r in deployed.items() if r["Type"] == "AWS::IAM::Role"}
+    assert list(roles) == ["WorkerRole"]
+    assert "ManagedPolicyArns" not in roles["WorkerRole"]
+    assert not [n for n, r in deployed.items() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")]
+    statements = [st for p in roles["WorkerRole"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
+    assert [st["Sid"] for st in statements if "*" in _as_list(st["Resource"])] == []
+    assert deployed["WorkerFunction"]["Properties"]["Role"] == {"Fn::GetAtt": ["WorkerRole", "Arn"]}
