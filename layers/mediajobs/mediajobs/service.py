@@ -42,6 +42,7 @@ from typing import Protocol
 
 from mediajobs.domain.errors import (
     EMPTY_FILE,
+    OUTPUT_CONFLICT,
     TOO_LARGE,
     UNSUPPORTED_FORMAT,
     DeadlineReached,
@@ -660,7 +661,7 @@ class Pipeline:
         own = {rendered.path.name: _candidate(rendered) for rendered in files}
         keeper.check()
         registered = self._ledger.register_outputs(key, token, list(own.values()), now_s=self._now())
-        listed: dict[str, str] | None = None  # the prefix's ETags, listed at the first 412
+        listed: dict[str, str] = {}  # the prefix's ETags by key, listed at a 412
         outputs = []
         for rendered in files:
             keeper.check()
@@ -668,9 +669,7 @@ class Pipeline:
             if not self._store.put_file_if_absent(
                 ref.bucket, record.key, rendered.path, content_type=rendered.content_type
             ):
-                if listed is None:
-                    listed = self._store.listing(ref.bucket, prefix)
-                record = self._stored_record(record, own[rendered.path.name], listed.get(record.key), registered)
+                record = self._stored_record(ref.bucket, prefix, record, own[rendered.path.name], registered, listed)
             outputs.append(record)
             self.observer.step("output_stored", key)
         manifest_key = prefix + MANIFEST_NAME
@@ -700,17 +699,39 @@ class Pipeline:
         self._store.put_if_absent(bucket, manifest_key, staged.encode("utf-8"), content_type="application/json")
         return [OutputRecord.from_json(o) for o in json.loads(staged)["outputs"]]
 
-    @staticmethod
     def _stored_record(
-        record: OutputRecord, own: OutputCandidate, etag: str | None, registered: frozenset[OutputCandidate]
+        self,
+        bucket: str,
+        prefix: str,
+        record: OutputRecord,
+        own: OutputCandidate,
+        registered: frozenset[OutputCandidate],
+        listed: dict[str, str],
     ) -> OutputRecord:
-        """``record`` describing the bytes an earlier holder stored under its key."""
-        stored = identify_stored(own, etag, registered)
+        """``record`` describing the bytes already stored under its key (a 412).
+
+        ``listed`` caches the prefix's listing; it is listed again when it does not
+        identify the key (a lost holder's write in flight may have landed since).
+
+        Raises
+        ------
+        PermanentFailure
+            ``output_conflict`` when the stored bytes are none of the registered
+            candidates: written by something other than a holder of this job (a version
+            before registration, a person, an SSE-KMS bucket whose ETags are no MD5).
+        """
+        listed_now = not listed
+        if listed_now:
+            listed.update(self._store.listing(bucket, prefix))
+        stored = identify_stored(own, listed.get(record.key), registered)
+        if stored is None and not listed_now:
+            listed.clear()
+            listed.update(self._store.listing(bucket, prefix))
+            stored = identify_stored(own, listed.get(record.key), registered)
         if stored is None:
-            # Not reachable while every write goes through register_outputs: something
-            # else wrote under the prefix. Describe our render and say so.
-            log.error("stored output not identified", extra={"key": record.key, "etag": etag})
-            return record
+            raise PermanentFailure(
+                OUTPUT_CONFLICT, f"{record.key} holds bytes no holder of this job wrote (ETag {listed.get(record.key)})"
+            )
         return dataclasses.replace(record, bytes=stored.bytes, sha256=stored.sha256)
 
     def _render(

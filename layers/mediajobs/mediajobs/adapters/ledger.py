@@ -122,6 +122,7 @@ def _view(row: JobModel) -> JobView:
         outputs=tuple(OutputRecord.from_json(o) for o in (row.outputs or [])),
         failure_reason=row.failure_reason,
         failure_detail=row.failure_detail,
+        staged_manifest=row.staged_manifest,
     )
 
 
@@ -214,6 +215,7 @@ class DynamoLedger:
                     lease_expires_at_s=seen.lease_expires_at_s,
                     attempts=seen.attempts,
                     took_over=True,
+                    staged_manifest=seen.staged_manifest,
                 )
             decision = decide(seen, now_s=now_s, max_attempts=self._max_attempts)
             if decision in (Decision.DONE, Decision.FAILED, Decision.BUSY):
@@ -242,6 +244,8 @@ class DynamoLedger:
         )
         actions: list[Action]
         if exhaust:
+            # A manifest staged since ``seen`` was read turns the exhaustion into a takeover.
+            takeable &= model.staged_manifest.does_not_exist()
             detail = f"{seen.attempts} attempts; last: {seen.failure_detail or 'lease expired (worker lost)'}"
             actions = [
                 model.state.set(JobState.PERMANENT_FAILURE.value),

@@ -32,6 +32,8 @@ UNSUPPORTED_CODEC: Final = "unsupported_codec"
 NO_VIDEO_STREAM: Final = "no_video_stream"
 TOO_LONG: Final = "too_long"
 INVALID_OUTPUT: Final = "invalid_output"
+# A derivative's key holds bytes no holder of the job registered (see domain.jobs.identify_stored).
+OUTPUT_CONFLICT: Final = "output_conflict"
 
 REASON_CODES: Final = frozenset(
     {
@@ -51,6 +53,7 @@ REASON_CODES: Final = frozenset(
         NO_VIDEO_STREAM,
         TOO_LONG,
         INVALID_OUTPUT,
+        OUTPUT_CONFLICT,
     }
 )
 

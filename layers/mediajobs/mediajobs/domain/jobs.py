@@ -133,21 +133,17 @@ def identify_stored(
         registers before writing, and a takeover is fenced on the previous token, so no
         bytes can be stored under the prefix that are not among them.
 
-    In order: the ETag is this holder's MD5; the ETag is another candidate's MD5; all
-    candidates for the file have one SHA-256 (an SSE-KMS bucket's ETag is no MD5, but
-    deterministic renders still agree).
+    The ETag is this holder's MD5, or another candidate's for the same file; anything
+    else (an ETag that is no MD5, as with SSE-KMS; bytes some other writer stored) is
+    ``None``: never guessed, since renders of one job can differ (AVIF and x264 output
+    depends on the CPU count).
     """
     tag = etag.strip('"') if etag else None
+    if tag is None:
+        return None
     if tag == own.md5:
         return own
-    same_file = [c for c in registered if c.file == own.file]
-    for candidate in same_file:
-        if candidate.md5 == tag:
-            return candidate
-    digests = {(c.sha256, c.bytes) for c in same_file} | {(own.sha256, own.bytes)}
-    if len(digests) == 1:
-        return own
-    return None
+    return next((c for c in registered if c.file == own.file and c.md5 == tag), None)
 
 
 @dataclass(frozen=True)
@@ -208,6 +204,8 @@ class JobView:
     recipe_id: the recipe the job applies (tells the media type of the input).
     manifest_key, outputs: the committed result when ``state`` is ``done``.
     failure_reason, failure_detail: the stored failure, if any.
+    staged_manifest: the manifest body a holder staged before writing it, while the job
+        is not finished.
     """
 
     job_key: str
@@ -220,6 +218,7 @@ class JobView:
     outputs: tuple[OutputRecord, ...] = ()
     failure_reason: str | None = None
     failure_detail: str | None = None
+    staged_manifest: str | None = None
 
 
 def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
@@ -229,7 +228,9 @@ def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
     expired is busy. A ``transient_failure`` or an expired lease can be taken over --
     unless ``max_attempts`` claims were already made, in which case the job ends
     ``attempts_exhausted`` (the cap lives in the ledger, across every message that names
-    the job, so duplicates cannot multiply the retries).
+    the job, so duplicates cannot multiply the retries) -- unless a holder staged the
+    manifest: then every output is stored and the manifest may be written already, so the
+    job is taken over to commit it (no render), never failed.
     """
     if view.state == JobState.DONE:
         return Decision.DONE
@@ -237,7 +238,7 @@ def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
         return Decision.FAILED
     if view.state == JobState.RUNNING and view.lease_expires_at_s > now_s:
         return Decision.BUSY
-    if view.attempts >= max_attempts:
+    if view.attempts >= max_attempts and view.staged_manifest is None:
         return Decision.EXHAUST
     return Decision.TAKE_OVER
 

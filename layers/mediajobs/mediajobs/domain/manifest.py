@@ -9,6 +9,23 @@ from mediajobs.domain.jobs import ObjectRef, OutputRecord
 
 MANIFEST_SCHEMA_VERSION: Final = 1
 MANIFEST_NAME: Final = "manifest.json"
+#: Longest text a decision keeps, in characters. Decisions quote the input (an ICC
+#: profile's description, container tags), and the manifest is staged in a DynamoDB item
+#: (400 KB at most, DynamoDB developer guide "Service quotas"): an input must not be able
+#: to make it unstageable.
+MAX_DECISION_TEXT: Final = 200
+
+
+def bounded_text(value: Any) -> Any:
+    """``value`` (JSON data) with every string cut to :data:`MAX_DECISION_TEXT` characters
+    (the cut ones end with ``…``). Pure."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_DECISION_TEXT else value[: MAX_DECISION_TEXT - 1] + "\u2026"
+    if isinstance(value, dict):
+        return {k: bounded_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [bounded_text(v) for v in value]
+    return value
 
 
 class Decisions(Protocol):
@@ -101,6 +118,6 @@ def build_manifest(
         "recipe": {"id": recipe_id, "version": recipe_version, "sha256": recipe_sha256},
         "policy": {"version": policy_version},
         "outputs": [o.to_json() for o in outputs],
-        "decisions": decisions.to_json(),
+        "decisions": bounded_text(decisions.to_json()),
         "created_at": created_at,
     }

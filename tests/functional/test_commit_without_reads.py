@@ -1,0 +1,227 @@
+"""The commit protocol without reading derivatives back, against the embedded AWS: the
+real pipeline (S3, ledger, Pillow) with workers stopped at step boundaries, late writes of
+lost holders, stale listings, lost DynamoDB answers and inputs that try to make the staged
+manifest too big. Time moves by each worker's clock, never by sleeping."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import struct
+import time
+import uuid
+
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.httpsession import URLLib3Session
+from PIL import Image, ImageCms
+
+from mediajobs.adapters.ledger import bound_job_model
+from mediajobs.bootstrap import active_recipes, build_pipeline
+from mediajobs.domain.errors import OUTPUT_CONFLICT
+from mediajobs.domain.jobs import ObjectRef
+from mediajobs.domain.keys import job_key, sha256_hex
+from mediajobs.domain.manifest import MAX_DECISION_TEXT
+from mediajobs.local.session import Collector
+from mediajobs.settings import Settings
+from tests.functional.test_crash_points import Crash, CrashAt
+from tests.functional.test_worker import unique_png
+
+
+@pytest.fixture()
+def settings(local_session) -> Settings:
+    local_session.run()  # nothing of an earlier test in flight
+    return Settings.from_env()
+
+
+def upload(session, data: bytes) -> ObjectRef:
+    """Store an original; its event is consumed here (these tests call the pipeline)."""
+    key = f"originals/commit/{uuid.uuid4().hex}.png"
+    session.s3.put_object(Bucket=session.stack.bucket, Key=key, Body=data)
+    while messages := session.sqs.receive_message(QueueUrl=session.stack.queue_url, MaxNumberOfMessages=10).get(
+        "Messages", []
+    ):
+        for m in messages:
+            session.sqs.delete_message(QueueUrl=session.stack.queue_url, ReceiptHandle=m["ReceiptHandle"])
+    return ObjectRef(session.stack.bucket, key)
+
+
+def worker(session, settings: Settings, observer, attempt: int):
+    """A pipeline whose clock is ``attempt`` leases (plus a minute) in the future."""
+    skew = attempt * (settings.lease_s + 60)
+    return build_pipeline(settings, observer=observer, s3=session.s3, clock=lambda: time.time() + skew)
+
+
+def row_of(session, key: str):
+    model = bound_job_model(session.stack.table_name, "us-east-1", session.stack.endpoint_url)
+    return model.get(key, consistent_read=True)
+
+
+def stored(session, key: str) -> bytes:
+    return session.s3.get_object(Bucket=session.stack.bucket, Key=key)["Body"].read()
+
+
+def image_job(data: bytes) -> str:
+    return job_key(sha256_hex(data), active_recipes()["image"][0].sha256)
+
+
+def test_a_staged_manifest_is_committed_even_when_the_attempts_are_used_up(local_session, settings):
+    """Three holders die after their claim, the fourth after writing the manifest: the next
+    delivery commits that manifest instead of ending the job attempts_exhausted."""
+    data = unique_png(320, 240)
+    ref, key = upload(local_session, data), image_job(data)
+    points = ["claimed"] * (settings.max_attempts - 1) + ["manifest_stored"]
+    for attempt, point in enumerate(points):
+        with pytest.raises(Crash):
+            worker(local_session, settings, CrashAt(point), attempt).process(ref)
+    row = row_of(local_session, key)
+    assert (row.state, int(row.attempts), row.staged_manifest is not None) == ("running", settings.max_attempts, True)
+    last = Collector()
+    result = worker(local_session, settings, last, len(points)).process(ref)
+    row = row_of(local_session, key)
+    manifest = json.loads(stored(local_session, f"derivatives/{key}/manifest.json"))
+    assert (result.state, row.state, last.renders) == ("done", "done", [])
+    assert row.outputs == manifest["outputs"] and row.staged_manifest is None
+
+
+def _icc_with_description(text: str) -> bytes:
+    """An sRGB ICC profile whose 'desc' tag is ``text`` (an mluc record)."""
+    base = bytearray(ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes())
+    (count,) = struct.unpack(">I", base[128:132])
+    encoded = text.encode("utf-16-be")
+    mluc = b"mluc" + b"\0" * 4 + struct.pack(">II", 1, 12) + b"enUS" + struct.pack(">II", len(encoded), 28) + encoded
+    while len(base) % 4:
+        base += b"\0"
+    offset = len(base)
+    for i in range(count):
+        pos = 132 + 12 * i
+        if base[pos : pos + 4] == b"desc":
+            base[pos + 4 : pos + 12] = struct.pack(">II", offset, len(mluc))
+    base += mluc
+    base[0:4] = struct.pack(">I", len(base))
+    base[84:100] = b"\0" * 16  # profile id: no longer valid
+    return bytes(base)
+
+
+def test_an_input_cannot_make_the_manifest_too_big_to_stage(local_session, settings):
+    """A 70,000-character ICC description would make a 420 KB manifest (JSON escapes each
+    character to 6 bytes), over DynamoDB's 400 KB item: decisions keep 200 characters."""
+    icc = _icc_with_description("\u00e9" * 70_000)
+    out = io.BytesIO()
+    Image.open(io.BytesIO(unique_png(320, 240))).save(out, format="PNG", icc_profile=icc)
+    data = out.getvalue()
+    ref, key = upload(local_session, data), image_job(data)
+    result = worker(local_session, settings, Collector(), 0).process(ref)
+    assert result.state == "done"
+    manifest = stored(local_session, f"derivatives/{key}/manifest.json")
+    description = json.loads(manifest)["decisions"]["icc_profile"]
+    assert len(description) == MAX_DECISION_TEXT and description.startswith("\u00e9\u00e9") and len(manifest) < 10_000
+
+
+def _other_webp(data: bytes, quality: int) -> bytes:
+    """thumb.webp as another build would render it: same name, other bytes."""
+    im = Image.open(io.BytesIO(data)).convert("RGB")
+    im.thumbnail((320, 320))
+    out = io.BytesIO()
+    im.save(out, format="WEBP", quality=quality)
+    return out.getvalue()
+
+
+def test_bytes_no_holder_registered_end_the_job_output_conflict(local_session, settings):
+    """A holder of a version without registration stored thumb.webp and died: the stored
+    bytes cannot be described without reading them, so the job fails and says why,
+    rather than committing a manifest that describes other bytes."""
+    data = unique_png(320, 240)
+    ref, key = upload(local_session, data), image_job(data)
+    with pytest.raises(Crash):
+        worker(local_session, settings, CrashAt("claimed"), 0).process(ref)
+    thumb = f"derivatives/{key}/thumb.webp"
+    local_session.s3.put_object(Bucket=ref.bucket, Key=thumb, Body=_other_webp(data, 40))
+    result = worker(local_session, settings, Collector(), 1).process(ref)
+    (job,) = result.jobs
+    assert (job.state, job.reason) == ("permanent_failure", OUTPUT_CONFLICT)
+    assert thumb in job.detail
+    listed = local_session.s3.list_objects_v2(Bucket=ref.bucket, Prefix=f"derivatives/{key}/")
+    assert f"derivatives/{key}/manifest.json" not in [o["Key"] for o in listed.get("Contents", [])]
+    assert row_of(local_session, key).failure_reason == OUTPUT_CONFLICT
+
+
+def test_a_lost_holders_write_landing_after_the_listing_is_still_identified(local_session, settings):
+    """Holder A (another build: other bytes) registered its outputs, stored thumb.webp and
+    lost its lease; its card.webp write lands just after B listed the prefix at B's first
+    412. B lists again and the manifest describes A's card, as stored."""
+    data = unique_png(640, 480)
+    ref, key = upload(local_session, data), image_job(data)
+    a = worker(local_session, settings, CrashAt("output_stored"), 0)
+    real_render = a._renderer.render
+    a_files: dict[str, bytes] = {}
+
+    def another_build(source, variants, out_dir):
+        variants = tuple(v.model_copy(update={"quality": v.quality - 7}) for v in variants)
+        files, decisions = real_render(source, variants, out_dir)
+        a_files.update({f.path.name: f.path.read_bytes() for f in files})
+        return files, decisions
+
+    a._renderer.render = another_build
+    with pytest.raises(Crash):
+        a.process(ref)
+    b = worker(local_session, settings, Collector(), 1)
+    real_listing = b._store.listing
+    listings = []
+
+    def listing(bucket, prefix):
+        found = real_listing(bucket, prefix)
+        if not listings:  # A's card.webp, in flight when A lost its lease, lands now
+            local_session.s3.put_object(Bucket=bucket, Key=prefix + "card.webp", Body=a_files["card.webp"])
+        listings.append(prefix)
+        return found
+
+    b._store.listing = listing
+    result = b.process(ref)
+    assert result.state == "done" and len(listings) == 2
+    manifest = json.loads(stored(local_session, f"derivatives/{key}/manifest.json"))
+    for output in manifest["outputs"]:
+        body = stored(local_session, output["key"])
+        assert (output["sha256"], output["bytes"]) == (hashlib.sha256(body).hexdigest(), len(body)), output["name"]
+    described = {o["name"]: o["sha256"] for o in manifest["outputs"]}
+    assert described["card"] == sha256_hex(a_files["card.webp"])  # A's bytes, not B's
+
+
+class _Body:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self, **_):
+        yield self.body
+
+
+def test_a_takeover_retried_after_its_answer_was_lost_still_adopts_the_staged_manifest(local_session, settings):
+    """The takeover's UpdateItem is applied but its answer lost (a 500); the SDK's retry
+    fails the condition, the claim reads the row: it must still carry the staged body."""
+    data = unique_png(320, 240)
+    ref = upload(local_session, data)
+    with pytest.raises(Crash):
+        worker(local_session, settings, CrashAt("manifest_stored"), 0).process(ref)
+    model = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
+    client = model._get_connection().connection.client
+    armed = [True]
+
+    def lose_answer(request, **_):
+        body = request.body.decode() if isinstance(request.body, bytes) else str(request.body)
+        if armed[0] and "attempts" in body and "ADD" in body:  # the takeover's update
+            armed[0] = False
+            URLLib3Session().send(request)  # applied by DynamoDB ...
+            error = b'{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"lost"}'
+            return AWSResponse(request.url, 500, {"x-amzn-RequestId": "lost"}, _Body(error))  # ... answer lost
+        return None
+
+    client.meta.events.register("before-send.dynamodb.UpdateItem", lose_answer)
+    try:
+        collector = Collector()
+        result = worker(local_session, settings, collector, 1).process(ref)
+    finally:
+        client.meta.events.unregister("before-send.dynamodb.UpdateItem", lose_answer)
+    assert not armed[0] and result.state == "done"
+    assert [(c.took_over, c.staged_manifest is not None) for c in collector.claims] == [(True, True)]
+    assert collector.renders == []
