@@ -29,6 +29,7 @@ import collections
 import io
 import json
 import logging
+import math
 import resource
 import statistics
 import subprocess
@@ -73,9 +74,9 @@ def render(photo: Path | None) -> dict[str, Any]:
     return result
 
 
-def count_requests(photos: list[Path]) -> tuple[collections.Counter[tuple[str, str]], int, int]:
+def count_requests(photos: list[Path]) -> tuple[collections.Counter[tuple[str, str]], int, int, float]:
     """Run the handler on ``photos`` against the embedded AWS: calls by (service, operation),
-    log bytes, and output bytes stored (manifests included)."""
+    log bytes, output bytes stored (manifests included) and the mean manifest size."""
     from mediajobs.entrypoints import worker
     from mediajobs.local.session import LocalSession
 
@@ -102,11 +103,12 @@ def count_requests(photos: list[Path]) -> tuple[collections.Counter[tuple[str, s
             counting[0] = False
             listed = session.s3.list_objects_v2(Bucket=session.stack.bucket, Prefix="derivatives/")
             stored = sum(o["Size"] for o in listed.get("Contents", []))
+            manifests = [o["Size"] for o in listed.get("Contents", []) if o["Key"].endswith("/manifest.json")]
             if session.dead_letters():
                 raise RuntimeError("a photo was dead-lettered: the request counts would be wrong")
     finally:
         botocore.client.BaseClient._make_api_call = real  # type: ignore[method-assign]
-    return calls, len(logs.getvalue().encode()), stored
+    return calls, len(logs.getvalue().encode()), stored, statistics.mean(manifests)
 
 
 def main() -> int:
@@ -127,7 +129,7 @@ def main() -> int:
     peak = max(r["peak_rss_mb"] for _, r in rows)
     print(f"mean render CPU per photo: {cpu_s:.3f} s; highest peak: {peak:.0f} MB\n")
 
-    calls, log_bytes, stored_bytes = count_requests(photos)
+    calls, log_bytes, stored_bytes, manifest_bytes = count_requests(photos)
     n = len(photos)
     per = {f"{svc}:{op}": count / n for (svc, op), count in sorted(calls.items())}
     print("AWS requests per photo (handler and event source mapping, embedded AWS):")
@@ -135,19 +137,22 @@ def main() -> int:
         print(f"  {name:40} {value:6.2f}")
     requests_per_image = sum(per.values())
     print(f"  {'total':40} {requests_per_image:6.2f}")
-    print(f"log bytes per photo: {log_bytes / n:.0f}; derivative bytes stored per photo: {stored_bytes / n:.0f}\n")
+    print(f"log bytes per photo: {log_bytes / n:.0f}; derivative bytes stored per photo: {stored_bytes / n:.0f}")
+    print(f"manifest bytes (staged in the job row while it commits): {manifest_bytes:.0f}\n")
 
     s3_cost = sum(
         v * (PRICES["s3_put_list"] if name.split(":")[1] in S3_WRITES else PRICES["s3_get_head"])
         for name, v in per.items()
         if name.startswith("s3:")
     )
-    # Every job row is under 1 KB to write and 4 KB to read but the staged manifest (a few
-    # KB): count units as one per request, staging as 3 write units.
+    # A write unit is 1 KB of the larger of the item before and after (DynamoDB developer
+    # guide, "Read/write capacity mode"): rows are under 1 KB but while the staged manifest
+    # is in them, which the staging update and the completing one both carry.
     ddb_writes = sum(v for name, v in per.items() if name.split(":")[1] in {"PutItem", "UpdateItem", "DeleteItem"})
     ddb_writes += sum(v for name, v in per.items() if name.endswith("BatchWriteItem"))
+    ddb_writes += 2 * math.ceil(manifest_bytes / 1024)
     ddb_reads = sum(v for name, v in per.items() if name.split(":")[1] in {"GetItem", "BatchGetItem"})
-    ddb_cost = (ddb_writes + 2) * PRICES["dynamodb_write_unit"] + ddb_reads * PRICES["dynamodb_read_unit"]
+    ddb_cost = ddb_writes * PRICES["dynamodb_write_unit"] + ddb_reads * PRICES["dynamodb_read_unit"]
     sqs_cost = sum(v for name, v in per.items() if name.startswith("sqs:")) * PRICES["sqs_request"]
     logs_cost = log_bytes / n / 1e9 * PRICES["logs_ingested_gb"]
     fixed = {"S3 requests": s3_cost, "DynamoDB": ddb_cost, "SQS": sqs_cost, "CloudWatch Logs": logs_cost}

@@ -120,7 +120,8 @@ def test_the_bucket_is_encrypted_private_tls_only_and_drops_abandoned_uploads():
         "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
     }  # fmt: skip
     (rule,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
-    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    # SSE-S3: ETags are MD5s, which identify a stored output without reading it back.
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
     (lifecycle,) = bucket["LifecycleConfiguration"]["Rules"]
     assert lifecycle["Status"] == "Enabled" and lifecycle["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 7
     policy = RESOURCES["MediaBucketPolicy"]["Properties"]
@@ -253,7 +254,9 @@ def test_the_worker_is_driven_by_the_queue_with_partial_batch_failures_and_bound
     props = event["Properties"]
     assert event["Type"] == "SQS" and props["Queue"] == {"Fn::GetAtt": ["JobsQueue", "Arn"]}
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert props["ScalingConfig"] == {"MaximumConcurrency": 10}
+    assert props["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "MaxConcurrency"}}
+    concurrency = TEMPLATE["Parameters"]["MaxConcurrency"]
+    assert (concurrency["Default"], concurrency["MinValue"], concurrency["MaxValue"]) == (10, 2, 1000)
     assert 1 <= props["BatchSize"] <= 10 and props["MaximumBatchingWindowInSeconds"] >= 0
 
 
