@@ -19,7 +19,7 @@ from PIL import Image, ImageCms
 
 from mediajobs.adapters.ledger import bound_job_model
 from mediajobs.bootstrap import active_recipes, build_pipeline
-from mediajobs.domain.errors import OUTPUT_CONFLICT
+from mediajobs.domain.errors import OUTPUT_CONFLICT, Superseded
 from mediajobs.domain.jobs import ObjectRef
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.domain.manifest import MAX_DECISION_TEXT
@@ -225,3 +225,121 @@ def test_a_takeover_retried_after_its_answer_was_lost_still_adopts_the_staged_ma
     assert not armed[0] and result.state == "done"
     assert [(c.took_over, c.staged_manifest is not None) for c in collector.claims] == [(True, True)]
     assert collector.renders == []
+
+
+def _crash_before_the_manifest_is_written(pipeline) -> None:
+    """The holder dies after staging the manifest, before its PutObject."""
+    real = pipeline._store.put_if_absent
+
+    def put(bucket, key, body, *, content_type):
+        if key.endswith("/manifest.json"):
+            raise Crash("staged, not written")
+        return real(bucket, key, body, content_type=content_type)
+
+    pipeline._store.put_if_absent = put
+
+
+def _count_reads(pipeline) -> list[str]:
+    """Keys the pipeline's S3 adapter reads (HeadObject and GetObject of the original)."""
+    reads: list[str] = []
+    head, download = pipeline._store.head, pipeline._store.download
+
+    def counted_head(ref):
+        reads.append("head " + ref.key)
+        return head(ref)
+
+    def counted_download(ref, dest, *, etag=None):
+        reads.append("get " + ref.key)
+        return download(ref, dest, etag=etag)
+
+    pipeline._store.head, pipeline._store.download = counted_head, counted_download
+    return reads
+
+
+def test_a_staged_manifest_not_yet_written_is_committed_without_reading_the_original(local_session, settings):
+    """Holders die after their claims until the attempts are used up, the last after
+    staging: the next delivery writes the staged manifest, past the cap, having read the
+    original's HeadObject only (its hash comes from the source index)."""
+    data = unique_png(640, 480)
+    ref, key = upload(local_session, data), image_job(data)
+    for attempt in range(settings.max_attempts - 1):
+        with pytest.raises(Crash):
+            worker(local_session, settings, CrashAt("claimed"), attempt).process(ref)
+    last_holder = worker(local_session, settings, Collector(), settings.max_attempts - 1)
+    _crash_before_the_manifest_is_written(last_holder)
+    with pytest.raises(Crash):
+        last_holder.process(ref)
+    row = row_of(local_session, key)
+    assert (row.state, int(row.attempts), row.staged_manifest is not None) == ("running", settings.max_attempts, True)
+    collector = Collector()
+    committer = worker(local_session, settings, collector, settings.max_attempts)
+    reads = _count_reads(committer)
+    result = committer.process(ref)
+    row = row_of(local_session, key)
+    assert (result.state, result.bytes_read, collector.renders, row.state) == ("done", 0, [], "done")
+    assert reads == ["head " + ref.key]
+    manifest = json.loads(stored(local_session, f"derivatives/{key}/manifest.json"))
+    assert row.outputs == manifest["outputs"]
+    for output in manifest["outputs"]:
+        body = stored(local_session, output["key"])
+        assert (output["sha256"], output["bytes"]) == (hashlib.sha256(body).hexdigest(), len(body))
+
+
+def test_claims_are_given_back_when_the_original_is_gone_before_it_is_read(local_session, settings):
+    """The job belongs to the content, not to this object: a copy may still come, so the
+    claim taken before the read is released (not failed, not left running)."""
+    data = unique_png(320, 240)
+    ref, key = upload(local_session, data), image_job(data)
+    with pytest.raises(Crash):
+        worker(local_session, settings, CrashAt("claimed"), 0).process(ref)
+    second = worker(local_session, settings, Collector(), 1)
+    download = second._store.download
+
+    def version_deleted_first(r, dest, *, etag=None):
+        local_session.s3.delete_object(Bucket=r.bucket, Key=r.key, VersionId=r.version_id)
+        return download(r, dest, etag=etag)
+
+    second._store.download = version_deleted_first
+    result = second.process(ref)
+    row = row_of(local_session, key)
+    assert (result.state, result.reason) == ("permanent_failure", "source_missing")
+    assert (row.state, int(row.attempts)) == ("transient_failure", 2)
+    # A copy of the content under another key takes the job over and commits it.
+    copy = upload(local_session, data)
+    assert worker(local_session, settings, Collector(), 2).process(copy).state == "done"
+    assert row_of(local_session, key).state == "done"
+
+
+def test_a_holder_staging_just_before_its_job_is_exhausted_gets_its_manifest_committed(local_session, settings):
+    """A duplicate reads the row (attempts used up, lease expired, nothing staged) and
+    goes to end it attempts_exhausted; in between the lost holder stages its manifest. The
+    conditional exhaustion fails, the duplicate takes the job over and commits the staged
+    manifest instead of reporting it busy."""
+    data = unique_png(320, 240)
+    ref, key = upload(local_session, data), image_job(data)
+    for attempt in range(settings.max_attempts - 1):
+        with pytest.raises(Crash):
+            worker(local_session, settings, CrashAt("claimed"), attempt).process(ref)
+    slow = worker(local_session, settings, Collector(), settings.max_attempts - 1)
+    real_stage = slow._ledger.stage_manifest
+    seen: dict[str, object] = {}
+
+    def stage_while_a_duplicate_exhausts(job_key, token, body, *, now_s):
+        duplicate = worker(local_session, settings, Collector(), settings.max_attempts + 1)
+        real_claim = duplicate._ledger.claim
+
+        def claim(spec, **kwargs):
+            real_stage(job_key, token, body, now_s=now_s)  # the slow holder stages just now
+            return real_claim(spec, **kwargs)
+
+        duplicate._ledger.claim = claim
+        seen["duplicate"] = duplicate.process(ref)
+        return body
+
+    slow._ledger.stage_manifest = stage_while_a_duplicate_exhausts
+    with pytest.raises(Superseded):  # the duplicate took the job over and committed it
+        slow.process(ref)
+    duplicate = seen["duplicate"]
+    assert (duplicate.state, duplicate.jobs[0].reused) == ("done", False)
+    row = row_of(local_session, key)
+    assert (row.state, int(row.attempts)) == ("done", settings.max_attempts + 1)

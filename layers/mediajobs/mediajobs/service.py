@@ -391,7 +391,7 @@ class Pipeline:
             views = self._ledger.find([spec.job_key for _, spec in self._specs(ref, sha256, media)])
             media = media or next((self._media_of_recipe.get(v.recipe_id) for v in views.values()), None)
             if media is not None:
-                settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media, views)
+                settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media, views, delivery)
                 if settled is not None:
                     return settled
                 # Some job needs work: claim before reading, so a delivery that loses the
@@ -400,12 +400,13 @@ class Pipeline:
                     return self._refuse(ref, *problem, sha256=sha256, size_bytes=head.size_bytes, media=media)
                 known_specs = self._specs(ref, sha256, media)
                 pre_claimed = self._claim_all(known_specs, views, delivery)
-                if not any(c.outcome is ClaimOutcome.RUN for c in pre_claimed):
+                if not any(c.outcome is ClaimOutcome.RUN and c.staged_manifest is None for c in pre_claimed):
+                    # Nothing to render: jobs settled elsewhere, or staged manifests to commit.
                     result = SourceResult(
                         ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=head.size_bytes
                     )
-                    for (recipe, _), claim in zip(known_specs, pre_claimed, strict=True):
-                        result.jobs.append(self._settled(recipe, claim))
+                    for (recipe, spec), claim in zip(known_specs, pre_claimed, strict=True):
+                        result.jobs.append(self._run_job(ref, delivery, None, recipe, spec, claim))
                     return self._summarise(result)
 
         # The bytes are needed: mark the source as being read, so duplicates wait.
@@ -429,7 +430,7 @@ class Pipeline:
                 marker = None
                 sha256, media = found.sha256, found.media
                 views = self._ledger.find([spec.job_key for _, spec in self._specs(ref, sha256, media)])
-                settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media or "", views)
+                settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media or "", views, delivery)
                 if settled is not None:
                     return settled
         work_dir = Path(tempfile.mkdtemp(prefix=WORK_FOLDER_PREFIX, dir=self.settings.work_dir))
@@ -440,6 +441,9 @@ class Pipeline:
             try:
                 downloaded = self._store.download(ref, original, etag=head.etag)
             except PermanentFailure as failure:
+                # The job belongs to the content, not to this object: another copy may
+                # still come. Give the claims back instead of failing the jobs.
+                self._release_all(pre_claimed, failure)
                 return self._refuse(ref, failure.reason, failure.detail)
             size = downloaded.size_bytes
             if sha256 is not None and downloaded.sha256 != sha256:
@@ -447,9 +451,7 @@ class Pipeline:
                     "the bytes read do not match the known SHA-256; using the bytes",
                     extra={"source_key": ref.key, "known": sha256, "read": downloaded.sha256},
                 )
-                for claim in pre_claimed:  # claims on the wrong jobs: give them back
-                    if claim.outcome is ClaimOutcome.RUN and claim.lease_token:
-                        self._release(claim.job_key, claim.lease_token, TransientFailure("content changed"), {})
+                self._release_all(pre_claimed, TransientFailure("content changed"))  # claims on the wrong jobs
                 views, media, pre_claimed = {}, None, []
             sha256 = downloaded.sha256
             if problem := self._size_problem(size):
@@ -482,12 +484,18 @@ class Pipeline:
             remembered = True
             work = _Work(ref, original, size, delivery, work_dir)
             for (recipe, spec), claim in zip(specs, claims, strict=True):
-                result.jobs.append(self._run_job(work, recipe, spec, claim))
+                result.jobs.append(self._run_job(ref, delivery, work, recipe, spec, claim))
             return self._summarise(result)
         finally:
             if marker is not None and not (remembered and marker in ids):
                 self._sources.abandon(marker, token)
             shutil.rmtree(work_dir, ignore_errors=True)
+
+    def _release_all(self, claims: list[Claim], why: Exception) -> None:
+        """Give back every claim this delivery holds (the next delivery takes them over)."""
+        for claim in claims:
+            if claim.outcome is ClaimOutcome.RUN and claim.lease_token:
+                self._release(claim.job_key, claim.lease_token, why, {"job_key": claim.job_key})
 
     def _claim_all(
         self, specs: list[tuple[Recipe, JobSpec]], views: dict[str, JobView], delivery: Delivery | None
@@ -508,7 +516,7 @@ class Pipeline:
         return result
 
     def _settle_without_bytes(
-        self, ref: ObjectRef, sha256: str, size: int, media: str, views: dict[str, JobView]
+        self, ref: ObjectRef, sha256: str, size: int, media: str, views: dict[str, JobView], delivery: Delivery | None
     ) -> SourceResult | None:
         """Answer a duplicate from the ledger alone, when none of its jobs needs the bytes.
 
@@ -537,11 +545,12 @@ class Pipeline:
         result = SourceResult(ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=size)
         for recipe, spec in specs:
             view = views[spec.job_key]
-            if decisions[spec.job_key] is Decision.EXHAUST:  # one conditional write ends it
-                claim = self._ledger.claim(spec, now_s=now, lease_until_s=now, seen=view)
+            if decisions[spec.job_key] is Decision.EXHAUST:  # one conditional write ends it ...
+                claim = self._ledger.claim(spec, now_s=now, lease_until_s=self._lease_until(delivery), seen=view)
             else:
                 claim = standing_claim(view)
-            result.jobs.append(self._settled(recipe, claim))
+            # ... unless the holder staged its manifest meanwhile: then the claim runs, to commit it.
+            result.jobs.append(self._run_job(ref, delivery, None, recipe, spec, claim))
         return self._summarise(result)
 
     def _settled(self, recipe: Recipe, claim: Claim) -> JobResult:
@@ -570,9 +579,14 @@ class Pipeline:
         log.info("job is running elsewhere", extra=extra)
         raise JobBusy(claim.job_key, claim.lease_expires_at_s)
 
-    def _run_job(self, work: _Work, recipe: Recipe, spec: JobSpec, claim: Claim) -> JobResult:
-        """Render and commit a job this delivery claimed, or report what the claim found."""
-        ref, delivery = work.ref, work.delivery
+    def _run_job(
+        self, ref: ObjectRef, delivery: Delivery | None, work: _Work | None, recipe: Recipe, spec: JobSpec, claim: Claim
+    ) -> JobResult:
+        """Render and commit a job this delivery claimed, or report what the claim found.
+
+        ``work`` (the original, read) may be ``None`` only for a claim that carries a staged
+        manifest: committing it needs no byte of the original.
+        """
         if claim.outcome is not ClaimOutcome.RUN:
             return self._settled(recipe, claim)
         assert claim.lease_token is not None
@@ -588,12 +602,19 @@ class Pipeline:
             margin_s=self.settings.deadline_margin_s,
             clock=self._clock,
         )
-        return self._render_and_commit(work, recipe, spec, claim.lease_token, keeper, staged=claim.staged_manifest)
+        return self._render_and_commit(ref, work, recipe, spec, claim.lease_token, keeper, staged=claim.staged_manifest)
 
     def _render_and_commit(
-        self, work: _Work, recipe: Recipe, spec: JobSpec, token: str, keeper: LeaseKeeper, *, staged: str | None
+        self,
+        ref: ObjectRef,
+        work: _Work | None,
+        recipe: Recipe,
+        spec: JobSpec,
+        token: str,
+        keeper: LeaseKeeper,
+        *,
+        staged: str | None,
     ) -> JobResult:
-        ref = work.ref
         key, prefix = spec.job_key, spec.output_prefix
         extra = {"job_key": key, "source_key": ref.key, "recipe": recipe.ref}
         started = time.monotonic()
@@ -607,6 +628,7 @@ class Pipeline:
                     log.info("adopting the manifest a lost holder staged", extra=extra)
                     outputs = self._commit_manifest(ref.bucket, manifest_key, staged)
                 else:
+                    assert work is not None, "only a staged manifest commits without the original"
                     outputs = self._write_set(work, recipe, spec, token, keeper, extra)
                 with keeper.last_write():  # the heartbeat neither renews nor releases meanwhile
                     self._ledger.complete(key, token, manifest_key=manifest_key, outputs=outputs, now_s=self._now())
