@@ -256,15 +256,20 @@ def _count_reads(pipeline) -> list[str]:
     return reads
 
 
+def _all_but_one_attempt_used(session, settings: Settings, data: bytes) -> tuple[ObjectRef, str]:
+    """Upload ``data``; holders then die after their claims until one attempt is left."""
+    ref, key = upload(session, data), image_job(data)
+    for attempt in range(settings.max_attempts - 1):
+        with pytest.raises(Crash):
+            worker(session, settings, CrashAt("claimed"), attempt).process(ref)
+    return ref, key
+
+
 def test_a_staged_manifest_not_yet_written_is_committed_without_reading_the_original(local_session, settings):
     """Holders die after their claims until the attempts are used up, the last after
     staging: the next delivery writes the staged manifest, past the cap, having read the
     original's HeadObject only (its hash comes from the source index)."""
-    data = unique_png(640, 480)
-    ref, key = upload(local_session, data), image_job(data)
-    for attempt in range(settings.max_attempts - 1):
-        with pytest.raises(Crash):
-            worker(local_session, settings, CrashAt("claimed"), attempt).process(ref)
+    ref, key = _all_but_one_attempt_used(local_session, settings, unique_png(640, 480))
     last_holder = worker(local_session, settings, Collector(), settings.max_attempts - 1)
     _crash_before_the_manifest_is_written(last_holder)
     with pytest.raises(Crash):
@@ -315,11 +320,7 @@ def test_a_holder_staging_just_before_its_job_is_exhausted_gets_its_manifest_com
     goes to end it attempts_exhausted; in between the lost holder stages its manifest. The
     conditional exhaustion fails, the duplicate takes the job over and commits the staged
     manifest instead of reporting it busy."""
-    data = unique_png(320, 240)
-    ref, key = upload(local_session, data), image_job(data)
-    for attempt in range(settings.max_attempts - 1):
-        with pytest.raises(Crash):
-            worker(local_session, settings, CrashAt("claimed"), attempt).process(ref)
+    ref, key = _all_but_one_attempt_used(local_session, settings, unique_png(320, 240))
     slow = worker(local_session, settings, Collector(), settings.max_attempts - 1)
     real_stage = slow._ledger.stage_manifest
     seen: dict[str, object] = {}
