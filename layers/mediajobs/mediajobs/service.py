@@ -14,11 +14,14 @@ For each event's object under ``originals/``:
    bytes, and remember hash and type in the source index.
 4. Per recipe: derive the job key, claim it (one conditional write), and only when this
    worker holds the claim -- with a heartbeat renewing the lease and the message's
-   visibility -- render, write each derivative with ``If-None-Match: *``, write
-   ``manifest.json`` last (the commit marker), then mark the job done, conditional on
-   still holding the claim. Before every write the heartbeat's findings are checked:
-   a superseded worker stops; one whose invocation is ending has already released the
-   claim.
+   visibility -- render, register what will be written in the job's row, write each
+   derivative with ``If-None-Match: *`` (a 412 is identified by the listing's ETag among
+   the registered candidates: derivatives are never read back), stage the manifest in
+   the row, write ``manifest.json`` last (the commit marker), then mark the job done,
+   conditional on still holding the claim. A takeover that finds a staged manifest
+   writes it and marks the job done, without the original. Before every write the
+   heartbeat's findings are checked: a superseded worker stops; one whose invocation is
+   ending has already released the claim.
 5. Remove the work folder, whatever happened.
 
 The caller (the Lambda handler) acknowledges the SQS message only after this returns:
