@@ -1,0 +1,138 @@
+"""The embedded AWS keeps AWS's atomic conditional writes: moto checks a condition and
+writes without a lock, so the server serialises DynamoDB requests and S3 writes."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from mediajobs.local.embedded import EmbeddedServer
+
+BUCKET = "atomic-writes"
+TABLE = "atomic-writes"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedServer]:
+    running = EmbeddedServer("127.0.0.1", 0)
+    running.start()
+    yield running
+    running.stop()
+
+
+def client(server: EmbeddedServer, service: str) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=f"http://127.0.0.1:{server.port}",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(server: EmbeddedServer) -> dict[str, Any]:
+    client(server, "s3").create_bucket(Bucket=BUCKET)
+    client(server, "dynamodb").create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    queue_url = client(server, "sqs").create_queue(QueueName="atomic-writes")["QueueUrl"]
+    return {"queue_url": queue_url}
+
+
+def locks_held_during(server: EmbeddedServer, call: Any) -> list[str]:
+    """Run ``call``; for each request it made, which of the server's locks were held."""
+    middleware = server.app
+    inner = middleware.wrapped
+    seen: list[str] = []
+
+    locks = {"dynamodb": middleware._dynamodb, "s3": middleware._s3_writes}
+
+    def recording(environ: dict[str, Any], start_response: Any) -> Any:
+        held = [name for name, lock in locks.items() if lock.locked()]
+        seen.append("+".join(held) or "none")
+        return inner(environ, start_response)
+
+    middleware.wrapped = recording
+    try:
+        call()
+    finally:
+        middleware.wrapped = inner
+    return seen
+
+
+def test_dynamodb_requests_and_s3_writes_run_under_their_lock_and_nothing_else_does(server, stack):
+    dynamodb, s3, sqs = client(server, "dynamodb"), client(server, "s3"), client(server, "sqs")
+    item = {"k": {"S": "a"}}
+    assert locks_held_during(server, lambda: dynamodb.put_item(TableName=TABLE, Item=item)) == ["dynamodb"]
+    assert locks_held_during(server, lambda: dynamodb.get_item(TableName=TABLE, Key=item)) == ["dynamodb"]
+    assert locks_held_during(server, lambda: s3.put_object(Bucket=BUCKET, Key="x", Body=b"x")) == ["s3"]
+    assert locks_held_during(server, lambda: s3.delete_object(Bucket=BUCKET, Key="x")) == ["s3"]
+    assert locks_held_during(server, lambda: s3.list_objects_v2(Bucket=BUCKET)) == ["none"]
+    receive = lambda: sqs.receive_message(QueueUrl=stack["queue_url"], WaitTimeSeconds=0)  # noqa: E731
+    assert locks_held_during(server, receive) == ["none"]
+
+
+def race(attempt: Any, threads: int = 10) -> int:
+    """``threads`` calls of ``attempt(n)``, released together; how many returned True."""
+    barrier = threading.Barrier(threads)
+    wins: list[int] = []
+
+    def one(n: int) -> None:
+        barrier.wait()
+        if attempt(n):
+            wins.append(n)
+
+    workers = [threading.Thread(target=one, args=(n,)) for n in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return len(wins)
+
+
+def test_ten_conditional_updates_of_one_item_give_one_winner(server, stack):
+    dynamodb = client(server, "dynamodb")
+
+    def take_over(key: dict[str, Any], n: int) -> bool:
+        try:
+            dynamodb.update_item(
+                TableName=TABLE,
+                Key=key,
+                UpdateExpression="SET holder = :new",
+                ConditionExpression="holder = :old",
+                ExpressionAttributeValues={":new": {"S": f"worker-{n}"}, ":old": {"S": "old"}},
+            )
+            return True
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
+            return False
+
+    for round_ in range(20):
+        key = {"k": {"S": f"update-{round_}"}}
+        dynamodb.put_item(TableName=TABLE, Item={**key, "holder": {"S": "old"}})
+        assert race(functools.partial(take_over, key)) == 1
+
+
+def test_ten_if_none_match_puts_of_one_key_give_one_winner(server, stack):
+    s3 = client(server, "s3")
+
+    def put(key: str, n: int) -> bool:
+        try:
+            s3.put_object(Bucket=BUCKET, Key=key, Body=bytes([n]) * 1000, IfNoneMatch="*")
+            return True
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "PreconditionFailed"
+            return False
+
+    for round_ in range(20):
+        assert race(functools.partial(put, f"put-{round_}")) == 1
