@@ -12,7 +12,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from mediajobs.local.embedded import EmbeddedServer
+from mediajobs.local.embedded import AtomicWrites, EmbeddedServer
 
 BUCKET = "atomic-writes"
 TABLE = "atomic-writes"
@@ -136,3 +136,20 @@ def test_ten_if_none_match_puts_of_one_key_give_one_winner(server, stack):
 
     for round_ in range(20):
         assert race(functools.partial(put, f"put-{round_}")) == 1
+
+
+def test_a_serialised_response_is_read_whole_then_closed():
+    """PEP 3333: whoever calls a WSGI application closes the iterable it returns."""
+
+    class Body:
+        closed = False
+
+        def __iter__(self) -> Iterator[bytes]:
+            return iter([b"a", b"b"])
+
+        def close(self) -> None:
+            Body.closed = True
+
+    middleware = AtomicWrites(lambda environ, start_response: Body())
+    environ = {"HTTP_X_AMZ_TARGET": "DynamoDB_20120810.PutItem", "REQUEST_METHOD": "POST"}
+    assert (middleware(environ, None), Body.closed) == ([b"a", b"b"], True)

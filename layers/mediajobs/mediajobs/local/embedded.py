@@ -119,7 +119,12 @@ class AtomicWrites:
         if lock is None:
             return self.wrapped(environ, start_response)
         with lock:
-            return list(self.wrapped(environ, start_response))
+            response = self.wrapped(environ, start_response)
+            try:
+                return list(response)
+            finally:
+                if hasattr(response, "close"):  # PEP 3333: the caller of an iterable closes it
+                    response.close()
 
 
 class EmbeddedServer:
