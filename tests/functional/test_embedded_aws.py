@@ -4,13 +4,17 @@ writes without a lock, so the server serialises DynamoDB requests and S3 writes.
 from __future__ import annotations
 
 import functools
+import io
+import json
 import threading
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from werkzeug.test import EnvironBuilder
 
 from mediajobs.local.embedded import AtomicWrites, EmbeddedServer
 
@@ -49,24 +53,34 @@ def stack(server: EmbeddedServer) -> dict[str, Any]:
     return {"queue_url": queue_url}
 
 
+LOCKS = {"dynamodb": AtomicWrites.DYNAMODB, "s3": AtomicWrites.S3_WRITES}
+
+
+def held() -> str:
+    return "+".join(name for name, lock in LOCKS.items() if lock.locked()) or "none"
+
+
 def locks_held_during(server: EmbeddedServer, call: Any) -> list[str]:
-    """Run ``call``; for each request it made, which of the server's locks were held."""
+    """Run ``call``; for each request it made, which of the locks were held while moto
+    answered it."""
     middleware = server.app
-    inner = middleware.wrapped
     seen: list[str] = []
+    route = middleware.route
 
-    locks = {"dynamodb": middleware._dynamodb, "s3": middleware._s3_writes}
+    def recording_route(environ: dict[str, Any]) -> Any:
+        app, lock = route(environ)
 
-    def recording(environ: dict[str, Any], start_response: Any) -> Any:
-        held = [name for name, lock in locks.items() if lock.locked()]
-        seen.append("+".join(held) or "none")
-        return inner(environ, start_response)
+        def recording_app(environ: dict[str, Any], start_response: Any) -> Any:
+            seen.append(held())
+            return app(environ, start_response)
 
-    middleware.wrapped = recording
+        return recording_app, lock
+
+    middleware.route = recording_route  # type: ignore[method-assign]
     try:
         call()
     finally:
-        middleware.wrapped = inner
+        del middleware.route
     return seen
 
 
@@ -80,6 +94,52 @@ def test_dynamodb_requests_and_s3_writes_run_under_their_lock_and_nothing_else_d
     assert locks_held_during(server, lambda: s3.list_objects_v2(Bucket=BUCKET)) == ["none"]
     receive = lambda: sqs.receive_message(QueueUrl=stack["queue_url"], WaitTimeSeconds=0)  # noqa: E731
     assert locks_held_during(server, receive) == ["none"]
+
+
+def test_a_presigned_s3_write_runs_under_the_s3_lock(server, stack):
+    """No Authorization header: the signature is in the query string."""
+    url = client(server, "s3").generate_presigned_url(
+        "put_object", Params={"Bucket": BUCKET, "Key": "presigned"}, ExpiresIn=60
+    )
+    request = urllib.request.Request(url, data=b"body", method="PUT", headers={"Content-Type": "image/jpeg"})
+    assert locks_held_during(server, lambda: urllib.request.urlopen(request).close()) == ["s3"]
+    assert client(server, "s3").get_object(Bucket=BUCKET, Key="presigned")["Body"].read() == b"body"
+
+
+def test_a_request_body_is_read_before_any_lock_is_taken(server, stack):
+    """A client that stops half-way through its body must not hold up other writers."""
+    reads: list[str] = []
+
+    class Body(io.BytesIO):
+        def read(self, size: int | None = -1) -> bytes:
+            reads.append(held())
+            return super().read(size)
+
+        def readinto(self, buffer: Any) -> int:
+            reads.append(held())
+            return super().readinto(buffer)
+
+    environ = EnvironBuilder(
+        method="POST",
+        headers={
+            "X-Amz-Target": "DynamoDB_20120810.ListTables",
+            "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20261129/us-east-1/dynamodb/aws4_request, "
+            "SignedHeaders=host, Signature=0",
+        },
+        content_type="application/x-amz-json-1.0",
+        data=b"{}",
+    ).get_environ()
+    environ["wsgi.input"] = Body(b"{}")
+    statuses: list[str] = []
+    body = b"".join(server.app(environ, lambda status, headers: statuses.append(status)))
+    assert (reads[0], statuses, TABLE in json.loads(body)["TableNames"]) == ("none", ["200 OK"], True)
+
+
+def test_s3_metadata_names_with_underscores_survive(server, stack):
+    """moto's request handler keeps header names with "_" that werkzeug's drops."""
+    s3 = client(server, "s3")
+    s3.put_object(Bucket=BUCKET, Key="meta", Body=b"x", Metadata={"source_sha256": "abc", "plain": "1"})
+    assert s3.head_object(Bucket=BUCKET, Key="meta")["Metadata"] == {"source_sha256": "abc", "plain": "1"}
 
 
 def race(attempt: Any, threads: int = 10) -> int:
@@ -138,7 +198,7 @@ def test_ten_if_none_match_puts_of_one_key_give_one_winner(server, stack):
         assert race(functools.partial(put, f"put-{round_}")) == 1
 
 
-def test_a_serialised_response_is_read_whole_then_closed():
+def test_a_serialised_response_is_read_whole_then_closed(server):
     """PEP 3333: whoever calls a WSGI application closes the iterable it returns."""
 
     class Body:
@@ -150,6 +210,6 @@ def test_a_serialised_response_is_read_whole_then_closed():
         def close(self) -> None:
             Body.closed = True
 
-    middleware = AtomicWrites(lambda environ, start_response: Body())
-    environ = {"HTTP_X_AMZ_TARGET": "DynamoDB_20120810.PutItem", "REQUEST_METHOD": "POST"}
-    assert (middleware(environ, None), Body.closed) == ([b"a", b"b"], True)
+    middleware = AtomicWrites(server.app.dispatcher)
+    middleware.route = lambda environ: (lambda environ, start_response: Body(), AtomicWrites.DYNAMODB)  # type: ignore
+    assert (middleware(EnvironBuilder(method="POST").get_environ(), None), Body.closed) == ([b"a", b"b"], True)

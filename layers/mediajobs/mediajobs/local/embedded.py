@@ -8,6 +8,7 @@ the jobs table with the PynamoDB model's key schema), under local names.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -19,8 +20,9 @@ from typing import Any
 
 import boto3
 from moto import backends as moto_backends
-from moto.server import DomainDispatcherApplication, create_backend_app
+from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.wsgi import get_input_stream
 
 from mediajobs.adapters.ledger import bind_model, bound_job_model
 from mediajobs.adapters.sources import SourceModel
@@ -89,37 +91,48 @@ class AtomicWrites:
     expressions" in the DynamoDB developer guide) or S3 (conditional writes) lets only one
     pass: measured, 3 of 200 rounds of ten threads racing one takeover gave two winners.
 
-    Every DynamoDB request, and every S3 request that writes (``PUT``, ``POST``,
-    ``DELETE``), runs alone among its service's requests; its whole response is built
-    inside the lock. Reads of S3 and every other service (SQS long polls included) are
-    not serialised.
+    Each request's body is read whole first, outside any lock, so a client that stops
+    half-way through its body holds up nobody else. Then moto's own routing picks the
+    service, and every DynamoDB request runs alone among DynamoDB requests, every S3
+    ``PUT``, ``POST`` or ``DELETE`` (signed, presigned or unsigned) alone among S3 writes;
+    its whole response is built inside the lock. S3 reads and every other service (SQS
+    long polls included) are not serialised. The locks are the class's: moto's backends
+    are shared by the whole process, whatever server answers.
 
     Parameters
     ----------
-    app: the WSGI application to wrap (moto's ``DomainDispatcherApplication``), kept as
-        ``wrapped``.
+    dispatcher: moto's ``DomainDispatcherApplication``, which routes a request to its
+        service's application.
     """
 
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
-        self.wrapped = app
-        self._dynamodb = threading.Lock()
-        self._s3_writes = threading.Lock()
+    DYNAMODB = threading.Lock()
+    S3_WRITES = threading.Lock()
 
-    def lock_for(self, environ: dict[str, Any]) -> threading.Lock | None:
-        """The lock a request must hold, or ``None`` when it runs unserialised."""
-        if environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
-            return self._dynamodb
-        writes = environ.get("REQUEST_METHOD") in ("PUT", "POST", "DELETE")
-        if writes and "/s3/aws4_request" in environ.get("HTTP_AUTHORIZATION", ""):
-            return self._s3_writes
+    def __init__(self, dispatcher: DomainDispatcherApplication) -> None:
+        self.dispatcher = dispatcher
+
+    @classmethod
+    def lock_for(cls, service: str, method: str) -> threading.Lock | None:
+        """The lock a request of moto's ``service`` (``"dynamodb"``, ``"s3"``, ...) with
+        HTTP ``method`` must hold, or ``None`` when it runs unserialised."""
+        if service.startswith("dynamodb"):
+            return cls.DYNAMODB
+        if service == "s3" and method in ("PUT", "POST", "DELETE"):
+            return cls.S3_WRITES
         return None
 
+    def route(self, environ: dict[str, Any]) -> tuple[Callable[..., Iterable[bytes]], threading.Lock | None]:
+        """The application moto routes ``environ`` to, and the lock it must run under."""
+        app = self.dispatcher.get_application(environ)
+        return app, self.lock_for(str(getattr(app, "service", "")), environ.get("REQUEST_METHOD", ""))
+
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        lock = self.lock_for(environ)
+        environ["wsgi.input"] = io.BytesIO(get_input_stream(environ).read())
+        app, lock = self.route(environ)
         if lock is None:
-            return self.wrapped(environ, start_response)
+            return app(environ, start_response)
         with lock:
-            response = self.wrapped(environ, start_response)
+            response = app(environ, start_response)
             try:
                 return list(response)
             finally:
@@ -128,7 +141,8 @@ class AtomicWrites:
 
 
 class EmbeddedServer:
-    """moto's server application behind :class:`AtomicWrites`, on a thread of this process.
+    """moto's server (its application and request handler) behind :class:`AtomicWrites`,
+    on a thread of this process.
 
     Parameters
     ----------
@@ -137,7 +151,9 @@ class EmbeddedServer:
 
     def __init__(self, host: str, port: int) -> None:
         self.app = AtomicWrites(DomainDispatcherApplication(create_backend_app))
-        self._server: BaseWSGIServer = make_server(host, port, self.app, threaded=True)
+        self._server: BaseWSGIServer = make_server(
+            host, port, self.app, threaded=True, request_handler=MotoRequestHandler
+        )
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto-server", daemon=True)
 
     @property
