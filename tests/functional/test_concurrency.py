@@ -3,14 +3,13 @@ bytes under another key."""
 
 from __future__ import annotations
 
-import threading
-
 from mediajobs.bootstrap import build_pipeline
 from mediajobs.domain.errors import JobBusy
 from mediajobs.domain.jobs import ObjectRef
 from mediajobs.local.session import Collector
 from mediajobs.settings import Settings
 from tests.functional.test_worker import unique_png
+from tests.functional.together import run_together
 
 
 def test_same_event_delivered_ten_times_concurrently_renders_once(local_session):
@@ -21,22 +20,15 @@ def test_same_event_delivered_ten_times_concurrently_renders_once(local_session)
     collector = Collector()
     # One pipeline (own clients) per thread, as ten Lambda execution environments would have.
     pipelines = [build_pipeline(Settings.from_env(), observer=collector) for _ in range(10)]
-    barrier = threading.Barrier(10)
-    outcomes: list[str] = []
 
-    def deliver(pipeline) -> None:
-        barrier.wait()
+    def deliver(n: int) -> str:
         try:
-            result = pipeline.process(ref)
-            outcomes.append("reused" if result.jobs[0].reused else "rendered")
+            result = pipelines[n].process(ref)
+            return "reused" if result.jobs[0].reused else "rendered"
         except JobBusy:
-            outcomes.append("busy")
+            return "busy"
 
-    threads = [threading.Thread(target=deliver, args=(p,)) for p in pipelines]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    outcomes = run_together(deliver)
     assert len(collector.renders) == 1
     assert outcomes.count("rendered") == 1 and len(outcomes) == 10
     assert set(outcomes) <= {"rendered", "busy", "reused"}

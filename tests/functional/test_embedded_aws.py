@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import io
 import json
-import threading
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from botocore.exceptions import ClientError
 from werkzeug.test import EnvironBuilder
 
 from mediajobs.local.embedded import AtomicWrites, EmbeddedServer
+from tests.functional.together import run_together
 
 BUCKET = "atomic-writes"
 TABLE = "atomic-writes"
@@ -142,24 +142,6 @@ def test_s3_metadata_names_with_underscores_survive(server, stack):
     assert s3.head_object(Bucket=BUCKET, Key="meta")["Metadata"] == {"source_sha256": "abc", "plain": "1"}
 
 
-def race(attempt: Any, threads: int = 10) -> int:
-    """``threads`` calls of ``attempt(n)``, released together; how many returned True."""
-    barrier = threading.Barrier(threads)
-    wins: list[int] = []
-
-    def one(n: int) -> None:
-        barrier.wait()
-        if attempt(n):
-            wins.append(n)
-
-    workers = [threading.Thread(target=one, args=(n,)) for n in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    return len(wins)
-
-
 def test_ten_conditional_updates_of_one_item_give_one_winner(server, stack):
     dynamodb = client(server, "dynamodb")
 
@@ -180,7 +162,7 @@ def test_ten_conditional_updates_of_one_item_give_one_winner(server, stack):
     for round_ in range(20):
         key = {"k": {"S": f"update-{round_}"}}
         dynamodb.put_item(TableName=TABLE, Item={**key, "holder": {"S": "old"}})
-        assert race(functools.partial(take_over, key)) == 1
+        assert run_together(functools.partial(take_over, key)).count(True) == 1
 
 
 def test_ten_if_none_match_puts_of_one_key_give_one_winner(server, stack):
@@ -195,7 +177,7 @@ def test_ten_if_none_match_puts_of_one_key_give_one_winner(server, stack):
             return False
 
     for round_ in range(20):
-        assert race(functools.partial(put, f"put-{round_}")) == 1
+        assert run_together(functools.partial(put, f"put-{round_}")).count(True) == 1
 
 
 def test_a_serialised_response_is_read_whole_then_closed(server):

@@ -3,7 +3,6 @@ renewal, the attempts cap, the duplicate probe, races."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from mediajobs.adapters.ledger import DynamoLedger, bound_job_model
 from mediajobs.domain.errors import Superseded
 from mediajobs.domain.jobs import ClaimOutcome, JobSpec, OutputCandidate, OutputRecord
+from tests.functional.together import run_together
 
 LEASE_S = 60
 MAX_ATTEMPTS = 3
@@ -97,19 +97,7 @@ def test_transient_failure_is_taken_over_at_once(ledger):
 
 def race(ledger: DynamoLedger, key: str, now_s: int, threads: int = 10) -> list[str]:
     """``threads`` claims of one key, released together; their outcomes, sorted."""
-    barrier = threading.Barrier(threads)
-    outcomes: list[str] = []
-
-    def one() -> None:
-        barrier.wait()
-        outcomes.append(claim(ledger, key, now_s).outcome.value)
-
-    workers = [threading.Thread(target=one) for _ in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    return sorted(outcomes)
+    return sorted(run_together(lambda _: claim(ledger, key, now_s).outcome.value, threads))
 
 
 def test_ten_threads_racing_one_key_give_one_winner(ledger):
