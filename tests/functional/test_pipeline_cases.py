@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import shared_file
+from tests.conftest import case_file, media_file
 
 CASES = [
-    (("cases", "I18_empty.jpg"), "empty_file", False),
-    (("cases", "I18_empty.mp4"), "empty_file", False),
-    (("cases", "I17_html_error_page.jpg"), "unsupported_format", False),
-    (("cases", "I12_progressive_truncated.jpg"), "truncated_image", True),
-    (("cases", "I14_bomb_60mp_8000x7500.png"), "too_many_pixels", True),
-    (("media", "bad", "corrupted.jpg"), "corrupt_image", True),
-    (("cases", "I17_s3_error.mp4"), "invalid_media", True),
-    (("cases", "V05_audio_only.mp4"), "no_video_stream", True),
-    (("cases", "V08_moov_missing.mov"), "invalid_media", True),
-    (("cases", "V09_hls_playlist.mp4"), "unsupported_container", True),
-    (("cases", "V09_hls_ssrf.mp4"), "unsupported_container", True),
+    (("I18_empty.jpg",), "empty_file", False),
+    (("I18_empty.mp4",), "empty_file", False),
+    (("I17_html_error_page.jpg",), "unsupported_format", False),
+    (("I12_progressive_truncated.jpg",), "truncated_image", True),
+    (("I14_bomb_60mp_8000x7500.png",), "too_many_pixels", True),
+    (("bad", "corrupted.jpg"), "corrupt_image", True),
+    (("I17_s3_error.mp4",), "invalid_media", True),
+    (("V05_audio_only.mp4",), "no_video_stream", True),
+    (("V08_moov_missing.mov",), "invalid_media", True),
+    (("V09_hls_playlist.mp4",), "unsupported_container", True),
+    (("V09_hls_ssrf.mp4",), "unsupported_container", True),
 ]
 
 
@@ -30,7 +30,7 @@ def outcomes(local_session):
     keys = {}
     for parts, _, _ in CASES:
         key = f"originals/cases/{parts[-1]}"
-        local_session.upload(shared_file(*parts), key)
+        local_session.upload(media_file(*parts) if len(parts) > 1 else case_file(parts[0]), key)
         keys[parts[-1]] = key
     local_session.run()
     return local_session, keys, local_session.esm.stats.received - received_before

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import shared_file
+from tests.conftest import case_file, media_file
 
 
 def _manifest(session, job) -> dict:
@@ -15,7 +15,7 @@ def _manifest(session, job) -> dict:
 
 def test_a_portrait_video_is_committed_with_its_renditions_poster_and_manifest(local_session):
     session = local_session
-    key = session.upload(shared_file("cases", "V01_portrait_rotation.mp4"), "originals/video/portrait.mp4")
+    key = session.upload(case_file("V01_portrait_rotation.mp4"), "originals/video/portrait.mp4")
     session.run()
     (result,) = session.collector.results[key]
     assert (result.state, result.media) == ("done", "video")
@@ -40,7 +40,7 @@ def test_a_portrait_video_is_committed_with_its_renditions_poster_and_manifest(l
 
 def test_a_redelivered_video_is_answered_from_the_ledger(local_session):
     session = local_session
-    key = session.upload(shared_file("media", "video", "white.mp4"), "originals/video/white.mp4")
+    key = session.upload(media_file("video", "white.mp4"), "originals/video/white.mp4")
     session.run()
     renders = len(session.collector.renders)
     session.redeliver(list(session.esm.stats.bodies[-1:]))
@@ -57,7 +57,7 @@ def test_v09_canary_first_then_the_playlists(local_session):
     session = local_session
     keys = {}
     for name in ("V09_canary_segment.ts", "V09_hls_playlist.mp4", "V09_hls_ssrf.mp4"):
-        keys[name] = session.upload(shared_file("cases", name), f"originals/v09/{name}")
+        keys[name] = session.upload(case_file(name), f"originals/v09/{name}")
         session.run()
     for name in ("V09_hls_playlist.mp4", "V09_hls_ssrf.mp4"):
         (result,) = session.collector.results[keys[name]]

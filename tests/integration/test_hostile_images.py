@@ -13,7 +13,7 @@ from PIL import Image
 from mediajobs.adapters.imaging import MAX_FRAMES, MAX_JPEG_SCANS, PillowRenderer
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.recipes import load_recipe
-from tests.conftest import shared_file
+from tests.conftest import media_file
 
 VARIANTS = load_recipe("web-image", 1).params.variants
 
@@ -127,7 +127,7 @@ def test_gif_cut_inside_its_last_frame_is_truncated(tmp_path):
 
 
 def test_truncated_heic_fails_instead_of_green_tiles(tmp_path):
-    data = shared_file("media", "photos", "iphone-13-pro-max.heic").read_bytes()
+    data = media_file("photos", "iphone-13-pro-max.heic").read_bytes()
     assert reason(tmp_path, data[: len(data) // 2], "cut.heic") == "truncated_image"
 
 

@@ -1,4 +1,4 @@
-"""Every image case of ../shared/cases/CASES.md gives the outcome written there.
+"""Every image case (tests/media/cases_images.py: each maker with its expected outcome) gives that outcome.
 
 These run the real renderer (Pillow, pillow-heif, libwebp, libavif) on the case files.
 Failures before any job (empty, unidentified) are asserted at the pipeline level in
@@ -17,13 +17,13 @@ from skimage.color import deltaE_cie76, rgb2lab
 from mediajobs.adapters.imaging import PillowRenderer
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.recipes import load_recipe
-from tests.conftest import shared_file
+from tests.conftest import case_file, media_file
 
 RECIPE = load_recipe("web-image", 1)
 
 
 def render(tmp_path: Path, name: str, max_pixels: int = 50_000_000):
-    files, decisions = PillowRenderer(max_pixels).render(shared_file("cases", name), RECIPE.params.variants, tmp_path)
+    files, decisions = PillowRenderer(max_pixels).render(case_file(name), RECIPE.params.variants, tmp_path)
     images = {f.name: Image.open(f.path) for f in files}
     for im in images.values():
         im.load()
@@ -36,7 +36,7 @@ def sizes(files) -> dict[str, tuple[int, int]]:
 
 def failure(tmp_path: Path, name: str) -> PermanentFailure:
     with pytest.raises(PermanentFailure) as caught:
-        PillowRenderer(50_000_000).render(shared_file("cases", name), RECIPE.params.variants, tmp_path)
+        PillowRenderer(50_000_000).render(case_file(name), RECIPE.params.variants, tmp_path)
     assert list(tmp_path.iterdir()) == []  # nothing written
     return caught.value
 
@@ -184,7 +184,7 @@ def test_i17_html_error_page_named_jpg_is_unsupported(tmp_path):
 def test_corrupted_jpeg_is_a_permanent_failure_with_its_reason(tmp_path):
     with pytest.raises(PermanentFailure) as caught:
         PillowRenderer(50_000_000).render(
-            shared_file("media", "bad", "corrupted.jpg"), RECIPE.params.variants, tmp_path
+            media_file("bad", "corrupted.jpg"), RECIPE.params.variants, tmp_path
         )
     assert caught.value.reason == "corrupt_image"
     assert caught.value.detail == "16384 fill bytes at byte 212992"  # then an invalid marker 0xFF9F

