@@ -1,24 +1,39 @@
-# The two commands: `make demo` and `make test`. Both create .venv if needed.
+# The two commands: `make demo` and `make test`. Both create .venv if needed and, when the
+# product finds no ffmpeg/ffprobe, fetch the layer's static ones for this machine first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check install clean
+.PHONY: demo test test-fast lint typecheck check install ffmpeg clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[demo,dev]'
+	$(BIN)/pip install --quiet -e '.[local,demo,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# ffmpeg and ffprobe as the product looks for them (MEDIAJOBS_FFMPEG_DIR when set, /opt/bin,
+# layers/ffmpeg/build/<arch>/bin, PATH); when none is found, the ffmpeg layer's pinned,
+# checksummed static binaries are built for this machine into layers/ffmpeg/build/<arch>/bin.
+FIND_FFMPEG := $(BIN)/python -c 'from mediajobs.adapters.ffmpeg import find_binaries; \
+  b = find_binaries(); print(f"ffmpeg: {b.ffmpeg} and {b.ffprobe} ({b.origin})")'
+
+ffmpeg: $(STAMP)
+	@$(FIND_FFMPEG) >/dev/null 2>&1 || $(MAKE) --no-print-directory -C layers/ffmpeg local
+	@$(FIND_FFMPEG)
+
+demo: ffmpeg
 	$(BIN)/mediajobs demo --out mediajobs-out
 
-test: $(STAMP)
+test: ffmpeg
 	$(BIN)/pytest
+
+# The fast subset: no test marked slow (the layer builds, the storm, long videos).
+test-fast: ffmpeg
+	$(BIN)/pytest -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check layers functions tests benchmarks
@@ -30,4 +45,4 @@ typecheck: $(STAMP)
 check: lint typecheck test
 
 clean:
-	rm -rf $(VENV) mediajobs-out .pytest_cache .mypy_cache .ruff_cache .aws-sam
+	rm -rf $(VENV) mediajobs-out .pytest_cache .mypy_cache .ruff_cache .aws-sam tests/media/build
