@@ -1,4 +1,8 @@
-"""Image rendering with Pillow (+ pillow-heif for HEIC/HEIF).
+"""Image rendering with Pillow (+ pi-heif for HEIC/HEIF).
+
+Importing this module registers pi-heif's HEIF opener with Pillow (pi-heif is the pillow-heif
+project's decoder-only build: the same API, without the HEVC encoder the worker never
+calls). The worker imports it at its first media detection (:mod:`mediajobs.bootstrap`).
 
 Order of operations for one original, chosen so that bad input fails before any pixel
 is decoded and good input is decoded once:
@@ -15,7 +19,7 @@ is decoded and good input is decoded once:
    twice its limit (DecompressionBombWarning), so it is not relied on.
 4. For JPEG, ask the decoder for a DCT-domain reduced decode (``Image.draft``) no smaller
    than the largest variant. Count frames on a separate handle, within limits.
-5. Decode; apply EXIF orientation 2-8 to the pixels (pillow-heif applies HEIF's own
+5. Decode; apply EXIF orientation 2-8 to the pixels (pi-heif applies HEIF's own
    irot/imir and resets the EXIF tag to 1, so HEIC is never rotated twice). Normalise the
    pixel mode (16-bit scaled, not clipped; palette/LA/PA with alpha kept) and convert to
    sRGB from any embedded ICC profile (CMYK included; Pillow's JPEG decoder already undoes
@@ -37,7 +41,7 @@ import warnings
 from pathlib import Path
 from typing import Final, cast
 
-import pillow_heif
+import pi_heif
 from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
 
 from mediajobs.adapters.containers import container_problem
@@ -57,7 +61,7 @@ from mediajobs.domain.recipes import CONTENT_TYPES, EXTENSIONS, FORMATS_WITH_ALP
 
 log = logging.getLogger(__name__)
 
-pillow_heif.register_heif_opener()
+pi_heif.register_heif_opener()  # HEIC/HEIF for every Image.open in the process, from this import on
 # A truncated file must fail, never decode into a half-grey picture.
 ImageFile.LOAD_TRUNCATED_IMAGES = False
 
@@ -78,7 +82,7 @@ _DECODE_ERRORS: Final = (
     TypeError,
     struct.error,
     ZeroDivisionError,
-    RuntimeError,  # pillow-heif and Pillow's AVIF plugin report decoder failures this way
+    RuntimeError,  # pi-heif and Pillow's AVIF plugin report decoder failures this way
 )
 #: Most frames (or pages) an image may have. Pillow walks them one by one (TIFF pages in
 #: quadratic time), so millions of 1x1 frames in a few MB would take minutes to count.
@@ -356,7 +360,7 @@ class PillowRenderer:
                 im.draft(None, fit_within(width, height, largest_box))  # DCT-domain 1/2, 1/4, 1/8
             frames, duration_ms = _frames(source, self._max_pixels, ANIMATION_BUDGET_FACTOR * self._max_pixels)
             im.load()
-            # pillow-heif applies HEIF's irot/imir itself, reports the upright size and
+            # pi-heif applies HEIF's irot/imir itself, reports the upright size and
             # resets the EXIF tag to 1, keeping the original in info["original_orientation"].
             decoder_orientation = int(im.info.get("original_orientation") or 1)
             with warnings.catch_warnings():  # "Corrupt EXIF data": the EXIF is dropped anyway
