@@ -2,6 +2,13 @@
 
 Tests and the local runner pass their own settings, clients or observer; nothing else
 in the package constructs adapters.
+
+What only one kind of media needs is imported where that path starts, not when the
+handler is imported (Lambda's INIT, paid by every cold start): the image adapter (Pillow,
+pi-heif, the container walkers) at the first media detection, the video adapter (the
+ffmpeg runner and the video plans) at the first video render. Imports that every record
+needs (boto3, PynamoDB, the recipes) stay at the top. ``benchmarks/cold_start.py``
+measures the effect.
 """
 
 from __future__ import annotations
@@ -9,21 +16,25 @@ from __future__ import annotations
 import functools
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 
-from mediajobs.adapters.containers import looks_like_video
-from mediajobs.adapters.imaging import PillowRenderer, identify
 from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
-from mediajobs.adapters.video import FfmpegRenderer
 from mediajobs.domain.recipes import Recipe, load_recipe
 from mediajobs.service import Pipeline, PipelineObserver, remove_stale_work_folders
 from mediajobs.settings import Settings
+
+if TYPE_CHECKING:
+    from mediajobs.adapters.imaging import PillowRenderer
+    from mediajobs.adapters.video import FfmpegRenderer
+    from mediajobs.domain.jobs import RenderContext, RenderedFile
+    from mediajobs.domain.manifest import Decisions, RenderDecisions
+    from mediajobs.domain.recipes import ImageVariant, VideoRenditionsParams
 
 #: Recipes applied to each media type, as (id, version).
 ACTIVE_RECIPES: dict[str, list[tuple[str, int]]] = {"image": [("web-image", 1)], "video": [("web-video", 1)]}
@@ -40,7 +51,16 @@ RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_t
 def detect_media(path: Path, key: str = "") -> str | None:
     """``"image"`` when the bytes are an accepted image format; ``"video"`` when they look like
     a media container or playlist (ffprobe's allow-list decides what is accepted), or when
-    nothing recognises them and ``key`` has a video extension; else ``None``."""
+    nothing recognises them and ``key`` has a video extension; else ``None``.
+
+    The image adapter (Pillow and pi-heif, whose HEIF opener it registers) and the
+    container walkers are imported at the first call: every original is detected before
+    any job exists, but a cold start that meets none (a redelivery answered from the source
+    index, a key outside ``originals/``) does not pay for them.
+    """
+    from mediajobs.adapters.containers import looks_like_video
+    from mediajobs.adapters.imaging import identify
+
     if identify(path) is not None:
         return "image"
     if looks_like_video(path) or Path(key).suffix.lower() in VIDEO_EXTENSIONS:
@@ -52,6 +72,92 @@ def detect_media(path: Path, key: str = "") -> str | None:
 def active_recipes() -> dict[str, list[Recipe]]:
     """The recipes of :data:`ACTIVE_RECIPES`, loaded and validated once."""
     return {media: [load_recipe(rid, ver) for rid, ver in refs] for media, refs in ACTIVE_RECIPES.items()}
+
+
+class DeferredImageRenderer:
+    """:class:`mediajobs.adapters.imaging.PillowRenderer`, imported and built at the first render.
+
+    Parameters
+    ----------
+    max_pixels: largest accepted width x height of an original, pixels.
+    """
+
+    def __init__(self, max_pixels: int) -> None:
+        self.max_pixels = max_pixels
+        self._renderer: PillowRenderer | None = None
+
+    def render(
+        self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path
+    ) -> tuple[list[RenderedFile], RenderDecisions]:
+        """Render ``variants`` of the image at ``source`` into ``out_dir``
+        (:meth:`PillowRenderer.render <mediajobs.adapters.imaging.PillowRenderer.render>`).
+
+        Returns
+        -------
+        (files, decisions)
+            One :class:`~mediajobs.domain.jobs.RenderedFile` per variant, in the recipe's order.
+
+        Raises
+        ------
+        PermanentFailure
+            As ``PillowRenderer.render`` does.
+        """
+        if self._renderer is None:
+            from mediajobs.adapters.imaging import PillowRenderer
+
+            self._renderer = PillowRenderer(max_pixels=self.max_pixels)
+        return self._renderer.render(source, variants, out_dir)
+
+
+class DeferredVideoRenderer:
+    """:class:`mediajobs.adapters.video.FfmpegRenderer`, imported and built at the first render.
+
+    Parameters
+    ----------
+    speed_factor: seconds of work per second of 1080p source.
+    max_duration_s: longest accepted source, seconds.
+    invocation_s: time a whole invocation gives a job (function timeout minus margin), seconds.
+    margin_s: seconds kept at the end of an invocation to release the claim.
+    max_pixels: largest accepted frame, width x height, pixels.
+    """
+
+    def __init__(
+        self, *, speed_factor: float, max_duration_s: float, invocation_s: float, margin_s: float, max_pixels: int
+    ) -> None:
+        self.speed_factor = speed_factor
+        self.max_duration_s = max_duration_s
+        self.invocation_s = invocation_s
+        self.margin_s = margin_s
+        self.max_pixels = max_pixels
+        self._renderer: FfmpegRenderer | None = None
+
+    def render(
+        self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext | None = None
+    ) -> tuple[list[RenderedFile], Decisions]:
+        """Render the renditions ``params`` asks for into ``out_dir``
+        (:meth:`FfmpegRenderer.render <mediajobs.adapters.video.FfmpegRenderer.render>`).
+
+        Returns
+        -------
+        (files, decisions)
+            The renditions and the poster, and what was decided about them.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As ``FfmpegRenderer.render`` does.
+        """
+        if self._renderer is None:
+            from mediajobs.adapters.video import FfmpegRenderer
+
+            self._renderer = FfmpegRenderer(
+                speed_factor=self.speed_factor,
+                max_duration_s=self.max_duration_s,
+                invocation_s=self.invocation_s,
+                margin_s=self.margin_s,
+                max_pixels=self.max_pixels,
+            )
+        return self._renderer.render(source, params, out_dir, context)
 
 
 def s3_client(settings: Settings) -> Any:
@@ -91,8 +197,8 @@ def build_pipeline(
         store=S3Store(s3 or s3_client(settings)),
         ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
         sources=SourceIndex(sources),
-        renderer=PillowRenderer(max_pixels=settings.max_pixels),
-        video_renderer=FfmpegRenderer(
+        renderer=DeferredImageRenderer(max_pixels=settings.max_pixels),
+        video_renderer=DeferredVideoRenderer(
             speed_factor=settings.video_speed_factor,
             max_duration_s=settings.max_video_s,
             invocation_s=settings.worker_timeout_s - settings.deadline_margin_s,

@@ -35,15 +35,13 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel, SqsRecordModel
-from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Json
 
 from mediajobs.adapters.sqs import HANDOVERS_ATTRIBUTE
@@ -51,7 +49,12 @@ from mediajobs.bootstrap import build_pipeline
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, JobBusy, Superseded, TransientFailure
 from mediajobs.domain.jobs import Delivery, ObjectRef, SourceResult
 from mediajobs.domain.retry import busy_delay_s, transient_delay_s
-from mediajobs.service import Pipeline
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from mediajobs.service import Pipeline
 
 # The template sets POWERTOOLS_SERVICE_NAME and POWERTOOLS_METRICS_NAMESPACE; these are the fallbacks.
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mediajobs"))

@@ -1,0 +1,104 @@
+"""What a cold start of the worker imports: only what every record needs.
+
+Each test runs a fresh interpreter (the test process has imported everything already),
+does what Lambda's INIT does -- import ``functions/worker/app.py`` with ``functions/worker``
+first on ``sys.path``, then build the pipeline from the environment -- and reads
+``sys.modules``. Building creates clients only; nothing here reaches a network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PIL import Image
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TASK_ROOT = REPO_ROOT / "functions" / "worker"
+
+#: Modules a cold start must not import, by name or package prefix: the local extra and
+#: what tests use (never in the layer), and what only one kind of media needs.
+NOT_AT_COLD_START = (
+    "mediajobs.local",
+    "moto",
+    "werkzeug",
+    "yaml",
+    "pytest",
+    "numpy",
+    "PIL",
+    "pi_heif",
+    "pillow_heif",
+    "mediajobs.adapters.imaging",
+    "mediajobs.adapters.containers",
+    "mediajobs.adapters.jpeg_markers",
+    "mediajobs.adapters.video",
+    "mediajobs.adapters.ffmpeg",
+    "mediajobs.domain.video",
+)
+
+_INIT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import app  # functions/worker/app.py, as the runtime imports the handler
+from mediajobs.entrypoints import worker
+pipeline = worker.get_pipeline()
+loaded = {"init": sorted(sys.modules)}
+"""
+
+
+def _run(tmp_path: Path, after_init: str = "") -> dict[str, list[str]]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "JOBS_TABLE_NAME": "jobs",
+        "SOURCES_TABLE_NAME": "sources",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "WORK_DIR": str(tmp_path),
+    }
+    code = _INIT + after_init + "print(json.dumps(loaded))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(TASK_ROOT)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _matching(modules: list[str]) -> list[str]:
+    return [m for m in modules if any(m == name or m.startswith(name + ".") for name in NOT_AT_COLD_START)]
+
+
+def test_a_cold_start_imports_neither_the_local_extra_nor_a_media_library(tmp_path):
+    loaded = _run(tmp_path)
+    assert "mediajobs.entrypoints.worker" in loaded["init"]
+    assert _matching(loaded["init"]) == []
+
+
+def test_the_first_detection_imports_the_image_adapter_with_pi_heifs_opener(tmp_path):
+    png = tmp_path / "one.png"
+    Image.new("L", (4, 4), 128).save(png)  # made here: the child must import Pillow only to detect it
+    loaded = _run(
+        tmp_path,
+        after_init=(
+            "from mediajobs import bootstrap\n"
+            f"loaded['media'] = [str(bootstrap.detect_media(__import__('pathlib').Path({str(png)!r})))]\n"
+            "from PIL import Image\n"
+            "loaded['heif'] = [Image.OPEN['HEIF'][0].__module__] if 'HEIF' in Image.OPEN else []\n"
+            "loaded['after'] = sorted(sys.modules)\n"
+        ),
+    )
+    assert loaded["media"] == ["image"]
+    assert "mediajobs.adapters.imaging" in loaded["after"]
+    assert loaded["heif"] == ["pi_heif.as_plugin"]  # registered before any HEIC can be opened
+    assert "pillow_heif" not in loaded["after"]
+    assert "mediajobs.adapters.video" not in loaded["after"]  # only a video render imports it
