@@ -478,11 +478,15 @@ S3_ERROR_XML = (
 )
 
 
-def make_i17(folder: Path, tools: Tools | None) -> None:
-    """I17_html_error_page.jpg and I17_s3_error.mp4: error bodies stored with a media key - an
-    HTML 403 page named .jpg and S3's AccessDenied XML named .mp4. Routing by extension
-    sends them to Pillow / ffprobe, whose generic errors look transient."""
+def make_i17_html(folder: Path, tools: Tools | None) -> None:
+    """I17_html_error_page.jpg: a CDN's HTML 403 page stored with a .jpg key. Routing by
+    extension sends it to Pillow, whose generic error looks transient."""
     (folder / "I17_html_error_page.jpg").write_bytes(HTML_ERROR_PAGE)
+
+
+def make_i17_xml(folder: Path, tools: Tools | None) -> None:
+    """I17_s3_error.mp4: S3's AccessDenied XML stored with a .mp4 key. Routing by extension
+    sends it to ffprobe, whose 'Invalid data found' must be read as permanent."""
     (folder / "I17_s3_error.mp4").write_bytes(S3_ERROR_XML)
 
 
@@ -623,16 +627,26 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         id="I17",
-        title="Error page saved under a media name (HTML as .jpg, S3 XML error as .mp4)",
-        files=("I17_html_error_page.jpg", "I17_s3_error.mp4"),
-        make=make_i17,
+        title="Error page saved under a media name: an HTML 403 page as .jpg",
+        files=("I17_html_error_page.jpg",),
+        make=make_i17_html,
         expected=(
-            "permanent_failure, no retry, nothing written. I17_html_error_page.jpg -> reason 'unsupported_format'"
-            " (content sniffing finds text/html; Pillow raises UnidentifiedImageError), refused before any job."
-            " I17_s3_error.mp4 -> reason 'invalid_media' (ffprobe: 'moov atom not found' / 'Invalid data found"
-            " when processing input')."
+            "permanent_failure, reason 'unsupported_format' (content sniffing finds text/html; Pillow raises"
+            " UnidentifiedImageError), refused before any job; no retry, nothing written."
         ),
-        reason="unsupported_format",  # the .jpg's; the .mp4's is 'invalid_media' (see expected)
+        reason="unsupported_format",
+        source="python-pillow/Pillow#9094",
+    ),
+    Case(
+        id="I17",
+        title="Error page saved under a media name: S3's AccessDenied XML as .mp4",
+        files=("I17_s3_error.mp4",),
+        make=make_i17_xml,
+        expected=(
+            "permanent_failure, reason 'invalid_media' (ffprobe: 'moov atom not found' / 'Invalid data found"
+            " when processing input'); no retry, nothing written."
+        ),
+        reason="invalid_media",
         source="python-pillow/Pillow#9094",
     ),
     Case(
