@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,11 @@ def case_file(name: str) -> Path:
         return _case_path(name)
     except (KeyError, FileNotFoundError) as exc:
         pytest.fail(str(exc))
+
+
+def case_registry() -> tuple[Any, ...]:
+    """Every synthetic case (``make_cases.Case``: files, expected outcome, reason), without building any."""
+    return _make_cases().all_cases()  # type: ignore[attr-defined, no-any-return]
 
 
 @functools.cache

@@ -6,21 +6,27 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import case_file, media_file
+from tests.conftest import case_file, case_registry, media_file
 
+#: Reasons decided from the object's size or first bytes, before any job exists.
+BEFORE_ANY_JOB = {"empty_file", "unsupported_format"}
+
+#: (file, reason, whether a job exists): every synthetic case that declares a permanent
+#: failure (tests/media/cases_*.py), and the real damaged JPEG.
 CASES = [
-    (("I18_empty.jpg",), "empty_file", False),
-    (("I18_empty.mp4",), "empty_file", False),
-    (("I17_html_error_page.jpg",), "unsupported_format", False),
-    (("I12_progressive_truncated.jpg",), "truncated_image", True),
-    (("I14_bomb_60mp_8000x7500.png",), "too_many_pixels", True),
-    (("bad", "corrupted.jpg"), "corrupt_image", True),
-    (("I17_s3_error.mp4",), "invalid_media", True),
-    (("V05_audio_only.mp4",), "no_video_stream", True),
-    (("V08_moov_missing.mov",), "invalid_media", True),
-    (("V09_hls_playlist.mp4",), "unsupported_container", True),
-    (("V09_hls_ssrf.mp4",), "unsupported_container", True),
-]
+    ((name,), case.reason, case.reason not in BEFORE_ANY_JOB)
+    for case in case_registry()
+    if case.reason is not None
+    for name in case.files
+] + [(("bad", "corrupted.jpg"), "corrupt_image", True)]
+
+
+def test_the_cases_cover_every_kind_of_permanent_failure_named_here():
+    reasons = {reason for _, reason, _ in CASES}
+    assert reasons >= {
+        "empty_file", "unsupported_format", "truncated_image", "too_many_pixels", "corrupt_image",
+        "invalid_media", "no_video_stream", "unsupported_container",
+    }  # fmt: skip
 
 
 @pytest.fixture(scope="module")
