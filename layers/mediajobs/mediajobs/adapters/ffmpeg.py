@@ -4,6 +4,10 @@ Each run starts in its own process group with stdin closed; its stdout is read a
 ``-progress`` blocks (or collected, for ffprobe's JSON), its stderr is kept as the last
 :data:`~mediajobs.domain.video.STDERR_TAIL_BYTES` bytes, and a timeout or an exception in the
 progress callback (a lost lease, the invocation's end) kills the whole group.
+
+The ffmpeg layer carries ffprobe xz-compressed (``bin/ffprobe.xz``, with its SHA-256 in
+``bin/ffprobe.sha256``: ``layers/ffmpeg/README.md``): :func:`find_binaries` unpacks it into
+``/tmp`` the first time a video needs it, once per sandbox, never at import or cold start.
 """
 
 from __future__ import annotations
@@ -11,11 +15,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import hashlib
 import os
 import platform
+import re
 import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +38,18 @@ LAYER_BIN = Path("/opt/bin")
 #: The layer built for this machine by ``make -C layers/ffmpeg local``.
 LOCAL_LAYER_BIN = Path(__file__).resolve().parents[3] / "ffmpeg" / "build"
 
+#: A packed ffprobe in a ``bin/`` folder (the ffmpeg layer as ``sam build`` makes it), and the
+#: SHA-256 of the program it unpacks to (``sha256sum`` format: ``<hex>  ffprobe``).
+PACKED_FFPROBE = "ffprobe.xz"
+PACKED_FFPROBE_SHA256 = "ffprobe.sha256"
+
+#: The folder under the temporary directory (``/tmp`` in Lambda) that a packed ffprobe is
+#: unpacked into. Not named ``mediajobs-*``, the work folders that the cold start removes
+#: when a dead worker left them (:func:`mediajobs.service.remove_stale_work_folders`).
+UNPACK_DIR_NAME = "mediajobs.bin"
+
+_CHUNK_BYTES = 1 << 20
+
 
 #: Receives each ``-progress`` block as a dict of its ``key=value`` lines.
 ProgressSink = Callable[[dict[str, str]], None]
@@ -37,6 +57,11 @@ ProgressSink = Callable[[dict[str, str]], None]
 
 class FfmpegMissing(RuntimeError):
     """Neither the layer, a local layer build, nor an ffmpeg on PATH was found."""
+
+
+class FfmpegUnpackFailed(FfmpegMissing):
+    """A packed ffprobe could not be unpacked: a damaged ``.xz``, a checksum that does not
+    match, or an unpack folder that is not safe to run programs from."""
 
 
 class FfmpegTimeout(RuntimeError):
@@ -51,11 +76,22 @@ def _machine() -> str:
 
 @dataclass(frozen=True)
 class Binaries:
-    """Paths of ``ffmpeg`` and ``ffprobe``, and where they came from (``layer``, ``local build``, ``PATH``)."""
+    """Paths of ``ffmpeg`` and ``ffprobe``, and where they came from (``layer``, ``local build``, ``PATH``).
+
+    ``unpacked_bytes`` is what the programs take in the temporary folder, bytes: the size of an
+    ffprobe unpacked from the layer, 0 when both run from where they were found.
+    """
 
     ffmpeg: str
     ffprobe: str
     origin: str
+    unpacked_bytes: int = 0
+
+
+def default_unpack_dir() -> Path:
+    """Where a packed ffprobe is unpacked: :data:`UNPACK_DIR_NAME` in the temporary directory
+    (``/tmp`` in Lambda, the only writable place; ``TMPDIR`` elsewhere)."""
+    return Path(tempfile.gettempdir()) / UNPACK_DIR_NAME
 
 
 @functools.cache
@@ -67,28 +103,186 @@ def find_binaries() -> Binaries:
     3. the layer built for this machine, ``layers/ffmpeg/build/<arch>/bin``;
     4. ``PATH`` (Debian's ``ffmpeg`` package).
 
+    In a folder, ffprobe is an executable ``ffprobe`` or, as the ffmpeg layer ships it, a
+    packed ``ffprobe.xz``, unpacked by :func:`unpack_ffprobe` into :func:`default_unpack_dir`
+    (about 1.2 s for the 79 MB x86_64 ffprobe; an earlier unpack that still checks out is
+    reused). Called at the first video, never at import: image-only work never pays for it.
+
     Raises
     ------
     FfmpegMissing
         If none has both programs.
+    FfmpegUnpackFailed
+        If a packed ffprobe was found but could not be unpacked.
     """
-    if env := os.environ.get("MEDIAJOBS_FFMPEG_DIR"):
-        candidates = [(Path(env), "MEDIAJOBS_FFMPEG_DIR")]
+    return locate_binaries(os.environ.get("MEDIAJOBS_FFMPEG_DIR"))
+
+
+def locate_binaries(
+    env_dir: str | None,
+    *,
+    layer_bin: Path = LAYER_BIN,
+    local_bin: Path | None = None,
+    unpack_dir: Path | None = None,
+    search_path: bool = True,
+) -> Binaries:
+    """:func:`find_binaries` without its cache, each place a parameter (tests pass their own).
+
+    Parameters
+    ----------
+    env_dir: the folder ``MEDIAJOBS_FFMPEG_DIR`` names; when given, the only place looked.
+    layer_bin: the Lambda layer's ``bin/`` (:data:`LAYER_BIN`).
+    local_bin: the local layer build's ``bin/``; ``layers/ffmpeg/build/<this machine>/bin`` by default.
+    unpack_dir: where a packed ffprobe is unpacked; :func:`default_unpack_dir` by default.
+    search_path: whether ``PATH`` is the last place looked.
+
+    Raises
+    ------
+    FfmpegMissing, FfmpegUnpackFailed
+        As :func:`find_binaries`.
+    """
+    if env_dir:
+        candidates = [(Path(env_dir), "MEDIAJOBS_FFMPEG_DIR")]
     else:
-        candidates = [(LAYER_BIN, "layer"), (LOCAL_LAYER_BIN / _machine() / "bin", "local layer build")]
+        local = local_bin if local_bin is not None else LOCAL_LAYER_BIN / _machine() / "bin"
+        candidates = [(layer_bin, "layer"), (local, "local layer build")]
     for folder, origin in candidates:
-        ffmpeg, ffprobe = folder / "ffmpeg", folder / "ffprobe"
-        if os.access(ffmpeg, os.X_OK) and os.access(ffprobe, os.X_OK):
-            return Binaries(str(ffmpeg), str(ffprobe), origin)
-    if env:
-        raise FfmpegMissing(f"MEDIAJOBS_FFMPEG_DIR={env} holds no executable ffmpeg and ffprobe")
-    ffmpeg_path, ffprobe_path = shutil.which("ffmpeg"), shutil.which("ffprobe")
-    if ffmpeg_path and ffprobe_path:
-        return Binaries(ffmpeg_path, ffprobe_path, "PATH")
+        if found := binaries_in(folder, origin, unpack_dir=unpack_dir or default_unpack_dir()):
+            return found
+    if env_dir:
+        raise FfmpegMissing(f"MEDIAJOBS_FFMPEG_DIR={env_dir} holds no executable ffmpeg and ffprobe")
+    if search_path:
+        ffmpeg_path, ffprobe_path = shutil.which("ffmpeg"), shutil.which("ffprobe")
+        if ffmpeg_path and ffprobe_path:
+            return Binaries(ffmpeg_path, ffprobe_path, "PATH")
     raise FfmpegMissing(
         "ffmpeg/ffprobe not found: build the layer for this machine (make -C layers/ffmpeg local), "
         "install Debian's ffmpeg (apt-get install ffmpeg), or set MEDIAJOBS_FFMPEG_DIR"
     )
+
+
+def binaries_in(folder: Path, origin: str, *, unpack_dir: Path) -> Binaries | None:
+    """The ffmpeg and ffprobe of ``folder``, or ``None`` when it lacks one of them.
+
+    ffprobe is an executable ``ffprobe``, else a packed :data:`PACKED_FFPROBE` with its
+    :data:`PACKED_FFPROBE_SHA256`, unpacked into ``unpack_dir`` (:func:`unpack_ffprobe`).
+
+    Raises
+    ------
+    FfmpegUnpackFailed
+        If the packed ffprobe has no valid checksum file or cannot be unpacked.
+    """
+    ffmpeg, ffprobe = folder / "ffmpeg", folder / "ffprobe"
+    if not os.access(ffmpeg, os.X_OK):
+        return None
+    if os.access(ffprobe, os.X_OK):
+        return Binaries(str(ffmpeg), str(ffprobe), origin)
+    packed = folder / PACKED_FFPROBE
+    if not packed.is_file():
+        return None
+    unpacked = unpack_ffprobe(packed, read_sha256(folder / PACKED_FFPROBE_SHA256), unpack_dir)
+    return Binaries(str(ffmpeg), str(unpacked), origin, unpacked_bytes=unpacked.stat().st_size)
+
+
+def read_sha256(path: Path) -> str:
+    """The hex SHA-256 that ``path`` holds (``sha256sum`` format: ``<hex>  <name>``).
+
+    Raises
+    ------
+    FfmpegUnpackFailed
+        If the file is missing or does not start with 64 hex digits.
+    """
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise FfmpegUnpackFailed(f"{path}: {exc.strerror}: a packed ffprobe needs its SHA-256") from exc
+    match = re.match(r"([0-9a-f]{64})(\s|$)", text)
+    if not match:
+        raise FfmpegUnpackFailed(f"{path} holds no SHA-256 (64 hex digits)")
+    return match.group(1)
+
+
+def unpack_ffprobe(packed: Path, sha256_hex: str, dest_dir: Path) -> Path:
+    """Unpack the xz file ``packed`` to ``dest_dir/ffprobe``, or reuse an earlier unpack.
+
+    An ``ffprobe`` already in ``dest_dir`` is reused when it is executable and its SHA-256 is
+    ``sha256_hex`` (an unpack of this sandbox's earlier process; about 0.2 s to check).
+    Otherwise the file is unpacked under a temporary name in ``dest_dir``, checked against
+    ``sha256_hex``, made executable (0700) and renamed into place, so no process ever sees
+    a partial or unchecked program, and concurrent unpacks end with the same file.
+    ``dest_dir`` is created (0700) if needed and must belong to this user and be writable by
+    no one else, since the program is run from there.
+
+    Parameters
+    ----------
+    packed: the ``.xz`` file (``/opt/bin/ffprobe.xz`` in Lambda).
+    sha256_hex: SHA-256 of the unpacked program, lower-case hex.
+    dest_dir: folder to unpack into (``/tmp/mediajobs.bin`` in Lambda).
+
+    Returns
+    -------
+    Path
+        The executable ``dest_dir/ffprobe``.
+
+    Raises
+    ------
+    FfmpegUnpackFailed
+        If ``packed`` is not valid xz, unpacks to other bytes than ``sha256_hex`` says, or
+        ``dest_dir`` is not safe.
+    OSError
+        If the disk is full or ``dest_dir`` cannot be written (a transient failure).
+    """
+    _safe_dir(dest_dir)
+    target = dest_dir / "ffprobe"
+    if os.access(target, os.X_OK) and _sha256_of(target) == sha256_hex:
+        return target
+    import lzma  # only on the video path, the first time
+
+    fd, tmp = tempfile.mkstemp(prefix=".ffprobe.", dir=dest_dir)
+    try:
+        digest = hashlib.sha256()
+        try:
+            with os.fdopen(fd, "wb") as out, lzma.open(packed, "rb") as src:
+                for chunk in iter(lambda: src.read(_CHUNK_BYTES), b""):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except (lzma.LZMAError, EOFError) as exc:
+            raise FfmpegUnpackFailed(f"{packed} is not a valid xz file: {exc}") from exc
+        if digest.hexdigest() != sha256_hex:
+            raise FfmpegUnpackFailed(f"{packed} unpacks to SHA-256 {digest.hexdigest()}, not {sha256_hex}")
+        os.chmod(tmp, 0o700)  # run by this user only, from a folder only it can enter
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return target
+
+
+def unpacked_bytes_on(binaries: Binaries, folder: Path) -> int:
+    """What ``binaries`` take on the disk of ``folder``, bytes: their ``unpacked_bytes`` when the
+    unpacked ffprobe is on that disk (the same device), else 0."""
+    if not binaries.unpacked_bytes:
+        return 0
+    try:
+        same = os.stat(binaries.ffprobe).st_dev == os.stat(folder).st_dev
+    except OSError:
+        return 0
+    return binaries.unpacked_bytes if same else 0
+
+
+def _safe_dir(folder: Path) -> None:
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise FfmpegUnpackFailed(f"{folder} is not a folder of this user that others cannot write to")
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,8 @@ class FfmpegRenderer:
             max_duration_s=self.max_duration_s,
             invocation_s=self.invocation_s,
             free_bytes=disk.free,
-            capacity_bytes=disk.total,
+            # An ffprobe unpacked from the layer into /tmp stays there: no job can use its space.
+            capacity_bytes=disk.total - ffmpeg.unpacked_bytes_on(self.binaries, out_dir),
         )
 
     def _timeout(self, probe: VideoProbe, context: RenderContext) -> float:
