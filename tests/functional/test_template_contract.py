@@ -114,6 +114,18 @@ def test_the_worker_has_the_ffmpeg_layer_and_its_timeout_in_the_environment():
     assert {"Ref": "FfmpegLayer"} in worker["Layers"]
 
 
+def test_the_mediajobs_layer_is_built_by_its_makefile_for_the_functions_runtime():
+    # layers/mediajobs/Makefile: the lock, mediajobs without local/, CPython 3.12 bytecode
+    # (tests/functional/test_layer_build.py builds it and checks what it holds).
+    layer = RESOURCES["MediaJobsLayer"]
+    assert layer["Properties"]["ContentUri"] == "layers/mediajobs"
+    assert layer["Metadata"]["BuildMethod"] == "makefile"
+    assert layer["Properties"]["CompatibleRuntimes"] == [TEMPLATE["Globals"]["Function"]["Runtime"]] == ["python3.12"]
+    makefile = (REPO / "layers" / "mediajobs" / "Makefile").read_text()
+    assert makefile.count("build-MediaJobsLayer:") == 1
+    assert "--python-version 3.12" in makefile and "--invalidation-mode unchecked-hash" in makefile
+
+
 def test_the_bucket_is_encrypted_private_tls_only_and_drops_abandoned_uploads():
     bucket = RESOURCES["MediaBucket"]["Properties"]
     assert bucket["PublicAccessBlockConfiguration"] == {
