@@ -90,12 +90,13 @@ def _rotation_args(tools: Tools, rotation_deg: int) -> tuple[tuple[str, ...], tu
     matrix of ``rotation_deg`` counter-clockwise (ffprobe's ``rotation``, no translation).
 
     ffmpeg >= 6.0 (libavformat 60) sets it with the input option ``-display_rotation``; ffmpeg
-    5.x has none, and turns the output option ``-metadata:s:v rotate=N`` (clockwise) into the
-    same matrix, on a stream copy only (an encoded stream gets none), which ffmpeg 7 ignores.
+    5.x has none, and turns the output option ``-metadata:s:v rotate=N`` into a matrix that its
+    ffprobe reports as ``rotation`` N (``rotate=270`` gives -90: checked with Debian's 5.1),
+    on a stream copy only (an encoded stream gets none); ffmpeg 7 ignores that tag.
     """
     if _libavformat_major(tools) >= 60:
         return ("-display_rotation:v:0", str(rotation_deg)), ()
-    return (), ("-metadata:s:v:0", f"rotate={-rotation_deg % 360}")
+    return (), ("-metadata:s:v:0", f"rotate={rotation_deg % 360}")
 
 
 def _top_level_boxes(data: bytes) -> list[tuple[str, int, int]]:
