@@ -9,7 +9,7 @@ Rules that come from outside:
 * Demuxers are allow-listed (:data:`ALLOWED_DEMUXERS`) and every call passes
   ``-format_whitelist`` and ``-protocol_whitelist file``: ffmpeg picks the HLS or ffconcat
   demuxer from a file's *content*, whatever its name, and those then open the files or
-  URLs they list (HackerOne 242831; ``../shared/cases`` V09).
+  URLs they list (HackerOne 242831; case V09 in ``tests/media/cases_video.py``).
 * ``scale=-2:H`` gives the width ``round(H * w / h / 2) * 2`` (libavfilter ``scale_eval.c``,
   ``av_rescale`` rounds half away from zero): libx264 with yuv420p needs even sizes.
 * ``-progress`` reports ``out_time_us`` and, under the misleading name ``out_time_ms``,
@@ -58,7 +58,7 @@ HDR_TRANSFERS: Final = frozenset({"smpte2084", "arib-std-b67"})
 #: Tone mapping to 8-bit BT.709 through zscale (zimg): linear light at 100 nits nominal peak,
 #: BT.709 primaries, Mobius curve (keeps the in-range colours, rolls off highlights),
 #: then back to BT.709 transfer and limited-range 4:2:0. A bare ``format=yuv420p`` would
-#: read HLG/PQ code values as BT.709 and wash colours out (``../shared/cases`` V06).
+#: read HLG/PQ code values as BT.709 and wash colours out (case V06 in ``tests/media/cases_video.py``).
 #: ``{source}`` names the input's colour explicitly (:func:`tonemap_filter`): with a tag
 #: missing, zscale fails with "no path between colorspaces" on every try.
 TONEMAP_FILTER: Final = (
@@ -524,7 +524,7 @@ def poster_argv(
     ffmpeg: str, source: str, probe: VideoProbe, plan: RenditionPlan, params: VideoRenditionsParams, out_path: str
 ) -> list[str]:
     """argv for the poster: ``-ss`` before ``-i`` (seek by index: 0.2 s instead of 10 s on a
-    10-minute file, ``../shared/NOTES.md``), one display-oriented frame scaled to fit the box."""
+    10-minute file, measured with Debian ffmpeg 5.1), one display-oriented frame scaled to fit the box."""
     width, height = plan.poster_size
     return [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error",
