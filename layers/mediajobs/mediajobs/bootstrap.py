@@ -3,12 +3,13 @@
 Tests and the local runner pass their own settings, clients or observer; nothing else
 in the package constructs adapters.
 
-What only one kind of media needs is imported where that path starts, not when the
-handler is imported (Lambda's INIT, paid by every cold start): the image adapter (Pillow,
-pi-heif, the container walkers) at the first media detection, the video adapter (the
-ffmpeg runner and the video plans) at the first video render. Imports that every record
-needs (boto3, PynamoDB, the recipes) stay at the top. ``benchmarks/cold_start.py``
-measures the effect.
+What only videos need is imported where that path starts, not when the handler is
+imported (Lambda's INIT, paid by every cold start): the video adapter (the ffmpeg runner
+and the video plans) at the first video render. What every original needs stays at the
+top: boto3, PynamoDB, the recipes, and the image adapter (Pillow, pi-heif and the
+container walkers), since every original is detected with it, so that a layer whose
+Pillow or pi-heif cannot be imported fails at INIT (``Runtime.ImportModuleError``), not
+record by record as a transient failure. ``benchmarks/cold_start.py`` measures INIT.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 
+from mediajobs.adapters.containers import looks_like_video
+from mediajobs.adapters.imaging import PillowRenderer, identify
 from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
@@ -30,11 +33,10 @@ from mediajobs.service import Pipeline, PipelineObserver, remove_stale_work_fold
 from mediajobs.settings import Settings
 
 if TYPE_CHECKING:
-    from mediajobs.adapters.imaging import PillowRenderer
     from mediajobs.adapters.video import FfmpegRenderer
     from mediajobs.domain.jobs import RenderContext, RenderedFile
-    from mediajobs.domain.manifest import Decisions, RenderDecisions
-    from mediajobs.domain.recipes import ImageVariant, VideoRenditionsParams
+    from mediajobs.domain.manifest import Decisions
+    from mediajobs.domain.recipes import VideoRenditionsParams
 
 #: Recipes applied to each media type, as (id, version).
 ACTIVE_RECIPES: dict[str, list[tuple[str, int]]] = {"image": [("web-image", 1)], "video": [("web-video", 1)]}
@@ -51,16 +53,7 @@ RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_t
 def detect_media(path: Path, key: str = "") -> str | None:
     """``"image"`` when the bytes are an accepted image format; ``"video"`` when they look like
     a media container or playlist (ffprobe's allow-list decides what is accepted), or when
-    nothing recognises them and ``key`` has a video extension; else ``None``.
-
-    The image adapter (Pillow and pi-heif, whose HEIF opener it registers) and the
-    container walkers are imported at the first call: every original is detected before
-    any job exists, but a cold start that meets none (a redelivery answered from the source
-    index, a key outside ``originals/``) does not pay for them.
-    """
-    from mediajobs.adapters.containers import looks_like_video
-    from mediajobs.adapters.imaging import identify
-
+    nothing recognises them and ``key`` has a video extension; else ``None``."""
     if identify(path) is not None:
         return "image"
     if looks_like_video(path) or Path(key).suffix.lower() in VIDEO_EXTENSIONS:
@@ -72,41 +65,6 @@ def detect_media(path: Path, key: str = "") -> str | None:
 def active_recipes() -> dict[str, list[Recipe]]:
     """The recipes of :data:`ACTIVE_RECIPES`, loaded and validated once."""
     return {media: [load_recipe(rid, ver) for rid, ver in refs] for media, refs in ACTIVE_RECIPES.items()}
-
-
-class DeferredImageRenderer:
-    """:class:`mediajobs.adapters.imaging.PillowRenderer`, imported and built at the first render.
-
-    Parameters
-    ----------
-    max_pixels: largest accepted width x height of an original, pixels.
-    """
-
-    def __init__(self, max_pixels: int) -> None:
-        self.max_pixels = max_pixels
-        self._renderer: PillowRenderer | None = None
-
-    def render(
-        self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path
-    ) -> tuple[list[RenderedFile], RenderDecisions]:
-        """Render ``variants`` of the image at ``source`` into ``out_dir``
-        (:meth:`PillowRenderer.render <mediajobs.adapters.imaging.PillowRenderer.render>`).
-
-        Returns
-        -------
-        (files, decisions)
-            One :class:`~mediajobs.domain.jobs.RenderedFile` per variant, in the recipe's order.
-
-        Raises
-        ------
-        PermanentFailure
-            As ``PillowRenderer.render`` does.
-        """
-        if self._renderer is None:
-            from mediajobs.adapters.imaging import PillowRenderer
-
-            self._renderer = PillowRenderer(max_pixels=self.max_pixels)
-        return self._renderer.render(source, variants, out_dir)
 
 
 class DeferredVideoRenderer:
@@ -197,7 +155,7 @@ def build_pipeline(
         store=S3Store(s3 or s3_client(settings)),
         ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
         sources=SourceIndex(sources),
-        renderer=DeferredImageRenderer(max_pixels=settings.max_pixels),
+        renderer=PillowRenderer(max_pixels=settings.max_pixels),
         video_renderer=DeferredVideoRenderer(
             speed_factor=settings.video_speed_factor,
             max_duration_s=settings.max_video_s,
