@@ -68,7 +68,7 @@ def test_a_packed_ffprobe_is_unpacked_checked_and_runs(tmp_path: Path) -> None:
     assert stat.S_IMODE(unpacked.stat().st_mode) == 0o700
     assert stat.S_IMODE(unpacked.parent.stat().st_mode) == 0o700
     assert subprocess.run([found.ffprobe], capture_output=True, check=True).stdout.startswith(b"fake ffprobe")
-    assert sorted(p.name for p in unpacked.parent.iterdir()) == ["ffprobe"]  # no temporary left
+    assert sorted(p.name for p in unpacked.parent.iterdir()) == [".lock", "ffprobe"]  # no temporary left
 
 
 def test_an_earlier_unpack_that_checks_out_is_reused(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_a_checksum_that_does_not_match_fails_and_leaves_nothing(tmp_path: Path)
     unpack_dir = tmp_path / "tmp" / "mediajobs.bin"
     with pytest.raises(ffmpeg.FfmpegUnpackFailed, match="unpacks to SHA-256"):
         locate(layer_bin, unpack_dir)
-    assert list(unpack_dir.iterdir()) == []
+    assert [p.name for p in unpack_dir.iterdir()] == [".lock"]  # no partial or unchecked program
 
 
 def test_a_damaged_xz_fails_and_leaves_nothing(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_a_damaged_xz_fails_and_leaves_nothing(tmp_path: Path) -> None:
     unpack_dir = tmp_path / "tmp" / "mediajobs.bin"
     with pytest.raises(ffmpeg.FfmpegUnpackFailed, match="not a valid xz file"):
         locate(layer_bin, unpack_dir)
-    assert list(unpack_dir.iterdir()) == []
+    assert [p.name for p in unpack_dir.iterdir()] == [".lock"]  # no partial or unchecked program
 
 
 @pytest.mark.parametrize("content", [None, "not a checksum\n"])
@@ -143,6 +143,28 @@ def test_an_unpack_folder_others_can_write_to_is_refused(tmp_path: Path) -> None
     with pytest.raises(ffmpeg.FfmpegUnpackFailed, match="others cannot write"):
         locate(layer_bin, unpack_dir)
     assert list(unpack_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling symlink"])
+def test_a_file_or_symlink_where_the_unpack_folder_goes_is_refused(tmp_path: Path, kind: str) -> None:
+    layer_bin = packed_layer(tmp_path / "opt")
+    unpack_dir = tmp_path / "unpack"
+    if kind == "file":
+        unpack_dir.write_text("not a folder")
+    else:
+        unpack_dir.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ffmpeg.FfmpegUnpackFailed, match="not a folder of this user"):
+        locate(layer_bin, unpack_dir)
+
+
+def test_a_partial_file_left_by_a_killed_unpack_is_removed_by_the_next(tmp_path: Path) -> None:
+    layer_bin = packed_layer(tmp_path / "opt")
+    unpack_dir = tmp_path / "unpack"
+    unpack_dir.mkdir(mode=0o700)
+    (unpack_dir / ".ffprobe.k1ll3d").write_bytes(FAKE_FFPROBE[:100])  # what SIGKILL mid-unpack leaves
+    found = locate(layer_bin, unpack_dir)
+    assert Path(found.ffprobe).read_bytes() == FAKE_FFPROBE
+    assert sorted(p.name for p in unpack_dir.iterdir()) == [".lock", "ffprobe"]
 
 
 def test_without_ffmpeg_a_packed_ffprobe_is_not_unpacked(tmp_path: Path) -> None:

@@ -233,9 +233,22 @@ def unpack_ffprobe(packed: Path, sha256_hex: str, dest_dir: Path) -> Path:
         If the disk is full or ``dest_dir`` cannot be written (a transient failure).
     """
     _safe_dir(dest_dir)
+    import fcntl
+
+    with open(dest_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one unpack at a time; a waiting one then reuses it
+        return _unpack_locked(packed, sha256_hex, dest_dir)
+
+
+def _unpack_locked(packed: Path, sha256_hex: str, dest_dir: Path) -> Path:
     target = dest_dir / "ffprobe"
     if os.access(target, os.X_OK) and _sha256_of(target) == sha256_hex:
         return target
+    # Left by an unpack that was killed (SIGKILL, out of memory) before it could clean up:
+    # under the lock no other unpack is running, so none of these is in use.
+    for leftover in dest_dir.glob(".ffprobe.*"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
     import lzma  # only on the video path, the first time
 
     fd, tmp = tempfile.mkstemp(prefix=".ffprobe.", dir=dest_dir)
@@ -271,18 +284,18 @@ def unpacked_bytes_on(binaries: Binaries, folder: Path) -> int:
 
 
 def _safe_dir(folder: Path) -> None:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError as exc:  # a file or a (dangling) symlink stands there
+        raise FfmpegUnpackFailed(f"{folder} is not a folder of this user that others cannot write to") from exc
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
         raise FfmpegUnpackFailed(f"{folder} is not a folder of this user that others cannot write to")
 
 
 def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 @dataclass(frozen=True)
@@ -391,3 +404,21 @@ def version(binary: str) -> str:
     """First line of ``<binary> -version`` (``ffmpeg version 7.0.2-static ...``)."""
     completed = run([binary, "-hide_banner", "-version"], timeout_s=30)
     return completed.stdout.decode("utf-8", "replace").splitlines()[0] if completed.stdout else ""
+
+
+def main() -> int:
+    """``python -m mediajobs.adapters.ffmpeg``: print which ffmpeg and ffprobe the product uses
+    (as :func:`find_binaries` finds them); exit 1 with the reason when there are none."""
+    import sys
+
+    try:
+        found = find_binaries()
+    except FfmpegMissing as exc:
+        print(f"ffmpeg: {exc}", file=sys.stderr)
+        return 1
+    print(f"ffmpeg: {found.ffmpeg} and {found.ffprobe} ({found.origin})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
