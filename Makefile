@@ -18,11 +18,13 @@ install: $(STAMP)
 # ffmpeg and ffprobe as the product looks for them (MEDIAJOBS_FFMPEG_DIR when set, /opt/bin,
 # layers/ffmpeg/build/<arch>/bin, PATH); when none is found, the ffmpeg layer's pinned,
 # checksummed static binaries are built for this machine into layers/ffmpeg/build/<arch>/bin.
-FIND_FFMPEG := $(BIN)/python -c 'from mediajobs.adapters.ffmpeg import find_binaries; \
-  b = find_binaries(); print(f"ffmpeg: {b.ffmpeg} and {b.ffprobe} ({b.origin})")'
+# A MEDIAJOBS_FFMPEG_DIR that holds none is an error: the product looks nowhere else.
+FIND_FFMPEG := $(BIN)/python -m mediajobs.adapters.ffmpeg
 
 ffmpeg: $(STAMP)
+ifeq ($(MEDIAJOBS_FFMPEG_DIR),)
 	@$(FIND_FFMPEG) >/dev/null 2>&1 || $(MAKE) --no-print-directory -C layers/ffmpeg local
+endif
 	@$(FIND_FFMPEG)
 
 demo: ffmpeg
