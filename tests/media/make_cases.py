@@ -117,6 +117,7 @@ def _tool_version(path: str) -> str:
 
 def _stamp(tools: Tools | None) -> dict[str, str]:
     """What the built files depend on: the makers' sources and the tools' versions."""
+    import numpy
     import PIL
 
     digest = hashlib.sha256()
@@ -125,6 +126,7 @@ def _stamp(tools: Tools | None) -> dict[str, str]:
     return {
         "sources_sha256": digest.hexdigest(),
         "pillow": PIL.__version__,
+        "numpy": numpy.__version__,
         "ffmpeg": _tool_version(tools.ffmpeg) if tools else "none",
         "ffprobe": _tool_version(tools.ffprobe) if tools else "none",
     }
@@ -154,8 +156,10 @@ def build(out: Path = DEFAULT_OUT, *, force: bool = False) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not force and _up_to_date(out, stamp):
+        if not force and _up_to_date(out, stamp, tools is not None):
             return out
+        for leftover in out.parent.glob(f".{out.name}-*"):  # of a build that was killed
+            shutil.rmtree(leftover, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         try:
             for case in all_cases():
@@ -166,6 +170,7 @@ def build(out: Path = DEFAULT_OUT, *, force: bool = False) -> Path:
                 if missing:
                     raise RuntimeError(f"case {case.id} did not write {missing}")
             (staging / STAMP).write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
+            staging.chmod(0o755)  # mkdtemp makes it 0700
             old = out.parent / f".{out.name}-old-{os.getpid()}"
             if out.exists():
                 out.rename(old)
@@ -176,11 +181,15 @@ def build(out: Path = DEFAULT_OUT, *, force: bool = False) -> Path:
     return out
 
 
-def _up_to_date(out: Path, stamp: dict[str, str]) -> bool:
+def _up_to_date(out: Path, stamp: dict[str, str], with_ffmpeg: bool) -> bool:
+    """Whether ``out`` was built from the same makers and tools, and still holds every file."""
     try:
-        return bool(json.loads((out / STAMP).read_text()) == stamp)
+        if json.loads((out / STAMP).read_text()) != stamp:
+            return False
     except (OSError, ValueError):
         return False
+    wanted = [name for case in all_cases() if with_ffmpeg or not case.needs_ffmpeg for name in case.files]
+    return all((out / name).is_file() for name in wanted)
 
 
 def case_path(name: str, out: Path = DEFAULT_OUT) -> Path:
@@ -197,6 +206,8 @@ def case_path(name: str, out: Path = DEFAULT_OUT) -> Path:
     if case is None:
         raise KeyError(f"no case writes {name!r} (tests/media/cases_*.py)")
     path = build(out) / name
+    if not path.is_file() and not case.needs_ffmpeg:
+        raise FileNotFoundError(f"{name} (case {case.id}) was not built into {out}")
     if not path.is_file():
         raise FileNotFoundError(
             f"{name} (case {case.id}) is made with ffmpeg, and none was found: "
