@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
 import re
@@ -110,6 +111,7 @@ def test_the_layer_has_mediajobs_without_local(layer: Path):
     assert (package / "recipes" / "web-image.v1.json").is_file()
     assert not (package / "local").exists()
     assert not list(layer.glob("*.egg-info")) and not list(package.rglob("*.egg-info"))
+    assert json.loads((package / "layer.json").read_text()) == {"architecture": HOST_ARCH}
 
 
 def test_the_layer_has_nothing_of_the_local_extra_nor_pillow_heif(layer: Path):
