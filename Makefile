@@ -33,7 +33,8 @@ demo: ffmpeg
 test: ffmpeg
 	$(BIN)/pytest
 
-# The fast subset: no test marked slow (the layer builds, the storm, long videos).
+# The fast subset: no test marked slow (the layer builds, the crash storms, the end-to-end
+# CLI runs, the case build checks).
 test-fast: ffmpeg
 	$(BIN)/pytest -m "not slow"
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import case_file, media_file
 
 CLI = [sys.executable, "-m", "mediajobs.local.cli"]
@@ -76,6 +78,7 @@ def test_process_missing_file_is_a_usage_error(tmp_path):
     assert done.returncode == 2 and "nope.jpg" in done.stderr and done.stdout == ""
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     out = tmp_path / "demo"
     done = run("demo", "--out", str(out), cwd=tmp_path)
@@ -143,6 +146,7 @@ def test_limits_from_the_environment_apply_to_local_runs(tmp_path):
     assert (done.returncode, line["state"], line["reason"]) == (0, "permanent_failure", "too_many_pixels")
 
 
+@pytest.mark.slow
 def test_an_input_that_cannot_be_processed_does_not_hide_the_others(tmp_path, monkeypatch):
     """A failure before any job is claimed (here: reading the original always fails) is
     retried by SQS and dead-lettered: exit 1, a message, every other line printed."""
@@ -192,6 +196,7 @@ def test_invalid_settings_and_unusable_out_are_usage_errors(tmp_path):
     assert "MAX_PIXELS" in bad_env.stderr or "many" in bad_env.stderr
 
 
+@pytest.mark.slow
 def test_a_job_that_keeps_failing_ends_attempts_exhausted(tmp_path):
     """A claimed job that fails transiently on every attempt is retried up to MAX_ATTEMPTS
     claims; the next delivery ends it permanent ``attempts_exhausted`` (exit 0: the

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import _make_cases, case_registry
 
 
@@ -13,6 +15,7 @@ def digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
+@pytest.mark.slow
 def test_two_builds_give_the_same_bytes_and_every_file_of_every_case(tmp_path):
     make_cases = _make_cases()
     first = digests(make_cases.build(tmp_path / "a" / "cases"))
@@ -21,6 +24,7 @@ def test_two_builds_give_the_same_bytes_and_every_file_of_every_case(tmp_path):
     assert set(first) - {".stamp.json"} == {name for case in case_registry() for name in case.files}
 
 
+@pytest.mark.slow
 def test_a_build_is_reused_and_a_missing_file_or_a_killed_build_is_mended(tmp_path):
     make_cases = _make_cases()
     out = tmp_path / "cases"

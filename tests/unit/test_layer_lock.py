@@ -56,7 +56,8 @@ def test_the_console_script_needs_the_local_extra_and_says_so(monkeypatch, capsy
     assert project()["scripts"]["mediajobs"] == "mediajobs.local:main"
     monkeypatch.setattr(local, "missing_extra_modules", lambda: ["moto", "tqdm"])
     assert local.main(["--help"]) == 1
-    assert "mediajobs[local] is needed: pip install 'mediajobs[local]' (missing: moto, tqdm)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the local extra is needed: pip install '.[local]' in a clone" in err and "(missing: moto, tqdm)" in err
 
 
 def test_a_dependency_the_lock_does_not_pin_is_a_problem():

@@ -1,6 +1,6 @@
 """mediajobs outside Lambda: the embedded AWS, the local event source, the CLI, the storm.
 
-This package needs the ``local`` extra (``pip install 'mediajobs[local]'``: moto, Werkzeug,
+This package needs the ``local`` extra (``pip install '.[local]'`` in a clone: moto, Werkzeug,
 tqdm, PyYAML) and is not built into the Lambda layer (``layers/mediajobs/Makefile``).
 """
 
@@ -14,7 +14,9 @@ from typing import Final
 EXTRA_MODULES: Final = ("moto", "werkzeug", "tqdm", "yaml")
 
 #: What the ``mediajobs`` command prints when the extra is not installed.
-EXTRA_MISSING: Final = "mediajobs[local] is needed: pip install 'mediajobs[local]'"
+EXTRA_MISSING: Final = (
+    "the local extra is needed: pip install '.[local]' in a clone of the repository (make does it)"
+)
 
 
 def missing_extra_modules() -> list[str]:

