@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -29,6 +30,17 @@ os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 # Short leases, so a busy duplicate in a test comes back within seconds (deployed: 120 s).
 os.environ.setdefault("LEASE_SECONDS", "3")
+
+
+def load_script(name: str, path: Path) -> ModuleType:
+    """Import the script at ``path`` (a build helper outside the package, e.g.
+    ``layers/size_check.py``) as module ``name``, registered in ``sys.modules``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def media_file(*parts: str) -> Path:

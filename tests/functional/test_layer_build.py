@@ -20,12 +20,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from packaging.requirements import Requirement
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 LAYER_DIR = REPO / "layers" / "mediajobs"
 _ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}
@@ -66,15 +65,6 @@ pytestmark = [
         "/usr/local/bin or /usr/bin",
     ),
 ]
-
-
-def load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def make(*args: str) -> subprocess.CompletedProcess[str]:
@@ -123,7 +113,7 @@ def test_the_layer_has_nothing_of_the_local_extra_nor_pillow_heif(layer: Path):
 
 
 def test_the_layer_installs_exactly_the_lock(layer: Path):
-    lock = load("mediajobs_layer_lock", LAYER_DIR / "lock.py")
+    lock = load_script("mediajobs_layer_lock", LAYER_DIR / "lock.py")
     pins = lock.read_lock((LAYER_DIR / "requirements.txt").read_text())
     dists = importlib.metadata.distributions(path=[str(layer)])
     installed = {lock.canonical(d.metadata["Name"]): d.version for d in dists}
@@ -133,7 +123,7 @@ def test_the_layer_installs_exactly_the_lock(layer: Path):
 def test_every_installed_requirement_is_met_in_the_layer(layer: Path):
     """The lock is closed: each distribution's dependencies (markers of Lambda's python3.12 on
     this architecture; the extras pyproject asks for) are installed in a version they allow."""
-    lock = load("mediajobs_layer_lock", LAYER_DIR / "lock.py")
+    lock = load_script("mediajobs_layer_lock", LAYER_DIR / "lock.py")
     dists = {lock.canonical(d.metadata["Name"]): d for d in importlib.metadata.distributions(path=[str(layer)])}
     extras: dict[str, set[str]] = {}
     for spec in lock.project_dependencies():
@@ -205,7 +195,7 @@ def test_the_worker_imports_from_the_layer_using_its_bytecode_only(layer: Path):
 
 
 def test_the_total_for_this_architecture_is_within_80_percent_of_lambdas_limit(layer: Path, tmp_path: Path):
-    size_check = load("layers_size_check", REPO / "layers" / "size_check.py")
+    size_check = load_script("layers_size_check", REPO / "layers" / "size_check.py")
     ffmpeg_layer = tmp_path / "FfmpegLayer"
     done = make(
         "-C", str(REPO / "layers" / "ffmpeg"), "build-FfmpegLayer", f"ARTIFACTS_DIR={ffmpeg_layer}", f"ARCH={HOST_ARCH}"

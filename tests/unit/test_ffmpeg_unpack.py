@@ -4,13 +4,11 @@ product unpacks it, with small fake programs in ``tmp_path`` and every place inj
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import lzma
 import os
 import shutil
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -20,18 +18,13 @@ import pytest
 from mediajobs.adapters import ffmpeg
 from mediajobs.adapters.video import FfmpegRenderer
 from mediajobs.service import remove_stale_work_folders
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 FAKE_FFPROBE = b"#!/bin/sh\necho fake ffprobe\nexit 0\n" + bytes(range(256)) * 64
 
 
 def load_pack() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ffmpeg_layer_pack", REPO / "layers" / "ffmpeg" / "pack.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ffmpeg_layer_pack", REPO / "layers" / "ffmpeg" / "pack.py")
 
 
 def sha256(data: bytes) -> str:

@@ -7,29 +7,17 @@ does not pin, or a pin its specifier does not allow, fails here.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tomllib
-from types import ModuleType
 
 import pytest
 from packaging.requirements import Requirement
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 LOCAL_EXTRA_ONLY = {"moto", "werkzeug", "tqdm", "pyyaml", "flask", "pillow-heif"}
 
 
-def load_lock() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mediajobs_layer_lock", REPO / "layers" / "mediajobs" / "lock.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-lock = load_lock()
+lock = load_script("mediajobs_layer_lock", REPO / "layers" / "mediajobs" / "lock.py")
 
 
 def project() -> dict:

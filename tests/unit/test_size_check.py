@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
-
-def load_size_check() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("layers_size_check", REPO / "layers" / "size_check.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-size_check = load_size_check()
+size_check = load_script("layers_size_check", REPO / "layers" / "size_check.py")
 
 
 def write(path: Path, size: int) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +30,10 @@ from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
 from mediajobs.domain.recipes import Recipe, load_recipe
-from mediajobs.service import Pipeline, PipelineObserver, remove_stale_work_folders
+from mediajobs.service import Pipeline, PipelineObserver, VideoRenderer, remove_stale_work_folders
 from mediajobs.settings import Settings
 
 if TYPE_CHECKING:
-    from mediajobs.adapters.video import FfmpegRenderer
     from mediajobs.domain.jobs import RenderContext, RenderedFile
     from mediajobs.domain.manifest import Decisions
     from mediajobs.domain.recipes import VideoRenditionsParams
@@ -68,26 +68,17 @@ def active_recipes() -> dict[str, list[Recipe]]:
 
 
 class DeferredVideoRenderer:
-    """:class:`mediajobs.adapters.video.FfmpegRenderer`, imported and built at the first render.
+    """A video renderer that ``make`` builds at the first render, so that its imports (the
+    ffmpeg runner, the video plans) wait for the first video instead of Lambda's INIT.
 
     Parameters
     ----------
-    speed_factor: seconds of work per second of 1080p source.
-    max_duration_s: longest accepted source, seconds.
-    invocation_s: time a whole invocation gives a job (function timeout minus margin), seconds.
-    margin_s: seconds kept at the end of an invocation to release the claim.
-    max_pixels: largest accepted frame, width x height, pixels.
+    make: builds the renderer (:func:`video_renderer`); called once.
     """
 
-    def __init__(
-        self, *, speed_factor: float, max_duration_s: float, invocation_s: float, margin_s: float, max_pixels: int
-    ) -> None:
-        self.speed_factor = speed_factor
-        self.max_duration_s = max_duration_s
-        self.invocation_s = invocation_s
-        self.margin_s = margin_s
-        self.max_pixels = max_pixels
-        self._renderer: FfmpegRenderer | None = None
+    def __init__(self, make: Callable[[], VideoRenderer]) -> None:
+        self._make = make
+        self._renderer: VideoRenderer | None = None
 
     def render(
         self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext | None = None
@@ -103,19 +94,24 @@ class DeferredVideoRenderer:
         Raises
         ------
         PermanentFailure, TransientFailure
-            As ``FfmpegRenderer.render`` does.
+            As the renderer's ``render`` does.
         """
         if self._renderer is None:
-            from mediajobs.adapters.video import FfmpegRenderer
-
-            self._renderer = FfmpegRenderer(
-                speed_factor=self.speed_factor,
-                max_duration_s=self.max_duration_s,
-                invocation_s=self.invocation_s,
-                margin_s=self.margin_s,
-                max_pixels=self.max_pixels,
-            )
+            self._renderer = self._make()
         return self._renderer.render(source, params, out_dir, context)
+
+
+def video_renderer(settings: Settings) -> VideoRenderer:
+    """The ffmpeg renderer for ``settings``, imported here (the video path only)."""
+    from mediajobs.adapters.video import FfmpegRenderer
+
+    return FfmpegRenderer(
+        speed_factor=settings.video_speed_factor,
+        max_duration_s=settings.max_video_s,
+        invocation_s=settings.worker_timeout_s - settings.deadline_margin_s,
+        margin_s=settings.deadline_margin_s,
+        max_pixels=settings.max_pixels,
+    )
 
 
 def s3_client(settings: Settings) -> Any:
@@ -156,13 +152,7 @@ def build_pipeline(
         ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
         sources=SourceIndex(sources),
         renderer=PillowRenderer(max_pixels=settings.max_pixels),
-        video_renderer=DeferredVideoRenderer(
-            speed_factor=settings.video_speed_factor,
-            max_duration_s=settings.max_video_s,
-            invocation_s=settings.worker_timeout_s - settings.deadline_margin_s,
-            margin_s=settings.deadline_margin_s,
-            max_pixels=settings.max_pixels,
-        ),
+        video_renderer=DeferredVideoRenderer(functools.partial(video_renderer, settings)),
         queue=SqsQueue(sqs_client(settings)),
         recipes=active_recipes(),
         detect_media=detect_media,
