@@ -26,8 +26,8 @@ the same for both, is left out. It prints the medians and the ratio ours / boto3
 
 Before timing, one process of each kind runs under an audit hook that refuses any socket
 connection or name lookup: building the pipeline must create clients only. That check also
-imports the adapters the worker imports lazily (images: Pillow and pi-heif; videos), so a
-layer that lacks one of their dependencies fails here rather than at the first record.
+imports the video adapter, which the worker imports at its first video, and checks Pillow's
+HEIF opener, so a layer that lacks one of their dependencies fails here rather than at a record.
 
 Without ``--layer`` the layer is built into a temporary folder by its own build
 (``make -C layers/mediajobs build-MediaJobsLayer ARCH=<this machine>``), or, where that

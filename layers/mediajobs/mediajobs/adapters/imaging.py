@@ -2,7 +2,7 @@
 
 Importing this module registers pi-heif's HEIF opener with Pillow (pi-heif is the pillow-heif
 project's decoder-only build: the same API, without the HEVC encoder the worker never
-calls). The worker imports it at its first media detection (:mod:`mediajobs.bootstrap`).
+calls). The worker imports it at INIT (:mod:`mediajobs.bootstrap`): every original is detected with it.
 
 Order of operations for one original, chosen so that bad input fails before any pixel
 is decoded and good input is decoded once:
