@@ -31,11 +31,8 @@ CHUNK_BYTES = 1 << 20
 
 def sha256_of(path: Path) -> str:
     """Hex SHA-256 of the file at ``path``."""
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def unpacked_sha256(packed: Path) -> str | None:
