@@ -5,8 +5,9 @@ Usage::
 
     python tests/media/make_cases.py [--out DIR] [--force]
 
-Each case is a :class:`Case` in ``cases_images.py`` (Pillow only) or ``cases_video.py``
-(ffmpeg, found the way the product finds it: :func:`mediajobs.adapters.ffmpeg.find_binaries`),
+Each case is a :class:`Case` in a ``cases_<kind>.py`` module beside this file:
+``cases_images.py`` (Pillow only), ``cases_video.py`` (ffmpeg, found the way the product
+finds it: :func:`mediajobs.adapters.ffmpeg.find_binaries`) and the others,
 with its expected outcome beside its maker. The makers are deterministic: the same sources,
 Pillow and ffmpeg give the same files. :func:`build` writes every case once per checkout into
 ``tests/media/build/cases/`` (ignored by git) and reuses it while a stamp of the makers'
@@ -84,13 +85,17 @@ def all_cases() -> tuple[Case, ...]:
     ValueError
         If two cases write the same file name.
     """
+    import importlib
+
     sys.path.insert(0, str(HERE))
     try:
-        import cases_images
-        import cases_video
+        # cases_images.py and cases_video.py first, then any other cases_<kind>.py in name order.
+        names = sorted(p.stem for p in HERE.glob("cases_*.py"))
+        first = [n for n in ("cases_images", "cases_video") if n in names]
+        modules = [importlib.import_module(n) for n in first + [n for n in names if n not in first]]
     finally:
         sys.path.remove(str(HERE))
-    cases = tuple(cases_images.CASES) + tuple(cases_video.CASES)
+    cases = tuple(case for module in modules for case in module.CASES)
     names = [name for case in cases for name in case.files]
     if len(names) != len(set(names)):
         raise ValueError(f"two cases write the same file: {sorted(n for n in names if names.count(n) > 1)}")

@@ -34,6 +34,13 @@ TOO_LONG: Final = "too_long"
 INVALID_OUTPUT: Final = "invalid_output"
 # A derivative's key holds bytes no holder of the job registered (see domain.jobs.identify_stored).
 OUTPUT_CONFLICT: Final = "output_conflict"
+# A valid file using a feature the decoder does not implement (an overlay it cannot compose,
+# a colour conversion it lacks): not damage, so never ``corrupt_image``.
+UNSUPPORTED_FEATURE: Final = "unsupported_feature"
+# Decoding needed more memory than the worker's decode budget (a header that lies about the size).
+MEMORY_LIMIT_EXCEEDED: Final = "memory_limit_exceeded"
+# The ledger cannot store this input (DynamoDB's ValidationException on a value derived from it).
+UNSTORABLE_INPUT: Final = "unstorable_input"
 
 REASON_CODES: Final = frozenset(
     {
@@ -54,6 +61,9 @@ REASON_CODES: Final = frozenset(
         TOO_LONG,
         INVALID_OUTPUT,
         OUTPUT_CONFLICT,
+        UNSUPPORTED_FEATURE,
+        MEMORY_LIMIT_EXCEEDED,
+        UNSTORABLE_INPUT,
     }
 )
 
