@@ -3,7 +3,8 @@
 Writes use ``If-None-Match: *`` (S3 conditional writes): a 412 ``PreconditionFailed``
 means an object already exists under the key, which for content-addressed derivatives
 means the bytes are already there -- success. Under concurrent writes S3 may also answer
-409 ``ConditionalRequestConflict``; that is retried a few times, then reported transient.
+409 ``ConditionalRequestConflict``; that is retried after a backoff with full jitter
+(:func:`mediajobs.domain.retry.conflict_backoff_s`) a few times, then reported transient.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import base64
 import hashlib
 import logging
 import os
+import random
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -19,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from mediajobs.domain.errors import SOURCE_MISSING, PermanentFailure, TransientFailure
 from mediajobs.domain.jobs import Downloaded, ObjectHead, ObjectRef
+from mediajobs.domain.retry import CONFLICT_ATTEMPTS, conflict_backoff_s
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +32,6 @@ MB: Final = 1024 * KB
 CHUNK_BYTES: Final = 1 * MB
 IMMUTABLE_CACHE_CONTROL: Final = "public, max-age=31536000, immutable"
 _MISSING_CODES: Final = frozenset({"NoSuchKey", "NoSuchVersion", "404", "NotFound"})
-_CONFLICT_RETRIES: Final = 3
 
 
 def _code(exc: ClientError) -> str:
@@ -44,10 +48,17 @@ class S3Store:
     Parameters
     ----------
     client: a boto3 S3 client (its retry mode handles throttling and SlowDown).
+    sleep: waits a number of seconds between tries of a write that met a 409 (tests pass a
+        recorder, so they never sleep).
+    rng: the jitter of those waits.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(
+        self, client: Any, *, sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None
+    ) -> None:
         self._s3 = client
+        self._sleep = sleep
+        self._rng = rng or random.Random()
 
     def head(self, ref: ObjectRef) -> ObjectHead:
         """Size, version, ETag and (when the object has one) full-object SHA-256 of
@@ -141,12 +152,16 @@ class S3Store:
         bool
             ``True`` if this call created the object, ``False`` if it was already there.
 
+        A 409 ``ConditionalRequestConflict`` is tried again after
+        :func:`~mediajobs.domain.retry.conflict_backoff_s`, at most
+        :data:`~mediajobs.domain.retry.CONFLICT_ATTEMPTS` tries in all.
+
         Raises
         ------
         TransientFailure
-            On repeated 409 conflicts or any other error.
+            On a 409 at every try, or any other error.
         """
-        for attempt in range(1, _CONFLICT_RETRIES + 1):
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             if hasattr(body, "seek"):
                 body.seek(0)
             try:
@@ -165,12 +180,19 @@ class S3Store:
                     log.info("object already present", extra={"key": key})
                     return False
                 if _code(exc) == "ConditionalRequestConflict" or _status(exc) == 409:
-                    log.warning("conditional write conflict, retrying", extra={"key": key, "attempt": attempt})
+                    if attempt == CONFLICT_ATTEMPTS:
+                        break
+                    delay_s = conflict_backoff_s(attempt, rng=self._rng)
+                    log.warning(
+                        "conditional write conflict, retrying",
+                        extra={"key": key, "attempt": attempt, "delay_s": round(delay_s, 3)},
+                    )
+                    self._sleep(delay_s)
                     continue
                 raise TransientFailure(f"S3 PutObject {key} failed: {_code(exc)}") from exc
             except BotoCoreError as exc:
                 raise TransientFailure(f"S3 PutObject {key} failed: {exc}") from exc
-        raise TransientFailure(f"S3 PutObject {key}: {_CONFLICT_RETRIES} conditional write conflicts")
+        raise TransientFailure(f"S3 PutObject {key}: {CONFLICT_ATTEMPTS} conditional write conflicts")
 
     def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool:
         """:meth:`put_if_absent` with the body read from ``path``."""
