@@ -233,3 +233,25 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
     statements = [st for p in roles["WorkerRole"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
     assert [st["Sid"] for st in statements if "*" in _as_list(st["Resource"])] == []
     assert deployed["WorkerFunction"]["Properties"]["Role"] == {"Fn::GetAtt": ["WorkerRole", "Arn"]}
+
+
+def test_the_rules_dead_letter_queue_takes_events_from_the_rule_alone_and_the_worker_has_no_access():
+    """Undelivered events are for a person to look at and send on: the worker's role names
+    no dead-letter queue, and only EventBridge, on behalf of this rule, may send there."""
+    named = {
+        r["Fn::GetAtt"][0]
+        for st in STATEMENTS
+        for r in _as_list(st["Resource"])
+        if isinstance(r, dict) and "Fn::GetAtt" in r
+    }
+    assert not named & {"EventsDeadLetterQueue", "DeadLetterQueue"}
+    policies = [
+        r["Properties"]
+        for r in TEMPLATE["Resources"].values()
+        if r["Type"] == "AWS::SQS::QueuePolicy" and {"Ref": "EventsDeadLetterQueue"} in r["Properties"]["Queues"]
+    ]
+    [policy] = policies
+    for statement in policy["PolicyDocument"]["Statement"]:
+        assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+        assert _as_list(statement["Action"]) == ["sqs:SendMessage"]
+        assert statement["Condition"]["ArnEquals"]["aws:SourceArn"] == {"Fn::GetAtt": ["ObjectCreatedRule", "Arn"]}

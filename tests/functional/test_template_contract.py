@@ -27,7 +27,7 @@ def test_template_declares_the_pieces():
     types = {name: r["Type"] for name, r in RESOURCES.items()}
     assert types["MediaBucket"] == "AWS::S3::Bucket"
     assert types["ObjectCreatedRule"] == "AWS::Events::Rule"
-    assert types["JobsQueue"] == types["DeadLetterQueue"] == "AWS::SQS::Queue"
+    assert types["JobsQueue"] == types["DeadLetterQueue"] == types["EventsDeadLetterQueue"] == "AWS::SQS::Queue"
     assert types["JobsTable"] == "AWS::DynamoDB::Table"
     assert types["WorkerFunction"] == "AWS::Serverless::Function"
 
@@ -67,6 +67,9 @@ def test_rule_has_the_templates_event_pattern(local_session):
     assert expected["detail"]["object"]["key"] == [{"prefix": "originals/"}]
     targets = local_session._aws.client("events").list_targets_by_rule(Rule=local_session.stack.rule_name)["Targets"]
     assert [t["Arn"] for t in targets] == [local_session.stack.queue_arn]
+    [declared] = RESOURCES["ObjectCreatedRule"]["Properties"]["Targets"]
+    assert targets[0]["RetryPolicy"] == declared["RetryPolicy"]
+    assert targets[0]["DeadLetterConfig"] == {"Arn": local_session.stack.events_dlq_arn}
 
 
 def test_queue_has_the_templates_redrive_policy_and_visibility(local_session):
@@ -143,8 +146,18 @@ def test_the_bucket_is_encrypted_private_tls_only_and_drops_abandoned_uploads():
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 
 
-def test_both_queues_are_encrypted_and_keep_messages_14_days():
-    for name in ("JobsQueue", "DeadLetterQueue"):
+def test_the_embedded_aws_creates_the_rules_dead_letter_queue_as_declared(local_session):
+    attrs = local_session.sqs.get_queue_attributes(QueueUrl=local_session.stack.events_dlq_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
+    assert attrs["QueueArn"] == local_session.stack.events_dlq_arn != local_session.stack.dlq_arn
+    declared = RESOURCES["EventsDeadLetterQueue"]["Properties"]
+    assert int(attrs["MessageRetentionPeriod"]) == declared["MessageRetentionPeriod"]
+    assert "RedrivePolicy" not in attrs
+
+
+def test_every_queue_is_encrypted_and_keeps_messages_14_days():
+    for name in ("JobsQueue", "DeadLetterQueue", "EventsDeadLetterQueue"):
         props = RESOURCES[name]["Properties"]
         assert props["SqsManagedSseEnabled"] is True or "KmsMasterKeyId" in props, name
         assert props["MessageRetentionPeriod"] == 14 * 24 * 3600, name
@@ -157,17 +170,20 @@ def test_tables_are_on_demand_with_point_in_time_recovery():
         assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, name
 
 
-def _alarm(metric: str) -> dict:
+def _alarm(metric: str, of: str | None = None) -> dict:
+    """The alarm on ``metric`` (of the resource ``of``, when several alarms watch it)."""
     (alarm,) = [
         r["Properties"]
         for r in RESOURCES.values()
-        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"]["MetricName"] == metric
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        and r["Properties"]["MetricName"] == metric
+        and (of is None or of in json.dumps(r["Properties"]["Dimensions"]))
     ]
     return alarm
 
 
 def test_alarms_watch_the_dead_letters_the_oldest_message_errors_and_throttles():
-    dlq = _alarm("ApproximateNumberOfMessagesVisible")
+    dlq = _alarm("ApproximateNumberOfMessagesVisible", of='"DeadLetterQueue"')
     assert dlq["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]}}]
     assert (dlq["Threshold"], dlq["ComparisonOperator"]) == (0, "GreaterThanThreshold")
     age = _alarm("ApproximateAgeOfOldestMessage")
@@ -179,8 +195,50 @@ def test_alarms_watch_the_dead_letters_the_oldest_message_errors_and_throttles()
         assert alarm["Namespace"] == "AWS/Lambda"
         assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "WorkerFunction"}}]
         assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
-    for metric in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "Errors", "Throttles"):
+    for metric in ("ApproximateAgeOfOldestMessage", "Errors", "Throttles"):
         assert _alarm(metric)["AlarmActions"] == [{"Ref": "AlarmTopic"}], metric
+    assert dlq["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+
+
+def test_the_rule_retries_for_a_day_then_dead_letters_what_it_cannot_deliver():
+    [target] = RESOURCES["ObjectCreatedRule"]["Properties"]["Targets"]
+    # EventBridge's limits (EventBridge API reference, RetryPolicy): 0-185 tries, 60-86,400 s.
+    assert target["RetryPolicy"] == {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 86400}
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}}
+    # The rule's dead-letter queue is its own: nothing redrives into it or out of it.
+    assert "RedrivePolicy" not in RESOURCES["EventsDeadLetterQueue"]["Properties"]
+
+
+def test_only_the_rule_may_send_to_its_dead_letter_queue():
+    policy = RESOURCES["EventsDeadLetterQueuePolicy"]["Properties"]
+    assert policy["Queues"] == [{"Ref": "EventsDeadLetterQueue"}]
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert (statement["Effect"], statement["Principal"], statement["Action"]) == (
+        "Allow",
+        {"Service": "events.amazonaws.com"},
+        "sqs:SendMessage",
+    )
+    assert statement["Resource"] == {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}
+    assert statement["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["ObjectCreatedRule", "Arn"]}}}
+
+
+def test_alarms_watch_events_that_did_not_reach_the_queue():
+    dead = _alarm("ApproximateNumberOfMessagesVisible", of='"EventsDeadLetterQueue"')
+    assert dead["Namespace"] == "AWS/SQS"
+    assert dead["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": ["EventsDeadLetterQueue", "QueueName"]}}
+    ]
+    lost = _alarm("InvocationsFailedToBeSentToDlq")
+    assert lost["Namespace"] == "AWS/Events"
+    assert lost["Dimensions"] == [{"Name": "RuleName", "Value": {"Ref": "ObjectCreatedRule"}}]
+    for alarm in (dead, lost):
+        assert (alarm["Threshold"], alarm["ComparisonOperator"], alarm["EvaluationPeriods"]) == (
+            0,
+            "GreaterThanThreshold",
+            1,
+        )
+        assert alarm["TreatMissingData"] == "notBreaching"
+        assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": "AlarmTopic"}]
 
 
 def test_alarm_mail_is_subscribed_only_when_an_address_is_given():
@@ -277,6 +335,7 @@ def test_outputs_name_the_bucket_queues_tables_and_dashboard():
     assert outputs["BucketName"]["Value"] == {"Ref": "MediaBucket"}
     assert outputs["JobsQueueUrl"]["Value"] == {"Ref": "JobsQueue"}
     assert outputs["DeadLetterQueueUrl"]["Value"] == {"Ref": "DeadLetterQueue"}
+    assert outputs["EventsDeadLetterQueueUrl"]["Value"] == {"Ref": "EventsDeadLetterQueue"}
     assert outputs["JobsTableName"]["Value"] == {"Ref": "JobsTable"}
     assert outputs["SourcesTableName"]["Value"] == {"Ref": "SourcesTable"}
     assert "#dashboards:name=${Dashboard}" in outputs["DashboardUrl"]["Value"]["Fn::Sub"]
@@ -311,9 +370,13 @@ def test_saved_queries_find_repeated_starts_and_failures_by_reason_in_the_worker
 
 def test_the_dashboard_shows_queues_dead_letters_jobs_and_processing_time():
     body = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
-    for placeholder in ("${AWS::Region}", "${JobsQueue.QueueName}", "${DeadLetterQueue.QueueName}"):
-        body = body.replace(placeholder, "x")
+    queues = {"JobsQueue": "jobs", "DeadLetterQueue": "dlq", "EventsDeadLetterQueue": "events-dlq"}
+    body = body.replace("${AWS::Region}", "x")
+    for name, placeholder in queues.items():
+        body = body.replace("${" + name + ".QueueName}", placeholder)
     widgets = json.loads(body)["widgets"]
+    depths = {m[3] for w in widgets for m in w["properties"]["metrics"] if m[1] == "ApproximateNumberOfMessagesVisible"}
+    assert depths == set(queues.values())  # both dead-letter queues are on it
     metrics = {(m[0], m[1]) for w in widgets for m in w["properties"]["metrics"]}
     namespace = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"]
     assert metrics >= {

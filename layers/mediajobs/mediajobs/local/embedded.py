@@ -38,6 +38,7 @@ BUCKET_ID = "MediaBucket"
 RULE_ID = "ObjectCreatedRule"
 QUEUE_ID = "JobsQueue"
 DLQ_ID = "DeadLetterQueue"
+EVENTS_DLQ_ID = "EventsDeadLetterQueue"
 TABLE_ID = "JobsTable"
 SOURCES_TABLE_ID = "SourcesTable"
 FUNCTION_ID = "WorkerFunction"
@@ -180,7 +181,8 @@ class LocalStack:
     ----------
     endpoint_url: the moto server (``http://127.0.0.1:<port>``).
     bucket: bucket name; rule_name: EventBridge rule.
-    queue_url, queue_arn, dlq_url, dlq_arn: the queues.
+    queue_url, queue_arn, dlq_url, dlq_arn: the jobs queue and its dead-letter queue.
+    events_dlq_url, events_dlq_arn: the rule's dead-letter queue (events it could not deliver).
     table_name: jobs table; sources_table_name: the source index.
     function_env: the worker's environment, resolved from the template.
     batch_size: the SQS event source's BatchSize.
@@ -194,6 +196,8 @@ class LocalStack:
     queue_arn: str
     dlq_url: str
     dlq_arn: str
+    events_dlq_url: str
+    events_dlq_arn: str
     table_name: str
     sources_table_name: str
     function_env: dict[str, str]
@@ -299,11 +303,20 @@ class EmbeddedAws:
         }
         params = parameter_defaults(self.template)
 
-        # Queues: the dead-letter queue first, since the main queue's redrive names it.
+        # Queues: the dead-letter queues first, since the main queue's redrive and the rule's
+        # target name them.
         dlq_props = self._resource(DLQ_ID).get("Properties", {})
         dlq_url = sqs.create_queue(QueueName=f"{self.name}-dlq", Attributes=_queue_attributes(dlq_props))["QueueUrl"]
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         refs[DLQ_ID], attrs[(DLQ_ID, "Arn")] = dlq_url, dlq_arn
+        events_dlq_props = self._resource(EVENTS_DLQ_ID).get("Properties", {})
+        events_dlq_url = sqs.create_queue(
+            QueueName=f"{self.name}-events-dlq", Attributes=_queue_attributes(events_dlq_props)
+        )["QueueUrl"]
+        events_dlq_arn = sqs.get_queue_attributes(QueueUrl=events_dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        refs[EVENTS_DLQ_ID], attrs[(EVENTS_DLQ_ID, "Arn")] = events_dlq_url, events_dlq_arn
         queue_props = resolve(self._resource(QUEUE_ID).get("Properties", {}), refs, attrs, params)
         queue_url = sqs.create_queue(QueueName=f"{self.name}-jobs", Attributes=_queue_attributes(queue_props))[
             "QueueUrl"
@@ -326,7 +339,10 @@ class EmbeddedAws:
         rule_props = resolve(self._resource(RULE_ID)["Properties"], refs, attrs, params)
         rule_arn = events.put_rule(Name=rule_name, EventPattern=json.dumps(rule_props["EventPattern"]))["RuleArn"]
         attrs[(RULE_ID, "Arn")] = rule_arn
-        events.put_targets(Rule=rule_name, Targets=[{"Id": t["Id"], "Arn": t["Arn"]} for t in rule_props["Targets"]])
+        target_props = ("Id", "Arn", "RetryPolicy", "DeadLetterConfig")
+        events.put_targets(
+            Rule=rule_name, Targets=[{k: t[k] for k in target_props if k in t} for t in rule_props["Targets"]]
+        )
 
         # The tables, with the key schemas of the PynamoDB models.
         bound_job_model(table_name, REGION, endpoint).create_table(billing_mode="PAY_PER_REQUEST", wait=True)
@@ -348,6 +364,8 @@ class EmbeddedAws:
             queue_arn=queue_arn,
             dlq_url=dlq_url,
             dlq_arn=dlq_arn,
+            events_dlq_url=events_dlq_url,
+            events_dlq_arn=events_dlq_arn,
             table_name=table_name,
             sources_table_name=sources_table_name,
             function_env={k: str(v) for k, v in env.items()},
