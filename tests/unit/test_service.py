@@ -25,7 +25,7 @@ from mediajobs.domain.jobs import (
     RenderedFile,
     decide,
 )
-from mediajobs.domain.keys import sha256_hex
+from mediajobs.domain.keys import sha256_hex, source_version_id
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.domain.recipes import load_recipe
 from mediajobs.service import Pipeline, PipelineObserver
@@ -220,6 +220,8 @@ def make(tmp_path, *, data=b"photo", error=None, media="image", checksums=False,
 
 
 REF = ObjectRef("bucket", "originals/a.jpg", None, 5)
+#: The source index's id of REF's object as FakeStore describes it (version v1).
+SOURCE_ID = source_version_id("bucket", "originals/a.jpg", version_id="v1", etag="", size_bytes=5)
 
 
 def test_outputs_then_manifest_then_done(tmp_path):
@@ -356,7 +358,7 @@ def test_a_full_object_checksum_names_the_content_without_the_index(tmp_path):
 
 def test_a_duplicate_arriving_while_the_first_reads_the_source_comes_back_later(tmp_path):
     pipeline, _, _, renderer, log = make(tmp_path)
-    pipeline._sources.rows['["s3","bucket","originals/a.jpg","version","v1"]'] = Reading(1300)
+    pipeline._sources.rows[SOURCE_ID] = Reading(1300)
     with pytest.raises(JobBusy) as caught:
         pipeline.process(REF)
     assert caught.value.lease_expires_at_s == 1300
@@ -379,9 +381,7 @@ def test_a_failed_read_gives_up_its_reading_marker(tmp_path):
 def test_past_the_attempts_cap_a_redelivery_ends_the_job_without_reading(tmp_path):
     pipeline, _, ledger, renderer, log = make(tmp_path)
     key = _preload(pipeline, ledger, state="transient_failure", lease_expires_at_s=0, attempts=4)
-    pipeline._sources.rows['["s3","bucket","originals/a.jpg","version","v1"]'] = KnownSource(
-        sha256_hex(b"photo"), 5, "image"
-    )
+    pipeline._sources.rows[SOURCE_ID] = KnownSource(sha256_hex(b"photo"), 5, "image")
     result = pipeline.process(REF)
     assert (result.state, result.reason, result.jobs[0].reused) == ("permanent_failure", "attempts_exhausted", False)
     assert ledger.rows[key].state == "permanent_failure"

@@ -275,7 +275,12 @@ class Pipeline:
         if not ref.key.startswith(self.settings.originals_prefix):
             log.info("ignoring key outside %s", self.settings.originals_prefix, extra={"source_key": ref.key})
             return SourceResult(ref, "ignored")
-        result = self._process(ref, delivery)
+        try:
+            result = self._process(ref, delivery)
+        except PermanentFailure as failure:
+            # Raised outside a job's own handling: the ledger or the source index refused a
+            # value derived from this input (``unstorable_input``). Retrying cannot help.
+            result = self._refuse(ref, failure.reason, failure.detail)
         self.observer.source_finished(result)
         return result
 
@@ -503,12 +508,21 @@ class Pipeline:
     def _claim_all(
         self, specs: list[tuple[Recipe, JobSpec]], views: dict[str, JobView], delivery: Delivery | None
     ) -> list[Claim]:
-        """Claim every job of a content (none is started without time for all of them)."""
+        """Claim every job of a content (none is started without time for all of them).
+
+        When one claim fails, the claims made before it are given back first, so none waits
+        for its lease to end.
+        """
         self._ensure_time(delivery, self.settings.image_job_s * len(specs))
         now, until = self._now(), self._lease_until(delivery)
-        return [
-            self._ledger.claim(spec, now_s=now, lease_until_s=until, seen=views.get(spec.job_key)) for _, spec in specs
-        ]
+        claims: list[Claim] = []
+        try:
+            for _, spec in specs:
+                claims.append(self._ledger.claim(spec, now_s=now, lease_until_s=until, seen=views.get(spec.job_key)))
+        except (PermanentFailure, TransientFailure) as exc:
+            self._release_all(claims, exc)
+            raise
+        return claims
 
     @staticmethod
     def _summarise(result: SourceResult) -> SourceResult:
@@ -800,7 +814,7 @@ class Pipeline:
         log.warning("transient failure: %r", exc, extra=extra)
         try:
             self._ledger.release_transient(key, token, detail=repr(exc), now_s=self._now())
-        except (Superseded, TransientFailure) as release_error:
+        except (Superseded, PermanentFailure, TransientFailure) as release_error:
             log.warning("could not release the claim: %r", release_error, extra=extra)
 
 

@@ -24,7 +24,13 @@ from pynamodb.exceptions import GetError, PutError, PynamoDBException, UpdateErr
 from pynamodb.expressions.update import Action
 from pynamodb.models import Model
 
-from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, Superseded, TransientFailure
+from mediajobs.domain.errors import (
+    ATTEMPTS_EXHAUSTED,
+    UNSTORABLE_INPUT,
+    PermanentFailure,
+    Superseded,
+    TransientFailure,
+)
 from mediajobs.domain.jobs import (
     Claim,
     ClaimOutcome,
@@ -43,6 +49,7 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Model)
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+_VALIDATION = "ValidationException"
 
 
 class JobModel(Model):
@@ -110,6 +117,25 @@ def _lost_race(exc: PutError | UpdateError) -> bool:
     return exc.cause_response_code == _CONDITION_FAILED
 
 
+def dynamo_failure(exc: PynamoDBException, what: str) -> PermanentFailure | TransientFailure:
+    """The pipeline's error for a DynamoDB request that failed other than by a lost race.
+
+    A ``ValidationException`` is DynamoDB refusing the request's values -- here always
+    values derived from the input, such as a partition key over 2,048 bytes or an item over
+    400 KB (DynamoDB developer guide, "Service, account, and table quotas"): retrying can
+    never help, so it is ``unstorable_input``, with DynamoDB's message as the detail.
+    Anything else (throttling the SDK gave up on, a network error) may pass: transient.
+
+    Parameters
+    ----------
+    exc: PynamoDB's error; its botocore cause carries the code.
+    what: the request, for the message (``"ledger put"``).
+    """
+    if exc.cause_response_code == _VALIDATION:
+        return PermanentFailure(UNSTORABLE_INPUT, f"{what} refused by DynamoDB: {exc.cause_response_message}")
+    return TransientFailure(f"{what} failed: {exc.cause_response_code or exc}")
+
+
 def _view(row: JobModel) -> JobView:
     return JobView(
         job_key=row.job_key,
@@ -150,15 +176,17 @@ class DynamoLedger:
 
         Raises
         ------
+        PermanentFailure
+            ``unstorable_input`` when DynamoDB refuses the request (see :func:`dynamo_failure`).
         TransientFailure
-            On any DynamoDB error.
+            On any other DynamoDB error.
         """
         if not job_keys:
             return {}
         try:
             rows = list(self._model.batch_get(sorted(set(job_keys)), consistent_read=True))
         except PynamoDBException as exc:
-            raise TransientFailure(f"ledger batch read failed: {exc}") from exc
+            raise dynamo_failure(exc, "ledger batch read") from exc
         return {row.job_key: _view(row) for row in rows}
 
     def claim(self, spec: JobSpec, *, now_s: int, lease_until_s: int, seen: JobView | None = None) -> Claim:
@@ -179,6 +207,8 @@ class DynamoLedger:
 
         Raises
         ------
+        PermanentFailure
+            ``unstorable_input`` when DynamoDB refuses the row (see :func:`dynamo_failure`).
         TransientFailure
             When DynamoDB fails for another reason than a lost race (the SDK's retry
             mode has already retried throttling).
@@ -199,7 +229,7 @@ class DynamoLedger:
                 return self._ran(spec.job_key, token, lease_until_s)
             except PutError as exc:
                 if not _lost_race(exc):
-                    raise TransientFailure(f"ledger put failed: {exc.cause_response_code}") from exc
+                    raise dynamo_failure(exc, "ledger put") from exc
             seen = self._read(spec.job_key)
             if seen.lease_token == token:
                 # The SDK retried a put whose first attempt succeeded but whose answer was
@@ -269,7 +299,7 @@ class DynamoLedger:
             row.update(actions=actions, condition=fence & takeable)
         except UpdateError as exc:
             if not _lost_race(exc):
-                raise TransientFailure(f"ledger update failed: {exc.cause_response_code}") from exc
+                raise dynamo_failure(exc, "ledger update") from exc
             return None
         if exhaust:
             log.warning("attempts exhausted", extra={"job_key": seen.job_key, "attempts": seen.attempts})
@@ -303,7 +333,7 @@ class DynamoLedger:
         except self._model.DoesNotExist:
             return None
         except GetError as exc:
-            raise TransientFailure(f"ledger read failed: {exc.cause_response_code}") from exc
+            raise dynamo_failure(exc, "ledger read") from exc
 
     def get(self, job_key: str) -> JobModel | None:
         """The job's whole row (consistent read), or ``None``."""
@@ -321,7 +351,7 @@ class DynamoLedger:
         except UpdateError as exc:
             if _lost_race(exc):
                 raise Superseded(job_key) from exc
-            raise TransientFailure(f"ledger update failed: {exc.cause_response_code}") from exc
+            raise dynamo_failure(exc, "ledger update") from exc
         return row
 
     def register_outputs(
@@ -338,7 +368,7 @@ class DynamoLedger:
 
         Raises
         ------
-        Superseded, TransientFailure
+        Superseded, PermanentFailure, TransientFailure
             As :meth:`complete`.
         """
         m = self._model
@@ -366,7 +396,7 @@ class DynamoLedger:
 
         Raises
         ------
-        Superseded, TransientFailure
+        Superseded, PermanentFailure, TransientFailure
             As :meth:`complete`.
         """
         m = self._model
@@ -380,8 +410,8 @@ class DynamoLedger:
         ------
         Superseded
             If the claim was taken over or released.
-        TransientFailure
-            On any other DynamoDB error.
+        PermanentFailure, TransientFailure
+            As :meth:`complete`.
         """
         m = self._model
         self._finish(job_key, token, [m.lease_expires_at_s.set(lease_until_s), m.updated_at_s.set(now_s)])
@@ -393,6 +423,8 @@ class DynamoLedger:
         ------
         Superseded
             If the claim was taken over.
+        PermanentFailure
+            ``unstorable_input`` when DynamoDB refuses the update (see :func:`dynamo_failure`).
         TransientFailure
             On any other DynamoDB error.
         """
@@ -416,7 +448,7 @@ class DynamoLedger:
 
         Raises
         ------
-        Superseded, TransientFailure
+        Superseded, PermanentFailure, TransientFailure
             As :meth:`complete`.
         """
         m = self._model
@@ -441,7 +473,7 @@ class DynamoLedger:
 
         Raises
         ------
-        Superseded, TransientFailure
+        Superseded, PermanentFailure, TransientFailure
             As :meth:`complete`.
         """
         m = self._model

@@ -3,10 +3,11 @@ a content before reading its bytes.
 
 Two kinds of row share the table, both keyed by ``source_id``:
 
-* a **source version** (``["s3", bucket, key, "version", id]`` or the ETag-and-size
-  form, see :func:`mediajobs.domain.keys.source_version_id`): the SHA-256 of its bytes,
-  remembered after the first time they were hashed, so a redelivered event needs no
-  byte of the object;
+* a **source version** (64 hex characters: the SHA-256 of ``["s3", bucket, key,
+  "version", id]`` or of the ETag-and-size form, see
+  :func:`mediajobs.domain.keys.source_version_id`; before, the JSON itself, which a long key
+  could make longer than DynamoDB allows): the SHA-256 of its bytes, remembered after the
+  first time they were hashed, so a redelivered event needs no byte of the object;
 * a **content** (``sha256:<hex>``): its media type, for objects whose full-object
   SHA-256 checksum names the content before any read.
 
@@ -26,7 +27,7 @@ from pynamodb.attributes import NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DeleteError, GetError, PutError, PynamoDBException
 from pynamodb.models import Model
 
-from mediajobs.domain.errors import TransientFailure
+from mediajobs.adapters.ledger import dynamo_failure
 from mediajobs.domain.jobs import KnownSource
 
 log = logging.getLogger(__name__)
@@ -92,15 +93,18 @@ class SourceIndex:
 
         Raises
         ------
+        PermanentFailure
+            ``unstorable_input`` when DynamoDB refuses the key
+            (:func:`~mediajobs.adapters.ledger.dynamo_failure`).
         TransientFailure
-            On any DynamoDB error.
+            On any other DynamoDB error.
         """
         try:
             row = self._model.get(source_id, consistent_read=True)
         except self._model.DoesNotExist:
             return None
         except GetError as exc:
-            raise TransientFailure(f"source index read failed: {exc.cause_response_code}") from exc
+            raise dynamo_failure(exc, "source index read") from exc
         return _entry(row, now_s)
 
     def begin_reading(
@@ -118,8 +122,11 @@ class SourceIndex:
 
         Raises
         ------
+        PermanentFailure
+            ``unstorable_input`` when DynamoDB refuses the row
+            (:func:`~mediajobs.adapters.ledger.dynamo_failure`).
         TransientFailure
-            On any DynamoDB error other than a lost race.
+            On any other DynamoDB error than a lost race.
         """
         m = self._model
         row = m(
@@ -136,7 +143,7 @@ class SourceIndex:
             return None
         except PutError as exc:
             if exc.cause_response_code != "ConditionalCheckFailedException":
-                raise TransientFailure(f"source index put failed: {exc.cause_response_code}") from exc
+                raise dynamo_failure(exc, "source index put") from exc
         entry = self.lookup(source_id, now_s=now_s)
         return entry if entry is not None else Reading(now_s)
 

@@ -105,20 +105,38 @@ def job_key(
     return sha256_hex(canonical_json(document))
 
 
-def source_version_id(bucket: str, key: str, *, version_id: str | None, etag: str, size_bytes: int) -> str | None:
-    """Identity of one immutable version of an S3 object, for the source index.
+def source_version_document(bucket: str, key: str, *, version_id: str | None, etag: str, size_bytes: int) -> str | None:
+    """What identifies one immutable version of an S3 object, as canonical JSON text.
 
     ``["s3", bucket, key, "version", <version id>]`` when the bucket is versioned (a
     version's bytes never change); otherwise ``["s3", bucket, key, "etag", <etag>,
     <size>]`` (a new upload under the key gets another ETag unless its bytes are the
-    same). ``None`` when neither is known: such a source is hashed every time.
-    This is a cache key for a content hash, never a job's identity.
+    same). ``None`` when neither is known.
+
+    This was the source index's key itself until the index was keyed by its hash
+    (:func:`source_version_id`): JSON escapes ``"`` and ``\\`` in two bytes and control
+    characters in six, so an S3 key (up to 1,024 bytes) could make it longer than
+    DynamoDB's 2,048-byte partition key.
     """
     if version_id:
         return canonical_json(["s3", bucket, key, "version", version_id]).decode()
     if etag:
         return canonical_json(["s3", bucket, key, "etag", etag.strip('"'), size_bytes]).decode()
     return None
+
+
+def source_version_id(bucket: str, key: str, *, version_id: str | None, etag: str, size_bytes: int) -> str | None:
+    """Identity of one immutable version of an S3 object, for the source index: the SHA-256
+    (64 hex characters) of its :func:`source_version_document`, or ``None`` when neither a
+    version id nor an ETag is known (such a source is hashed every time).
+
+    64 bytes whatever the key: DynamoDB's partition key holds at most 2,048 bytes
+    (DynamoDB developer guide, "Service, account, and table quotas": partition key length).
+    It cannot meet a content id (``sha256:<hex>``, :func:`content_id`), which has a prefix.
+    This is a cache key for a content hash, never a job's identity.
+    """
+    document = source_version_document(bucket, key, version_id=version_id, etag=etag, size_bytes=size_bytes)
+    return None if document is None else sha256_hex(document.encode("utf-8"))
 
 
 def content_id(sha256: str) -> str:

@@ -1,0 +1,76 @@
+"""A value derived from the input that DynamoDB refuses (``ValidationException``: a
+partition key over 2,048 bytes, an item over 400 KB) is a permanent failure,
+``unstorable_input`` with DynamoDB's reason, never a retry: against the moto server, which
+checks both limits on writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import pytest
+
+from mediajobs import service
+from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
+from mediajobs.adapters.sources import SourceIndex, SourceModel
+from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure
+from mediajobs.domain.keys import source_version_document
+from mediajobs.entrypoints import worker
+from mediajobs.local.runner import LocalLambdaContext
+from tests.functional.test_ledger import spec
+from tests.functional.test_worker import event_for, put, unique_png
+
+#: Bigger than DynamoDB's largest item (400 KB).
+TOO_BIG = "x" * 410_000
+
+
+@pytest.fixture()
+def index(local_session) -> SourceIndex:
+    stack = local_session.stack
+    return SourceIndex(bind_model(SourceModel, stack.sources_table_name, "us-east-1", stack.endpoint_url))
+
+
+@pytest.fixture()
+def ledger(local_session) -> DynamoLedger:
+    stack = local_session.stack
+    return DynamoLedger(bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url), max_attempts=4)
+
+
+def test_a_source_id_longer_than_a_partition_key_is_unstorable_not_transient(index):
+    with pytest.raises(PermanentFailure) as refused:
+        index.begin_reading("k" * 2049, "token", now_s=1000, lease_until_s=1060)
+    assert refused.value.reason == UNSTORABLE_INPUT
+    assert "Size of hashkey has exceeded" in refused.value.detail
+
+
+def test_a_job_row_larger_than_an_item_is_unstorable(ledger):
+    key = uuid.uuid4().hex * 2
+    with pytest.raises(PermanentFailure) as refused:
+        ledger.claim(dataclasses.replace(spec(key), source_key=TOO_BIG), now_s=1000, lease_until_s=1060)
+    assert refused.value.reason == UNSTORABLE_INPUT and "Item size" in refused.value.detail
+
+
+def test_a_manifest_larger_than_an_item_is_unstorable(ledger):
+    key = uuid.uuid4().hex * 2
+    claim = ledger.claim(spec(key), now_s=1000, lease_until_s=1060)
+    with pytest.raises(PermanentFailure) as refused:
+        ledger.stage_manifest(key, claim.lease_token, TOO_BIG, now_s=1001)
+    assert refused.value.reason == UNSTORABLE_INPUT
+    ledger.fail_permanently(key, claim.lease_token, reason=UNSTORABLE_INPUT, detail=refused.value.detail, now_s=1002)
+    assert ledger.get(key).failure_reason == UNSTORABLE_INPUT
+
+
+def test_the_handler_acknowledges_a_record_whose_source_id_dynamodb_refuses(local_session, monkeypatch):
+    """The source index keyed as it was (the JSON itself) meets a 1,000-byte key of quotes:
+    the record ends ``unstorable_input`` and is deleted, where it was retried as transient
+    until the dead-letter queue, from which a redrive could never succeed."""
+    key = "originals/" + '"' * 990
+    data = unique_png(64, 48)
+    put(local_session, key, data)
+    monkeypatch.setattr(service, "source_version_id", source_version_document)
+    local_session.collector.results.clear()
+    event = event_for(local_session, key, len(data))
+    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    [result] = local_session.collector.results[key]
+    assert (result.state, result.reason, result.jobs) == ("permanent_failure", UNSTORABLE_INPUT, [])
+    assert "2048 bytes" in result.detail
