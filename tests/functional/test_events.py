@@ -4,9 +4,11 @@ outcome its name promises."""
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote_plus
 
 import pytest
 
+from mediajobs.domain.keys import encode_event_key
 from mediajobs.entrypoints import worker
 from mediajobs.local.runner import LocalLambdaContext
 from tests.conftest import REPO, media_file
@@ -28,6 +30,7 @@ def session(local_session):
     local_session.collector.renders.clear()
     local_session.collector.results.clear()
     local_session.upload(media_file("photos", "orientation-landscape-1.jpg"), "originals/events/photo.jpg")
+    local_session.upload(media_file("photos", "orientation-landscape-1.jpg"), "originals/events/My Photo (1) café.jpg")
     local_session.s3.put_object(Bucket=local_session.stack.bucket, Key="originals/events/empty.jpg", Body=b"")
     return local_session
 
@@ -37,8 +40,25 @@ def test_every_event_file_is_covered():
         "derivatives-key-ignored.json",
         "duplicate-in-batch.json",
         "empty-object-permanent-failure.json",
+        "object-created-encoded-key.json",
         "object-created.json",
     ]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EVENTS.glob("*.json")))
+def test_every_event_file_spells_its_keys_as_s3_does(name):
+    """URL-encoded: decoding then encoding again gives the key back unchanged."""
+    for record in load(name)["Records"]:
+        key = json.loads(record["body"])["detail"]["object"]["key"]
+        assert encode_event_key(unquote_plus(key)) == key, key
+
+
+def test_object_created_with_a_key_s3_encodes_renders_the_real_key(session):
+    response = worker.lambda_handler(load("object-created-encoded-key.json"), LocalLambdaContext())
+    assert response == {"batchItemFailures": []}
+    (result,) = session.collector.results["originals/events/My Photo (1) café.jpg"]
+    assert (result.state, result.source.key) == ("done", "originals/events/My Photo (1) café.jpg")
+    assert result.source.raw_key == "originals/events/My+Photo+%281%29+caf%C3%A9.jpg"
 
 
 def test_object_created_renders_and_is_deleted(session):

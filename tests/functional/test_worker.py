@@ -17,6 +17,7 @@ from mediajobs.domain.jobs import JobSpec
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.domain.recipes import load_recipe
 from mediajobs.entrypoints import worker
+from mediajobs.local.events import object_created_body
 from mediajobs.local.runner import LocalLambdaContext, sqs_event
 
 RECIPE = load_recipe("web-image", 1)
@@ -32,26 +33,11 @@ def unique_png(width: int = 640, height: int = 480) -> bytes:
 
 
 def event_for(session, key: str, size: int) -> dict:
-    body = {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "Object Created",
-        "source": "aws.s3",
-        "account": "123456789012",
-        "time": "2026-11-29T10:00:00Z",
-        "region": "us-east-1",
-        "resources": [],
-        "detail": {
-            "version": "0",
-            "bucket": {"name": session.stack.bucket},
-            "object": {"key": key, "size": size, "etag": ""},
-            "request-id": "r",
-            "requester": "123456789012",
-            "reason": "PutObject",
-        },
-    }
+    """A Lambda SQS event of one record whose body is S3's "Object Created" event for
+    ``key``, the key URL-encoded as S3 sends it."""
+    body = object_created_body(session.stack.bucket, key, size=size)
     return sqs_event(
-        [{"MessageId": str(uuid.uuid4()), "ReceiptHandle": "h", "Body": json.dumps(body)}],
+        [{"MessageId": str(uuid.uuid4()), "ReceiptHandle": "h", "Body": body}],
         session.stack.queue_arn,
         "us-east-1",
     )

@@ -1,10 +1,25 @@
-"""Job keys: golden values, order independence and sensitivity to every input."""
+"""Job keys: golden values, order independence and sensitivity to every input. Source
+version ids: a fixed length whatever the key. Event keys: URL-encoded as S3 does, decoded
+by the worker."""
 
 from __future__ import annotations
 
+from urllib.parse import unquote_plus
+
 import pytest
 
-from mediajobs.domain.keys import KEY_ALGORITHM_VERSION, canonical_json, job_key, recipe_hash, sha256_hex
+from mediajobs.domain.keys import (
+    KEY_ALGORITHM_VERSION,
+    canonical_json,
+    content_id,
+    encode_event_key,
+    event_key_candidates,
+    job_key,
+    recipe_hash,
+    sha256_hex,
+    source_version_document,
+    source_version_id,
+)
 from mediajobs.domain.recipes import load_recipe
 
 EMPTY_SHA = sha256_hex(b"")
@@ -81,3 +96,83 @@ def test_any_change_gives_a_different_key(change):
 def test_job_key_rejects_malformed_hashes():
     with pytest.raises(ValueError):
         job_key("ABC", EMPTY_SHA)
+
+
+#: DynamoDB's largest partition key, bytes (DynamoDB developer guide, "Service, account, and
+#: table quotas").
+PARTITION_KEY_MAX_BYTES = 2048
+
+
+def test_golden_source_version_ids():
+    """The SHA-256 of what was the id before (the canonical JSON), pinned."""
+    assert source_version_document("b", "originals/a.jpg", version_id="v1", etag="e", size_bytes=5) == (
+        '["s3","b","originals/a.jpg","version","v1"]'
+    )
+    assert source_version_id("b", "originals/a.jpg", version_id="v1", etag="e", size_bytes=5) == (
+        "79e3bc33c8e2b35dff1cc96fe72d4963e15e7e19c578e41616937b7b480a817c"
+    )
+    assert source_version_id("b", "originals/a.jpg", version_id=None, etag='"e"', size_bytes=5) == (
+        "33ea0f538d87439dc0d4c49bdda85f1a142e47cdf14d8dbb4d9586f04b47f28e"
+    )
+    assert source_version_id("b", "originals/a.jpg", version_id=None, etag="", size_bytes=5) is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "originals/" + '"' * 1014,  # JSON escapes each quote in 2 bytes
+        "originals/" + "\x01" * 1014,  # and each control character in 6
+        "originals/" + "\\" * 1014,
+    ],
+    ids=["quotes", "control-characters", "backslashes"],
+)
+def test_a_source_version_id_fits_a_partition_key_whatever_the_key(key):
+    assert len(key.encode()) == 1024  # S3's longest key
+    document = source_version_document("mediajobs-local-media", key, version_id="v" * 32, etag="", size_bytes=1)
+    assert document is not None and len(document.encode()) > PARTITION_KEY_MAX_BYTES  # the id it was
+    sid = source_version_id("mediajobs-local-media", key, version_id="v" * 32, etag="", size_bytes=1)
+    assert sid is not None and len(sid) == 64 and set(sid) <= set("0123456789abcdef")
+
+
+def test_source_version_ids_differ_by_every_part_and_never_meet_a_content_id():
+    base = {"version_id": "v1", "etag": "e", "size_bytes": 5}
+    ids = {
+        source_version_id("b", "originals/a.jpg", **base),
+        source_version_id("c", "originals/a.jpg", **base),
+        source_version_id("b", "originals/b.jpg", **base),
+        source_version_id("b", "originals/a.jpg", **{**base, "version_id": "v2"}),
+        source_version_id("b", "originals/a.jpg", version_id=None, etag="e", size_bytes=5),
+        source_version_id("b", "originals/a.jpg", version_id=None, etag="e", size_bytes=6),
+    }
+    assert len(ids) == 6
+    assert not any(i.startswith("sha256:") for i in ids if i) and content_id("ab").startswith("sha256:")
+
+
+@pytest.mark.parametrize(
+    ("key", "encoded"),
+    [
+        ("red flower.jpg", "red+flower.jpg"),  # AWS's own example (S3 user guide, "Event message structure")
+        ("originals/My Photo (1).jpg", "originals/My+Photo+%281%29.jpg"),
+        ("originals/a+b.jpg", "originals/a%2Bb.jpg"),
+        ("originals/100%.jpg", "originals/100%25.jpg"),
+        ("originals/café.jpg", "originals/caf%C3%A9.jpg"),
+        ("originals/日本/写真.heic", "originals/%E6%97%A5%E6%9C%AC/%E5%86%99%E7%9C%9F.heic"),
+        ("originals/a-b_c.d*e~f.jpg", "originals/a-b_c.d*e%7Ef.jpg"),
+        ('originals/"q"\x01=&?#.jpg', "originals/%22q%22%01%3D%26%3F%23.jpg"),
+    ],
+)
+def test_event_keys_are_url_encoded_as_s3_does_with_slashes_kept(key, encoded):
+    assert encode_event_key(key) == encoded
+    assert event_key_candidates(encoded)[0] == key == unquote_plus(encoded)
+
+
+def test_a_key_s3_would_encode_is_decoded_first_then_tried_as_received():
+    assert event_key_candidates("originals/a%2Bb+c.jpg") == ("originals/a+b c.jpg", "originals/a%2Bb+c.jpg")
+    assert event_key_candidates("originals/a+b.jpg") == ("originals/a b.jpg", "originals/a+b.jpg")
+    assert event_key_candidates("originals/100%.jpg") == ("originals/100%.jpg",)  # no escape: one key
+    assert event_key_candidates("originals/plain.jpg") == ("originals/plain.jpg",)
+
+
+def test_a_key_that_is_not_unicode_text_cannot_be_encoded():
+    with pytest.raises(UnicodeEncodeError):
+        encode_event_key("originals/\ud800.jpg")

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from mediajobs.adapters.sources import Reading
-from mediajobs.domain.errors import TOO_MANY_PIXELS, JobBusy, PermanentFailure, Superseded, TransientFailure
+from mediajobs.domain.errors import (
+    SOURCE_MISSING,
+    TOO_MANY_PIXELS,
+    UNSTORABLE_INPUT,
+    JobBusy,
+    PermanentFailure,
+    Superseded,
+    TransientFailure,
+)
 from mediajobs.domain.jobs import (
     Claim,
     ClaimOutcome,
@@ -41,8 +49,10 @@ class FakeStore:
         self.checksums = checksums
 
     def head(self, ref):
-        data = self.objects[ref.key]
         self.log.append(("head", ref.key))
+        if ref.key not in self.objects:
+            raise PermanentFailure(SOURCE_MISSING, f"s3://{ref.bucket}/{ref.key} is gone")
+        data = self.objects[ref.key]
         return ObjectHead("v1", "etag-" + sha256_hex(data)[:8], len(data), sha256_hex(data) if self.checksums else None)
 
     def download(self, ref, dest: Path, *, etag=None):
@@ -594,15 +604,167 @@ def test_an_original_that_fits_the_disk_but_not_its_free_space_now_comes_back(tm
     assert not [e for e in log if e[0] in ("claim", "download", "put")]
 
 
-def test_work_folders_of_dead_workers_are_removed_and_live_ones_kept(tmp_path):
+def test_at_init_every_work_folder_is_a_dead_predecessors_and_is_removed_whatever_its_age(tmp_path):
+    """One invocation at a time per Lambda sandbox: a folder there at INIT is nobody's."""
+    import os
+    import time
+
+    from mediajobs.service import remove_work_folders
+
+    just_died, long_dead, other = tmp_path / "mediajobs-a1", tmp_path / "mediajobs-b2", tmp_path / "someone-elses"
+    for folder in (just_died, long_dead, other):
+        (folder / "original").mkdir(parents=True)
+    os.utime(long_dead, (1000, 1000))
+    os.utime(just_died, (time.time(), time.time()))  # died a moment ago
+    (tmp_path / "mediajobs-file").write_text("not a folder")
+    assert remove_work_folders(str(tmp_path)) == 2
+    assert not just_died.exists() and not long_dead.exists()
+    assert other.exists() and (tmp_path / "mediajobs-file").exists()
+
+
+def test_a_live_worker_with_another_work_dir_keeps_its_folder(tmp_path):
+    from mediajobs.service import remove_work_folders
+
+    (live := tmp_path / "worker-1" / "mediajobs-live").mkdir(parents=True)
+    (tmp_path / "worker-2").mkdir()
+    assert remove_work_folders(str(tmp_path / "worker-2")) == 0
+    assert live.exists()
+
+
+def test_a_work_folder_is_named_for_the_cleanup(tmp_path):
+    """The folder a record is read into is one the INIT cleanup recognises."""
+    from mediajobs.service import WORK_FOLDER_PREFIX
+
+    seen = []
+
+    class Watching(FakeRenderer):
+        def render(self, source, variants, out_dir):
+            seen.append(Path(source).parent)
+            return super().render(source, variants, out_dir)
+
+    pipeline, *_ = make(tmp_path)
+    pipeline._renderer = Watching()
+    pipeline.process(REF)
+    [folder] = seen
+    assert folder.parent == tmp_path and folder.name.startswith(WORK_FOLDER_PREFIX)
+
+
+def test_stale_folders_can_still_be_removed_by_age_where_live_workers_share_a_folder(tmp_path):
     import os
 
     from mediajobs.service import remove_stale_work_folders
 
-    stale, live, other = tmp_path / "mediajobs-dead", tmp_path / "mediajobs-live", tmp_path / "someone-elses"
-    for folder in (stale, live, other):
+    stale, live = tmp_path / "mediajobs-dead", tmp_path / "mediajobs-live"
+    for folder in (stale, live):
         (folder / "x").mkdir(parents=True)
         os.utime(folder, (1000, 1000))
     os.utime(live, (5000, 5000))
     assert remove_stale_work_folders(str(tmp_path), older_than_s=1800, now_s=5000) == 1
-    assert not stale.exists() and live.exists() and other.exists()
+    assert not stale.exists() and live.exists()
+
+
+# --------------------------------------------------------------------------- event keys
+
+
+def _encoded(key: str) -> ObjectRef:
+    """The ref the handler makes of an event naming ``key`` (URL-encoded, as S3 sends it)."""
+    from mediajobs.domain.keys import encode_event_key, event_key_candidates
+
+    decoded, *raw = event_key_candidates(encode_event_key(key))
+    return ObjectRef("bucket", decoded, None, 5, raw_key=raw[0] if raw else None)
+
+
+def test_an_encoded_event_key_names_the_object_by_its_decoded_key(tmp_path):
+    pipeline, store, *_, log = make(tmp_path)
+    store.objects = {"originals/My Photo (1)+é.jpg": b"photo"}
+    result = pipeline.process(_encoded("originals/My Photo (1)+é.jpg"))
+    assert result.state == "done" and result.source.key == "originals/My Photo (1)+é.jpg"
+    assert [e for e in log if e[0] == "head"] == [("head", "originals/My Photo (1)+é.jpg")]  # one HEAD
+    manifest = json.loads(store.objects[result.jobs[0].manifest_key])
+    assert manifest["source"]["key"] == "originals/My Photo (1)+é.jpg"
+
+
+def test_a_key_sent_unencoded_is_used_as_received_only_when_the_decoded_one_is_missing(tmp_path, caplog):
+    """An event from a producer that did not encode ``a+b.jpg``: its decoded form
+    ``a b.jpg`` names nothing, the key as received names the object."""
+    pipeline, store, *_, log = make(tmp_path)
+    store.objects = {"originals/a+b.jpg": b"photo"}
+    ref = ObjectRef("bucket", "originals/a b.jpg", None, 5, raw_key="originals/a+b.jpg")
+    with caplog.at_level("WARNING", logger="mediajobs.service"):
+        result = pipeline.process(ref)
+    assert result.state == "done" and result.source.key == "originals/a+b.jpg"
+    assert [e for e in log if e[0] in ("head", "download")] == [
+        ("head", "originals/a b.jpg"),
+        ("head", "originals/a+b.jpg"),
+        ("download", "originals/a+b.jpg"),
+    ]
+    assert json.loads(store.objects[result.jobs[0].manifest_key])["source"]["key"] == "originals/a+b.jpg"
+    [record] = [r for r in caplog.records if "as the event spelled it" in r.getMessage()]
+    assert (record.source_key, record.decoded_key) == ("originals/a+b.jpg", "originals/a b.jpg")
+
+
+def test_when_both_keys_are_decodable_the_decoded_one_wins(tmp_path):
+    pipeline, store, *_, log = make(tmp_path)
+    store.objects = {"originals/a b.jpg": b"photo", "originals/a+b.jpg": b"other"}
+    ref = ObjectRef("bucket", "originals/a b.jpg", None, 5, raw_key="originals/a+b.jpg")
+    result = pipeline.process(ref)
+    assert result.source.key == "originals/a b.jpg" and result.sha256 == sha256_hex(b"photo")
+    assert ("head", "originals/a+b.jpg") not in log
+
+
+def test_when_neither_key_names_an_object_the_decoded_one_is_reported_missing(tmp_path):
+    pipeline, store, *_, log = make(tmp_path)
+    store.objects = {}
+    result = pipeline.process(ObjectRef("bucket", "originals/a b.jpg", None, 5, raw_key="originals/a+b.jpg"))
+    assert (result.state, result.reason) == ("permanent_failure", SOURCE_MISSING)
+    assert "originals/a b.jpg" in result.detail and "claim" not in [e[0] for e in log]
+
+
+# --------------------------------------------------------------------------- unstorable input
+
+
+def test_a_source_index_that_cannot_store_the_input_ends_it_permanently_without_a_job(tmp_path):
+    pipeline, _, _, renderer, log = make(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise PermanentFailure(UNSTORABLE_INPUT, "source index put refused by DynamoDB: key too long")
+
+    pipeline._sources.begin_reading = refuse
+    result = pipeline.process(REF)
+    assert (result.state, result.reason, result.jobs) == ("permanent_failure", UNSTORABLE_INPUT, [])
+    assert "key too long" in result.detail
+    assert renderer.calls == 0 and "claim" not in [e[0] for e in log]
+
+
+def test_a_claim_that_cannot_be_stored_gives_back_the_claims_made_before_it(tmp_path):
+    """Two recipes: the second job's row is refused; the first job's claim is released at
+    once instead of waiting out its lease, and nothing is rendered."""
+    video = load_recipe("web-video", 1)
+    pipeline, _, ledger, renderer, log = make(tmp_path)
+    pipeline._recipes = {"image": [RECIPE, video]}
+    real_claim = ledger.claim
+
+    def claim(spec, **kwargs):
+        if spec.recipe_id == "web-video":
+            raise PermanentFailure(UNSTORABLE_INPUT, "ledger put refused by DynamoDB: item too large")
+        return real_claim(spec, **kwargs)
+
+    ledger.claim = claim
+    result = pipeline.process(REF)
+    assert (result.state, result.reason) == ("permanent_failure", UNSTORABLE_INPUT)
+    first = _key(pipeline)
+    assert ledger.rows[first].state == "transient_failure" and renderer.calls == 0
+    assert [e[0] for e in log if e[0] in ("claim", "release")] == ["claim", "release"]
+
+
+def test_a_manifest_that_cannot_be_staged_fails_the_job_permanently(tmp_path):
+    pipeline, store, ledger, _, log = make(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise PermanentFailure(UNSTORABLE_INPUT, "ledger update refused by DynamoDB: item too large")
+
+    ledger.stage_manifest = refuse
+    result = pipeline.process(REF)
+    assert (result.state, result.reason) == ("permanent_failure", UNSTORABLE_INPUT)
+    assert ("fail", UNSTORABLE_INPUT) in log
+    assert not [k for k in store.objects if k.endswith("manifest.json")]

@@ -15,7 +15,6 @@ record by record as a transient failure. ``benchmarks/cold_start.py`` measures I
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,7 @@ from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
 from mediajobs.domain.recipes import Recipe, load_recipe
-from mediajobs.service import Pipeline, PipelineObserver, VideoRenderer, remove_stale_work_folders
+from mediajobs.service import Pipeline, PipelineObserver, VideoRenderer, remove_work_folders
 from mediajobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -141,8 +140,8 @@ def build_pipeline(
     clock: Unix time in seconds (tests move it forward); defaults to ``time.time``.
     """
     settings = settings or Settings.from_env()
-    # Once per cold start: folders of workers that died here earlier (a whole invocation ago).
-    remove_stale_work_folders(settings.work_dir, older_than_s=2 * settings.worker_timeout_s, now_s=time.time())
+    # Once per cold start: every work folder here was left by a worker that died in this sandbox.
+    remove_work_folders(settings.work_dir)
     jobs = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
     sources = bind_model(SourceModel, settings.sources_table_name, settings.region, settings.endpoint_url)
     extra = {"clock": clock} if clock is not None else {}

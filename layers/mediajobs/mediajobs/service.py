@@ -46,6 +46,7 @@ from typing import Protocol
 from mediajobs.domain.errors import (
     EMPTY_FILE,
     OUTPUT_CONFLICT,
+    SOURCE_MISSING,
     TOO_LARGE,
     UNSUPPORTED_FORMAT,
     DeadlineReached,
@@ -175,17 +176,39 @@ class _Work:
     folder: Path
 
 
-#: Prefix of the per-record work folders under ``settings.work_dir``.
+#: Prefix of the per-record work folders under ``settings.work_dir``. Nothing else the
+#: worker or the local tools create is named so (the ffmpeg adapter's unpack folder is
+#: ``mediajobs.bin``; the embedded AWS's and ``simulate``'s folders are ``mediajobs.*`` too).
 WORK_FOLDER_PREFIX = "mediajobs-"
 
 
-def remove_stale_work_folders(work_dir: str, *, older_than_s: float, now_s: float) -> int:
-    """Remove work folders left by workers that died (a crash skips their cleanup), so they
-    cannot eat the space later jobs need; returns how many were removed.
+def remove_work_folders(work_dir: str) -> int:
+    """Remove every work folder under ``work_dir``, whatever its age; returns how many.
 
-    Only folders named ``mediajobs-*`` and not modified for ``older_than_s`` seconds are
-    removed: a live job's folder is younger than an invocation.
+    Called once, when the pipeline is built (Lambda's INIT). A Lambda execution environment
+    runs one invocation at a time and a work folder lives no longer than its invocation, so
+    any work folder there at INIT was left by a predecessor that died in that sandbox (a
+    crash, a timeout or running out of memory skip the cleanup) and holds space the next
+    originals need (``/tmp``, the function's ``EphemeralStorage``, survives a restart of the
+    sandbox's runtime). Where several workers share a folder at once this does not hold --
+    Lambda Managed Instances, or local runs -- so each needs a ``WORK_DIR`` of its own, as
+    the local tools give every worker they run (``mediajobs.local``).
+
+    Only folders named :data:`WORK_FOLDER_PREFIX` ``*`` directly under ``work_dir`` are
+    removed; errors are ignored (what cannot be removed is tried again at the next INIT).
     """
+    return _remove_work_folders(work_dir, lambda folder: True)
+
+
+def remove_stale_work_folders(work_dir: str, *, older_than_s: float, now_s: float) -> int:
+    """Remove the work folders under ``work_dir`` not modified for ``older_than_s`` seconds;
+    returns how many. For a folder that live workers may share, where a young folder may be
+    a live job's; the worker's own INIT uses :func:`remove_work_folders`.
+    """
+    return _remove_work_folders(work_dir, lambda folder: now_s - folder.stat().st_mtime > older_than_s)
+
+
+def _remove_work_folders(work_dir: str, dead: Callable[[Path], bool]) -> int:
     removed = 0
     try:
         entries = list(Path(work_dir).glob(f"{WORK_FOLDER_PREFIX}*"))
@@ -193,7 +216,7 @@ def remove_stale_work_folders(work_dir: str, *, older_than_s: float, now_s: floa
         return 0
     for folder in entries:
         try:
-            if folder.is_dir() and now_s - folder.stat().st_mtime > older_than_s:
+            if folder.is_dir() and not folder.is_symlink() and dead(folder):
                 shutil.rmtree(folder, ignore_errors=True)
                 removed += 1
         except OSError:
@@ -367,12 +390,45 @@ class Pipeline:
                 specs.append((recipe, spec))
         return specs
 
+    def _head(self, ref: ObjectRef) -> tuple[ObjectRef, ObjectHead]:
+        """``HeadObject`` of the object an event names, and the ref with the key that names it.
+
+        The key URL-decoded (``ref.key``) first; the key as the event spelled it
+        (``ref.raw_key``) only when the decoded one names no object and it does. The key
+        used is logged.
+
+        Raises
+        ------
+        PermanentFailure
+            ``source_missing`` (for the decoded key) when neither names an object.
+        TransientFailure
+            As :meth:`ObjectStore.head`.
+        """
+        try:
+            head = self._store.head(ref)
+        except PermanentFailure as missing:
+            if missing.reason != SOURCE_MISSING or ref.raw_key is None:
+                raise
+            as_received = dataclasses.replace(ref, key=ref.raw_key, raw_key=None)
+            try:
+                head = self._store.head(as_received)
+            except PermanentFailure:
+                raise missing from None
+            log.warning(
+                "object key used as the event spelled it: the URL-decoded key names no object",
+                extra={"source_key": as_received.key, "decoded_key": ref.key},
+            )
+            return as_received, head
+        if ref.raw_key is not None:
+            log.info("object key URL-decoded", extra={"source_key": ref.key, "event_key": ref.raw_key})
+        return ref, head
+
     def _process(self, ref: ObjectRef, delivery: Delivery | None) -> SourceResult:
         if ref.size_bytes is not None and (problem := self._size_problem(ref.size_bytes)):
             return self._refuse(ref, *problem)
         self._ensure_time(delivery, 0)
         try:
-            head = self._store.head(ref)
+            ref, head = self._head(ref)
         except PermanentFailure as failure:
             return self._refuse(ref, failure.reason, failure.detail)
         if ref.version_id is None and head.version_id:

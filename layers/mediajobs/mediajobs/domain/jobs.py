@@ -337,10 +337,13 @@ class ObjectRef:
 
     Attributes
     ----------
-    bucket, key: where it is.
+    bucket, key: where it is (an event's key URL-decoded: see
+        :func:`mediajobs.domain.keys.event_key_candidates`).
     version_id: S3 version id, or ``None`` when versioning is off.
     size_bytes: size announced by the event (``None`` if unknown).
     etag: ETag announced by the event (may be empty).
+    raw_key: the key as the event spelled it, when that differs from ``key``: the object
+        it names is used only when ``key`` names none. ``None`` otherwise.
     """
 
     bucket: str
@@ -348,6 +351,7 @@ class ObjectRef:
     version_id: str | None = None
     size_bytes: int | None = None
     etag: str = ""
+    raw_key: str | None = None
 
 
 @dataclass

@@ -14,6 +14,10 @@ bytes uploaded under two names are one job.
 Canonical JSON: keys sorted, no whitespace (``","`` and ``":"`` separators), UTF-8, NaN
 and infinities rejected. JSON string quoting makes the encoding unambiguous: no choice of
 field values can make two different documents serialise to the same bytes.
+
+Also here: the identity of a source version in the source index (:func:`source_version_id`,
+a hash, so that no object key can make it longer than DynamoDB allows), and object keys as
+S3's event notifications spell them (:func:`encode_event_key`, :func:`event_key_candidates`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import hashlib
 import json
 import re
 from typing import Any, Final
+from urllib.parse import quote_plus, unquote_plus
 
 KEY_ALGORITHM_VERSION: Final = 1
 NO_POLICY: Final = "none"
@@ -142,3 +147,47 @@ def source_version_id(bucket: str, key: str, *, version_id: str | None, etag: st
 def content_id(sha256: str) -> str:
     """Identity of a content in the source index: ``sha256:<hex>``."""
     return f"sha256:{sha256}"
+
+
+#: Characters that application/x-www-form-urlencoded leaves as they are, beside letters and
+#: digits (WHATWG URL Standard, "application/x-www-form-urlencoded serializing"; Java's
+#: ``URLEncoder`` agrees), plus ``/``, which S3 leaves in event keys.
+_EVENT_KEY_SAFE: Final = "/*"
+
+
+def encode_event_key(key: str) -> str:
+    """An object key as S3 spells it in its event notifications (and so in the EventBridge
+    events the worker receives).
+
+    S3 URL-encodes the key: "The object key name value is URL encoded. For example, 'red
+    flower.jpg' becomes 'red+flower.jpg' (Amazon S3 returns 'application/x-www-form-urlencoded'
+    as the content type in the response)" (S3 user guide, "Event message structure"). So:
+    UTF-8, a space as ``+``, letters, digits and ``-._*`` as they are, every other byte as a
+    ``%XX`` escape (``+`` as ``%2B``, ``%`` as ``%25``, ``é`` as ``%C3%A9``) -- except ``/``,
+    which stays: a rule's ``{"prefix": "originals/"}`` matches the key as the event spells
+    it, and matches keys under ``originals/``.
+
+    Only the embedded AWS, ``mediajobs simulate`` and tests build events; the worker decodes
+    (:func:`event_key_candidates`).
+
+    Raises
+    ------
+    UnicodeEncodeError
+        If ``key`` is not valid Unicode text (a lone surrogate): no S3 key is.
+    """
+    return quote_plus(key, safe=_EVENT_KEY_SAFE, encoding="utf-8", errors="strict").replace("~", "%7E")
+
+
+def event_key_candidates(received: str) -> tuple[str, ...]:
+    """The object keys an S3 event's ``detail.object.key`` may name, in the order to try
+    them. Pure.
+
+    First the key URL-decoded (``unquote_plus``, as Powertools' own
+    ``S3EventBridgeNotificationObject.key`` does): what S3 sends (:func:`encode_event_key`),
+    and the identity of the source from then on (source version id, manifest, logs). Then,
+    when it differs, the key as received: for an event from a producer that did not encode
+    it (an older emulator, a hand-written event), used only if the decoded key names no
+    object and this one does. ``"a%2Bb"`` is ``("a+b", "a%2Bb")``; ``"a.jpg"`` is ``("a.jpg",)``.
+    """
+    decoded = unquote_plus(received, encoding="utf-8", errors="replace")
+    return (decoded,) if decoded == received else (decoded, received)

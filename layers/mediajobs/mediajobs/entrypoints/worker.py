@@ -48,6 +48,7 @@ from mediajobs.adapters.sqs import HANDOVERS_ATTRIBUTE
 from mediajobs.bootstrap import build_pipeline
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, JobBusy, Superseded, TransientFailure
 from mediajobs.domain.jobs import Delivery, ObjectRef, SourceResult
+from mediajobs.domain.keys import event_key_candidates
 from mediajobs.domain.retry import busy_delay_s, transient_delay_s
 
 if TYPE_CHECKING:
@@ -95,15 +96,20 @@ def set_pipeline(pipeline: Pipeline | None) -> None:
 
 
 def to_object_ref(record: ObjectCreatedRecord) -> ObjectRef:
-    """The object an event names. S3 reports ``"null"`` as the version of unversioned objects."""
+    """The object an event names. S3 URL-encodes the key in its events (Powertools' parser
+    model passes it on as received): ``key`` is the key decoded, ``raw_key`` the key as
+    received when that differs (:func:`~mediajobs.domain.keys.event_key_candidates`). S3
+    reports ``"null"`` as the version of unversioned objects."""
     detail = record.body.detail
     version = detail.object.version_id
+    decoded, *as_received = event_key_candidates(detail.object.key)
     return ObjectRef(
         bucket=detail.bucket.name,
-        key=detail.object.key,
+        key=decoded,
         version_id=None if version in (None, "", "null") else version,
         size_bytes=None if detail.object.size is None else int(detail.object.size),
         etag=detail.object.etag,
+        raw_key=as_received[0] if as_received else None,
     )
 
 

@@ -1,9 +1,16 @@
 """The embedded AWS: a moto server in this process, with the resources of ``template.yaml``.
 
 Resources are created as the template declares them (bucket with EventBridge
-notifications, the rule with the template's own event pattern targeting the queue, the
-queue with the template's redrive policy and visibility timeout, the dead-letter queue,
-the jobs table with the PynamoDB model's key schema), under local names.
+notifications, the rule with the template's own event pattern targeting the queue with
+its retry policy and dead-letter queue, the queue with the template's redrive policy and
+visibility timeout, both dead-letter queues, the tables with the PynamoDB models' key
+schemas), under local names.
+
+Where moto's events are not AWS's in a way the worker depends on, the embedded AWS makes
+them so: S3's EventBridge events carry the object key URL-encoded
+(:func:`encode_event_bridge_keys`). Each embedded AWS gives the workers of its process a
+work folder of their own (``WORK_DIR``), since a worker empties its work folder when it
+starts.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ import io
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -26,6 +35,7 @@ from werkzeug.wsgi import get_input_stream
 
 from mediajobs.adapters.ledger import bind_model, bound_job_model
 from mediajobs.adapters.sources import SourceModel
+from mediajobs.domain.keys import encode_event_key
 from mediajobs.local.template import find_template, load_template, parameter_defaults, resolve
 
 log = logging.getLogger(__name__)
@@ -64,6 +74,45 @@ USER_TUNABLE = frozenset(
 #: Local differences from the deployed function: a transient failure comes back after
 #: about 1, 2, 4, 8 s instead of 5, 10, 20, 40 s, so a local run with a failing input ends soon.
 LOCAL_DEFAULTS: dict[str, str] = {"RETRY_BASE_SECONDS": "1"}
+
+#: Prefix of the work folder an embedded AWS gives its process's workers (under the system's
+#: temporary folder). Not ``mediajobs-*``: a worker whose ``WORK_DIR`` is that temporary
+#: folder itself must not take it for a dead worker's.
+LOCAL_WORK_DIR_PREFIX = "mediajobs.local-"
+
+
+class _KeyAsS3Sends:
+    """moto's object (``FakeKey``) with ``name`` URL-encoded, as S3 spells it in events."""
+
+    def __init__(self, key: Any) -> None:
+        self._key = key
+        self.name = encode_event_key(key.name)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._key, attribute)
+
+
+def encode_event_bridge_keys() -> None:
+    """Make moto's S3 put the object key URL-encoded in the events it sends to EventBridge,
+    as S3 does (:func:`mediajobs.domain.keys.encode_event_key`); moto (5.x) sends it as it
+    is, so an upload named ``My Photo (1).jpg`` reached the worker as the real key and hid
+    the worker's missing decoding. Done here, where moto builds the event, so everything
+    downstream holds what AWS would: the rule matches the encoded key, the jobs queue and
+    its dead-letter queue hold AWS's body, and re-sent or redelivered bodies stay as they
+    were (encoding at the event source mapping instead would encode again the bodies that
+    ``simulate`` and tests send, which are AWS's already). Idempotent.
+    """
+    from moto.s3 import notifications
+
+    send = notifications._send_event_bridge_message
+    if getattr(send, "_mediajobs_encodes_keys", False):
+        return
+
+    def send_encoded(account_id: str, bucket: Any, event_name: str, key: Any) -> None:
+        send(account_id, bucket, event_name, _KeyAsS3Sends(key))
+
+    send_encoded._mediajobs_encodes_keys = True  # type: ignore[attr-defined]
+    notifications._send_event_bridge_message = send_encoded
 
 
 def _cache_moto_module_list() -> None:
@@ -209,7 +258,9 @@ class EmbeddedAws:
     """Start a moto server on 127.0.0.1 (a free port) and create the stack in it.
 
     Use as a context manager; the process environment gets the worker's variables and
-    ``AWS_ENDPOINT_URL`` while it is open, and is restored afterwards.
+    ``AWS_ENDPOINT_URL`` while it is open, and is restored afterwards. ``WORK_DIR`` is a
+    fresh folder of this embedded AWS (:attr:`work_dir`, removed on exit) unless the
+    environment sets one.
 
     Parameters
     ----------
@@ -232,10 +283,14 @@ class EmbeddedAws:
         self._server: EmbeddedServer | None = None
         self._saved_env: dict[str, str | None] = {}
         self.stack: LocalStack | None = None
+        #: The workers' ``WORK_DIR`` while open.
+        self.work_dir: str | None = None
+        self._own_work_dir = False
 
     def __enter__(self) -> LocalStack:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's request log
         _cache_moto_module_list()
+        encode_event_bridge_keys()
         self._server = EmbeddedServer(self._host, self._port)
         self._server.start()
         endpoint = f"http://127.0.0.1:{self._server.port}"
@@ -253,6 +308,14 @@ class EmbeddedAws:
         # The template's values, except limits the user set in the environment for this run.
         env = {**self.stack.function_env, **LOCAL_DEFAULTS}
         self._set_env({k: v for k, v in env.items() if not (k in USER_TUNABLE and k in os.environ)})
+        # Workers empty their work folder when they start (every folder there is a dead
+        # worker's on Lambda): locally, where other processes' workers may share the
+        # system's temporary folder, this process's workers get one of their own.
+        self.work_dir = os.environ.get("WORK_DIR") or None
+        if self.work_dir is None:
+            self.work_dir = tempfile.mkdtemp(prefix=LOCAL_WORK_DIR_PREFIX)
+            self._own_work_dir = True
+            self._set_env({"WORK_DIR": self.work_dir})
         return self.stack
 
     def __exit__(self, *exc: object) -> None:
@@ -262,6 +325,9 @@ class EmbeddedAws:
             else:
                 os.environ[key] = value
         self._saved_env.clear()
+        if self._own_work_dir and self.work_dir is not None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+        self.work_dir, self._own_work_dir = None, False
         if self._server is not None:
             self._server.stop()
             self._server = None

@@ -30,11 +30,9 @@ import shutil
 import tempfile
 import threading
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -96,41 +94,27 @@ def _jpeg(seed: int, size: tuple[int, int] = (96, 64)) -> bytes:
     return out.getvalue()
 
 
-def object_created_body(bucket: str, key: str, *, size: int, etag: str, version_id: str | None) -> str:
-    """The body EventBridge puts in SQS for an S3 "Object Created" event (as AWS spells it)."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    obj: dict[str, Any] = {"key": key, "size": size, "etag": etag.strip('"'), "sequencer": uuid.uuid4().hex[:18]}
-    if version_id:
-        obj["version-id"] = version_id
-    return json.dumps(
-        {
-            "version": "0",
-            "id": str(uuid.uuid4()),
-            "detail-type": "Object Created",
-            "source": "aws.s3",
-            "account": "123456789012",
-            "time": now,
-            "region": "us-east-1",
-            "resources": [f"arn:aws:s3:::{bucket}"],
-            "detail": {
-                "version": "0",
-                "bucket": {"name": bucket},
-                "object": obj,
-                "request-id": uuid.uuid4().hex[:16].upper(),
-                "requester": "123456789012",
-                "reason": "PutObject",
-            },
-        }
-    )
-
-
 # --------------------------------------------------------------------------- worker side
 
 
-def _worker_main(index: int, env: dict[str, str], stack: dict[str, Any], cfg: StormConfig, log_path: str) -> None:
+def worker_work_dir(folder: Path, slot: int) -> Path:
+    """The work folder (``WORK_DIR``) of the workers of ``slot``, under the storm's ``folder``.
+
+    One per slot: a worker empties its work folder when it starts, so workers running at
+    once must not share one. A worker that replaces a crashed one takes its slot's folder,
+    as a Lambda sandbox keeps its ``/tmp`` when its runtime restarts, and so removes what
+    the dead one left.
+    """
+    return folder / f"workdir-{slot:02d}"
+
+
+def _worker_main(
+    index: int, env: dict[str, str], stack: dict[str, Any], cfg: StormConfig, log_path: str, work_dir: str
+) -> None:
     """One worker process: the real handler behind an event source mapping, until told to stop."""
     os.environ.update(env)
     os.environ["POWERTOOLS_LOG_LEVEL"] = cfg.log_level
+    os.environ["WORK_DIR"] = work_dir
     import boto3
     from pynamodb.signals import pre_dynamodb_send
 
@@ -272,11 +256,13 @@ def _plan(cfg: StormConfig) -> tuple[list[_Upload], list[bytes]]:
     uniques = max(1, cfg.uploads - copies)
     contents = [_jpeg(cfg.seed * 1_000_003 + i) for i in range(uniques)]
     uploads = [_Upload(f"originals/storm/{i:05d}.jpg", i, rng.random() < cfg.checksum_share) for i in range(uniques)]
+    # Copies under names S3's events URL-encode (a space, parentheses, "+" and an accent),
+    # which the worker must decode to find them.
     for j in range(cfg.uploads - uniques):
         position = rng.randrange(1, len(uploads) + 1)  # after at least one original
         source = rng.randrange(0, min(position, uniques))
         source_index = uploads[source].data_index
-        copy = _Upload(f"originals/storm/copy-{j:05d}.jpg", source_index, rng.random() < cfg.checksum_share)
+        copy = _Upload(f"originals/storm/copy {j:05d} (1)+é.jpg", source_index, rng.random() < cfg.checksum_share)
         uploads.insert(position, copy)
     return uploads, contents
 
@@ -322,6 +308,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
     from mediajobs.bootstrap import active_recipes
     from mediajobs.domain.keys import job_key, sha256_hex
     from mediajobs.local.embedded import EmbeddedAws
+    from mediajobs.local.events import object_created_body
 
     started = time.monotonic()
     overrides = {
@@ -334,7 +321,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
     saved = {k: os.environ.get(k) for k in overrides}
     os.environ.update(overrides)
     aws = EmbeddedAws(template_path)
-    folder = Path(tempfile.mkdtemp(prefix="mediajobs-storm-"))
+    folder = Path(tempfile.mkdtemp(prefix="mediajobs.storm-"))  # never mediajobs-*, a work folder's name
     try:
         stack = aws.__enter__()
         s3, sqs = aws.client("s3"), aws.client("sqs")
@@ -369,7 +356,9 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             nonlocal spawned
             spawned += 1
             path = str(folder / f"worker-{slot:02d}-{spawned:04d}.jsonl")
-            p = ctx.Process(target=_worker_main, args=(slot, env, stack_info, cfg, path), daemon=True)
+            work_dir = worker_work_dir(folder, slot)
+            work_dir.mkdir(exist_ok=True)
+            p = ctx.Process(target=_worker_main, args=(slot, env, stack_info, cfg, path, str(work_dir)), daemon=True)
             p.start()
             procs[slot] = (p, path)
 

@@ -1,0 +1,75 @@
+"""Work folders: a worker empties its work folder when it starts (on Lambda every folder
+there is a dead predecessor's), so the local tools give each worker running at once a
+work folder of its own, and a live worker's folder survives another worker's start."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from mediajobs.bootstrap import build_pipeline
+from mediajobs.local.embedded import EmbeddedAws
+from mediajobs.local.simulate import worker_work_dir
+from mediajobs.service import WORK_FOLDER_PREFIX
+from mediajobs.settings import Settings
+from tests.conftest import REPO
+
+
+def test_a_local_sessions_workers_have_a_work_folder_of_their_own(local_session):
+    work_dir = Settings.from_env().work_dir
+    assert work_dir == local_session._aws.work_dir and Path(work_dir).is_dir()
+    assert Path(work_dir) != Path(tempfile.gettempdir())
+    assert not Path(work_dir).name.startswith(WORK_FOLDER_PREFIX)  # never taken for a work folder itself
+
+
+def test_starting_a_local_worker_leaves_a_live_folder_in_the_shared_temporary_folder_alone(local_session):
+    """Another process's worker (another session, another checkout's tests) may be working
+    in the system's temporary folder right now."""
+    live = Path(tempfile.mkdtemp(prefix=WORK_FOLDER_PREFIX))
+    try:
+        (live / "original").write_bytes(b"in use")
+        build_pipeline(Settings.from_env(), s3=local_session.s3)
+        assert (live / "original").read_bytes() == b"in use"
+    finally:
+        shutil.rmtree(live, ignore_errors=True)
+
+
+def test_a_local_worker_starting_removes_what_a_dead_one_left_in_its_folder(local_session):
+    dead = Path(local_session._aws.work_dir) / f"{WORK_FOLDER_PREFIX}dead"
+    (dead / "original").mkdir(parents=True)
+    build_pipeline(Settings.from_env(), s3=local_session.s3)
+    assert not dead.exists()
+
+
+def test_simulated_workers_running_at_once_have_their_own_folders_and_a_replacement_inherits_its_slots(tmp_path):
+    storm = tmp_path / "storm"
+    slots = [worker_work_dir(storm, slot) for slot in range(3)]
+    assert len(set(slots)) == 3 and all(s.parent == storm for s in slots)
+    for folder in slots:
+        folder.mkdir(parents=True)
+    live = slots[0] / f"{WORK_FOLDER_PREFIX}live"
+    live.mkdir()
+    # Slot 1's worker starts (or restarts) while slot 0's works: slot 0's folder survives.
+    build_pipeline(Settings(work_dir=str(slots[1])))
+    assert live.exists()
+    # Slot 0's worker crashed and is replaced: the replacement removes what it left.
+    build_pipeline(Settings(work_dir=str(slots[0])))
+    assert not live.exists() and slots[0].is_dir()
+
+
+def test_a_work_dir_the_user_sets_is_kept_and_not_removed(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORK_DIR", str(tmp_path))
+    aws = EmbeddedAws(REPO / "template.yaml", name="mediajobs-workdir")
+    with aws:
+        assert aws.work_dir == str(tmp_path) == Settings.from_env().work_dir
+    assert tmp_path.is_dir()
+
+
+def test_an_embedded_aws_removes_the_work_folder_it_made_when_it_closes(monkeypatch):
+    monkeypatch.delenv("WORK_DIR", raising=False)
+    aws = EmbeddedAws(REPO / "template.yaml", name="mediajobs-ownworkdir")
+    with aws:
+        made = aws.work_dir
+        assert made is not None and Path(made).is_dir() and Settings.from_env().work_dir == made
+    assert not Path(made).exists()
