@@ -23,14 +23,18 @@ def test_a_local_sessions_workers_have_a_work_folder_of_their_own(local_session)
     assert not Path(work_dir).name.startswith(WORK_FOLDER_PREFIX)  # never taken for a work folder itself
 
 
-def test_starting_a_local_worker_leaves_a_live_folder_in_the_shared_temporary_folder_alone(local_session):
-    """Another process's worker (another session, another checkout's tests) may be working
-    in the system's temporary folder right now."""
-    live = Path(tempfile.mkdtemp(prefix=WORK_FOLDER_PREFIX))
+def test_a_worker_of_another_local_session_starting_leaves_this_sessions_live_folder_alone(local_session, monkeypatch):
+    """Another process's session (another demo, another checkout's tests) starts a worker
+    while this one works: its worker empties its own folder, not this one's."""
+    live = Path(local_session._aws.work_dir) / f"{WORK_FOLDER_PREFIX}live"
+    (live / "original").mkdir(parents=True)
     try:
-        (live / "original").write_bytes(b"in use")
-        build_pipeline(Settings.from_env(), s3=local_session.s3)
-        assert (live / "original").read_bytes() == b"in use"
+        monkeypatch.delenv("WORK_DIR")  # as in another process, which has not got this session's
+        other = EmbeddedAws(REPO / "template.yaml", name="mediajobs-other-session")
+        with other:
+            assert other.work_dir != local_session._aws.work_dir
+            build_pipeline(Settings.from_env())
+        assert (live / "original").is_dir()
     finally:
         shutil.rmtree(live, ignore_errors=True)
 
