@@ -325,8 +325,9 @@ class EmbeddedAws:
             else:
                 os.environ[key] = value
         self._saved_env.clear()
-        if self._own_work_dir and self.work_dir is not None:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
+        made = self.work_dir if self._own_work_dir else None
+        if made is not None and Path(made).name.startswith(LOCAL_WORK_DIR_PREFIX):  # only the folder mkdtemp made
+            shutil.rmtree(made, ignore_errors=True)
         self.work_dir, self._own_work_dir = None, False
         if self._server is not None:
             self._server.stop()
