@@ -12,14 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, PngImagePlugin
 
 from mediajobs.adapters import imaging
-from mediajobs.adapters.imaging import PillowRenderer
+from mediajobs.adapters.heif_items import Rotation, primary_image, read_structure
+from mediajobs.adapters.imaging import DECODERS, PillowRenderer
 from mediajobs.adapters.video import FfmpegRenderer
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.recipes import load_recipe
-from tests.conftest import case_file
+from tests.conftest import case_file, media_file
 
 VARIANTS = load_recipe("web-image", 1).params.variants
 RED, GREEN, BLUE, YELLOW, WHITE = (220, 30, 30), (30, 160, 60), (40, 60, 200), (230, 200, 40), (255, 255, 255)
@@ -286,8 +287,6 @@ def test_exif_orientation_wins_over_a_disagreeing_xmp_one(tmp_path):
 def test_an_xmp_orientation_in_a_png_is_not_applied_either(tmp_path):
     stored = quadrants(120, 80)
     source = tmp_path / "xmp.png"
-    from PIL import PngImagePlugin
-
     info = PngImagePlugin.PngInfo()
     info.add_itxt("XML:com.adobe.xmp", '<x:xmpmeta><rdf:Description tiff:Orientation="8"/></x:xmpmeta>')
     stored.save(source, pnginfo=info)
@@ -304,3 +303,11 @@ def test_a_heic_exif_orientation_without_irot_is_ignored(tmp_path):
     assert decisions.orientation == 1
     assert images["full"].size == (480, 320)
     assert mean_difference(images["full"], quadrants(480, 320)) < 8
+
+
+def test_a_phone_heic_grid_is_checked_and_rotated_once():
+    data = media_file("photos", "iphone-13-pro-max.heic").read_bytes()
+    found = primary_image(read_structure(data), 50_000_000, DECODERS["HEIF"])
+    assert (found.item_type, found.width_px, found.height_px, found.coded_items) == ("grid", 4032, 3024, 48)
+    assert found.transforms == (Rotation(3),)
+    assert (found.display_width_px, found.display_height_px) == (3024, 4032)

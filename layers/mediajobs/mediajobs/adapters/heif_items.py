@@ -31,7 +31,8 @@ before decoding saw). A structure that otherwise contradicts itself is ``corrupt
 an ``ispe`` larger than the size the coded data gives, a grid whose tile count is not rows
 x columns, tiles of different sizes,
 tiles that leave part of the output uncovered or lie a whole row or column outside it
-(HEIF's reconstruction only trims the last row and column). The tiles' total area is not
+(HEIF 6.6.2.3.1 only trims the last row and column; libavif's avifAreGridDimensionsValid
+refuses the same). The tiles' total area is not
 compared with ``max_pixels``: a 48 MP phone photo (8064x6048 in 512x512 tiles) covers
 8192x6144 = 50.3 MP of tiles, and the canvas plus one tile is what a decoder holds.
 
@@ -770,6 +771,10 @@ def _transforms(
 # --- the primary image ------------------------------------------------------------------
 
 
+#: The derived image types this module reads (ISO/IEC 23008-12 6.6.2).
+_DERIVED: Final = frozenset({"grid", "iovl", "iden"})
+
+
 @dataclass(frozen=True)
 class Decoder:
     """What a decoder can decode: coded item types (``hvc1``, ``av01``) and derived image
@@ -811,6 +816,7 @@ class _Walk:
     decoder: Decoder
     max_pixels: int
     sizes: dict[int, tuple[int, int]] = field(default_factory=dict)
+    headers: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict)
     coded: int = 0
     largest: int = 0
 
@@ -845,16 +851,27 @@ class _Walk:
         item = self.structure.items.get(item_id)
         if item is None or not item.type:
             raise _corrupt(f"item {item_id} is referred to but not declared")
+        supported = item.type in self.decoder.coded or item.type in self.decoder.derived & _DERIVED
+        if not supported and item.type == "iovl":
+            count = len(item.refs.get("dimg", []))
+            raise PermanentFailure(
+                UNSUPPORTED_FEATURE,
+                f"item {item_id} is an overlay (iovl) of {count} images: {self.decoder.name} cannot compose it",
+            )
+        if not supported:
+            raise PermanentFailure(
+                UNSUPPORTED_FEATURE, f"item {item_id} is a {item.type!r} image: {self.decoder.name} cannot decode it"
+            )
         declared = self.ispe(item)
         if declared is not None:
             self.fits(f"{item.type} item {item_id} (ispe)", *declared)
         if item.type in self.decoder.coded:
             size = self._coded(item, declared)
-        elif item.type == "grid" and "grid" in self.decoder.derived:
+        elif item.type == "grid":
             size = self._grid(item, path + (item_id,))
-        elif item.type == "iovl" and "iovl" in self.decoder.derived:
+        elif item.type == "iovl":
             size = self._overlay(item, path + (item_id,))
-        elif item.type == "iden" and "iden" in self.decoder.derived:
+        else:  # iden: one input, as it comes out of its own transformations
             inputs = item.refs.get("dimg", [])
             if len(inputs) != 1:
                 raise _corrupt(f"iden item {item_id} has {len(inputs)} inputs, not 1")
@@ -862,16 +879,6 @@ class _Walk:
             if source is None:
                 raise _corrupt(f"iden item {item_id} refers to missing item {inputs[0]}")
             _, size = _transforms(self.structure, source, self.output_size(inputs[0], path + (item_id,)))
-        elif item.type == "iovl":
-            count = len(item.refs.get("dimg", []))
-            raise PermanentFailure(
-                UNSUPPORTED_FEATURE,
-                f"item {item_id} is an overlay (iovl) of {count} images: {self.decoder.name} cannot compose it",
-            )
-        else:
-            raise PermanentFailure(
-                UNSUPPORTED_FEATURE, f"item {item_id} is a {item.type!r} image: {self.decoder.name} cannot decode it"
-            )
         if declared is not None and declared != size:
             detail = f"{item.type} item {item_id}: ispe says {declared[0]}x{declared[1]}, its data {size[0]}x{size[1]}"
             if size[0] > declared[0] or size[1] > declared[1]:  # decodes more than it declares: a bomb's lie
@@ -881,7 +888,19 @@ class _Walk:
         return size
 
     def _coded(self, item: Item, declared: tuple[int, int] | None) -> tuple[int, int]:
-        """A coded picture's size from its codec headers (``declared`` when it has none we read)."""
+        """A coded picture's size from its codec headers (``declared`` when it has none we read).
+
+        Items with the same type, configuration and data (a grid's tiles all pointing at one
+        picture) are read once."""
+        key = (item.type, item.construction_method, item.extents, tuple(i for i, _ in item.properties))
+        if key in self.headers:
+            self.coded += 1
+            return self.headers[key]
+        size = self._coded_headers(item, declared)
+        self.headers[key] = size
+        return size
+
+    def _coded_headers(self, item: Item, declared: tuple[int, int] | None) -> tuple[int, int]:
         structure = self.structure
         coded: list[tuple[int, int, int, int]] = []  # (allocated w, h, shown w, h)
         try:
@@ -988,10 +1007,11 @@ def primary_image(structure: HeifStructure, max_pixels: int, decoder: Decoder) -
     Raises
     ------
     PermanentFailure
-        ``too_many_pixels`` when a coded picture or a canvas is larger than ``max_pixels``;
-        ``unsupported_feature`` for an item type ``decoder`` cannot decode or compose
-        (an ``iovl`` for libavif); ``corrupt_image`` when the structure contradicts itself
-        (see the module's docstring) or there is no primary image.
+        ``unsupported_feature`` for an item type ``decoder`` cannot decode or compose (an
+        ``iovl`` for libavif), before its size is looked at; ``too_many_pixels`` when a coded
+        picture or a canvas is larger than ``max_pixels`` or than the ``ispe`` it declares;
+        ``corrupt_image`` when the structure otherwise contradicts itself (see the module's
+        docstring) or there is no primary image.
     """
     primary_id = structure.primary_id
     if primary_id is None:

@@ -134,7 +134,8 @@ def identify(path: Path) -> str | None:
     Reads only the header. A JPEG is recognised by its signature alone, as Pillow's own
     plugin does, so a pathological one (megabytes of fill bytes, millions of segments)
     never reaches Pillow's reader here; the render job walks its markers once and refuses
-    it with its reason.
+    it with its reason. So is a HEIF or AVIF its decoder refuses to open (by its brand: a
+    grid short of a tile): it is an image, and the render job says what is wrong with it.
     """
     with open(path, "rb") as f:
         if f.read(3) == b"\xff\xd8\xff":
