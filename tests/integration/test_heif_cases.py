@@ -20,7 +20,7 @@ from mediajobs.adapters.imaging import DECODERS, PillowRenderer
 from mediajobs.adapters.video import FfmpegRenderer
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.recipes import load_recipe
-from tests.conftest import case_file, media_file
+from tests.conftest import MEDIA, case_file, load_script, media_file
 
 VARIANTS = load_recipe("web-image", 1).params.variants
 RED, GREEN, BLUE, YELLOW, WHITE = (220, 30, 30), (30, 160, 60), (40, 60, 200), (230, 200, 40), (255, 255, 255)
@@ -311,3 +311,17 @@ def test_a_phone_heic_grid_is_checked_and_rotated_once():
     assert (found.item_type, found.width_px, found.height_px, found.coded_items) == ("grid", 4032, 3024, 48)
     assert found.transforms == (Rotation(3),)
     assert (found.display_width_px, found.display_height_px) == (3024, 4032)
+
+
+def test_a_heif_image_sequence_without_a_still_image_is_unsupported_and_still_an_image(tmp_path):
+    bmff = load_script("bmff_write", MEDIA / "bmff_write.py")
+    ftyp = bmff.box("ftyp", b"msf1", b"\0\0\0\0", b"msf1iso8hevc")
+    data = ftyp + bmff.box("moov", bmff.full_box("mvhd", 0, 0, b"\0" * 96)) + bmff.box("mdat", b"\0" * 64)
+    source = tmp_path / "sequence.heic"
+    source.write_bytes(data)
+    assert imaging.identify(source) == "HEIF"  # so the render job says why
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(PermanentFailure) as caught:
+        PillowRenderer(50_000_000).render(source, VARIANTS, out)
+    assert caught.value.reason == "unsupported_feature" and "image sequence" in caught.value.detail

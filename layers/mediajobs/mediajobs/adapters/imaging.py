@@ -70,6 +70,7 @@ from mediajobs.domain.errors import (
     TOO_MANY_PIXELS,
     TOO_MANY_SCANS,
     TRUNCATED_IMAGE,
+    UNSUPPORTED_FEATURE,
     UNSUPPORTED_FORMAT,
     PermanentFailure,
 )
@@ -266,16 +267,20 @@ def _heif_primary(path: Path, source_format: str, max_pixels: int) -> PrimaryIma
     Raises
     ------
     PermanentFailure
-        ``too_many_pixels``, ``unsupported_feature`` or ``corrupt_image``.
+        ``too_many_pixels``, ``unsupported_feature`` (also for a HEIF image sequence with no
+        still image: pi-heif reads items only) or ``corrupt_image``.
     """
     decoder = DECODERS[source_format]
+    sequence = "moov" in top_level_boxes(path)
+    if source_format == "AVIF" and sequence:
+        return None
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        if source_format == "AVIF" and "moov" in top_level_boxes(path):
-            return None
         structure = read_structure(data)
+        if structure is None and sequence:
+            raise PermanentFailure(UNSUPPORTED_FEATURE, f"a {source_format} image sequence without a still image")
         if structure is None:
-            raise PermanentFailure(CORRUPT_IMAGE, f"{source_format} file without a meta box")
-        return primary_image(structure, max_pixels, decoder)
+            raise PermanentFailure(CORRUPT_IMAGE, f"a {source_format} file without a meta box")
+        return primary_image(structure, max_pixels, decoder)  # reads the mapped file
 
 
 def _transformed(im: Image.Image, heif: PrimaryImage, source_format: str) -> Image.Image:
