@@ -227,6 +227,89 @@ def _decode_failure(exc: BaseException) -> PermanentFailure:
     return PermanentFailure(TRUNCATED_IMAGE if truncated else CORRUPT_IMAGE, text)
 
 
+def _to_8bit_base(im: Image.Image) -> tuple[Image.Image, Image.Image | None, str]:
+    """Split into an 8-bit colour base (``L``, ``RGB`` or ``CMYK``) and an optional alpha band."""
+    mode = im.mode
+    alpha: Image.Image | None = None
+    if mode in ("P", "PA"):
+        has_alpha = mode == "PA" or "transparency" in im.info
+        im = im.convert("RGBA" if has_alpha else "RGB")
+        note = f"{mode}->{im.mode}"
+        mode = im.mode
+    else:
+        note = ""
+    if mode in ("RGBA", "LA", "RGBa", "La"):
+        if mode in ("RGBa", "La"):
+            im = im.convert(mode[0:-1] + "A")
+        alpha = im.getchannel("A")
+        im = im.convert("RGB" if im.mode == "RGBA" else "L")
+    elif mode in ("I;16", "I;16L", "I;16B", "I;16N"):
+        # Pillow clips 16-bit values when converting to L; scale 0..65535 to 0..255.
+        im = im.convert("I").point(lambda v: v * (1 / 257)).convert("L")
+        note = f"{mode}->L (scaled 1/257)"
+    elif mode in ("I", "F"):
+        # 32-bit samples: 8-bit data stays, 16-bit data is scaled, anything wider is normalised.
+        low, high = cast(tuple[float, float], im.getextrema())
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise PermanentFailure(CORRUPT_IMAGE, f"non-finite samples in a {mode} image ({low}..{high})")
+        if mode == "I" and high <= 255 and low >= 0:
+            scale, offset = 1.0, 0.0
+        elif mode == "I" and high <= 65535 and low >= 0:
+            scale, offset = 1 / 257, 0.0
+        else:
+            scale, offset = 255.0 / ((high - low) or 1.0), low
+        im = im.point(lambda v: (v - offset) * scale).convert("L")
+        note = f"{mode}->L (scaled {scale:.6g})"
+    elif mode == "1":
+        im = im.convert("L")
+        note = "1->L"
+    elif mode not in ("L", "RGB", "CMYK"):
+        im = im.convert("RGB")
+        note = f"{mode}->RGB"
+    if alpha is not None and alpha.getextrema() == (255, 255):
+        alpha = None  # fully opaque: no alpha channel needed
+    return im, alpha, note
+
+
+def _to_srgb(im: Image.Image, icc: bytes | None) -> tuple[Image.Image, str, str | None]:
+    """Convert an ``L``/``RGB``/``CMYK`` base to sRGB ``RGB`` (or keep ``L``)."""
+    description: str | None = None
+    if icc:
+        try:
+            profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+            description = (ImageCms.getProfileDescription(profile) or "").strip() or "unnamed"
+            if im.mode == "RGB" and "srgb" in description.lower():
+                return im, "none (already sRGB)", description
+            if im.mode == "RGB":  # same mode: convert in place, no second full-size buffer
+                ImageCms.profileToProfile(im, profile, _SRGB, outputMode="RGB", inPlace=True)
+                return im, "icc->srgb (RGB)", description
+            converted = ImageCms.profileToProfile(im, profile, _SRGB, outputMode="RGB")
+            assert converted is not None
+            return converted, f"icc->srgb ({im.mode})", description
+        except (ImageCms.PyCMSError, OSError, ValueError) as exc:
+            log.warning("ignoring unusable ICC profile: %s", exc)
+            description = f"invalid ({exc})"
+    if im.mode == "CMYK":
+        return im.convert("RGB"), "cmyk->srgb (no profile)", description
+    return im, "none", description
+
+
+def _flatten(im: Image.Image) -> Image.Image:
+    background = Image.new("RGB", im.size, (255, 255, 255))
+    background.paste(im.convert("RGB"), mask=im.getchannel("A"))
+    return background
+
+
+def _file_digest(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
 #: What each plugin that reads HEIF files decodes: Pillow's AVIF plugin is libavif (AV1, grids;
 #: no overlays), pi-heif is libheif with libde265 (HEVC, grids, overlays, identity images;
 #: AV1 only if its build has a decoder for it).
@@ -330,89 +413,6 @@ def _exif_orientation(im: Image.Image) -> int:
         warnings.simplefilter("ignore")
         orientation = int(im.getexif().get(_ORIENTATION_TAG, 1) or 1)
     return orientation if 2 <= orientation <= 8 else 1
-
-
-def _to_8bit_base(im: Image.Image) -> tuple[Image.Image, Image.Image | None, str]:
-    """Split into an 8-bit colour base (``L``, ``RGB`` or ``CMYK``) and an optional alpha band."""
-    mode = im.mode
-    alpha: Image.Image | None = None
-    if mode in ("P", "PA"):
-        has_alpha = mode == "PA" or "transparency" in im.info
-        im = im.convert("RGBA" if has_alpha else "RGB")
-        note = f"{mode}->{im.mode}"
-        mode = im.mode
-    else:
-        note = ""
-    if mode in ("RGBA", "LA", "RGBa", "La"):
-        if mode in ("RGBa", "La"):
-            im = im.convert(mode[0:-1] + "A")
-        alpha = im.getchannel("A")
-        im = im.convert("RGB" if im.mode == "RGBA" else "L")
-    elif mode in ("I;16", "I;16L", "I;16B", "I;16N"):
-        # Pillow clips 16-bit values when converting to L; scale 0..65535 to 0..255.
-        im = im.convert("I").point(lambda v: v * (1 / 257)).convert("L")
-        note = f"{mode}->L (scaled 1/257)"
-    elif mode in ("I", "F"):
-        # 32-bit samples: 8-bit data stays, 16-bit data is scaled, anything wider is normalised.
-        low, high = cast(tuple[float, float], im.getextrema())
-        if not (math.isfinite(low) and math.isfinite(high)):
-            raise PermanentFailure(CORRUPT_IMAGE, f"non-finite samples in a {mode} image ({low}..{high})")
-        if mode == "I" and high <= 255 and low >= 0:
-            scale, offset = 1.0, 0.0
-        elif mode == "I" and high <= 65535 and low >= 0:
-            scale, offset = 1 / 257, 0.0
-        else:
-            scale, offset = 255.0 / ((high - low) or 1.0), low
-        im = im.point(lambda v: (v - offset) * scale).convert("L")
-        note = f"{mode}->L (scaled {scale:.6g})"
-    elif mode == "1":
-        im = im.convert("L")
-        note = "1->L"
-    elif mode not in ("L", "RGB", "CMYK"):
-        im = im.convert("RGB")
-        note = f"{mode}->RGB"
-    if alpha is not None and alpha.getextrema() == (255, 255):
-        alpha = None  # fully opaque: no alpha channel needed
-    return im, alpha, note
-
-
-def _to_srgb(im: Image.Image, icc: bytes | None) -> tuple[Image.Image, str, str | None]:
-    """Convert an ``L``/``RGB``/``CMYK`` base to sRGB ``RGB`` (or keep ``L``)."""
-    description: str | None = None
-    if icc:
-        try:
-            profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
-            description = (ImageCms.getProfileDescription(profile) or "").strip() or "unnamed"
-            if im.mode == "RGB" and "srgb" in description.lower():
-                return im, "none (already sRGB)", description
-            if im.mode == "RGB":  # same mode: convert in place, no second full-size buffer
-                ImageCms.profileToProfile(im, profile, _SRGB, outputMode="RGB", inPlace=True)
-                return im, "icc->srgb (RGB)", description
-            converted = ImageCms.profileToProfile(im, profile, _SRGB, outputMode="RGB")
-            assert converted is not None
-            return converted, f"icc->srgb ({im.mode})", description
-        except (ImageCms.PyCMSError, OSError, ValueError) as exc:
-            log.warning("ignoring unusable ICC profile: %s", exc)
-            description = f"invalid ({exc})"
-    if im.mode == "CMYK":
-        return im.convert("RGB"), "cmyk->srgb (no profile)", description
-    return im, "none", description
-
-
-def _flatten(im: Image.Image) -> Image.Image:
-    background = Image.new("RGB", im.size, (255, 255, 255))
-    background.paste(im.convert("RGB"), mask=im.getchannel("A"))
-    return background
-
-
-def _file_digest(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
 
 
 class PillowRenderer:
