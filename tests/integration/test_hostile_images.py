@@ -224,3 +224,13 @@ def test_gif_comment_flood_is_refused(tmp_path):
     frame = b"\x2c" + struct.pack("<HHHH", 0, 0, 1, 1) + b"\0" + b"\x02\x02\x44\x01\x00"
     data = header + b"\x21\xfe" + b"\x01A" * 20_000 + b"\0" + frame + b"\x3b"
     assert reason(tmp_path, data, "comments.gif") == "corrupt_image"
+
+
+def test_a_phone_heic_with_bytes_appended_renders_and_one_cut_before_its_data_is_truncated(tmp_path):
+    data = media_file("photos", "iphone-13-pro-max.heic").read_bytes()
+    files, decisions = render(tmp_path, data + bytes(range(256)) * 4, "appended.heic")
+    assert [(f.width, f.height) for f in files] == [(240, 320), (600, 800), (1200, 1600)]
+    assert decisions.orientation == 6  # its grid's irot 3 (270 degrees anti-clockwise)
+    mdat = data.find(b"mdat") - 4
+    assert data.find(b"meta") < mdat  # meta first, as the camera writes it
+    assert reason(tmp_path, data[:mdat], "no-data.heic") == "truncated_image"

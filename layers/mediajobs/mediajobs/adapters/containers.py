@@ -8,11 +8,14 @@ truncation and absurd structure in milliseconds, before any pixel is decoded.
 
 from __future__ import annotations
 
+import array
 import mmap
 import struct
+import sys
 from pathlib import Path
 from typing import Final
 
+from mediajobs.adapters.heif_items import Box, child_boxes, extent_problem, read_structure
 from mediajobs.domain.errors import CORRUPT_IMAGE, TRUNCATED_IMAGE, PermanentFailure
 from mediajobs.domain.video import playlist_problem
 
@@ -30,35 +33,111 @@ def _corrupt(detail: str) -> PermanentFailure:
     return PermanentFailure(CORRUPT_IMAGE, detail)
 
 
-def bmff_problem(data: bytes | mmap.mmap) -> PermanentFailure | None:
-    """Truncation of an ISO base media file (HEIF, AVIF; MP4 later), or ``None``.
+#: Top-level boxes a file cannot do without when they are there: the brands, the item or
+#: movie structure, and the media data it points into (ISO/IEC 14496-12 4.3, 8.1.1, 8.2.1,
+#: 8.8.4, 8.11.1). One of these running past the end of the file is a cut upload; any other
+#: box that does (``free``, ``skip``, ``uuid``, ``udta``, bytes that are no box at all) is
+#: trailing data that readers ignore.
+NEEDED_BOXES: Final = frozenset({b"ftyp", b"meta", b"moov", b"mdat", b"moof"})
 
-    Walks the top-level boxes (ISO/IEC 14496-12, 4.2): a box whose declared size runs past
-    the end of the file means the upload was cut. Data that does not start with an
-    ``ftyp`` box is not examined. Damage inside a box (flipped bytes in ``mdat``) is not
-    found here: libheif decodes it without complaint.
+
+def _chunk_offsets(data: bytes | mmap.mmap, moov: Box) -> int | None:
+    """The largest sample chunk offset of any track in ``moov`` (``stco``/``co64``,
+    ISO/IEC 14496-12 8.7.5), or ``None`` when no track has samples or a track's boxes do
+    not nest (left to ffprobe)."""
+    largest: int | None = None
+    path = ("trak", "mdia", "minf", "stbl")
+
+    def walk(box: Box, depth: int) -> None:
+        nonlocal largest
+        for child in child_boxes(data, box.start, box.end, box.kind):
+            if depth < len(path) and child.kind == path[depth]:
+                walk(child, depth + 1)
+            elif depth == len(path) and child.kind in ("stco", "co64"):
+                width = 4 if child.kind == "stco" else 8
+                count = int.from_bytes(bytes(data[child.start + 4 : child.start + 8]), "big")
+                table = bytes(data[child.start + 8 : min(child.end, child.start + 8 + count * width)])
+                offsets = array.array("I" if width == 4 else "Q")
+                offsets.frombytes(table[: len(table) - len(table) % width])
+                if sys.byteorder == "little":
+                    offsets.byteswap()
+                if offsets:
+                    largest = max(largest or 0, max(offsets))
+
+    try:
+        walk(moov, 0)
+    except PermanentFailure:  # a malformed track: ffprobe judges it
+        return None
+    return largest
+
+
+def bmff_problem(data: bytes | mmap.mmap) -> PermanentFailure | None:
+    """Truncation of an ISO base media file (HEIF, AVIF, MP4, MOV with ``ftyp``), or ``None``.
+
+    Walks the top-level boxes (ISO/IEC 14496-12, 4.2). The file is truncated when a box it
+    needs (:data:`NEEDED_BOXES`) runs past the end of the file, when an item's data
+    (``iloc``) or a track's last chunk (``stco``/``co64``) lies past its end, or when the
+    walk is cut before any ``meta`` or ``moov``. Bytes appended after the last complete box
+    are ignored, as ffmpeg, libheif and libavif ignore them: an upload tool that pads or
+    appends a trailer does not cut the file. Data that does not start with an ``ftyp`` box
+    is not examined. Damage inside a box (flipped bytes in ``mdat``) is not found here:
+    libheif decodes it without complaint.
+
+    Returns
+    -------
+    PermanentFailure | None
+        ``truncated_image`` (the caller may restate it, as the video step does as
+        ``invalid_media``) or ``corrupt_image`` (an impossible size on a needed box, a
+        malformed ``meta``).
     """
     n = len(data)
     if n < 8 or data[4:8] != b"ftyp":
         return None
     pos = 0
+    complete: dict[bytes, Box] = {}  # the first complete box of each type
+    trailing: PermanentFailure | None = None  # why the walk stopped before the end, if it did
     while pos < n:
         if pos + 8 > n:
-            return _truncated(f"truncated box header at byte {pos}")
+            trailing = _truncated(f"truncated box header at byte {pos}")
+            break
         size, kind = struct.unpack(">I4s", data[pos : pos + 8])
         header = 8
         if size == 1:
             if pos + 16 > n:
-                return _truncated(f"truncated box header at byte {pos}")
+                trailing = _truncated(f"truncated box header at byte {pos}")
+                break
             size = struct.unpack(">Q", data[pos + 8 : pos + 16])[0]
             header = 16
         elif size == 0:  # the last box runs to the end of the file
-            return None
+            size = n - pos
+        name = kind.decode("latin-1")
         if size < header:
-            return _corrupt(f"box {kind!r} at byte {pos} has size {size}")
+            if kind in NEEDED_BOXES:
+                return _corrupt(f"box {name!r} at byte {pos} has size {size}")
+            trailing = _corrupt(f"box {name!r} at byte {pos} has size {size}")
+            break
         if pos + size > n:
-            return _truncated(f"box {kind.decode('latin-1')!r} at byte {pos} needs {size} bytes, {n - pos} left")
+            problem = _truncated(f"box {name!r} at byte {pos} needs {size} bytes, {n - pos} left")
+            if kind in NEEDED_BOXES:
+                return problem
+            trailing = problem
+            break
+        complete.setdefault(kind, Box(name, pos + header, pos + size))
         pos += size
+    if b"meta" not in complete and b"moov" not in complete:
+        return trailing
+    if b"meta" in complete:
+        try:
+            structure = read_structure(data)
+        except PermanentFailure as failure:
+            return failure
+        extents = None if structure is None else extent_problem(structure, pos)
+        if extents is not None:
+            return extents
+    if b"moov" in complete:
+        last_chunk = _chunk_offsets(data, complete[b"moov"])
+        if last_chunk is not None and last_chunk >= pos:
+            return _truncated(f"sample data at byte {last_chunk} is past the last complete box (byte {pos})")
     return None
 
 

@@ -14,13 +14,21 @@ is decoded and good input is decoded once:
    (:mod:`mediajobs.adapters.jpeg_markers`, :mod:`mediajobs.adapters.containers`):
    decoders hide damage (libjpeg skips corrupt data, libheif paints missing tiles green)
    and some structures are bombs on their own (fill bytes, chunk and comment floods).
+   For HEIF and AVIF, read what decoding the primary image will decode
+   (:mod:`mediajobs.adapters.heif_items`: every coded picture's size from its AV1 sequence
+   header or HEVC parameter set, grid and overlay canvases, tile counts), since the
+   declared size (``ispe``) can lie: more than ``max_pixels`` is ``too_many_pixels``, an
+   overlay libavif cannot compose is ``unsupported_feature``, before any decoder parses it.
 3. Read width x height from the header and refuse more than ``max_pixels`` as
    ``too_many_pixels``. Pillow's own ``MAX_IMAGE_PIXELS`` only warns between its limit and
    twice its limit (DecompressionBombWarning), so it is not relied on.
 4. For JPEG, ask the decoder for a DCT-domain reduced decode (``Image.draft``) no smaller
    than the largest variant. Count frames on a separate handle, within limits.
-5. Decode; apply EXIF orientation 2-8 to the pixels (pi-heif applies HEIF's own
-   irot/imir and resets the EXIF tag to 1, so HEIC is never rotated twice). Normalise the
+5. Decode the primary image (never another frame: a HEIF's primary need not be its
+   first image). Orient it once: HEIF and AVIF by their clap, irot and imir, in that order
+   (libheif applies them while decoding; libavif applies none, so they are applied here),
+   their EXIF orientation ignored as MIAF says; other formats by EXIF orientation 2-8 only
+   (an XMP ``tiff:Orientation`` is ignored, as browsers ignore it). Normalise the
    pixel mode (16-bit scaled, not clipped; palette/LA/PA with alpha kept) and convert to
    sRGB from any embedded ICC profile (CMYK included; Pillow's JPEG decoder already undoes
    Adobe's inverted CMYK).
@@ -36,6 +44,7 @@ import hashlib
 import io
 import logging
 import math
+import mmap
 import struct
 import warnings
 from pathlib import Path
@@ -44,7 +53,16 @@ from typing import Final, cast
 import pi_heif
 from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
 
-from mediajobs.adapters.containers import container_problem
+from mediajobs.adapters.containers import container_problem, top_level_boxes
+from mediajobs.adapters.heif_items import (
+    CleanAperture,
+    Decoder,
+    PrimaryImage,
+    Rotation,
+    exif_orientation,
+    primary_image,
+    read_structure,
+)
 from mediajobs.adapters.jpeg_markers import JpegReport, inspect_jpeg_file
 from mediajobs.domain.errors import (
     CORRUPT_IMAGE,
@@ -52,6 +70,7 @@ from mediajobs.domain.errors import (
     TOO_MANY_PIXELS,
     TOO_MANY_SCANS,
     TRUNCATED_IMAGE,
+    UNSUPPORTED_FEATURE,
     UNSUPPORTED_FORMAT,
     PermanentFailure,
 )
@@ -116,7 +135,8 @@ def identify(path: Path) -> str | None:
     Reads only the header. A JPEG is recognised by its signature alone, as Pillow's own
     plugin does, so a pathological one (megabytes of fill bytes, millions of segments)
     never reaches Pillow's reader here; the render job walks its markers once and refuses
-    it with its reason.
+    it with its reason. So is a HEIF or AVIF its decoder refuses to open (by its brand: a
+    grid short of a tile): it is an image, and the render job says what is wrong with it.
     """
     with open(path, "rb") as f:
         if f.read(3) == b"\xff\xd8\xff":
@@ -126,7 +146,7 @@ def identify(path: Path) -> str | None:
             return str(im.format)
     except PermanentFailure as failure:
         if failure.reason == UNSUPPORTED_FORMAT:
-            return None
+            return _heif_format(path)  # a HEIF its decoder refuses is still an image: the job says why
         return "unknown"
 
 
@@ -290,6 +310,111 @@ def _file_digest(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+#: What each plugin that reads HEIF files decodes: Pillow's AVIF plugin is libavif (AV1, grids;
+#: no overlays), pi-heif is libheif with libde265 (HEVC, grids, overlays, identity images;
+#: AV1 only if its build has a decoder for it).
+DECODERS: Final = {
+    "AVIF": Decoder("libavif (Pillow's AVIF plugin)", frozenset({"av01"}), frozenset({"grid"})),
+    "HEIF": Decoder(
+        "libheif (pi-heif)",
+        frozenset({"hvc1", *(["av01"] if pi_heif.libheif_info().get("AVIF") else [])}),
+        frozenset({"grid", "iovl", "iden"}),
+    ),
+}
+
+
+#: The major brands each plugin claims, in the order Pillow tries them (pi-heif registers its
+#: opener before Pillow loads its AVIF plugin): pi-heif's ``_is_supported_heif``, then
+#: ``PIL.AvifImagePlugin._accept``. A file pi-heif refuses goes on to the AVIF plugin.
+_PLUGIN_BRANDS: Final = (
+    ("HEIF", frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})),
+    ("AVIF", frozenset({b"avif", b"avis", b"mif1", b"msf1"})),
+)
+
+
+def _heif_format(path: Path) -> str | None:
+    """``HEIF`` or ``AVIF``: the plugin that will open the ISO BMFF file at ``path``, from its
+    major brand (ISO/IEC 14496-12 4.3); ``None`` for any other file."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+    if head[4:8] != b"ftyp":
+        return None
+    return next((name for name, brands in _PLUGIN_BRANDS if head[8:12] in brands), None)
+
+
+def _heif_primary(path: Path, source_format: str, max_pixels: int) -> PrimaryImage | None:
+    """What decoding a HEIF/AVIF file's primary image will decode (:func:`primary_image`) with
+    the plugin ``source_format``, checked against ``max_pixels`` before any decoder parses the
+    file; ``None`` for an AVIF image sequence (libavif decodes its track, not the primary item).
+
+    Raises
+    ------
+    PermanentFailure
+        ``too_many_pixels``, ``unsupported_feature`` (also for a HEIF image sequence with no
+        still image: pi-heif reads items only) or ``corrupt_image``.
+    """
+    decoder = DECODERS[source_format]
+    sequence = "moov" in top_level_boxes(path)
+    if source_format == "AVIF" and sequence:
+        return None
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        structure = read_structure(data)
+        if structure is None and sequence:
+            raise PermanentFailure(UNSUPPORTED_FEATURE, f"a {source_format} image sequence without a still image")
+        if structure is None:
+            raise PermanentFailure(CORRUPT_IMAGE, f"a {source_format} file without a meta box")
+        return primary_image(structure, max_pixels, decoder)  # reads the mapped file
+
+
+def _transformed(im: Image.Image, heif: PrimaryImage, source_format: str) -> Image.Image:
+    """The decoded primary image with its clap/irot/imir applied once, in order.
+
+    libheif (pi-heif, ``HEIF``) applies them itself while decoding; libavif (Pillow's
+    ``AVIF``) applies none (Pillow only turns irot/imir into an EXIF orientation, which is
+    not used), so they are applied here. Either way the result must have the size the
+    structure says, or the file is ``corrupt_image``.
+    """
+    picture = im
+    if source_format == "AVIF":
+        for step in heif.transforms:
+            if isinstance(step, CleanAperture):
+                picture = picture.crop((step.left, step.top, step.left + step.width, step.top + step.height))
+            elif isinstance(step, Rotation):
+                picture = picture.transpose(_ROTATIONS[step.quarter_turns])
+            else:
+                picture = picture.transpose(_MIRRORS[step.axis])
+    expected = (heif.display_width_px, heif.display_height_px)
+    if picture.size != expected:
+        raise PermanentFailure(
+            CORRUPT_IMAGE,
+            f"{source_format} decoded to {picture.width}x{picture.height}, "
+            f"its structure says {expected[0]}x{expected[1]}",
+        )
+    return picture
+
+
+#: irot (anti-clockwise quarter turns) and imir (0: top/bottom, 1: left/right) as Pillow transposes.
+_ROTATIONS: Final = {1: Image.Transpose.ROTATE_90, 2: Image.Transpose.ROTATE_180, 3: Image.Transpose.ROTATE_270}
+_MIRRORS: Final = {0: Image.Transpose.FLIP_TOP_BOTTOM, 1: Image.Transpose.FLIP_LEFT_RIGHT}
+#: Where Pillow keeps an XMP packet (``info["xmp"]``; TIFF and older plugins use the other key).
+_XMP_KEYS: Final = ("xmp", "XML:com.adobe.xmp")
+
+
+def _exif_orientation(im: Image.Image) -> int:
+    """The EXIF orientation tag (1-8; 1 when absent or out of range) of a non-HEIF image.
+
+    Only EXIF counts: browsers ignore an XMP ``tiff:Orientation``, which Pillow's
+    ``getexif`` (and so ``exif_transpose``) would otherwise use when EXIF has none. The XMP
+    packets are dropped from ``info`` first (no output keeps metadata anyway).
+    """
+    for key in _XMP_KEYS:
+        im.info.pop(key, None)
+    with warnings.catch_warnings():  # "Corrupt EXIF data": the EXIF is dropped anyway
+        warnings.simplefilter("ignore")
+        orientation = int(im.getexif().get(_ORIENTATION_TAG, 1) or 1)
+    return orientation if 2 <= orientation <= 8 else 1
+
+
 class PillowRenderer:
     """Renders image variants in-process.
 
@@ -318,7 +443,8 @@ class PillowRenderer:
         Raises
         ------
         PermanentFailure
-            ``unsupported_format``, ``too_many_pixels``, ``truncated_image`` or ``corrupt_image``.
+            ``unsupported_format``, ``too_many_pixels``, ``truncated_image``, ``corrupt_image``
+            or ``unsupported_feature``.
         """
         largest_box = max(v.box_px for v in variants)
         base, decisions, display_size = self._decode(source, largest_box)
@@ -347,7 +473,17 @@ class PillowRenderer:
         problem = _jpeg_failure(source) or container_problem(source)  # before any decoder reads it
         if problem is not None:
             raise problem
-        with _open(source) as im:
+        heif_format = _heif_format(source)  # HEIF/AVIF: what decoding will decode, before a decoder parses it
+        heif = None if heif_format is None else _heif_primary(source, heif_format, self._max_pixels)
+        try:
+            opened = _open(source)
+        except PermanentFailure as failure:
+            if heif_format is None or failure.reason != UNSUPPORTED_FORMAT:
+                raise
+            raise PermanentFailure(
+                CORRUPT_IMAGE, f"a {heif_format} file that {DECODERS[heif_format].name} refuses"
+            ) from failure
+        with opened as im:
             width, height = im.size
             if width * height > self._max_pixels:
                 raise PermanentFailure(
@@ -358,21 +494,29 @@ class PillowRenderer:
                 _check_tiff_tiles(im, self._max_pixels)
             if source_format in JPEG_FORMATS:
                 im.draft(None, fit_within(width, height, largest_box))  # DCT-domain 1/2, 1/4, 1/8
+            if source_format in DECODERS and source_format != heif_format:  # pi-heif refused it, libavif took it
+                heif_format, heif = source_format, _heif_primary(source, source_format, self._max_pixels)
             frames, duration_ms = _frames(source, self._max_pixels, ANIMATION_BUDGET_FACTOR * self._max_pixels)
             im.load()
-            # pi-heif applies HEIF's irot/imir itself, reports the upright size and
-            # resets the EXIF tag to 1, keeping the original in info["original_orientation"].
-            decoder_orientation = int(im.info.get("original_orientation") or 1)
-            with warnings.catch_warnings():  # "Corrupt EXIF data": the EXIF is dropped anyway
-                warnings.simplefilter("ignore")
-                orientation = int(im.getexif().get(_ORIENTATION_TAG, 1) or 1)
-            if 2 <= orientation <= 8:
-                ImageOps.exif_transpose(im, in_place=True)
+            crop: CleanAperture | None = None
+            if heif is not None:
+                # MIAF 7.3.6.7: irot/imir orient the image and EXIF orientation is ignored.
+                picture = _transformed(im, heif, source_format)
+                orientation = exif_orientation(heif.transforms)
+                crop = next((t for t in heif.transforms if isinstance(t, CleanAperture)), None)
+                width, height = heif.width_px, heif.height_px
             else:
-                orientation = 1
-            icc = im.info.get("icc_profile")
-            base, alpha, mode_note = _to_8bit_base(im)
+                picture = im
+                orientation = _exif_orientation(im)
+                if orientation != 1:
+                    ImageOps.exif_transpose(im, in_place=True)
+            icc = picture.info.get("icc_profile")
+            base, alpha, mode_note = _to_8bit_base(picture)
             base, colour, icc_description = _to_srgb(base, icc)
+            if base is im and getattr(im, "n_frames", 1) > 1:
+                # Still the file object: Pillow's AVIF encoder saves a multi-frame image from
+                # its frame 0, which for a HEIF is not the primary image when that comes later.
+                base = base.copy()
         if base.mode == "L":
             base = base.convert("RGB")
         if alpha is not None:
@@ -381,7 +525,8 @@ class PillowRenderer:
             source_format=source_format,
             source_width=width,
             source_height=height,
-            orientation=orientation if orientation != 1 else decoder_orientation,
+            orientation=orientation,
+            crop=None if crop is None else [crop.left, crop.top, crop.width, crop.height],
             colour=colour,
             icc_profile=icc_description,
             mode=mode_note,
@@ -391,9 +536,9 @@ class PillowRenderer:
             duration_ms=duration_ms,
             frames_dropped=None if frames is None else frames - 1,
         )
-        # EXIF orientations 5-8 swap the sides; a decoder that rotated itself reports upright sizes.
-        display_size = (height, width) if orientation >= 5 else (width, height)
-        return base, decisions, display_size
+        # HEIF and AVIF are decoded at full size and turned upright above; EXIF 5-8 swap the sides.
+        upright = (height, width) if orientation >= 5 else (width, height)
+        return base, decisions, base.size if heif is not None else upright
 
 
 def _resize_all(

@@ -43,7 +43,15 @@ class RenderDecisions:
     ----------
     source_format: detected from the bytes (``JPEG``, ``PNG``, ``HEIF`` ...).
     source_width, source_height: stored pixel size before orientation.
-    orientation: EXIF orientation applied to the pixels (1 = none, 2-8 transposed).
+    orientation: the orientation applied to the pixels, as an EXIF orientation value
+        (1 = none, 2-8 transposed as EXIF 2.32 tag 0x0112 says). For HEIF and AVIF it is
+        the file's irot (anti-clockwise quarter turns) and imir (axis 0 exchanges top and
+        bottom, 1 left and right) applied in order: irot 1, 2, 3 give 8, 3, 6; imir 0 and 1
+        give 4 and 2; irot 1 then imir 0 gives 5 (transpose), irot 1 then imir 1 gives 7.
+        Their EXIF orientation is ignored (MIAF 7.3.6.7), and so is an XMP
+        ``tiff:Orientation`` in any format (browsers ignore it).
+    crop: the clean aperture (HEIF/AVIF ``clap``) kept, as [left, top, width, height] in
+        pixels of the stored image (before rotation), or ``None``.
     colour: the colour conversion applied (``icc->srgb``, ``cmyk->srgb``, ``none``).
     icc_profile: description of the embedded ICC profile, if any.
     mode: pixel-mode conversion (``I;16->L (scaled 1/257)``, ``P->RGBA`` ...).
@@ -60,6 +68,7 @@ class RenderDecisions:
     source_width: int
     source_height: int
     orientation: int = 1
+    crop: list[int] | None = None
     colour: str = "none"
     icc_profile: str | None = None
     mode: str = ""
