@@ -19,7 +19,7 @@ How, in order:
    input), builds the renderer, reads its own ``VmSize`` and sets ``RLIMIT_AS`` (soft and
    hard) to that plus the budget, and only then opens the input. So the budget is exactly
    what the input can make the child add, on any architecture or Python (the baseline is
-   about 55 MB on x86_64 with Python 3.11 here, another figure on arm64). The limit is not
+   about 52 MB on x86_64 with Python 3.11 here, another figure on arm64). The limit is not
    set from the parent with ``preexec_fn``: that runs between fork and exec in a process
    with threads (the lease heartbeat, boto3's transfer threads), where Python documents it
    as unsafe.
@@ -454,7 +454,12 @@ class IsolatedRenderer:
         exit_ = ChildExit(proc.returncode, timed_out, _reports(stdout), _tail(stderr))
         if exit_.stderr_tail.strip():
             log.debug("render child stderr: %s", exit_.stderr_tail[-500:])
+        ready = next((r for r in exit_.reports if r.get("event") == "ready"), {})
         for report in exit_.reports:
-            if report.get("event") not in ("ready", None) and "peak" in report:
-                log.info("render child ended", extra={"event": report["event"], **report["peak"]})
+            if report.get("event") not in ("ready", None) and isinstance(report.get("peak"), dict):
+                limits = {
+                    "baseline_mb": round(int(ready.get("baseline_bytes", 0)) / MB, 1),
+                    "limit_mb": round(int(ready.get("limit_bytes", 0)) / MB, 1),
+                }
+                log.info("render child ended", extra={"event": report["event"], **report["peak"], **limits})
         return exit_
