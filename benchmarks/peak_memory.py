@@ -262,7 +262,10 @@ def print_peaks(rows: list[dict[str, Any]], budget_mb: int) -> None:
 
 def print_costs(costs: dict[str, dict[str, Any]], runs: int) -> None:
     print(f"cost per original, ms (median of {runs} interleaved renders per mode, one worker process)")
-    print(f"{'input':<28} {'in-process wall':>16} {'bounded wall':>13} {'added':>7} {'ratio':>6} {'cpu added':>10}")
+    print(
+        f"{'input':<28} {'in-process wall':>16} {'bounded wall':>13} {'added':>7} {'ratio':>6} "
+        f"{'in-process cpu':>15} {'cpu added':>10}"
+    )
     for name, result in costs.items():
         if "error" in result:
             print(f"{name:<28} error: {result['error']}")
@@ -270,7 +273,7 @@ def print_costs(costs: dict[str, dict[str, Any]], runs: int) -> None:
         a, b = result["in-process"], result["bounded"]
         print(
             f"{name:<28} {a['wall']:>16} {b['wall']:>13} {b['wall'] - a['wall']:>7} "
-            f"{b['wall'] / max(a['wall'], 1):>6.2f} {b['cpu'] - a['cpu']:>10}"
+            f"{b['wall'] / max(a['wall'], 1):>6.2f} {a['cpu']:>15} {b['cpu'] - a['cpu']:>10}"
         )
     print()
 

@@ -13,6 +13,7 @@ from mediajobs.domain.errors import DeadlineReached, PermanentFailure, Transient
 from mediajobs.domain.jobs import RenderContext
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.settings import Settings
+from tests.conftest import REPO
 
 BUDGET = 1536 * MB
 READY = {"event": "ready", "baseline_bytes": 55 * MB, "limit_bytes": 55 * MB + BUDGET}
@@ -178,3 +179,14 @@ def test_the_decode_memory_budget_is_a_setting():
     assert Settings.from_env({"DECODE_MEMORY_MB": "512"}).decode_memory_mb == 512
     with pytest.raises(ValueError):
         Settings.from_env({"DECODE_MEMORY_MB": "0"})
+
+
+def test_the_default_budget_fits_the_functions_memory_with_room_for_the_worker():
+    """The budget comes out of the template's MemorySize: the worker process (75 MB with its
+    clients), the child's baseline (60 MB) and room for S3 transfers and the page cache
+    (256 MB) must fit beside it, or a render within budget could still get the function
+    killed (benchmarks/peak_memory.py measured the figures)."""
+    from mediajobs.local.template import load_template
+
+    worker = load_template(REPO / "template.yaml")["Resources"]["WorkerFunction"]["Properties"]
+    assert Settings().decode_memory_mb + 75 + 60 + 256 <= worker["MemorySize"]

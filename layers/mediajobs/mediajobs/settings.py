@@ -59,8 +59,8 @@ class Settings:
         (:mod:`mediajobs.adapters.isolated`); past it the job ends ``memory_limit_exceeded``,
         whatever the header said (default 1536). Source: the template's ``MemorySize``,
         2,048 MB, less the handler process (75 MB, template.yaml) and the child's baseline
-        (52 MB), leaves about 380 MB for S3 transfers and the page cache; the largest
-        legitimate render measured, a 50 MP WebP, takes 812 MB of it
+        (60 MB), leaves about 380 MB for S3 transfers and the page cache; the largest
+        legitimate render measured, a 50 MP WebP, takes 804 MB of it
         (``benchmarks/peak_memory.py``). Change it with ``MemorySize``.
     lease_s: how long a claim is held, unless renewed by the heartbeat (every third of
         it), before another worker may take over, seconds: how long a crashed worker's

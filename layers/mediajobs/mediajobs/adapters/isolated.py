@@ -15,11 +15,11 @@ How, in order:
    :mod:`multiprocessing`: its queues and pools need ``/dev/shm``, which Lambda lacks.
    The child's ``sys.path`` is the parent's (``PYTHONPATH``): the same package and wheels,
    ``/opt/python`` in Lambda. ``-P`` keeps the working folder off it.
-2. The child imports the renderer's module (Pillow, pi-heif: the layer's code, not the
+2. The child imports the renderer's module and Pillow's plugins (the layer's code, not the
    input), builds the renderer, reads its own ``VmSize`` and sets ``RLIMIT_AS`` (soft and
    hard) to that plus the budget, and only then opens the input. So the budget is exactly
    what the input can make the child add, on any architecture or Python (the baseline is
-   about 52 MB on x86_64 with Python 3.11 here, another figure on arm64). The limit is not
+   about 60 MB on x86_64 with Python 3.11 here, another figure on arm64). The limit is not
    set from the parent with ``preexec_fn``: that runs between fork and exec in a process
    with threads (the lease heartbeat, boto3's transfer threads), where Python documents it
    as unsafe.

@@ -8,8 +8,8 @@ channel, one JSON object a line: ``ready`` once the address-space limit is set, 
 prints goes to stderr instead (fd 1 is pointed there), so it cannot garble a report.
 
 Only the standard library and the domain are imported before the request is read; the
-inner renderer's module (Pillow, pi-heif) is imported before the limit is set, and the
-input is opened only after it.
+inner renderer's module (Pillow, pi-heif) and Pillow's plugins are imported before the
+limit is set, and the input is opened only after it.
 """
 
 from __future__ import annotations
@@ -86,6 +86,9 @@ def main() -> int:
     request: RenderRequest = json.load(sys.stdin)
     _die_with_parent(request["parent_pid"])
     renderer = _build(request["factory"], request["options"])
+    pillow = sys.modules.get("PIL.Image")
+    if pillow is not None:  # the plugins Pillow imports at its first open (8 MB here): code, not input
+        pillow.init()
     variants = tuple(ImageVariant.model_validate(v) for v in request["variants"])
     baseline = _status_bytes("VmSize").get("VmSize", 0)
     limit = baseline + int(request["memory_budget_bytes"])
