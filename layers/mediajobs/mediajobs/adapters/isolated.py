@@ -31,8 +31,9 @@ How, in order:
    the kernel to kill it with its parent (``PR_SET_PDEATHSIG``), so it cannot outlive a
    worker that Lambda stops at its timeout.
 5. The parent waits at most the time left (:class:`~mediajobs.domain.jobs.RenderContext`'s
-   ``remaining_s`` less the margin, else ``timeout_s``), then kills the child's process
-   group.
+   ``remaining_s`` less the margin, else ``timeout_s``: the pipeline passes no context to
+   image renders today, and :func:`mediajobs.bootstrap.image_renderer` sets the function's
+   timeout less the margin), then kills the child's process group.
 
 Outcomes (:func:`interpret` applies them in this order):
 
@@ -59,8 +60,12 @@ died by a signal after its limit was set         ``memory_limit_exceeded``: a C+
                                                  detail gives the signal and the child's
                                                  last stderr lines
 exited after its limit was set, no report        ``memory_limit_exceeded`` when its stderr
-                                                 names an allocation failure, else
-                                                 :class:`TransientFailure`
+                                                 names an allocation failure (glibc's
+                                                 loader exits 127 when a thread's TLS
+                                                 cannot be mapped), else
+                                                 :class:`TransientFailure`: unexplained, so
+                                                 retried, and bounded by the ledger's
+                                                 attempts (``attempts_exhausted``)
 exited or died before its limit was set          :class:`TransientFailure`: the deployment
                                                  (an import, the interpreter), not the input
 ===============================================  ==========================================
