@@ -204,13 +204,13 @@ def test_a_job_that_keeps_failing_ends_attempts_exhausted(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(
         "import sys\n"
-        "from mediajobs.adapters import imaging\n"
-        "real = imaging.PillowRenderer.render\n"
-        "def flaky(self, source, variants, out_dir):\n"
+        "from mediajobs.adapters import isolated\n"
+        "real = isolated.IsolatedRenderer.render\n"
+        "def flaky(self, source, variants, out_dir, context=None):\n"
         "    if source.stat().st_size == 7958:\n"  # canon-40d-small.jpg: always fails
         "        raise ConnectionResetError('unexpected')\n"
-        "    return real(self, source, variants, out_dir)\n"
-        "imaging.PillowRenderer.render = flaky\n"
+        "    return real(self, source, variants, out_dir, context)\n"
+        "isolated.IsolatedRenderer.render = flaky\n"
         "from mediajobs.local.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )

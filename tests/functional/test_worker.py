@@ -10,7 +10,7 @@ import uuid
 import numpy as np
 from PIL import Image
 
-from mediajobs.adapters.imaging import PillowRenderer
+from mediajobs.adapters.isolated import IsolatedRenderer
 from mediajobs.adapters.ledger import bound_job_model
 from mediajobs.domain.errors import TransientFailure
 from mediajobs.domain.jobs import JobSpec
@@ -94,7 +94,7 @@ def test_transient_failure_is_reported_and_released(local_session, monkeypatch):
     def flaky(self, *args, **kwargs):
         raise ConnectionResetError("peer reset")
 
-    monkeypatch.setattr(PillowRenderer, "render", flaky)
+    monkeypatch.setattr(IsolatedRenderer, "render", flaky)  # the renderer bootstrap builds
     event = event_for(local_session, "originals/w/flaky.png", len(data))
     response = worker.lambda_handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}

@@ -24,6 +24,7 @@ def test_the_cases_are_the_kinds_the_tests_rely_on():
         "V01", "V02", "V04", "V05", "V06", "V08", "V09",
         "B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B09", "B10", "B11", "B12", "B13", "B14",
         "B15", "B16",
+        "R01", "R02", "R03",
     }  # fmt: skip
     made_with_ffmpeg = {i for i in ids if i.startswith("V")} | {"B11", "B13"}
     assert {case.id for case in case_registry() if case.needs_ffmpeg} == made_with_ffmpeg

@@ -23,13 +23,14 @@ import boto3
 from botocore.config import Config
 
 from mediajobs.adapters.containers import looks_like_video
-from mediajobs.adapters.imaging import PillowRenderer, identify
+from mediajobs.adapters.imaging import identify
+from mediajobs.adapters.isolated import IsolatedRenderer, RendererSpec
 from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
 from mediajobs.domain.recipes import Recipe, load_recipe
-from mediajobs.service import Pipeline, PipelineObserver, VideoRenderer, remove_work_folders
+from mediajobs.service import ImageRenderer, Pipeline, PipelineObserver, VideoRenderer, remove_work_folders
 from mediajobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -113,6 +114,24 @@ def video_renderer(settings: Settings) -> VideoRenderer:
     )
 
 
+#: The inner image renderer, built in the render child (``module:name``).
+IMAGE_RENDERER_FACTORY = "mediajobs.adapters.imaging:PillowRenderer"
+
+
+def image_renderer(settings: Settings) -> ImageRenderer:
+    """The image renderer of production: :class:`~mediajobs.adapters.imaging.PillowRenderer`
+    run in a child process whose address space is bounded by ``settings.decode_memory_mb``
+    (:class:`~mediajobs.adapters.isolated.IsolatedRenderer`), for at most the invocation's
+    time less the margin. ``PillowRenderer(max_pixels)`` itself renders in-process (local
+    tools, tests)."""
+    return IsolatedRenderer(
+        RendererSpec(IMAGE_RENDERER_FACTORY, {"max_pixels": settings.max_pixels}),
+        memory_budget_mb=settings.decode_memory_mb,
+        timeout_s=settings.worker_timeout_s - settings.deadline_margin_s,
+        margin_s=settings.deadline_margin_s,
+    )
+
+
 def s3_client(settings: Settings) -> Any:
     """A boto3 S3 client for ``settings`` (endpoint, region, standard retries)."""
     return boto3.client("s3", region_name=settings.region, endpoint_url=settings.endpoint_url, config=RETRY_CONFIG)
@@ -129,6 +148,7 @@ def build_pipeline(
     observer: PipelineObserver | None = None,
     s3: Any = None,
     clock: Any = None,
+    renderer: ImageRenderer | None = None,
 ) -> Pipeline:
     """Build the pipeline.
 
@@ -138,6 +158,7 @@ def build_pipeline(
     observer: hooks for the CLI and tests.
     s3: a boto3 S3 client to use instead of a new one.
     clock: Unix time in seconds (tests move it forward); defaults to ``time.time``.
+    renderer: the image renderer; defaults to :func:`image_renderer` (bounded, in a child).
     """
     settings = settings or Settings.from_env()
     # Once per cold start: every work folder here was left by a worker that died in this sandbox.
@@ -150,7 +171,7 @@ def build_pipeline(
         store=S3Store(s3 or s3_client(settings)),
         ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
         sources=SourceIndex(sources),
-        renderer=PillowRenderer(max_pixels=settings.max_pixels),
+        renderer=renderer or image_renderer(settings),
         video_renderer=DeferredVideoRenderer(functools.partial(video_renderer, settings)),
         queue=SqsQueue(sqs_client(settings)),
         recipes=active_recipes(),

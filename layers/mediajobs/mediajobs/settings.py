@@ -22,6 +22,7 @@ _ENV_NAMES: Final = {
     "derivatives_prefix": "DERIVATIVES_PREFIX",
     "policy_version": "POLICY_VERSION",
     "max_pixels": "MAX_PIXELS",
+    "decode_memory_mb": "DECODE_MEMORY_MB",
     "max_input_bytes": "MAX_INPUT_BYTES",
     "lease_s": "LEASE_SECONDS",
     "max_attempts": "MAX_ATTEMPTS",
@@ -53,6 +54,14 @@ class Settings:
     max_pixels: largest accepted width x height, checked from the header before decoding
         (default 50,000,000).
     max_input_bytes: largest accepted original in bytes (default 200 MiB).
+    decode_memory_mb: address space, MiB, that rendering one image (decode, resize, encode)
+        may take on top of the render child's baseline, its interpreter and imports
+        (:mod:`mediajobs.adapters.isolated`); past it the job ends ``memory_limit_exceeded``,
+        whatever the header said (default 1536). Source: the template's ``MemorySize``,
+        2,048 MB, less the handler process (75 MB, template.yaml) and the child's baseline
+        (60 MB), leaves about 380 MB for S3 transfers and the page cache; the largest
+        legitimate render measured, a 50 MP WebP, takes 804 MB of it
+        (``benchmarks/peak_memory.py``). Change it with ``MemorySize``.
     lease_s: how long a claim is held, unless renewed by the heartbeat (every third of
         it), before another worker may take over, seconds: how long a crashed worker's
         job waits, and how long a busy duplicate stays away (default 120).
@@ -89,6 +98,7 @@ class Settings:
     policy_version: str = "none"
     max_pixels: int = 50_000_000
     max_input_bytes: int = 200 * MB
+    decode_memory_mb: int = 1536
     lease_s: int = 120
     max_attempts: int = 4
     max_receive_count: int = 5
@@ -109,6 +119,7 @@ class Settings:
         for name in (
             "max_pixels",
             "max_input_bytes",
+            "decode_memory_mb",
             "lease_s",
             "max_attempts",
             "max_receive_count",

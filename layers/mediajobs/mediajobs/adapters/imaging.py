@@ -40,11 +40,13 @@ is decoded and good input is decoded once:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import logging
 import math
 import mmap
+import re
 import struct
 import warnings
 from pathlib import Path
@@ -66,6 +68,7 @@ from mediajobs.adapters.heif_items import (
 from mediajobs.adapters.jpeg_markers import JpegReport, inspect_jpeg_file
 from mediajobs.domain.errors import (
     CORRUPT_IMAGE,
+    MEMORY_LIMIT_EXCEEDED,
     TOO_MANY_FRAMES,
     TOO_MANY_PIXELS,
     TOO_MANY_SCANS,
@@ -215,14 +218,92 @@ def _check_tiff_tiles(im: Image.Image, max_pixels: int) -> None:
         raise PermanentFailure(TOO_MANY_PIXELS, f"TIFF tile {tile_w}x{tile_h} > {max_pixels} pixels")
 
 
+#: TIFF tags that mark a camera raw: DNGVersion (tag 50706, Adobe's DNG specification),
+#: SubIFDs (330, Adobe's TIFF Technical Notes of 1995), NewSubFileType (254, TIFF 6.0; bit 0:
+#: a reduced-resolution version of another image), PhotometricInterpretation (262) values
+#: 32803 (CFA, TIFF/EP, ISO 12234-2) and 34892 (LinearRaw, DNG).
+_DNG_VERSION_TAG: Final = 50706
+_SUB_IFDS_TAG: Final = 330
+_NEW_SUBFILE_TYPE_TAG: Final = 254
+_PHOTOMETRIC_TAG: Final = 262
+_RAW_PHOTOMETRICS: Final = {32803: "CFA", 34892: "LinearRaw"}
+
+
+def _check_tiff_raw(im: Image.Image, source: Path) -> None:
+    """Refuse camera raw files. A TIFF reader reads their first IFD, which holds a small
+    preview (a DNG's or a NEF's 160x120 would be rendered as the ``full`` variant).
+
+    Refused: a DNGVersion tag; a first IFD of CFA or LinearRaw pixels (Pillow identifies
+    none today, so they end ``unsupported_format`` before any job; this keeps them out
+    should it learn to); a first IFD that is a
+    reduced-resolution image (NewSubFileType bit 0) with SubIFDs, where TIFF/EP raws (NEF,
+    PEF, ARW) keep the full image; Canon's CR2 (``CR`` and major version 2 after the TIFF
+    header). Rendering a raw needs demosaicing and the camera's colour matrices (LibRaw),
+    which this renderer does not do.
+
+    Raises
+    ------
+    PermanentFailure
+        ``unsupported_format``, the detail naming the kind of raw.
+    """
+    tags = getattr(im, "tag_v2", {})
+    with open(source, "rb") as f:
+        header = f.read(11)
+    kind = None
+    if _DNG_VERSION_TAG in tags:
+        version = tags.get(_DNG_VERSION_TAG)  # BYTE[4]: Pillow gives bytes (or a tuple)
+        kind = "DNG" + (f" {'.'.join(str(int(v)) for v in version)}" if isinstance(version, bytes | tuple) else "")
+    elif header[8:11] == b"CR\x02":
+        kind = "Canon CR2"
+    elif int(tags.get(_PHOTOMETRIC_TAG, 0) or 0) in _RAW_PHOTOMETRICS:
+        kind = f"{_RAW_PHOTOMETRICS[int(tags[_PHOTOMETRIC_TAG])]} pixels (TIFF/EP)"
+    elif int(tags.get(_NEW_SUBFILE_TYPE_TAG, 0) or 0) & 1 and _SUB_IFDS_TAG in tags:
+        kind = "a reduced-resolution preview with the full image in a SubIFD (TIFF/EP)"
+    if kind is not None:
+        raise PermanentFailure(UNSUPPORTED_FORMAT, f"a camera raw image ({kind}): raw formats are not rendered")
+
+
+#: What decoders say when they cannot allocate (Pillow's codec status -9 "out of memory",
+#: libavif's AVIF_RESULT_OUT_OF_MEMORY "Out of memory", libheif's
+#: heif_error_Memory_allocation_error "Memory allocation error", strerror(ENOMEM)), lower case.
+_ALLOCATION_FAILURES: Final = ("out of memory", "memory allocation error", "cannot allocate memory", "bad_alloc")
+#: What decoders say of a valid file using something they do not implement, lower case:
+#: libavif's AVIF_RESULT_NOT_IMPLEMENTED "Not implemented" and AVIF_RESULT_REFORMAT_FAILED
+#: "Reformat failed" (avifImageYUVToRGB has no conversion for these matrix coefficients,
+#: range or depth: BT.2020 constant luminance, SMPTE 2085, ICtCp ...); libheif's
+#: heif_error_Unsupported_feature, heif_error_Unsupported_filetype ("Unsupported file-type")
+#: and a missing decoder ("Support for this compression format has not been built in", "No
+#: decoding plugin installed for this compression format"); a Pillow codec that was not
+#: compiled in ("decoder tiff_... not available").
+_UNSUPPORTED_FEATURES: Final = (
+    "not implemented",
+    "reformat failed",
+    "unsupported feature",
+    "unsupported file-type",
+    "has not been built in",
+    "no decoding plugin installed",
+)
+
+
 def _decode_failure(exc: BaseException) -> PermanentFailure:
-    """The permanent failure a decoder error means: ``truncated_image`` when the data ends
-    early, ``corrupt_image`` otherwise."""
+    """The permanent failure a decoder error means.
+
+    In this order: ``too_many_pixels`` for libheif's own size limits; ``memory_limit_exceeded``
+    when an allocation failed (ENOMEM, or the decoder says so); ``unsupported_feature``
+    when the decoder says it cannot handle something the file validly uses (the decoder's
+    message is the detail); ``truncated_image`` when the data ends early; ``corrupt_image``
+    otherwise.
+    """
     text = f"{type(exc).__name__}: {exc}"
-    if "Security limit exceeded" in str(exc):  # libheif's own size limits (e.g. an ispe that lies)
+    message = str(exc).lower()
+    if "security limit exceeded" in message:  # libheif's own size limits (e.g. an ispe that lies)
         return PermanentFailure(TOO_MANY_PIXELS, text)
+    if (isinstance(exc, OSError) and exc.errno == errno.ENOMEM) or any(w in message for w in _ALLOCATION_FAILURES):
+        return PermanentFailure(MEMORY_LIMIT_EXCEEDED, text)
+    if any(w in message for w in _UNSUPPORTED_FEATURES) or re.search(r"decoder \S+ not available", message):
+        return PermanentFailure(UNSUPPORTED_FEATURE, text)
     truncated = isinstance(exc, EOFError | struct.error) or any(
-        word in str(exc) for word in ("truncated", "broken data stream", "not enough data", "premature end")
+        word in message for word in ("truncated", "broken data stream", "not enough data", "premature end")
     )
     return PermanentFailure(TRUNCATED_IMAGE if truncated else CORRUPT_IMAGE, text)
 
@@ -491,6 +572,7 @@ class PillowRenderer:
                 )
             source_format = str(im.format)
             if source_format == "TIFF":
+                _check_tiff_raw(im, source)
                 _check_tiff_tiles(im, self._max_pixels)
             if source_format in JPEG_FORMATS:
                 im.draft(None, fit_within(width, height, largest_box))  # DCT-domain 1/2, 1/4, 1/8

@@ -1,0 +1,470 @@
+"""An image renderer run in a child process under an address-space limit.
+
+Why: the decoders allocate what the coded data asks for, not what the container's header
+declares (an AVIF ``ispe`` over a larger AV1 frame, a HEIC grid whose tiles outgrow it), so
+no header check can bound a decode. In the worker's own process a decode that takes the
+function's memory kills the invocation (Lambda: ``Runtime.OutOfMemory``) with every record
+of its batch, on every delivery. In a child it can only fail, and the outcome is a
+permanent failure naming the budget.
+
+How, in order:
+
+1. The parent starts ``sys.executable -P -s -m mediajobs.adapters.isolated_child`` with
+   :mod:`subprocess`: no shell, and the argv holds no user string; the request (paths,
+   variants, the inner renderer's factory and options) goes on stdin as JSON. Not
+   :mod:`multiprocessing`: its queues and pools need ``/dev/shm``, which Lambda lacks.
+   The child's ``sys.path`` is the parent's (``PYTHONPATH``): the same package and wheels,
+   ``/opt/python`` in Lambda. ``-P`` keeps the working folder off it.
+2. The child imports the renderer's module and Pillow's plugins (the layer's code, not the
+   input), builds the renderer, reads its own ``VmSize`` and sets ``RLIMIT_AS`` (soft and
+   hard) to that plus the budget, and only then opens the input. So the budget is exactly
+   what the input can make the child add, on any architecture or Python (the baseline is
+   about 60 MB on x86_64 with Python 3.11 here, another figure on arm64). The limit is not
+   set from the parent with ``preexec_fn``: that runs between fork and exec in a process
+   with threads (the lease heartbeat, boto3's transfer threads), where Python documents it
+   as unsafe.
+3. ``MALLOC_ARENA_MAX=2`` in the child: glibc reserves a 64 MB heap arena per thread (up
+   to 8 per core) as address space that is never touched; with it the iPhone HEIC of the
+   tests peaks at 248 MB of address space instead of 689 MB, for the same 134-141 MB RSS.
+4. The child's environment is an allow-list (:data:`PASSED_ENVIRONMENT`): it gets no AWS
+   credentials, so a decoder exploited by a hostile file has no role to act with. It asks
+   the kernel to kill it with its parent (``PR_SET_PDEATHSIG``), so it cannot outlive a
+   worker that Lambda stops at its timeout.
+5. The parent waits at most the time left (:class:`~mediajobs.domain.jobs.RenderContext`'s
+   ``remaining_s`` less the margin, else ``timeout_s``: the pipeline passes no context to
+   image renders today, and :func:`mediajobs.bootstrap.image_renderer` sets the function's
+   timeout less the margin), then kills the child's process group.
+
+Outcomes (:func:`interpret` applies them in this order):
+
+===============================================  ==========================================
+what the child did                               outcome
+===============================================  ==========================================
+killed by the parent at the deadline             :class:`DeadlineReached` (transient: the
+                                                 service releases the claim at once and the
+                                                 message comes back; a render that never
+                                                 fits ends ``attempts_exhausted``)
+reported files and decisions                     the files (each must be a regular file
+                                                 directly in ``out_dir``), the decisions
+reported a :class:`PermanentFailure`             the same reason and detail;
+                                                 ``memory_limit_exceeded`` names the budget
+reported ``MemoryError``                         ``memory_limit_exceeded``
+reported another exception                       :class:`TransientFailure`, as the service
+                                                 treats it from an in-process renderer
+died by a signal after its limit was set         ``memory_limit_exceeded``: a C++ decoder
+(no report)                                      aborts on ``std::bad_alloc``, a C one may
+                                                 crash on a NULL it did not check, and
+                                                 SIGKILL is the kernel's OOM killer. The
+                                                 same bytes under the same limit die the
+                                                 same way, so a retry cannot help; the
+                                                 detail gives the signal and the child's
+                                                 last stderr lines
+exited after its limit was set, no report        ``memory_limit_exceeded`` when its stderr
+                                                 names an allocation failure (glibc's
+                                                 loader exits 127 when a thread's TLS
+                                                 cannot be mapped), else
+                                                 :class:`TransientFailure`: unexplained, so
+                                                 retried, and bounded by the ledger's
+                                                 attempts (``attempts_exhausted``)
+exited or died before its limit was set          :class:`TransientFailure`: the deployment
+                                                 (an import, the interpreter), not the input
+===============================================  ==========================================
+
+A decoder that reports a failed allocation as a generic error (libavif's "Decoding of color
+planes failed" when dav1d cannot allocate a frame) keeps that error's reason
+(``corrupt_image``); the structural checks before decoding name such headers.
+
+Cost: one interpreter start and the imports per original (``benchmarks/peak_memory.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any, Final, TypedDict
+
+from mediajobs.domain.errors import (
+    MEMORY_LIMIT_EXCEEDED,
+    REASON_CODES,
+    DeadlineReached,
+    PermanentFailure,
+    TransientFailure,
+)
+from mediajobs.domain.jobs import RenderContext, RenderedFile
+from mediajobs.domain.manifest import RenderDecisions
+from mediajobs.domain.recipes import ImageVariant
+
+log = logging.getLogger(__name__)
+
+MB: Final = 1024 * 1024
+#: The child's entry point (``python -m``).
+CHILD_MODULE: Final = "mediajobs.adapters.isolated_child"
+#: Variables the child inherits when the parent has them; every other one is dropped
+#: (AWS credentials included). ``LD_LIBRARY_PATH`` carries Lambda's ``/var/lang/lib``,
+#: where its python finds libpython.
+PASSED_ENVIRONMENT: Final = ("PATH", "LD_LIBRARY_PATH", "PYTHONHOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+#: glibc malloc arenas in the child (``mallopt(3)``, ``M_ARENA_MAX``): see the module docstring.
+MALLOC_ARENA_MAX: Final = "2"
+#: What the parent reads of the child's report channel and of its stderr, bytes.
+MAX_REPORT_BYTES: Final = 1 * MB
+STDERR_TAIL_BYTES: Final = 2000
+#: Words (any case) in a child's stderr that mean an allocation failed: C++
+#: ``std::bad_alloc``; ``std::system_error`` "Resource temporarily unavailable" when a
+#: thread's stack cannot be mapped; glibc's strerror(ENOMEM) and its loader's "cannot
+#: allocate memory for thread-local data"; CPython's ``MemoryError`` and "out of memory".
+ALLOCATION_FAILURE_WORDS: Final = (
+    "bad_alloc",
+    "resource temporarily unavailable",
+    "cannot allocate memory",
+    "memoryerror",
+    "out of memory",
+)
+
+
+class RenderRequest(TypedDict):
+    """What the parent sends the child on stdin (one JSON document)."""
+
+    factory: str
+    options: dict[str, Any]
+    source: str
+    out_dir: str
+    variants: list[dict[str, Any]]
+    memory_budget_bytes: int
+    parent_pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RendererSpec:
+    """How the child builds the inner renderer: ``factory(**options)``.
+
+    Attributes
+    ----------
+    factory: ``"package.module:name"`` of a callable returning an object with
+        ``render(source, variants, out_dir) -> (list[RenderedFile], RenderDecisions)``,
+        importable from the parent's ``sys.path``
+        (``"mediajobs.adapters.imaging:PillowRenderer"``).
+    options: its keyword arguments, JSON values (``{"max_pixels": 50_000_000}``).
+
+    Raises
+    ------
+    ValueError
+        If ``factory`` is not ``module:name`` or ``options`` is not JSON.
+    """
+
+    factory: str
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        module, _, name = self.factory.partition(":")
+        if not module or not name.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
+            raise ValueError(f"factory must be 'package.module:name', got {self.factory!r}")
+        json.dumps(dict(self.options))  # TypeError/ValueError now, not in the child
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildExit:
+    """How a render child ended, as the parent saw it.
+
+    Attributes
+    ----------
+    returncode: the exit status; negative: killed by that signal (:class:`subprocess.Popen`).
+    timed_out: the parent killed it at the deadline.
+    reports: the JSON objects it wrote on its report channel, in order (``ready`` first).
+    stderr_tail: the end of its stderr (at most :data:`STDERR_TAIL_BYTES`).
+    """
+
+    returncode: int
+    timed_out: bool
+    reports: tuple[dict[str, Any], ...]
+    stderr_tail: str
+
+
+def budget_text(budget_bytes: int, limit_bytes: int | None = None) -> str:
+    """``"the decode memory budget of 1536 MB"`` (with the address-space limit, when known)."""
+    text = f"the decode memory budget of {budget_bytes // MB} MB"
+    if limit_bytes:
+        text += f" (address-space limit {limit_bytes // MB} MB)"
+    return text
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _names_allocation_failure(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in ALLOCATION_FAILURE_WORDS)
+
+
+def _stderr_summary(text: str) -> str:
+    """The telling lines of a child's stderr: those naming an allocation failure or a fatal
+    error (faulthandler's dump follows them), else its last three."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    telling = [line for line in lines if _names_allocation_failure(line) or line.startswith("Fatal Python error")]
+    return " | ".join(telling[:3] if telling else lines[-3:])
+
+
+def _rendered(entry: dict[str, Any], out_dir: Path) -> RenderedFile:
+    """A reported file, accepted only as a regular file directly in ``out_dir``: a child
+    taken over by a hostile file must not name ``/proc/<parent>/environ`` (or a symlink to
+    it) as an output to upload."""
+    path = Path(entry["path"])
+    if path.parent != out_dir or not path.is_file() or path.is_symlink():
+        raise TransientFailure(f"render child reported an output outside {out_dir}: {path}")
+    return RenderedFile(
+        name=str(entry["name"]),
+        format=str(entry["format"]),
+        path=path,
+        width=int(entry["width"]),
+        height=int(entry["height"]),
+        bytes=int(entry["bytes"]),
+        sha256=str(entry["sha256"]),
+        content_type=str(entry["content_type"]),
+    )
+
+
+def interpret(
+    exit_: ChildExit, *, out_dir: Path, budget_bytes: int, waited_s: float = 0.0
+) -> tuple[list[RenderedFile], RenderDecisions]:
+    """The render's result from how its child ended (the table of the module docstring). Pure
+    but for checking that the reported files exist.
+
+    Parameters
+    ----------
+    exit_: what the parent saw.
+    out_dir: the folder the outputs must be in.
+    budget_bytes: the decode memory budget the child ran under.
+    waited_s: how long the parent waited, seconds (for a deadline's message).
+
+    Returns
+    -------
+    (files, decisions)
+        When the child reported them.
+
+    Raises
+    ------
+    PermanentFailure
+        The child's own, or ``memory_limit_exceeded``.
+    DeadlineReached
+        When the parent killed it at the deadline.
+    TransientFailure
+        When it failed for a reason that is not the input's.
+    """
+    if exit_.timed_out:
+        raise DeadlineReached(f"image render stopped after {waited_s:.1f} s: the invocation's time is up")
+    ready = next((r for r in exit_.reports if r.get("event") == "ready"), None)
+    final = next((r for r in reversed(exit_.reports) if r.get("event") != "ready"), None)
+    limit = int(ready["limit_bytes"]) if ready else None
+    budget = budget_text(budget_bytes, limit)
+    if final is not None:
+        event = final.get("event")
+        try:
+            if event == "done":
+                files = [_rendered(entry, out_dir) for entry in final["files"]]
+                return files, RenderDecisions(**final["decisions"])
+            if event == "failed" and final.get("reason") in REASON_CODES:
+                reason, detail = str(final["reason"]), str(final.get("detail", ""))
+                if reason == MEMORY_LIMIT_EXCEEDED:
+                    detail = f"decoding needed more than {budget}: {detail}"
+                raise PermanentFailure(reason, detail)
+            if event == "memory":
+                raise PermanentFailure(
+                    MEMORY_LIMIT_EXCEEDED, f"decoding needed more than {budget}: {final.get('detail', 'MemoryError')}"
+                )
+            if event == "error":
+                raise TransientFailure(f"render child: {final.get('type')}: {final.get('message')}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TransientFailure(f"render child sent an unreadable report ({exc!r}): {final!r:.300}") from exc
+        raise TransientFailure(f"render child sent an unknown report: {final!r:.300}")
+    stderr = _stderr_summary(exit_.stderr_tail)
+    if ready is None:
+        raise TransientFailure(f"render child ended before rendering (status {exit_.returncode}): {stderr}")
+    if exit_.returncode < 0:
+        name = _signal_name(-exit_.returncode)
+        known = _names_allocation_failure(exit_.stderr_tail)
+        why = "" if known else " (no allocation failure reported: it may also be a decoder crash on this file)"
+        raise PermanentFailure(
+            MEMORY_LIMIT_EXCEEDED,
+            f"the decoder died by {name} under {budget}{why}" + (f": {stderr}" if stderr else ""),
+        )
+    if _names_allocation_failure(exit_.stderr_tail):
+        raise PermanentFailure(
+            MEMORY_LIMIT_EXCEEDED, f"decoding needed more than {budget} (status {exit_.returncode}): {stderr}"
+        )
+    raise TransientFailure(f"render child exited with status {exit_.returncode} and no report: {stderr}")
+
+
+def _child_environment() -> dict[str, str]:
+    """The child's environment: :data:`PASSED_ENVIRONMENT`, this interpreter's ``sys.path``
+    as ``PYTHONPATH``, and :data:`MALLOC_ARENA_MAX`."""
+    env = {name: os.environ[name] for name in PASSED_ENVIRONMENT if name in os.environ}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isabs(p))
+    env["MALLOC_ARENA_MAX"] = MALLOC_ARENA_MAX
+    return env
+
+
+def _reports(stream: IO[bytes]) -> tuple[dict[str, Any], ...]:
+    stream.seek(0)
+    found = []
+    for line in stream.read(MAX_REPORT_BYTES).splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue  # a line cut at the size limit, or not ours
+        if isinstance(value, dict):
+            found.append(value)
+    return tuple(found)
+
+
+def _tail(stream: IO[bytes]) -> str:
+    size = stream.seek(0, os.SEEK_END)
+    stream.seek(max(0, size - STDERR_TAIL_BYTES))
+    return stream.read().decode("utf-8", errors="replace")
+
+
+class IsolatedRenderer:
+    """Renders image variants with an inner renderer run in a child process whose address
+    space is bounded (see the module docstring).
+
+    Parameters
+    ----------
+    spec: how the child builds the inner renderer.
+    memory_budget_mb: address space, MiB, the render may add to the child's baseline
+        (``Settings.decode_memory_mb``).
+    timeout_s: longest a render may take when no context gives the time left, seconds.
+    margin_s: seconds kept before the invocation's end (``Settings.deadline_margin_s``).
+    python: the interpreter to run (default: this one).
+
+    Raises
+    ------
+    ValueError
+        If a number is not positive.
+    """
+
+    def __init__(
+        self,
+        spec: RendererSpec,
+        *,
+        memory_budget_mb: int,
+        timeout_s: float,
+        margin_s: float = 0.0,
+        python: str = sys.executable,
+    ) -> None:
+        if memory_budget_mb <= 0 or timeout_s <= 0 or margin_s < 0:
+            raise ValueError("memory_budget_mb and timeout_s must be positive, margin_s not negative")
+        self.spec = spec
+        self.memory_budget_bytes = memory_budget_mb * MB
+        self.timeout_s = float(timeout_s)
+        self.margin_s = float(margin_s)
+        self._python = python
+
+    def _deadline_s(self, context: RenderContext | None) -> float:
+        remaining = context.remaining_s() if context is not None else None
+        if remaining is None:
+            return self.timeout_s
+        return min(self.timeout_s, remaining - self.margin_s)
+
+    def render(
+        self,
+        source: Path,
+        variants: tuple[ImageVariant, ...],
+        out_dir: Path,
+        context: RenderContext | None = None,
+    ) -> tuple[list[RenderedFile], RenderDecisions]:
+        """Render ``variants`` of the image at ``source`` into ``out_dir`` in a child process.
+
+        Parameters
+        ----------
+        source: the original.
+        variants: the recipe's variants.
+        out_dir: an existing folder for the outputs.
+        context: the invocation's remaining time (optional; without it the child gets
+            ``timeout_s``).
+
+        Returns
+        -------
+        (files, decisions)
+            As the inner renderer returned them, one :class:`RenderedFile` per variant.
+
+        Raises
+        ------
+        PermanentFailure
+            The inner renderer's (``unsupported_format``, ``corrupt_image`` ...), or
+            ``memory_limit_exceeded`` with a detail naming the budget.
+        DeadlineReached
+            When no time is left, or the child was stopped at the deadline.
+        TransientFailure
+            When the child failed for a reason that is not the input's.
+        """
+        deadline_s = self._deadline_s(context)
+        if deadline_s <= 0:
+            raise DeadlineReached(f"no time left for an image render ({deadline_s + self.margin_s:.1f} s left)")
+        out_dir = out_dir.resolve()
+        request: RenderRequest = {
+            "factory": self.spec.factory,
+            "options": dict(self.spec.options),
+            "source": str(source.resolve()),
+            "out_dir": str(out_dir),
+            "variants": [v.model_dump(mode="json") for v in variants],
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "parent_pid": os.getpid(),
+        }
+        argv = [self._python, "-P", "-s", "-m", CHILD_MODULE]
+        with (
+            tempfile.TemporaryFile() as stdin,
+            tempfile.TemporaryFile() as stdout,
+            tempfile.TemporaryFile() as stderr,
+        ):
+            stdin.write(json.dumps(request).encode())
+            stdin.seek(0)
+            exit_ = self._run(argv, stdin, stdout, stderr, deadline_s)
+        return interpret(exit_, out_dir=out_dir, budget_bytes=self.memory_budget_bytes, waited_s=deadline_s)
+
+    def _run(
+        self, argv: list[str], stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes], deadline_s: float
+    ) -> ChildExit:
+        """Run the child to its end or to the deadline (then kill its process group)."""
+        proc = subprocess.Popen(  # noqa: S603 - our interpreter and module; the request is on stdin
+            argv,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=_child_environment(),
+            cwd=tempfile.gettempdir(),
+            start_new_session=True,  # its own process group, killed whole at the deadline
+            close_fds=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            if proc.poll() is None:  # the deadline, or this thread interrupted
+                with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        exit_ = ChildExit(proc.returncode, timed_out, _reports(stdout), _tail(stderr))
+        if exit_.stderr_tail.strip():
+            log.debug("render child stderr: %s", exit_.stderr_tail[-500:])
+        ready = next((r for r in exit_.reports if r.get("event") == "ready"), {})
+        for report in exit_.reports:
+            if report.get("event") not in ("ready", None) and isinstance(report.get("peak"), dict):
+                limits = {
+                    "baseline_mb": round(int(ready.get("baseline_bytes", 0)) / MB, 1),
+                    "limit_mb": round(int(ready.get("limit_bytes", 0)) / MB, 1),
+                }
+                log.info("render child ended", extra={"event": report["event"], **report["peak"], **limits})
+        return exit_

@@ -1,0 +1,178 @@
+"""The image render in a child process under the decode memory budget
+(mediajobs.adapters.isolated): whatever a file makes the decoder allocate, the worker's
+process stays small and the outcome is a permanent failure naming the budget; normal
+photos render exactly as in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mediajobs.adapters.imaging import PillowRenderer
+from mediajobs.adapters.isolated import IsolatedRenderer, RendererSpec
+from mediajobs.bootstrap import image_renderer
+from mediajobs.domain.errors import DeadlineReached, PermanentFailure, TransientFailure
+from mediajobs.domain.recipes import load_recipe
+from mediajobs.settings import Settings
+from tests.conftest import REPO, case_file, media_file
+
+VARIANTS = load_recipe("web-image", 1).params.variants
+FAULTS = "tests.integration.bounded_faults"
+
+
+def faulty(name: str, budget_mb: int = 200, timeout_s: float = 60, **options: object) -> IsolatedRenderer:
+    return IsolatedRenderer(RendererSpec(f"{FAULTS}:{name}", options), memory_budget_mb=budget_mb, timeout_s=timeout_s)
+
+
+def render(renderer, source: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    return renderer.render(source, VARIANTS, out)
+
+
+def failure(renderer, source: Path, tmp_path: Path) -> PermanentFailure:
+    with pytest.raises(PermanentFailure) as caught:
+        render(renderer, source, tmp_path)
+    return caught.value
+
+
+@pytest.fixture(scope="module")
+def png_30mp(tmp_path_factory) -> Path:
+    """A legitimately big decode: 6400x4800 RGB (92 MB of pixels) in a small PNG."""
+    path = tmp_path_factory.mktemp("big") / "30mp.png"
+    rows = np.linspace(0, 255, 4800, dtype=np.uint8)[:, None, None]
+    Image.fromarray(np.broadcast_to(rows, (4800, 6400, 3)).copy()).save(path, compress_level=9)
+    return path
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [("photos", "phone-jolla.jpg"), ("photos", "iphone-13-pro-max.heic"), ("photos", "orientation-landscape-6.jpg")],
+)
+def test_normal_photos_render_under_the_default_budget_exactly_as_in_process(tmp_path, parts):
+    source = media_file(*parts)
+    bounded_files, bounded = render(image_renderer(Settings()), source, tmp_path / "bounded")
+    direct_files, direct = render(PillowRenderer(Settings().max_pixels), source, tmp_path / "direct")
+    assert bounded == direct
+    assert [(f.name, f.width, f.height, f.bytes, f.sha256) for f in bounded_files] == [
+        (f.name, f.width, f.height, f.bytes, f.sha256) for f in direct_files
+    ]
+    assert all(f.path.read_bytes() == g.path.read_bytes() for f, g in zip(bounded_files, direct_files, strict=True))
+
+
+def test_a_case_with_alpha_and_its_pixels_come_back_the_same(tmp_path):
+    source = case_file("I08_palette_trns.png")
+    files, decisions = render(image_renderer(Settings()), source, tmp_path)
+    assert decisions.alpha and decisions.mode == "P->RGBA"
+    with Image.open(files[0].path) as thumb:
+        assert thumb.mode == "RGBA" and thumb.getpixel((0, 0))[3] == 0
+
+
+def test_a_big_decode_over_a_small_budget_is_memory_limit_exceeded(tmp_path, png_30mp):
+    failed = failure(image_renderer(Settings(decode_memory_mb=100)), png_30mp, tmp_path)
+    assert failed.reason == "memory_limit_exceeded"
+    assert "decode memory budget of 100 MB" in failed.detail
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+_PARENT = """
+import json, sys
+from pathlib import Path
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+from mediajobs.adapters.imaging import PillowRenderer
+from mediajobs.bootstrap import image_renderer
+from mediajobs.domain.recipes import load_recipe
+from mediajobs.settings import Settings
+variants = load_recipe("web-image", 1).params.variants
+renderer = image_renderer(Settings(decode_memory_mb=100)) if sys.argv[1] == "bounded" else PillowRenderer(50_000_000)
+before = hwm()
+try:
+    renderer.render(Path(sys.argv[2]), variants, Path(sys.argv[3]))
+    reason = None
+except Exception as exc:
+    reason = getattr(exc, "reason", type(exc).__name__)
+print(json.dumps({"reason": reason, "grew_mb": hwm() - before}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads VmHWM from /proc")
+@pytest.mark.parametrize(("mode", "reason"), [("bounded", "memory_limit_exceeded"), ("in-process", None)])
+def test_the_workers_own_peak_stays_where_it_was_when_the_decode_is_bounded(tmp_path, png_30mp, mode, reason):
+    """The worker's peak RSS (VmHWM, in a fresh interpreter) grows by less than a tenth of
+    the decode with the bounded renderer; in-process the same file adds the whole decode."""
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _PARENT, mode, str(png_30mp), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["reason"] == reason
+    decoded_mb = 6400 * 4800 * 3 // 2**20  # 87 MiB of pixels, before any conversion
+    assert (result["grew_mb"] < decoded_mb // 10) is (mode == "bounded"), result
+
+
+def test_a_heic_over_a_tiny_budget_ends_permanent_when_libheif_aborts(tmp_path):
+    """libheif/libde265 (C++) cannot start their threads or allocate: the child aborts
+    (std::system_error, std::bad_alloc) or exits from the loader; the worker names the budget."""
+    failed = failure(
+        image_renderer(Settings(decode_memory_mb=40)), media_file("photos", "iphone-13-pro-max.heic"), tmp_path
+    )
+    assert failed.reason == "memory_limit_exceeded"
+    assert "decode memory budget of 40 MB" in failed.detail
+
+
+def test_a_single_huge_allocation_is_memory_limit_exceeded(tmp_path):
+    failed = failure(faulty("Allocating", budget_mb=64, mb=512), media_file("photos", "canon-40d-small.jpg"), tmp_path)
+    assert (failed.reason, "MemoryError" in failed.detail) == ("memory_limit_exceeded", True)
+
+
+def test_a_decoder_crash_is_permanent_and_the_worker_survives(tmp_path):
+    failed = failure(faulty("Crashing"), media_file("photos", "canon-40d-small.jpg"), tmp_path)
+    assert failed.reason == "memory_limit_exceeded"
+    assert "SIGSEGV" in failed.detail and "may also be a decoder crash" in failed.detail
+
+
+def test_a_render_past_its_deadline_is_killed_and_the_claim_comes_back(tmp_path):
+    with pytest.raises(DeadlineReached):
+        render(faulty("Sleeping", timeout_s=2), media_file("photos", "canon-40d-small.jpg"), tmp_path)
+    pid = int((tmp_path / "out" / "pid").read_text())
+    with pytest.raises(ProcessLookupError):  # reaped, not left running
+        os.kill(pid, 0)
+
+
+def test_an_error_that_is_not_the_inputs_is_transient(tmp_path):
+    with pytest.raises(TransientFailure, match="LookupError: a bug in the renderer"):
+        render(faulty("Raising"), media_file("photos", "canon-40d-small.jpg"), tmp_path)
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_an_output_outside_the_work_folder_is_never_accepted(tmp_path, link):
+    with pytest.raises(TransientFailure, match="outside"):
+        render(
+            faulty("Escaping", target="/etc/hostname", link=link), media_file("photos", "canon-40d-small.jpg"), tmp_path
+        )
+
+
+def test_the_child_gets_no_aws_credentials(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-pass")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "do-not-pass")
+    names = json.loads(
+        failure(faulty("ReportingEnvironment"), media_file("photos", "canon-40d-small.jpg"), tmp_path).detail
+    )
+    assert not [name for name in names if name.startswith("AWS_")]
+    assert "MALLOC_ARENA_MAX" in names and "PYTHONPATH" in names
