@@ -325,3 +325,23 @@ def test_a_heif_image_sequence_without_a_still_image_is_unsupported_and_still_an
     with pytest.raises(PermanentFailure) as caught:
         PillowRenderer(50_000_000).render(source, VARIANTS, out)
     assert caught.value.reason == "unsupported_feature" and "image sequence" in caught.value.detail
+
+
+def test_an_avif_whose_major_brand_is_mif1_is_decoded_by_libavif(tmp_path):
+    """MIAF allows ``mif1`` as the major brand with ``avif`` among the compatible ones;
+    pi-heif (no AV1 decoder) claims ``mif1`` too, so the file must go to libavif."""
+    source = Image.new("RGB", (64, 48), (200, 30, 30))
+    path = tmp_path / "mif1.avif"
+    source.save(path, format="AVIF", quality=90)
+    data = bytearray(path.read_bytes())
+    assert data[8:12] == b"avif" and b"mif1" in data[16 : int.from_bytes(data[0:4], "big")]
+    data[8:12] = b"mif1"
+    path.write_bytes(bytes(data))
+    recipe = load_recipe("web-image", 1)
+    out = tmp_path / "out"
+    out.mkdir()
+    files, decisions = PillowRenderer(max_pixels=50_000_000).render(path, recipe.params.variants, out)
+    assert decisions.source_format == "AVIF"
+    assert [(f.width, f.height) for f in files][0] == (64, 48)
+    with Image.open(files[0].path) as rendered:
+        assert rendered.convert("RGB").getpixel((32, 24)) == pytest.approx((200, 30, 30), abs=12)

@@ -119,11 +119,15 @@ MAX_JPEG_SCANS: Final = 100
 
 
 def _open(path: Path) -> Image.Image:
-    """Open lazily (header only), allow-listed formats only."""
+    """Open lazily (header only), allow-listed formats only, with the plugin
+    :func:`_heif_format` names for an ISO BMFF file."""
+    formats = ALLOWED_FORMATS
+    if _heif_format(path) == "AVIF":  # a mif1 file with the avif brand: libavif, not pi-heif
+        formats = tuple(f for f in ALLOWED_FORMATS if f != "HEIF")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            return Image.open(path, formats=ALLOWED_FORMATS)
+            return Image.open(path, formats=formats)
     except UnidentifiedImageError as exc:
         raise PermanentFailure(UNSUPPORTED_FORMAT, "not an image in an accepted format") from exc
     except Image.DecompressionBombError as exc:
@@ -404,23 +408,38 @@ DECODERS: Final = {
 }
 
 
-#: The major brands each plugin claims, in the order Pillow tries them (pi-heif registers its
-#: opener before Pillow loads its AVIF plugin): pi-heif's ``_is_supported_heif``, then
-#: ``PIL.AvifImagePlugin._accept``. A file pi-heif refuses goes on to the AVIF plugin.
+#: The major brands each plugin claims: pi-heif's ``_is_supported_heif``, then
+#: ``PIL.AvifImagePlugin._accept``. Both claim the generic ``mif1``/``msf1``.
 _PLUGIN_BRANDS: Final = (
     ("HEIF", frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})),
     ("AVIF", frozenset({b"avif", b"avis", b"mif1", b"msf1"})),
 )
+#: Compatible brands that say the file is an AVIF (AV1 Image File Format, 8.2: an AVIF
+#: image lists ``avif``, an AVIF sequence ``avis``) or a HEVC HEIF (ISO/IEC 23008-12, Annex B).
+_AVIF_BRANDS: Final = frozenset({b"avif", b"avis"})
+_HEVC_BRANDS: Final = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs"})
 
 
 def _heif_format(path: Path) -> str | None:
-    """``HEIF`` or ``AVIF``: the plugin that will open the ISO BMFF file at ``path``, from its
-    major brand (ISO/IEC 14496-12 4.3); ``None`` for any other file."""
+    """``HEIF`` or ``AVIF``: the plugin that opens the ISO BMFF file at ``path``; ``None`` for
+    any other file.
+
+    Chosen from the ``ftyp`` box (ISO/IEC 14496-12 4.3): the major brand, and for the generic
+    ``mif1``/``msf1`` major brands the compatible brands, so that an AVIF whose major brand is
+    ``mif1`` (libavif writes that for some files; MIAF allows it) goes to libavif rather than to
+    pi-heif, which has no AV1 decoder.
+    """
     with open(path, "rb") as f:
-        head = f.read(12)
+        head = f.read(256)
     if head[4:8] != b"ftyp":
         return None
-    return next((name for name, brands in _PLUGIN_BRANDS if head[8:12] in brands), None)
+    major = head[8:12]
+    if major in (b"mif1", b"msf1"):
+        box_end = min(len(head), int.from_bytes(head[0:4], "big"))
+        compatible = {head[i : i + 4] for i in range(16, box_end - 3, 4)}
+        if compatible & _AVIF_BRANDS and not compatible & _HEVC_BRANDS:
+            return "AVIF"
+    return next((name for name, brands in _PLUGIN_BRANDS if major in brands), None)
 
 
 def _heif_primary(path: Path, source_format: str, max_pixels: int) -> PrimaryImage | None:
