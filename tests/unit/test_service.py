@@ -23,6 +23,7 @@ from mediajobs.domain.jobs import (
     Claim,
     ClaimOutcome,
     Decision,
+    Delivery,
     Downloaded,
     JobView,
     KnownSource,
@@ -187,7 +188,7 @@ class FakeRenderer:
         self.error = error
         self.calls = 0
 
-    def render(self, source, variants, out_dir):
+    def render(self, source, variants, out_dir, context=None):
         self.calls += 1
         if self.error:
             raise self.error
@@ -638,7 +639,7 @@ def test_a_work_folder_is_named_for_the_cleanup(tmp_path):
     seen = []
 
     class Watching(FakeRenderer):
-        def render(self, source, variants, out_dir):
+        def render(self, source, variants, out_dir, context=None):
             seen.append(Path(source).parent)
             return super().render(source, variants, out_dir)
 
@@ -768,3 +769,19 @@ def test_a_manifest_that_cannot_be_staged_fails_the_job_permanently(tmp_path):
     assert (result.state, result.reason) == ("permanent_failure", UNSTORABLE_INPUT)
     assert ("fail", UNSTORABLE_INPUT) in log
     assert not [k for k in store.objects if k.endswith("manifest.json")]
+
+
+def test_the_image_render_is_given_the_invocations_remaining_time(tmp_path):
+    """The bounded image renderer stops its child at the deadline only if it is told it."""
+    pipeline, _, _, renderer, _ = make(tmp_path)
+    seen: list[float | None] = []
+    inner = renderer.render
+
+    def recording(source, variants, out_dir, context=None):
+        seen.append(None if context is None else context.remaining_s())
+        return inner(source, variants, out_dir)
+
+    renderer.render = recording
+    delivery = Delivery("arn:aws:sqs:us-east-1:123456789012:q", "handle", 1, lambda: 321.0)
+    assert pipeline.process(REF, delivery).state == "done"
+    assert seen == [321.0]

@@ -127,7 +127,7 @@ class ImageRenderer(Protocol):
     """What the pipeline needs of an image renderer (see :class:`mediajobs.adapters.imaging.PillowRenderer`)."""
 
     def render(
-        self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path
+        self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path, context: RenderContext | None = None
     ) -> tuple[list[RenderedFile], RenderDecisions]: ...
 
 
@@ -834,16 +834,17 @@ class Pipeline:
     ) -> tuple[list[RenderedFile], Decisions]:
         """Run the recipe's step on the original."""
         params = recipe.params
-        if isinstance(params, ImageVariantsParams):
-            return self._renderer.render(work.original, params.variants, out_dir)
-        if self._video_renderer is None:
-            raise TransientFailure(f"no video renderer for {recipe.ref}")
         delivery = work.delivery
         context = RenderContext(
             check=keeper.check,
             remaining_s=(delivery.remaining_s if delivery is not None else lambda: None),
             progress=self._progress_sink(key, work.ref),
         )
+        if isinstance(params, ImageVariantsParams):
+            # The bounded renderer stops its child at the invocation's deadline (DeadlineReached).
+            return self._renderer.render(work.original, params.variants, out_dir, context)
+        if self._video_renderer is None:
+            raise TransientFailure(f"no video renderer for {recipe.ref}")
         return self._video_renderer.render(work.original, params, out_dir, context)
 
     def _progress_sink(self, key: str, ref: ObjectRef) -> Callable[[tuple[str, ...], float, float], None]:

@@ -77,7 +77,7 @@ from mediajobs.domain.errors import (
     UNSUPPORTED_FORMAT,
     PermanentFailure,
 )
-from mediajobs.domain.jobs import RenderedFile
+from mediajobs.domain.jobs import RenderContext, RenderedFile
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.domain.recipes import CONTENT_TYPES, EXTENSIONS, FORMATS_WITH_ALPHA, ImageVariant, fit_within
 
@@ -121,7 +121,7 @@ MAX_JPEG_SCANS: Final = 100
 def _open(path: Path) -> Image.Image:
     """Open lazily (header only), allow-listed formats only, with the plugin
     :func:`_heif_format` names for an ISO BMFF file."""
-    formats = ALLOWED_FORMATS
+    formats: tuple[str, ...] = ALLOWED_FORMATS
     if _heif_format(path) == "AVIF":  # a mif1 file with the avif brand: libavif, not pi-heif
         formats = tuple(f for f in ALLOWED_FORMATS if f != "HEIF")
     try:
@@ -527,9 +527,13 @@ class PillowRenderer:
         self._max_pixels = max_pixels
 
     def render(
-        self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path
+        self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path, context: RenderContext | None = None
     ) -> tuple[list[RenderedFile], RenderDecisions]:
-        """Render ``variants`` of the image at ``source`` into ``out_dir``.
+        """Render ``variants`` of the image at ``source`` into ``out_dir``, in this process.
+
+        ``context`` is accepted for the pipeline's renderer port and not used: an image render
+        in-process is not interrupted (the production default,
+        :class:`mediajobs.adapters.isolated.IsolatedRenderer`, stops its child at the deadline).
 
         Peak memory is about one decoded (draft-reduced) image plus the variants: the
         decoded image is released before the first encode, since the AVIF encoder alone
