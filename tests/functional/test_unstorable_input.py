@@ -13,7 +13,7 @@ import pytest
 from mediajobs import service
 from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.sources import SourceIndex, SourceModel
-from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure
+from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure, TransientFailure
 from mediajobs.domain.keys import source_version_document
 from mediajobs.entrypoints import worker
 from mediajobs.local.runner import LocalLambdaContext
@@ -74,3 +74,15 @@ def test_the_handler_acknowledges_a_record_whose_source_id_dynamodb_refuses(loca
     [result] = local_session.collector.results[key]
     assert (result.state, result.reason, result.jobs) == ("permanent_failure", UNSTORABLE_INPUT, [])
     assert "2048 bytes" in result.detail
+
+
+def test_a_request_the_table_schema_refuses_is_the_deployments_fault_and_transient(local_session):
+    """A ``ValidationException`` that is not a size limit (a table name pointing at a table
+    keyed otherwise) must come back and reach the dead-letter queue and its alarm: were it
+    ``unstorable_input``, every upload would be acknowledged as failed."""
+    stack = local_session.stack
+    wrong = SourceIndex(bind_model(SourceModel, stack.table_name, "us-east-1", stack.endpoint_url))  # the jobs table
+    with pytest.raises(TransientFailure) as refused:
+        wrong.begin_reading("a" * 64, "token", now_s=1000, lease_until_s=1060)
+    assert not isinstance(refused.value, PermanentFailure)
+    assert "not the input's values" in str(refused.value)

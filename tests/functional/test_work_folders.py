@@ -11,7 +11,7 @@ from pathlib import Path
 from mediajobs.bootstrap import build_pipeline
 from mediajobs.local.embedded import EmbeddedAws
 from mediajobs.local.simulate import worker_work_dir
-from mediajobs.service import WORK_FOLDER_PREFIX
+from mediajobs.service import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
 from mediajobs.settings import Settings
 from tests.conftest import REPO
 
@@ -28,6 +28,7 @@ def test_a_worker_of_another_local_session_starting_leaves_this_sessions_live_fo
     while this one works: its worker empties its own folder, not this one's."""
     live = Path(local_session._aws.work_dir) / f"{WORK_FOLDER_PREFIX}live"
     (live / "original").mkdir(parents=True)
+    (live / WORK_FOLDER_MARKER).touch()
     try:
         monkeypatch.delenv("WORK_DIR")  # as in another process, which has not got this session's
         other = EmbeddedAws(REPO / "template.yaml", name="mediajobs-other-session")
@@ -42,6 +43,7 @@ def test_a_worker_of_another_local_session_starting_leaves_this_sessions_live_fo
 def test_a_local_worker_starting_removes_what_a_dead_one_left_in_its_folder(local_session):
     dead = Path(local_session._aws.work_dir) / f"{WORK_FOLDER_PREFIX}dead"
     (dead / "original").mkdir(parents=True)
+    (dead / WORK_FOLDER_MARKER).touch()
     build_pipeline(Settings.from_env(), s3=local_session.s3)
     assert not dead.exists()
 
@@ -54,6 +56,7 @@ def test_simulated_workers_running_at_once_have_their_own_folders_and_a_replacem
         folder.mkdir(parents=True)
     live = slots[0] / f"{WORK_FOLDER_PREFIX}live"
     live.mkdir()
+    (live / WORK_FOLDER_MARKER).touch()
     # Slot 1's worker starts (or restarts) while slot 0's works: slot 0's folder survives.
     build_pipeline(Settings(work_dir=str(slots[1])))
     assert live.exists()
@@ -62,12 +65,26 @@ def test_simulated_workers_running_at_once_have_their_own_folders_and_a_replacem
     assert not live.exists() and slots[0].is_dir()
 
 
-def test_a_work_dir_the_user_sets_is_kept_and_not_removed(tmp_path, monkeypatch):
+def test_a_work_dir_the_user_sets_gets_a_private_folder_inside_it_and_is_kept(tmp_path, monkeypatch):
+    """Two local runs given the same ``WORK_DIR`` must not empty each other's live folders,
+    and nothing of the user's there is touched."""
     monkeypatch.setenv("WORK_DIR", str(tmp_path))
-    aws = EmbeddedAws(REPO / "template.yaml", name="mediajobs-workdir")
-    with aws:
-        assert aws.work_dir == str(tmp_path) == Settings.from_env().work_dir
-    assert tmp_path.is_dir()
+    (tmp_path / "mediajobs-out").mkdir()
+    (tmp_path / "mediajobs-out" / "index.html").write_text("the user's")
+    first = EmbeddedAws(REPO / "template.yaml", name="mediajobs-workdir")
+    with first:
+        assert first.work_dir is not None and Path(first.work_dir).parent == tmp_path
+        assert Settings.from_env().work_dir == first.work_dir
+        live = Path(first.work_dir) / f"{WORK_FOLDER_PREFIX}live"
+        live.mkdir()
+        (live / WORK_FOLDER_MARKER).touch()
+        monkeypatch.setenv("WORK_DIR", str(tmp_path))  # another run, same WORK_DIR
+        second = EmbeddedAws(REPO / "template.yaml", name="mediajobs-workdir-2")
+        with second:
+            assert second.work_dir != first.work_dir
+            build_pipeline(Settings.from_env())
+        assert live.is_dir()
+    assert tmp_path.is_dir() and (tmp_path / "mediajobs-out" / "index.html").read_text() == "the user's"
 
 
 def test_an_embedded_aws_removes_the_work_folder_it_made_when_it_closes(monkeypatch):

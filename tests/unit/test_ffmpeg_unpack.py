@@ -9,7 +9,6 @@ import os
 import shutil
 import stat
 import subprocess
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -17,7 +16,7 @@ import pytest
 
 from mediajobs.adapters import ffmpeg
 from mediajobs.adapters.video import FfmpegRenderer
-from mediajobs.service import remove_stale_work_folders
+from mediajobs.service import WORK_FOLDER_MARKER, remove_work_folders
 from tests.conftest import REPO, load_script
 
 FAKE_FFPROBE = b"#!/bin/sh\necho fake ffprobe\nexit 0\n" + bytes(range(256)) * 64
@@ -172,7 +171,8 @@ def test_the_unpack_folder_survives_the_cold_start_cleanup_of_work_folders(tmp_p
     layer_bin = packed_layer(tmp_path / "opt")
     found = locate(layer_bin, tmp_path / ffmpeg.UNPACK_DIR_NAME)
     (tmp_path / "mediajobs-dead-worker").mkdir()
-    removed = remove_stale_work_folders(str(tmp_path), older_than_s=0, now_s=time.time() + 86_400)
+    (tmp_path / "mediajobs-dead-worker" / WORK_FOLDER_MARKER).touch()
+    removed = remove_work_folders(str(tmp_path))
     assert removed == 1 and Path(found.ffprobe).read_bytes() == FAKE_FFPROBE
 
 

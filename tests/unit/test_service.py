@@ -610,11 +610,12 @@ def test_at_init_every_work_folder_is_a_dead_predecessors_and_is_removed_whateve
     import os
     import time
 
-    from mediajobs.service import remove_work_folders
+    from mediajobs.service import WORK_FOLDER_MARKER, remove_work_folders
 
     just_died, long_dead, other = tmp_path / "mediajobs-a1", tmp_path / "mediajobs-b2", tmp_path / "someone-elses"
     for folder in (just_died, long_dead, other):
         (folder / "original").mkdir(parents=True)
+        (folder / WORK_FOLDER_MARKER).touch()
     os.utime(long_dead, (1000, 1000))
     os.utime(just_died, (time.time(), time.time()))  # died a moment ago
     (tmp_path / "mediajobs-file").write_text("not a folder")
@@ -623,10 +624,24 @@ def test_at_init_every_work_folder_is_a_dead_predecessors_and_is_removed_whateve
     assert other.exists() and (tmp_path / "mediajobs-file").exists()
 
 
-def test_a_live_worker_with_another_work_dir_keeps_its_folder(tmp_path):
+def test_a_users_folder_named_like_a_work_folder_is_not_removed(tmp_path):
+    """Only folders the pipeline made (they hold the marker) go: ``mediajobs-out`` is the
+    demo's output folder, and a ``WORK_DIR`` may be a folder the user keeps things in."""
     from mediajobs.service import remove_work_folders
 
+    for name in ("mediajobs-out", "mediajobs-photos"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "index.html").write_text("precious")
+    assert remove_work_folders(str(tmp_path)) == 0
+    assert (tmp_path / "mediajobs-out" / "index.html").read_text() == "precious"
+    assert (tmp_path / "mediajobs-photos" / "index.html").exists()
+
+
+def test_a_live_worker_with_another_work_dir_keeps_its_folder(tmp_path):
+    from mediajobs.service import WORK_FOLDER_MARKER, remove_work_folders
+
     (live := tmp_path / "worker-1" / "mediajobs-live").mkdir(parents=True)
+    (live / WORK_FOLDER_MARKER).touch()
     (tmp_path / "worker-2").mkdir()
     assert remove_work_folders(str(tmp_path / "worker-2")) == 0
     assert live.exists()
@@ -634,13 +649,14 @@ def test_a_live_worker_with_another_work_dir_keeps_its_folder(tmp_path):
 
 def test_a_work_folder_is_named_for_the_cleanup(tmp_path):
     """The folder a record is read into is one the INIT cleanup recognises."""
-    from mediajobs.service import WORK_FOLDER_PREFIX
+    from mediajobs.service import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
 
-    seen = []
+    seen, marked = [], []
 
     class Watching(FakeRenderer):
         def render(self, source, variants, out_dir, context=None):
             seen.append(Path(source).parent)
+            marked.append((Path(source).parent / WORK_FOLDER_MARKER).is_file())
             return super().render(source, variants, out_dir)
 
     pipeline, *_ = make(tmp_path)
@@ -648,20 +664,7 @@ def test_a_work_folder_is_named_for_the_cleanup(tmp_path):
     pipeline.process(REF)
     [folder] = seen
     assert folder.parent == tmp_path and folder.name.startswith(WORK_FOLDER_PREFIX)
-
-
-def test_stale_folders_can_still_be_removed_by_age_where_live_workers_share_a_folder(tmp_path):
-    import os
-
-    from mediajobs.service import remove_stale_work_folders
-
-    stale, live = tmp_path / "mediajobs-dead", tmp_path / "mediajobs-live"
-    for folder in (stale, live):
-        (folder / "x").mkdir(parents=True)
-        os.utime(folder, (1000, 1000))
-    os.utime(live, (5000, 5000))
-    assert remove_stale_work_folders(str(tmp_path), older_than_s=1800, now_s=5000) == 1
-    assert not stale.exists() and live.exists()
+    assert marked == [True]
 
 
 # --------------------------------------------------------------------------- event keys

@@ -180,6 +180,9 @@ class _Work:
 #: worker or the local tools create is named so (the ffmpeg adapter's unpack folder is
 #: ``mediajobs.bin``; the embedded AWS's and ``simulate``'s folders are ``mediajobs.*`` too).
 WORK_FOLDER_PREFIX = "mediajobs-"
+#: A file every work folder holds from its creation: :func:`remove_work_folders` removes
+#: only folders that hold it, never a user's folder that happens to share the prefix.
+WORK_FOLDER_MARKER = ".mediajobs-work-folder"
 
 
 def remove_work_folders(work_dir: str) -> int:
@@ -194,21 +197,11 @@ def remove_work_folders(work_dir: str) -> int:
     Lambda Managed Instances, or local runs -- so each needs a ``WORK_DIR`` of its own, as
     the local tools give every worker they run (``mediajobs.local``).
 
-    Only folders named :data:`WORK_FOLDER_PREFIX` ``*`` directly under ``work_dir`` are
-    removed; errors are ignored (what cannot be removed is tried again at the next INIT).
+    Only folders named :data:`WORK_FOLDER_PREFIX` ``*`` directly under ``work_dir`` that
+    hold the :data:`WORK_FOLDER_MARKER` file are removed (``mediajobs-out``, the demo's
+    output folder, is not a work folder); errors are ignored (what cannot be removed is
+    tried again at the next INIT).
     """
-    return _remove_work_folders(work_dir, lambda folder: True)
-
-
-def remove_stale_work_folders(work_dir: str, *, older_than_s: float, now_s: float) -> int:
-    """Remove the work folders under ``work_dir`` not modified for ``older_than_s`` seconds;
-    returns how many. For a folder that live workers may share, where a young folder may be
-    a live job's; the worker's own INIT uses :func:`remove_work_folders`.
-    """
-    return _remove_work_folders(work_dir, lambda folder: now_s - folder.stat().st_mtime > older_than_s)
-
-
-def _remove_work_folders(work_dir: str, dead: Callable[[Path], bool]) -> int:
     removed = 0
     try:
         entries = list(Path(work_dir).glob(f"{WORK_FOLDER_PREFIX}*"))
@@ -216,7 +209,8 @@ def _remove_work_folders(work_dir: str, dead: Callable[[Path], bool]) -> int:
         return 0
     for folder in entries:
         try:
-            if folder.is_dir() and not folder.is_symlink() and dead(folder):
+            marked = (folder / WORK_FOLDER_MARKER).is_file()
+            if folder.is_dir() and not folder.is_symlink() and marked:
                 shutil.rmtree(folder, ignore_errors=True)
                 removed += 1
         except OSError:
@@ -498,6 +492,7 @@ class Pipeline:
                 if settled is not None:
                     return settled
         work_dir = Path(tempfile.mkdtemp(prefix=WORK_FOLDER_PREFIX, dir=self.settings.work_dir))
+        (work_dir / WORK_FOLDER_MARKER).touch()
         remembered = False
         ids: list[str] = []
         try:

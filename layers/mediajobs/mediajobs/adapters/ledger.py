@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import re
 import uuid
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from pynamodb.attributes import JSONAttribute, NumberAttribute, UnicodeAttribute, UnicodeSetAttribute
 from pynamodb.exceptions import GetError, PutError, PynamoDBException, UpdateError
@@ -117,22 +118,36 @@ def _lost_race(exc: PutError | UpdateError) -> bool:
     return exc.cause_response_code == _CONDITION_FAILED
 
 
+#: What DynamoDB's ``ValidationException`` says when a value is over a size limit: "Size of
+#: hashkey has exceeded the maximum size limit of 2048 bytes", "Item size has exceeded the
+#: maximum allowed size", "Aggregated size of all range keys has exceeded the size limit of
+#: 1024 bytes" (DynamoDB's answers, and moto's; the error code alone does not tell them from
+#: a request that does not match the table's schema).
+_SIZE_LIMIT: Final = re.compile(r"size\b.*\bexceeded|exceeded.*\bsize", re.IGNORECASE)
+
+
 def dynamo_failure(exc: PynamoDBException, what: str) -> PermanentFailure | TransientFailure:
     """The pipeline's error for a DynamoDB request that failed other than by a lost race.
 
-    A ``ValidationException`` is DynamoDB refusing the request's values -- here always
-    values derived from the input, such as a partition key over 2,048 bytes or an item over
-    400 KB (DynamoDB developer guide, "Service, account, and table quotas"): retrying can
-    never help, so it is ``unstorable_input``, with DynamoDB's message as the detail.
-    Anything else (throttling the SDK gave up on, a network error) may pass: transient.
+    A ``ValidationException`` over a size limit is DynamoDB refusing a value derived from the
+    input -- a key over 2,048 bytes, an item over 400 KB (DynamoDB developer guide, "Service,
+    account, and table quotas"): retrying can never help, so it is ``unstorable_input``, with
+    DynamoDB's message as the detail. Any other ``ValidationException`` (a key that does not
+    match the table's schema: a table name pointing at the wrong table) is the deployment's,
+    not the input's: transient, so the message is redelivered, dead-lettered and alarmed on
+    rather than acknowledged as a failure of every upload. Anything else (throttling the SDK
+    gave up on, a network error) may pass: transient.
 
     Parameters
     ----------
     exc: PynamoDB's error; its botocore cause carries the code.
     what: the request, for the message (``"ledger put"``).
     """
+    message = exc.cause_response_message or ""
+    if exc.cause_response_code == _VALIDATION and _SIZE_LIMIT.search(message):
+        return PermanentFailure(UNSTORABLE_INPUT, f"{what} refused by DynamoDB: {message}")
     if exc.cause_response_code == _VALIDATION:
-        return PermanentFailure(UNSTORABLE_INPUT, f"{what} refused by DynamoDB: {exc.cause_response_message}")
+        return TransientFailure(f"{what} refused by DynamoDB (not the input's values): {message}")
     return TransientFailure(f"{what} failed: {exc.cause_response_code or exc}")
 
 

@@ -259,8 +259,8 @@ class EmbeddedAws:
 
     Use as a context manager; the process environment gets the worker's variables and
     ``AWS_ENDPOINT_URL`` while it is open, and is restored afterwards. ``WORK_DIR`` is a
-    fresh folder of this embedded AWS (:attr:`work_dir`, removed on exit) unless the
-    environment sets one.
+    fresh folder of this embedded AWS (:attr:`work_dir`, removed on exit), inside the
+    ``WORK_DIR`` the environment names, if any, else in the system's temporary folder.
 
     Parameters
     ----------
@@ -310,12 +310,11 @@ class EmbeddedAws:
         self._set_env({k: v for k, v in env.items() if not (k in USER_TUNABLE and k in os.environ)})
         # Workers empty their work folder when they start (every folder there is a dead
         # worker's on Lambda): locally, where other processes' workers may share the
-        # system's temporary folder, this process's workers get one of their own.
-        self.work_dir = os.environ.get("WORK_DIR") or None
-        if self.work_dir is None:
-            self.work_dir = tempfile.mkdtemp(prefix=LOCAL_WORK_DIR_PREFIX)
-            self._own_work_dir = True
-            self._set_env({"WORK_DIR": self.work_dir})
+        # system's temporary folder or the user's WORK_DIR, this process's workers get a
+        # folder of their own inside it.
+        self.work_dir = tempfile.mkdtemp(prefix=LOCAL_WORK_DIR_PREFIX, dir=os.environ.get("WORK_DIR") or None)
+        self._own_work_dir = True
+        self._set_env({"WORK_DIR": self.work_dir})
         return self.stack
 
     def __exit__(self, *exc: object) -> None:
