@@ -8,6 +8,7 @@ from importlib import resources
 
 import pytest
 
+from mediajobs.bootstrap import ACTIVE_RECIPES
 from mediajobs.domain.recipes import RecipeError, fit_within, load_recipe, parse_recipe
 
 RAW = json.loads(resources.files("mediajobs.recipes").joinpath("web-image.v1.json").read_text())
@@ -80,6 +81,10 @@ def test_web_video_v2_is_v1_with_a_60_fps_cap():
 def test_web_video_v1_keeps_its_hash_and_so_its_job_keys():
     # max_fps is unset in v1: the new optional field is not part of its hash.
     assert load_recipe("web-video", 1).sha256 == "4c3d8284a577ac6aae17eb81706fa916b06dde30cc140e6f7e9c06226a4ce65a"
+
+
+def test_the_active_video_recipe_is_web_video_2():
+    assert ACTIVE_RECIPES["video"] == [("web-video", 2)]
 
 
 @pytest.mark.parametrize("max_fps", [0, 241, 59.94, "60", True, -30])
