@@ -21,6 +21,6 @@ def test_the_cases_are_the_kinds_the_tests_rely_on():
     ids = {case.id for case in case_registry()}
     assert ids == {
         "I01", "I02", "I03", "I05", "I07", "I08", "I10", "I12", "I14", "I16", "I17", "I18",
-        "V01", "V02", "V04", "V05", "V06", "V08", "V09",
+        "V01", "V02", "V04", "V05", "V06", "V08", "V09", "V10",
     }  # fmt: skip
     assert {case.id for case in case_registry() if case.needs_ffmpeg} == {i for i in ids if i.startswith("V")}
