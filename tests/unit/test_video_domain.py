@@ -396,25 +396,34 @@ def tiny(duration: str, frames: int, **stream: object) -> VideoProbe:
 
 
 def test_a_clip_of_millions_of_tiny_frames_is_too_long_without_a_cap_and_fits_with_one() -> None:
-    # 160 s of 16x16 at 50,000 fps: 8 million frames, about 200 MB (the input limit) at the
-    # 25 bytes a frame x264 writes. Duration x pixels called it 40 s of work.
-    probe = tiny("160.000000", 8_000_000, avg_frame_rate="50000/1")
+    # 100 s of 16x16 at 50,000 fps: 5 million frames, about 125 MB at the 25 bytes a frame
+    # x264 writes. Duration x pixels called it 25 s of work; encoding every frame is 937 s.
+    probe = tiny("100.000000", 5_000_000, avg_frame_rate="50000/1")
     with pytest.raises(PermanentFailure) as caught:
         check_budget(probe, plan_renditions(probe, V1_PARAMS), BUDGET)
     assert caught.value.reason == "too_long"
-    assert "8000000 frames to decode, 8000000 to encode" in caught.value.detail
-    check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)  # capped at 60 fps: decoding fits
+    assert caught.value.detail.startswith("estimated 937 s of work (5000000 frames to decode, 5000000 to encode")
+    check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)  # capped at 60 fps: 677 s, decoding fits
+
+
+def test_at_the_input_limit_even_decoding_the_tiny_frames_is_too_long() -> None:
+    # 8 million frames (200 MB): decoding them alone is estimated at 1,083 s.
+    probe = tiny("160.000000", 8_000_000, avg_frame_rate="50000/1")
+    with pytest.raises(PermanentFailure) as caught:
+        check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)
+    assert caught.value.reason == "too_long" and "8000000 frames to decode, 9631 to encode" in caught.value.detail
 
 
 def test_the_issues_clip_is_no_longer_estimated_at_5_seconds() -> None:
     # 20 s of 16x16 at 50,000 fps took about a minute to encode here (speed factor 0.45).
     probe = tiny("20.000000", 1_000_000, avg_frame_rate="50000/1")
-    per_frame = 0.5 * 256 / (1920 * 1080) + 0.002  # DECODE_SHARE x pixels + FRAME_COST
+    pixels = 0.5 * 256 / (1920 * 1080)  # DECODE_SHARE (and the rest) x pixels of 1080p
+    decoded, encoded = pixels + 0.004, pixels + 0.0015  # plus DECODE_FRAME_COST, ENCODE_FRAME_COST
     uncapped = plan_renditions(probe, V1_PARAMS)
-    assert estimated_seconds(probe, uncapped, 1.0) == pytest.approx(2 * 1_000_000 * per_frame / 30)  # 137.5 s
+    assert estimated_seconds(probe, uncapped, 1.0) == pytest.approx(1_000_000 * (decoded + encoded) / 30)  # 187 s
     capped = plan_renditions(probe, PARAMS)
     assert (capped.fps_cap, capped.frames_out) == (60, 1231)  # ceil(60 x 20.5 s) + 1
-    assert estimated_seconds(probe, capped, 1.0) == pytest.approx((1_000_000 + 1231) * per_frame / 30)  # 68.8 s
+    assert estimated_seconds(probe, capped, 1.0) == pytest.approx((1_000_000 * decoded + 1231 * encoded) / 30)  # 135 s
 
 
 def test_the_estimate_scales_with_the_frames() -> None:
@@ -426,9 +435,9 @@ def test_the_estimate_scales_with_the_frames() -> None:
     assert estimates[1] == pytest.approx(2 * estimates[0]) and estimates[2] == pytest.approx(2 * estimates[1])
     # and with the speed factor; 1080p at 30 fps is still duration x speed factor, plus the frames' cost
     hd = _probe(duration_s=60.0, coded_width=1920, coded_height=1080)
-    assert estimated_seconds(hd, plan_renditions(hd, PARAMS), 0.5) == pytest.approx(0.5 * 60 * (1 + 2 * 0.002))
-    sixty = _probe(duration_s=60.0, coded_width=1920, coded_height=1080, frames=3600)
-    assert estimated_seconds(sixty, plan_renditions(sixty, PARAMS), 0.5) == pytest.approx(0.5 * 120 * 1.004)
+    assert estimated_seconds(hd, plan_renditions(hd, PARAMS), 0.5) == pytest.approx(0.5 * 60 * (1 + 0.004 + 0.0015))
+    sixty = _probe(duration_s=60.0, coded_width=1920, coded_height=1080, frames=3600)  # twice the frames
+    assert estimated_seconds(sixty, plan_renditions(sixty, PARAMS), 0.5) == pytest.approx(0.5 * 120 * 1.0055)
 
 
 def test_the_output_estimate_counts_a_minimum_per_frame() -> None:

@@ -278,7 +278,7 @@ def _count(value: Any) -> int:
 
 def _rate(value: Any) -> float:
     """A frame rate from ffprobe's ``"num/den"`` (``"30000/1001"``), frames per second; 0.0 when
-    unknown (``"0/0"``) or absurd."""
+    unknown (``"0/0"``) or not a fraction."""
     match = re.fullmatch(r"(\d+)/(\d+)", str(value or ""))
     if not match or int(match.group(2)) == 0:
         return 0.0
@@ -699,12 +699,16 @@ REFERENCE_PIXELS: Final = 1920 * 1080
 #: the job's 29.4 s here (0.45), rounded to a half.
 DECODE_SHARE: Final = 0.5
 
-#: What one frame costs whatever its size, once to decode and once to encode, as a fraction
-#: of a reference frame's work: demuxing, the decoder's and x264's per-frame work, the
-#: filter graph, the muxer. Measured with 2 s of 16x16 at 50,000 fps on 2 vCPUs: about 33 us
-#: a frame decoded and 20-35 us a frame encoded, against 16 ms for a whole reference frame
-#: (``benchmarks/video.py --high-rate``), so 0.002 each.
-FRAME_COST: Final = 0.002
+#: What one frame costs whatever its size, decoded and encoded, as a fraction of a reference
+#: frame's work (17 ms at speed factor 0.51): demuxing, the decoder's threads handing over
+#: each frame, the filter graph, x264's per-frame work, the muxer. Measured on 2 vCPUs with
+#: 16x16 at 50,000 fps (``benchmarks/video.py``, and bare ffmpeg): 37 to 64 us a frame
+#: decoded and passed through the ``fps`` filter (0.0022 to 0.0038 of a reference frame; the
+#: decoder's frame threads dominate, with more system time than user time), and 24 us more a
+#: frame encoded (0.0014). Rounded up: an estimate that errs long refuses a pathological file
+#: a little early; one that errs short burns invocations.
+DECODE_FRAME_COST: Final = 0.004
+ENCODE_FRAME_COST: Final = 0.0015
 
 #: Least work per second of source, as a fraction of a reference second: the audio, the
 #: process starts, the poster and the verification do not shrink with the picture.
@@ -753,17 +757,18 @@ def estimated_seconds(probe: VideoProbe, plan: RenditionPlan, speed_factor: floa
 
     The work is counted in reference frames (a 1080p frame decoded and encoded to the ladder
     takes ``speed_factor / REFERENCE_FPS`` seconds): each of the source's ``probe.frames``
-    is decoded, at :data:`DECODE_SHARE` of a reference frame scaled by its pixels, and each
-    of ``plan.frames_out`` is encoded, at the rest; every frame decoded or encoded also costs
-    :data:`FRAME_COST`, so tiny frames at huge rates are not free (20 s of 16x16 at 50,000
-    fps: about 137 s at speed factor 1 without a cap, 69 s capped at 60 fps, where a budget
-    of duration x pixels said 5 s). At least :data:`MIN_WORK_PER_S` of a reference second
-    per second of source. For 1080p at 30 fps this is ``duration x speed_factor``.
+    is decoded, at :data:`DECODE_SHARE` of a reference frame scaled by its pixels plus
+    :data:`DECODE_FRAME_COST`, and each of ``plan.frames_out`` is encoded, at the rest plus
+    :data:`ENCODE_FRAME_COST`: tiny frames at huge rates are not free. 20 s of 16x16 at
+    50,000 fps is about 187 s at speed factor 1 without a cap and 135 s capped at 60 fps,
+    where duration x pixels said 5 s (measured: 60.4 s and 36.7 s at speed factor 0.513,
+    estimated 96 s and 70 s). At least :data:`MIN_WORK_PER_S` of a reference second per
+    second of source. For 1080p at 30 fps this is ``duration x speed_factor`` (plus 0.6 %).
     """
     width, height = probe.display_size
     scale = (width * height) / REFERENCE_PIXELS
-    decode = probe.frames * (DECODE_SHARE * scale + FRAME_COST)
-    encode = plan.frames_out * ((1 - DECODE_SHARE) * scale + FRAME_COST)
+    decode = probe.frames * (DECODE_SHARE * scale + DECODE_FRAME_COST)
+    encode = plan.frames_out * ((1 - DECODE_SHARE) * scale + ENCODE_FRAME_COST)
     work_s = max(MIN_WORK_PER_S * probe.duration_s, (decode + encode) / REFERENCE_FPS)
     return max(1.0, speed_factor * work_s)
 
