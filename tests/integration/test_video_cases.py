@@ -302,8 +302,8 @@ class UnderstatingRenderer(FfmpegRenderer):
 
 
 def test_an_understated_frame_count_stops_the_encoder_and_fails_permanently(tmp_path: Path) -> None:
-    # 20 frames (2 s at 10 fps) believed 5: the rendition stops at 5 frames (-frames:v), ends
-    # at 0.5 s of 2 s, and fails verification; the encoder never runs past what the budget counted.
+    # 20 frames (2 s at 10 fps) believed 5: decoding stops at 5 (trim=end_frame), the rendition
+    # ends at 0.5 s of 2 s and fails verification; nothing runs past what the budget counted.
     original = generate(tmp_path, "lying", *LAVFI_320, "-c:v", "libx264", "-f", "mp4")
     out = original.parent / "out"
     out.mkdir()

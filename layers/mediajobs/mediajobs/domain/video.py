@@ -435,7 +435,7 @@ class RenditionPlan:
     fps_cap: frames per second every rendition is limited to (the recipe's ``max_fps``, when
         the source's average rate is above it), or ``None`` when the source's frames are kept.
     frames_out: the most frames any one rendition can get: the source's frames, or with a cap
-        the cap's frames over :func:`output_limit_s`. Each rendition stops there (``-frames:v``).
+        the cap's frames over :func:`output_limit_s`; what the budget counts as encoded.
     """
 
     renditions: tuple[PlannedRendition, ...]
@@ -580,17 +580,22 @@ def renditions_argv(
     """argv that decodes ``source`` once and encodes every planned rendition (``split``).
 
     The probed video stream (by index: cover art may come first) is decoded once, made upright
-    (ffmpeg's autorotate), capped to ``plan.fps_cap`` frames per second when there is a cap
-    (the ``fps`` filter, first, so that dropped frames are not converted), converted
-    (:func:`tonemap_filter` or 8-bit 4:2:0), split, and scaled to each rendition's planned
-    size in square pixels. Each output: libx264 with the recipe's preset, profile, level, CRF
-    and VBV; yuv420p; AAC from the first audio stream when there is one (``-map 0:a:0?``); no
-    metadata or chapters copied (phones store the location in ``udta``); at most
-    :func:`output_limit_s` long and ``plan.frames_out`` frames (``-frames:v``: a file whose
-    container understates its frames cannot make the encoder run past its budget; its
-    renditions then end early and fail verification, permanently); ``+faststart`` puts the
+    (ffmpeg's autorotate), cut after its counted ``probe.frames`` (``trim=end_frame``: what
+    :func:`output_limit_s` is to the duration, for frames), capped to ``plan.fps_cap`` frames
+    per second when there is a cap (the ``fps`` filter, before the conversions, so that
+    dropped frames are not converted), converted (:func:`tonemap_filter` or 8-bit 4:2:0),
+    split, and scaled to each rendition's planned size in square pixels. Each output: libx264
+    with the recipe's preset, profile, level, CRF and VBV; yuv420p; AAC from the first audio
+    stream when there is one (``-map 0:a:0?``); no metadata or chapters copied (phones store
+    the location in ``udta``); at most :func:`output_limit_s` long; ``+faststart`` puts the
     moov atom before mdat. Progress goes to stdout as ``key=value`` lines.
 
+    The ``trim`` passes every frame of a file whose count is right (the outputs are the same
+    bytes as without it); one whose count understates its frames cannot make the decoder and
+    the encoders run past the budget: ffmpeg 7 stops decoding once the graph has its frames
+    (2 s of 16x16 at 50,000 fps cut at 1,000 frames took 0.08 s), and the renditions, shorter
+    than the source, fail verification, permanently. Not ``-frames:v``: with it ffmpeg 7 ends
+    the whole output when the video ends, and a video whose audio runs on loses its audio.
     ``-fpsmax`` is not used for the cap: ffmpeg 7 refuses it with ``-fps_mode vfr`` ("One of
     -r/-fpsmax was specified together a non-CFR -vsync/-fps_mode"), and with a constant
     output rate it would fill a sparse file's gaps with duplicates.
@@ -598,7 +603,7 @@ def renditions_argv(
     enc = params.encoding
     n = len(plan.renditions)
     cap = f"fps={plan.fps_cap}," if plan.fps_cap else ""
-    picture = f"[0:{probe.stream_index}]{cap}{_picture_filter(probe)},split={n}"
+    picture = f"[0:{probe.stream_index}]trim=end_frame={probe.frames},{cap}{_picture_filter(probe)},split={n}"
     chains = [picture + "".join(f"[s{i}]" for i in range(n))]
     # The planned size, not scale=-2:H: for a strip thinner than 1:180, -2 gives width 0.
     chains += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(plan.renditions)]
@@ -617,7 +622,7 @@ def renditions_argv(
         argv += ["-maxrate", f"{r.rung.maxrate_kbps}k", "-bufsize", f"{r.rung.bufsize_kbps}k"]
         argv += _colour_tags(probe)
         argv += ["-c:a", enc.audio_codec, "-b:a", f"{r.rung.audio_kbps}k"]
-        argv += ["-t", f"{output_limit_s(probe):.3f}", "-frames:v", str(plan.frames_out)]
+        argv += ["-t", f"{output_limit_s(probe):.3f}"]
         if enc.faststart:
             argv += ["-movflags", "+faststart"]
         argv += ["-f", "mp4", f"{out_dir}/{r.name}.mp4"]
