@@ -233,7 +233,7 @@ def test_a_video_failure_names_its_reason_and_the_table_says_why(tmp_path):
     assert (done.returncode, line["state"], line["reason"], line["media"]) == (
         0, "permanent_failure", "invalid_media", "video",
     )  # fmt: skip
-    assert (line["jobs"][0]["recipe"], line["jobs"][0]["reason"]) == ("web-video@1", "invalid_media")
+    assert (line["jobs"][0]["recipe"], line["jobs"][0]["reason"]) == ("web-video@2", "invalid_media")
     table = run("process", video, "--out", str(tmp_path / "o2"), cwd=tmp_path)
     assert "failed: invalid_media (moov atom not found)" in table.stdout
 

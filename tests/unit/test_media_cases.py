@@ -21,7 +21,7 @@ def test_the_cases_are_the_kinds_the_tests_rely_on():
     ids = {case.id for case in case_registry()}
     assert ids == {
         "I01", "I02", "I03", "I05", "I07", "I08", "I10", "I12", "I14", "I16", "I17", "I18",
-        "V01", "V02", "V04", "V05", "V06", "V08", "V09",
+        "V01", "V02", "V04", "V05", "V06", "V08", "V09", "V10",
         "B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B09", "B10", "B11", "B12", "B13", "B14",
         "B15", "B16",
         "R01", "R02", "R03",

@@ -1,4 +1,4 @@
-"""Recipes are data: web-image@1's values, strict loading, and the fit rule."""
+"""Recipes are data: web-image@1's and web-video@2's values, strict loading, and the fit rule."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from importlib import resources
 
 import pytest
 
+from mediajobs.bootstrap import ACTIVE_RECIPES
 from mediajobs.domain.recipes import RecipeError, fit_within, load_recipe, parse_recipe
 
 RAW = json.loads(resources.files("mediajobs.recipes").joinpath("web-image.v1.json").read_text())
+VIDEO_V2 = json.loads(resources.files("mediajobs.recipes").joinpath("web-video.v2.json").read_text())
 
 
 def test_web_image_v1_variants():
@@ -66,3 +68,28 @@ def test_fit_within(size, box, expected):
 def test_fit_within_rejects_empty_sizes():
     with pytest.raises(ValueError):
         fit_within(0, 10, 320)
+
+
+def test_web_video_v2_is_v1_with_a_60_fps_cap():
+    v1, v2 = load_recipe("web-video", 1), load_recipe("web-video", 2)
+    assert v2.ref == "web-video@2" and v2.params.encoding.max_fps == 60
+    assert v1.params.encoding.max_fps is None  # version 1 keeps every frame
+    assert v2.params.model_copy(update={"encoding": v1.params.encoding}) == v1.params
+    assert v2.sha256 != v1.sha256
+
+
+def test_web_video_v1_keeps_its_hash_and_so_its_job_keys():
+    # max_fps is unset in v1: the new optional field is not part of its hash.
+    assert load_recipe("web-video", 1).sha256 == "4c3d8284a577ac6aae17eb81706fa916b06dde30cc140e6f7e9c06226a4ce65a"
+
+
+def test_the_active_video_recipe_is_web_video_2():
+    assert ACTIVE_RECIPES["video"] == [("web-video", 2)]
+
+
+@pytest.mark.parametrize("max_fps", [0, 241, 59.94, "60", True, -30])
+def test_max_fps_must_be_a_whole_rate_from_1_to_240(max_fps):
+    document = copy.deepcopy(VIDEO_V2)
+    document["params"]["encoding"]["max_fps"] = max_fps
+    with pytest.raises(RecipeError, match="max_fps"):
+        parse_recipe(document)

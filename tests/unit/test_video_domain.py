@@ -13,6 +13,9 @@ from mediajobs.domain.video import (
     VideoProbe,
     check_budget,
     classify,
+    decisions_for,
+    estimated_seconds,
+    expected_output_bytes,
     ffprobe_argv,
     fit_level,
     media_duration_s,
@@ -29,7 +32,9 @@ from mediajobs.domain.video import (
     tonemap_filter,
 )
 
-PARAMS = load_recipe("web-video", 1).params
+PARAMS = load_recipe("web-video", 2).params  # the active recipe
+#: Version 1: no frame rate cap (still valid for the job keys made with it).
+V1_PARAMS = load_recipe("web-video", 1).params
 MP4 = "mov,mp4,m4a,3gp,3g2,mj2"
 
 
@@ -126,7 +131,9 @@ def test_the_poster_fits_1280_and_is_taken_at_a_tenth() -> None:
 
 
 def _probe(**kw: object) -> VideoProbe:
+    """A probe of 2 s of 1280x720 H.264 at 30 fps unless told otherwise (frames follow the duration)."""
     base: dict = {"format_name": MP4, "duration_s": 2.0, "codec": "h264", "coded_width": 1280, "coded_height": 720}
+    base["frames"] = round(30 * float(kw.get("duration_s", base["duration_s"])))  # type: ignore[arg-type]
     return VideoProbe(**(base | kw))
 
 
@@ -378,3 +385,106 @@ def test_header_cuts_and_colour_dead_ends_are_invalid_media(stderr: str) -> None
     failure = classify(stderr)
     assert failure is not None and failure.reason == "invalid_media"
     assert not failure.detail.startswith(":")
+
+
+# --- frames: the budget counts them (issue 12) ---------------------------------------------
+
+
+def tiny(duration: str, frames: int, **stream: object) -> VideoProbe:
+    """A probe of 16x16 H.264 lasting ``duration`` seconds whose packets ffprobe counted."""
+    return parse_probe(probe_doc([video(16, 16, nb_read_packets=str(frames), **stream)], duration=duration))
+
+
+def test_a_clip_of_millions_of_tiny_frames_is_too_long_without_a_cap_and_fits_with_one() -> None:
+    # 100 s of 16x16 at 50,000 fps: 5 million frames, about 125 MB at the 25 bytes a frame
+    # x264 writes. Duration x pixels called it 25 s of work; encoding every frame is 937 s.
+    probe = tiny("100.000000", 5_000_000, avg_frame_rate="50000/1")
+    with pytest.raises(PermanentFailure) as caught:
+        check_budget(probe, plan_renditions(probe, V1_PARAMS), BUDGET)
+    assert caught.value.reason == "too_long"
+    assert caught.value.detail.startswith("estimated 937 s of work (5000000 frames to decode, 5000000 to encode")
+    check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)  # capped at 60 fps: 677 s, decoding fits
+
+
+def test_at_the_input_limit_even_decoding_the_tiny_frames_is_too_long() -> None:
+    # 8 million frames (200 MB): decoding them alone is estimated at 1,083 s.
+    probe = tiny("160.000000", 8_000_000, avg_frame_rate="50000/1")
+    with pytest.raises(PermanentFailure) as caught:
+        check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)
+    assert caught.value.reason == "too_long" and "8000000 frames to decode, 9631 to encode" in caught.value.detail
+
+
+def test_the_issues_clip_is_no_longer_estimated_at_5_seconds() -> None:
+    # 20 s of 16x16 at 50,000 fps took about a minute to encode here (speed factor 0.45).
+    probe = tiny("20.000000", 1_000_000, avg_frame_rate="50000/1")
+    pixels = 0.5 * 256 / (1920 * 1080)  # DECODE_SHARE (and the rest) x pixels of 1080p
+    decoded, encoded = pixels + 0.004, pixels + 0.0015  # plus DECODE_FRAME_COST, ENCODE_FRAME_COST
+    uncapped = plan_renditions(probe, V1_PARAMS)
+    assert estimated_seconds(probe, uncapped, 1.0) == pytest.approx(1_000_000 * (decoded + encoded) / 30)  # 187 s
+    capped = plan_renditions(probe, PARAMS)
+    assert (capped.fps_cap, capped.frames_out) == (60, 1231)  # ceil(60 x 20.5 s) + 1
+    assert estimated_seconds(probe, capped, 1.0) == pytest.approx((1_000_000 * decoded + 1231 * encoded) / 30)  # 135 s
+
+
+def test_the_estimate_scales_with_the_frames() -> None:
+    estimates = [
+        estimated_seconds(probe, plan_renditions(probe, V1_PARAMS), 1.0)
+        for fps in (25_000, 50_000, 100_000)
+        for probe in [tiny("20.000000", 20 * fps)]
+    ]
+    assert estimates[1] == pytest.approx(2 * estimates[0]) and estimates[2] == pytest.approx(2 * estimates[1])
+    # and with the speed factor; 1080p at 30 fps is still duration x speed factor, plus the frames' cost
+    hd = _probe(duration_s=60.0, coded_width=1920, coded_height=1080)
+    assert estimated_seconds(hd, plan_renditions(hd, PARAMS), 0.5) == pytest.approx(0.5 * 60 * (1 + 0.004 + 0.0015))
+    sixty = _probe(duration_s=60.0, coded_width=1920, coded_height=1080, frames=3600)  # twice the frames
+    assert estimated_seconds(sixty, plan_renditions(sixty, PARAMS), 0.5) == pytest.approx(0.5 * 120 * 1.0055)
+
+
+def test_the_output_estimate_counts_a_minimum_per_frame() -> None:
+    # Measured: 25 MB for the issue's clip, against 3 MB estimated from the VBV cap alone.
+    probe = tiny("20.000000", 1_000_000, avg_frame_rate="50000/1")
+    vbv = 800 * 1000 // 8 * 20  # the source rendition has the 360p rung's 800 kbit/s
+    assert expected_output_bytes(probe, plan_renditions(probe, V1_PARAMS)) == vbv + 1_000_000 * 32 + 1_000_000
+    assert expected_output_bytes(probe, plan_renditions(probe, PARAMS)) == vbv + 1231 * 32 + 1_000_000
+
+
+def test_counted_packets_decide_the_frames_whatever_the_header_says() -> None:
+    # A container that understates its rate: declares 30 fps, holds 100,000 frames in 2 s.
+    assert tiny("2.000000", 100_000, avg_frame_rate="30/1", r_frame_rate="30/1").frames == 100_000
+    # r_frame_rate is the timestamp grid (90000/1 for a 30 fps phone clip), never a count.
+    phone = parse_probe(probe_doc([video(r_frame_rate="90000/1", avg_frame_rate="30/1", nb_read_packets="60")]))
+    assert (phone.frames, phone.frame_rate_fps) == (60, 30.0)
+    # The MP4 sample count when nothing was counted; then the declared average; then 30 fps.
+    assert parse_probe(probe_doc([video(nb_frames="48", avg_frame_rate="30/1")])).frames == 48
+    assert parse_probe(probe_doc([video(avg_frame_rate="25/1", r_frame_rate="1000/1")])).frames == 50
+    assert parse_probe(probe_doc([video(avg_frame_rate="0/0", nb_frames="N/A")])).frames == 60
+
+
+def test_only_a_source_above_max_fps_is_capped() -> None:
+    at_cap = _probe(frames=120)  # 60 fps over 2 s
+    assert (plan_renditions(at_cap, PARAMS).fps_cap, plan_renditions(at_cap, PARAMS).frames_out) == (None, 120)
+    above = _probe(frames=122)  # 61 fps
+    assert (plan_renditions(above, PARAMS).fps_cap, plan_renditions(above, PARAMS).frames_out) == (60, 151)
+    assert plan_renditions(above, V1_PARAMS).fps_cap is None  # version 1 has no cap
+
+
+def test_the_decoded_frames_stop_at_the_count_and_the_cap_is_an_fps_filter_before_the_split() -> None:
+    above = _probe(frames=6000, audio_codec="aac")
+    argv = renditions_argv("ffmpeg", "in", above, plan_renditions(above, PARAMS), PARAMS, "out")
+    graph = argv[argv.index("-filter_complex") + 1]
+    assert graph.startswith("[0:0]trim=end_frame=6000,fps=60,format=yuv420p,split=2[s0][s1];")
+    # not -fpsmax (refused with -fps_mode vfr) nor -frames:v (it would cut the audio at the video's end)
+    assert "-fpsmax" not in argv and "-r" not in argv and "-frames:v" not in argv
+    kept = _probe(frames=60)
+    argv = renditions_argv("ffmpeg", "in", kept, plan_renditions(kept, PARAMS), PARAMS, "out")
+    assert argv[argv.index("-filter_complex") + 1].startswith("[0:0]trim=end_frame=60,format=yuv420p,split=2")
+
+
+def test_the_probe_counts_every_packet() -> None:
+    assert "-count_packets" in ffprobe_argv("ffprobe", "in")
+
+
+def test_the_decisions_record_the_frames_and_the_cap() -> None:
+    probe = tiny("2.000000", 6000)
+    decisions = decisions_for(probe, plan_renditions(probe, PARAMS), "ffmpeg version 7.0.2").to_json()
+    assert (decisions["source_frames"], decisions["fps_cap"]) == (6000, 60)

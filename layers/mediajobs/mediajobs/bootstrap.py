@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from mediajobs.domain.recipes import VideoRenditionsParams
 
 #: Recipes applied to each media type, as (id, version).
-ACTIVE_RECIPES: dict[str, list[tuple[str, int]]] = {"image": [("web-image", 1)], "video": [("web-video", 1)]}
+ACTIVE_RECIPES: dict[str, list[tuple[str, int]]] = {"image": [("web-image", 1)], "video": [("web-video", 2)]}
 
 #: Extensions that send bytes no sniffing recognises to ffprobe, whose allow-list and
 #: classification then name the failure (an S3 error page saved as ``.mp4`` is

@@ -2,10 +2,12 @@
 
 The decisions live in :mod:`mediajobs.domain.video`; this module runs them in order:
 
-1. ffprobe (allow-listed demuxers, local file only) -> :class:`VideoProbe`, or a permanent
-   failure (``unsupported_container``, ``no_video_stream``, ``invalid_media`` ...);
-2. the plan (rungs not taller than the source, or one ``source`` rendition) and the
-   budget (time and /tmp space) before any encoder starts;
+1. ffprobe (allow-listed demuxers, local file only, every packet counted) ->
+   :class:`VideoProbe`, or a permanent failure (``unsupported_container``,
+   ``no_video_stream``, ``invalid_media`` ...);
+2. the plan (rungs not taller than the source, or one ``source`` rendition; the recipe's
+   frame rate cap) and the budget (time from the frames to decode and encode, /tmp space)
+   before any encoder starts;
 3. one ffmpeg run that decodes once and encodes every rendition (``split``), its progress
    passed on and the job's lease checked at every ``-progress`` block;
 4. the poster frame (``-ss`` before ``-i``);
@@ -14,6 +16,7 @@ The decisions live in :mod:`mediajobs.domain.video`; this module runs them in or
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -82,7 +85,9 @@ class FfmpegRenderer:
 
     Parameters
     ----------
-    speed_factor: seconds of work per second of 1080p source, measured (``benchmarks/video.py``).
+    speed_factor: seconds of work per second of 1080p 30 fps source, measured
+        (``benchmarks/video.py``); scaled by the actual frames and pixels
+        (:func:`~mediajobs.domain.video.estimated_seconds`).
     max_duration_s: longest accepted source, seconds.
     invocation_s: time a whole invocation gives a job (function timeout minus margin), seconds.
     margin_s: seconds kept at the end of an invocation to release the claim.
@@ -180,7 +185,7 @@ class FfmpegRenderer:
         probe = self.probe(source)
         plan = plan_renditions(probe, params)
         check_budget(probe, plan, self._budget(out_dir))
-        timeout = self._timeout(probe, context)
+        timeout = self._timeout(probe, plan, context)
         names = tuple(r.name for r in plan.renditions)
 
         def on_progress(block: dict[str, str]) -> None:
@@ -212,7 +217,7 @@ class FfmpegRenderer:
             capacity_bytes=disk.total - ffmpeg.unpacked_bytes_on(self.binaries, out_dir),
         )
 
-    def _timeout(self, probe: VideoProbe, context: RenderContext) -> float:
+    def _timeout(self, probe: VideoProbe, plan: RenditionPlan, context: RenderContext) -> float:
         """Seconds the encoder may run: what is left of the invocation, less the margin.
 
         Raises
@@ -225,7 +230,7 @@ class FfmpegRenderer:
         if remaining is None:
             return self.invocation_s
         available = remaining - self.margin_s
-        needed = estimated_seconds(probe, self.speed_factor)
+        needed = estimated_seconds(probe, plan, self.speed_factor)
         if needed > available:
             raise DeadlineReached(f"{available:.0f} s left, the video needs about {needed:.0f} s")
         return available
@@ -307,4 +312,4 @@ class FfmpegRenderer:
 
 
 def _at_start(plan: RenditionPlan) -> RenditionPlan:
-    return RenditionPlan(plan.renditions, plan.skipped, plan.poster_size, 0.0)
+    return dataclasses.replace(plan, poster_at_s=0.0)

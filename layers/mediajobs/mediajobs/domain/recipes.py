@@ -32,6 +32,11 @@ CONTENT_TYPES: dict[str, str] = {
 EXTENSIONS: dict[str, str] = {"webp": "webp", "avif": "avif", "jpeg": "jpg", "png": "png"}
 
 
+#: Highest ``max_fps`` a recipe may set, frames per second: the fastest rate phones record
+#: (240 fps slow motion); above that a cap bounds nothing a player would show.
+MAX_FPS = 240
+
+
 class RecipeError(ValueError):
     """A recipe file is missing, malformed or holds unknown fields."""
 
@@ -101,6 +106,15 @@ class VideoEncoding(_Strict):
 
     ``level`` 4.0 admits 1080p30 (ITU-T H.264 Annex A, table A-1), so every rung of up to
     720p at up to 60 fps plays on any H.264 High decoder of a browser or phone.
+
+    Attributes
+    ----------
+    max_fps:
+        Most frames per second a rendition may have, or ``None`` (unset) for the source's
+        rate whatever it is. A source whose average rate is above it is rendered at exactly
+        ``max_fps`` (ffmpeg's ``fps`` filter); one at or below it keeps every frame. 1 to
+        :data:`MAX_FPS`, a JSON integer (not ``true``, ``"60"`` or ``59.94``). Setting it changes the
+        outputs of fast sources: a new version.
     """
 
     codec: Literal["libx264"] = "libx264"
@@ -110,6 +124,7 @@ class VideoEncoding(_Strict):
     pix_fmt: Literal["yuv420p"]
     audio_codec: Literal["aac"] = "aac"
     faststart: bool
+    max_fps: int | None = Field(default=None, ge=1, le=MAX_FPS, strict=True)
 
 
 class PosterFrame(_Strict):

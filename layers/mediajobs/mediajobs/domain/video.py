@@ -14,6 +14,17 @@ Rules that come from outside:
   ``av_rescale`` rounds half away from zero): libx264 with yuv420p needs even sizes.
 * ``-progress`` reports ``out_time_us`` and, under the misleading name ``out_time_ms``,
   the same value in microseconds (ffmpeg ``fftools/ffmpeg.c``, ``print_report``).
+* The work of a job is counted in frames, not seconds: ffmpeg decodes every packet of the
+  video stream and encodes every frame that reaches each output, and a frame costs time and
+  bytes whatever its size (a 20 s 16x16 clip at 50,000 fps is a million frames). ffprobe's
+  ``r_frame_rate`` is not a frame rate: it is the timestamp grid ("the lowest framerate with
+  which all timestamps can be represented accurately"), which falls back to the time base
+  (``90000/1`` for a 30 fps phone clip, rosenbjerg/FFMpegCore#300; 600 for a 52 fps drone
+  clip, shaka-project/shaka-streamer#90). ``avg_frame_rate`` and ``nb_frames`` are what the
+  container declares (Matroska stores no count; its rate comes from ``DefaultDuration``, and
+  a sparse recording with 3 frames in 60 s declares 25 fps). So the frames are counted:
+  ``-count_packets`` (:func:`ffprobe_argv`) makes ffprobe demux the whole file, 0.1 s for a
+  114 MB 1080p MP4 or 100,000 packets here (:func:`stream_frames`).
 """
 
 from __future__ import annotations
@@ -96,6 +107,10 @@ def tonemap_filter(probe: VideoProbe) -> str:
 #: Largest error allowed between an output's duration and the source's, seconds.
 DURATION_TOLERANCE_S: Final = 0.1
 
+#: The frame rate assumed when ffprobe neither counted nor declared one (a document without
+#: ``-count_packets``), frames per second: the speed factor's reference rate.
+REFERENCE_FPS: Final = 30
+
 STDERR_TAIL_BYTES: Final = 8 * 1024
 
 
@@ -139,6 +154,8 @@ class VideoProbe:
     duration_s: container duration, seconds.
     codec: the first video stream's codec (``h264``).
     coded_width, coded_height: stored frame size, pixels.
+    frames: the video stream's frames the demuxer delivers, each decoded once
+        (:func:`stream_frames`: counted packets, or the stored count).
     rotation: clockwise degrees the display matrix turns the picture (0, 90, 180, 270).
     pix_fmt: pixel format (``yuv420p10le``); bit_depth: bits per component.
     color_transfer, color_primaries, color_space, color_range: as ffprobe names them
@@ -153,6 +170,7 @@ class VideoProbe:
     codec: str
     coded_width: int
     coded_height: int
+    frames: int
     rotation: int = 0
     pix_fmt: str = "yuv420p"
     bit_depth: int = 8
@@ -174,6 +192,12 @@ class VideoProbe:
         if self.rotation in (90, 270):
             return self.coded_height, width
         return width, self.coded_height
+
+    @property
+    def frame_rate_fps(self) -> float:
+        """The average frame rate over the whole duration, frames per second (:attr:`frames`
+        over :attr:`duration_s`): the rate that decides the work, whatever the header says."""
+        return self.frames / self.duration_s
 
     @property
     def has_audio(self) -> bool:
@@ -242,6 +266,40 @@ def _number(value: Any) -> float:
     except (TypeError, ValueError):
         return 0.0
     return number if math.isfinite(number) else 0.0
+
+
+def _count(value: Any) -> int:
+    """A non-negative count from ffprobe (``"1800"``), 0 for ``N/A``, nothing or nonsense."""
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _rate(value: Any) -> float:
+    """A frame rate from ffprobe's ``"num/den"`` (``"30000/1001"``), frames per second; 0.0 when
+    unknown (``"0/0"``) or not a fraction."""
+    match = re.fullmatch(r"(\d+)/(\d+)", str(value or ""))
+    if not match or int(match.group(2)) == 0:
+        return 0.0
+    return int(match.group(1)) / int(match.group(2))
+
+
+def stream_frames(stream: dict[str, Any], duration_s: float) -> int:
+    """How many frames of ``stream`` will be decoded: the upper of ffprobe's counted packets
+    (``nb_read_packets``, from ``-count_packets``: what the demuxer really delivers) and the
+    container's stored count (``nb_frames``: the MP4 sample table), at least 1.
+
+    Without either (a document probed without ``-count_packets``, which :func:`ffprobe_argv`
+    always passes), the declared ``avg_frame_rate`` over ``duration_s``, else
+    :data:`REFERENCE_FPS`. ``r_frame_rate`` is never used: it is the timestamp grid, not a
+    rate (the module's docstring), and would call a 30 fps phone clip 90,000 fps.
+    """
+    counted = max(_count(stream.get("nb_read_packets")), _count(stream.get("nb_frames")))
+    if counted:
+        return counted
+    declared = _rate(stream.get("avg_frame_rate")) or REFERENCE_FPS
+    return max(1, math.ceil(declared * duration_s))
 
 
 def media_duration_s(fmt: dict[str, Any], streams: list[dict[str, Any]]) -> float | None:
@@ -332,6 +390,7 @@ def parse_probe(document: dict[str, Any], *, packets_duration_s: float | None = 
         codec=codec,
         coded_width=width,
         coded_height=height,
+        frames=stream_frames(video, duration),
         rotation=_rotation(video),
         pix_fmt=pix_fmt,
         bit_depth=_bit_depth(pix_fmt),
@@ -369,12 +428,22 @@ class PlannedRendition:
 
 @dataclass(frozen=True)
 class RenditionPlan:
-    """The renditions of one original, the rungs skipped, and the poster's size and time."""
+    """The renditions of one original, the rungs skipped, and the poster's size and time.
+
+    Attributes
+    ----------
+    fps_cap: frames per second every rendition is limited to (the recipe's ``max_fps``, when
+        the source's average rate is above it), or ``None`` when the source's frames are kept.
+    frames_out: the most frames any one rendition can get: the source's frames, or with a cap
+        the cap's frames over :func:`output_limit_s`; what the budget counts as encoded.
+    """
 
     renditions: tuple[PlannedRendition, ...]
     skipped: tuple[str, ...]
     poster_size: tuple[int, int]
     poster_at_s: float
+    fps_cap: int | None
+    frames_out: int
 
 
 #: Largest frame of each H.264 level, in 16x16 macroblocks (ITU-T H.264 Annex A, table A-1,
@@ -403,6 +472,9 @@ def plan_renditions(probe: VideoProbe, params: VideoRenditionsParams) -> Renditi
     rounded down to even (at least 2), with the smallest rung's settings, so every video
     gets one playable H.264 rendition. A size over the recipe's H.264 level (a panorama
     wider than 4096 px at level 4.0) is shrunk to fit it (:func:`fit_level`).
+
+    A source whose average frame rate (:attr:`VideoProbe.frame_rate_fps`, from its counted
+    frames) is above the recipe's ``max_fps`` is capped to ``max_fps`` (:func:`output_frames`).
     """
     width, height = probe.display_size
     planned, skipped = [], []
@@ -422,12 +494,29 @@ def plan_renditions(probe: VideoProbe, params: VideoRenditionsParams) -> Renditi
         dataclasses.replace(p, width=w, height=h) for p in planned for w, h in [fit_level(p.width, p.height, level)]
     ]
     poster = fit_within(width, height, params.poster.box_px)
+    fps_cap, frames_out = output_frames(probe, params.encoding.max_fps)
     return RenditionPlan(
         renditions=tuple(planned),
         skipped=tuple(skipped),
         poster_size=poster,
         poster_at_s=round(probe.duration_s * params.poster.at_fraction, 3),
+        fps_cap=fps_cap,
+        frames_out=frames_out,
     )
+
+
+def output_frames(probe: VideoProbe, max_fps: int | None) -> tuple[int | None, int]:
+    """(cap, frames): the frame rate the renditions are capped to and the most frames each
+    can get.
+
+    Without ``max_fps``, or for a source whose average rate is at most ``max_fps``: no cap
+    (every frame is kept, variable rate stays variable) and the source's frames. Above it:
+    ``max_fps``, and ``ceil(max_fps x output_limit_s) + 1`` frames (ffmpeg's ``fps`` filter
+    emits a frame per 1/max_fps s, duplicating one across a gap, up to the ``-t`` cut).
+    """
+    if max_fps is None or probe.frame_rate_fps <= max_fps:
+        return None, probe.frames
+    return max_fps, math.ceil(max_fps * output_limit_s(probe)) + 1
 
 
 # --- ffmpeg argv ---------------------------------------------------------------------------
@@ -440,10 +529,14 @@ def _input_guard() -> list[str]:
 
 
 def ffprobe_argv(ffprobe: str, source: str) -> list[str]:
-    """argv to probe ``source`` (a path in the work folder) as JSON; never a shell string."""
+    """argv to probe ``source`` (a path in the work folder) as JSON; never a shell string.
+
+    ``-count_packets`` reads every packet (no decoding) and gives each stream its
+    ``nb_read_packets``: the frames :func:`stream_frames` counts.
+    """
     return [
         ffprobe, "-hide_banner", "-v", "error", *_input_guard(),
-        "-show_format", "-show_streams", "-of", "json", "-i", source,
+        "-show_format", "-show_streams", "-count_packets", "-of", "json", "-i", source,
     ]  # fmt: skip
 
 
@@ -487,16 +580,31 @@ def renditions_argv(
     """argv that decodes ``source`` once and encodes every planned rendition (``split``).
 
     The probed video stream (by index: cover art may come first) is decoded once, made upright
-    (ffmpeg's autorotate), converted (:func:`tonemap_filter` or 8-bit 4:2:0), split, and scaled
-    to each rendition's planned size in square pixels. Each output: libx264 with the recipe's
-    preset, profile, level, CRF and VBV; yuv420p; AAC from the first audio stream when there
-    is one (``-map 0:a:0?``); no metadata or chapters copied (phones store the location in
-    ``udta``); at most :func:`output_limit_s` long; ``+faststart`` puts the moov atom before
-    mdat. Progress goes to stdout as ``key=value`` lines.
+    (ffmpeg's autorotate), cut after its counted ``probe.frames`` (``trim=end_frame``: what
+    :func:`output_limit_s` is to the duration, for frames), capped to ``plan.fps_cap`` frames
+    per second when there is a cap (the ``fps`` filter, before the conversions, so that
+    dropped frames are not converted), converted (:func:`tonemap_filter` or 8-bit 4:2:0),
+    split, and scaled to each rendition's planned size in square pixels. Each output: libx264
+    with the recipe's preset, profile, level, CRF and VBV; yuv420p; AAC from the first audio
+    stream when there is one (``-map 0:a:0?``); no metadata or chapters copied (phones store
+    the location in ``udta``); at most :func:`output_limit_s` long; ``+faststart`` puts the
+    moov atom before mdat. Progress goes to stdout as ``key=value`` lines.
+
+    The ``trim`` passes every frame of a file whose count is right (the outputs are the same
+    bytes as without it); one whose count understates its frames cannot make the decoder and
+    the encoders run past the budget: ffmpeg 7 stops decoding once the graph has its frames
+    (2 s of 16x16 at 50,000 fps cut at 1,000 frames took 0.08 s), and the renditions, shorter
+    than the source, fail verification, permanently. Not ``-frames:v``: with it ffmpeg 7 ends
+    the whole output when the video ends, and a video whose audio runs on loses its audio.
+    ``-fpsmax`` is not used for the cap: ffmpeg 7 refuses it with ``-fps_mode vfr`` ("One of
+    -r/-fpsmax was specified together a non-CFR -vsync/-fps_mode"), and with a constant
+    output rate it would fill a sparse file's gaps with duplicates.
     """
     enc = params.encoding
     n = len(plan.renditions)
-    chains = [f"[0:{probe.stream_index}]{_picture_filter(probe)},split={n}" + "".join(f"[s{i}]" for i in range(n))]
+    cap = f"fps={plan.fps_cap}," if plan.fps_cap else ""
+    picture = f"[0:{probe.stream_index}]trim=end_frame={probe.frames},{cap}{_picture_filter(probe)},split={n}"
+    chains = [picture + "".join(f"[s{i}]" for i in range(n))]
     # The planned size, not scale=-2:H: for a strip thinner than 1:180, -2 gives width 0.
     chains += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(plan.renditions)]
     argv = [
@@ -508,6 +616,7 @@ def renditions_argv(
         argv += ["-c:v", enc.codec, "-preset", enc.preset, "-profile:v", enc.profile, "-level:v", enc.level]
         # Variable frame rate stays variable: a constant output rate would duplicate frames to
         # fill gaps (a 3-frame file declaring 25 minutes became 37,000 frames per rendition).
+        # Only a source above the recipe's max_fps becomes constant, at the cap (fps filter).
         argv += ["-fps_mode", "vfr"]
         argv += ["-pix_fmt", enc.pix_fmt, "-crf", str(r.rung.crf)]
         argv += ["-maxrate", f"{r.rung.maxrate_kbps}k", "-bufsize", f"{r.rung.bufsize_kbps}k"]
@@ -587,14 +696,44 @@ def classify(stderr_tail: str) -> PermanentFailure | None:
 # --- budget --------------------------------------------------------------------------------
 
 
+#: The source the speed factor is measured on (``benchmarks/video.py``): 1080p at 30 fps.
+REFERENCE_PIXELS: Final = 1920 * 1080
+
+#: Share of a reference frame's work that decoding it takes, the rest being scaling and
+#: encoding the ladder: decoding the benchmark's 60 s 1080p30 source alone took 13.1 s of
+#: the job's 29.4 s here (0.45), rounded to a half.
+DECODE_SHARE: Final = 0.5
+
+#: What one frame costs whatever its size, decoded and encoded, as a fraction of a reference
+#: frame's work (17 ms at speed factor 0.51): demuxing, the decoder's threads handing over
+#: each frame, the filter graph, x264's per-frame work, the muxer. Measured on 2 vCPUs with
+#: 16x16 at 50,000 fps (``benchmarks/video.py``, and bare ffmpeg): 37 to 64 us a frame
+#: decoded and passed through the ``fps`` filter (0.0022 to 0.0038 of a reference frame; the
+#: decoder's frame threads dominate, with more system time than user time), and 24 us more a
+#: frame encoded (0.0014). Rounded up: an estimate that errs long refuses a pathological file
+#: a little early; one that errs short burns invocations.
+DECODE_FRAME_COST: Final = 0.004
+ENCODE_FRAME_COST: Final = 0.0015
+
+#: Least work per second of source, as a fraction of a reference second: the audio, the
+#: process starts, the poster and the verification do not shrink with the picture.
+MIN_WORK_PER_S: Final = 0.25
+
+#: Least bytes one H.264 frame takes in an MP4, whatever the VBV allows: the NAL length and
+#: header, a slice header and a skip run, its ``stsz`` and ``ctts`` entries. 24.8 bytes a frame
+#: measured for 16x16 at 50,000 fps (2.48 MB for 2 s against a VBV budget of 0.2 MB).
+FRAME_BYTES: Final = 32
+
+
 @dataclass(frozen=True)
 class Budget:
     """What a job may use.
 
     Attributes
     ----------
-    speed_factor: seconds of work per second of source (both rungs and the poster, measured
-        for 1080p sources; see ``benchmarks/video.py``).
+    speed_factor: seconds of work per second of a 1080p 30 fps source (both rungs and the
+        poster, measured: see ``benchmarks/video.py``); :func:`estimated_seconds` scales it by
+        the frames and pixels of the actual source.
     max_duration_s: longest accepted source, seconds.
     invocation_s: a whole invocation's time for the job (function timeout minus margin), seconds.
     free_bytes: free space where the outputs are written, bytes.
@@ -609,17 +748,34 @@ class Budget:
 
 
 def expected_output_bytes(probe: VideoProbe, plan: RenditionPlan) -> int:
-    """Upper estimate of the renditions' size: every rung at its VBV cap plus audio, bytes."""
+    """Upper estimate of the renditions' size, bytes: every rung at its VBV cap plus audio for
+    the duration, plus :data:`FRAME_BYTES` for each of its ``plan.frames_out`` frames (x264
+    cannot make a frame smaller, so at thousands of frames a second the VBV cap is not a
+    bound: 2 s of 16x16 at 50,000 fps took 2.48 MB against 0.2 MB of VBV), plus 1 MB."""
     kbps = sum(r.rung.maxrate_kbps + (r.rung.audio_kbps if probe.has_audio else 0) for r in plan.renditions)
-    return int(kbps * 1000 / 8 * probe.duration_s) + 1_000_000
+    frames = len(plan.renditions) * plan.frames_out * FRAME_BYTES
+    return int(kbps * 1000 / 8 * probe.duration_s) + frames + 1_000_000
 
 
-def estimated_seconds(probe: VideoProbe, speed_factor: float) -> float:
-    """Estimated wall time of the job, seconds: duration x ``speed_factor`` (seconds of work per
-    second of 1080p), scaled by the source's pixels relative to 1080p, at least 1 s."""
+def estimated_seconds(probe: VideoProbe, plan: RenditionPlan, speed_factor: float) -> float:
+    """Estimated wall time of the job, seconds, at least 1 s.
+
+    The work is counted in reference frames (a 1080p frame decoded and encoded to the ladder
+    takes ``speed_factor / REFERENCE_FPS`` seconds): each of the source's ``probe.frames``
+    is decoded, at :data:`DECODE_SHARE` of a reference frame scaled by its pixels plus
+    :data:`DECODE_FRAME_COST`, and each of ``plan.frames_out`` is encoded, at the rest plus
+    :data:`ENCODE_FRAME_COST`: tiny frames at huge rates are not free. 20 s of 16x16 at
+    50,000 fps is about 187 s at speed factor 1 without a cap and 135 s capped at 60 fps,
+    where duration x pixels said 5 s (measured: 60.4 s and 36.7 s at speed factor 0.513,
+    estimated 96 s and 70 s). At least :data:`MIN_WORK_PER_S` of a reference second per
+    second of source. For 1080p at 30 fps this is ``duration x speed_factor`` (plus 0.6 %).
+    """
     width, height = probe.display_size
-    scale = max(0.25, (width * height) / (1920 * 1080))
-    return max(1.0, probe.duration_s * speed_factor * scale)
+    scale = (width * height) / REFERENCE_PIXELS
+    decode = probe.frames * (DECODE_SHARE * scale + DECODE_FRAME_COST)
+    encode = plan.frames_out * ((1 - DECODE_SHARE) * scale + ENCODE_FRAME_COST)
+    work_s = max(MIN_WORK_PER_S * probe.duration_s, (decode + encode) / REFERENCE_FPS)
+    return max(1.0, speed_factor * work_s)
 
 
 def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None:
@@ -629,17 +785,19 @@ def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None
     ------
     PermanentFailure
         ``too_long`` when the source is longer than ``max_duration_s`` or its estimated time
-        exceeds a whole invocation; ``too_large`` when twice the expected output exceeds the
-        disk's whole size.
+        (:func:`estimated_seconds`: its frames, not only its seconds) exceeds a whole
+        invocation; ``too_large`` when twice the expected output exceeds the disk's whole size.
     TransientFailure
         When it fits the disk but not its free space now (another folder holds the rest).
     """
     if probe.duration_s > budget.max_duration_s:
         raise PermanentFailure(TOO_LONG, f"{probe.duration_s:.1f} s > {budget.max_duration_s:.0f} s")
-    needed = estimated_seconds(probe, budget.speed_factor)
+    needed = estimated_seconds(probe, plan, budget.speed_factor)
     if needed > budget.invocation_s:
         raise PermanentFailure(
-            TOO_LONG, f"estimated {needed:.0f} s of work, an invocation allows {budget.invocation_s:.0f} s"
+            TOO_LONG,
+            f"estimated {needed:.0f} s of work ({probe.frames} frames to decode, {plan.frames_out} to encode "
+            f"per rendition), an invocation allows {budget.invocation_s:.0f} s",
         )
     space = 2 * expected_output_bytes(probe, plan)
     if space > budget.capacity_bytes:
@@ -753,6 +911,8 @@ class VideoDecisions:
     renditions: names made; skipped: rungs taller than the source (never upscaled).
     poster_at_s: where the poster frame was taken, seconds.
     ffmpeg_version: first line of ``ffmpeg -version``.
+    source_frames: the source's video frames (counted); fps_cap: the frame rate the renditions
+        were capped to, or ``None`` when the source's frames were kept.
     """
 
     source_format: str
@@ -769,6 +929,8 @@ class VideoDecisions:
     skipped: tuple[str, ...]
     poster_at_s: float
     ffmpeg_version: str = ""
+    source_frames: int = 0
+    fps_cap: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -795,4 +957,6 @@ def decisions_for(probe: VideoProbe, plan: RenditionPlan, ffmpeg_version: str) -
         skipped=plan.skipped,
         poster_at_s=plan.poster_at_s,
         ffmpeg_version=ffmpeg_version,
+        source_frames=probe.frames,
+        fps_cap=plan.fps_cap,
     )
