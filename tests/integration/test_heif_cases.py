@@ -345,3 +345,55 @@ def test_an_avif_whose_major_brand_is_mif1_is_decoded_by_libavif(tmp_path):
     assert [(f.width, f.height) for f in files][0] == (64, 48)
     with Image.open(files[0].path) as rendered:
         assert rendered.convert("RGB").getpixel((32, 24)) == pytest.approx((200, 30, 30), abs=12)
+
+
+def _heif_tools():
+    """The case makers' box writer and picture helpers (tests/media), loaded as scripts."""
+    import sys
+
+    sys.path.insert(0, str(MEDIA))
+    try:
+        cases = load_script("cases_heif", MEDIA / "cases_heif.py")
+        bmff = load_script("bmff_write", MEDIA / "bmff_write.py")
+    finally:
+        sys.path.remove(str(MEDIA))
+    return cases, bmff
+
+
+def test_more_items_than_libheif_reads_is_unsupported_not_corrupt(tmp_path):
+    """libheif refuses a file of more than 1,000 items (its default security limit): a valid
+    HEIC it cannot read is ``unsupported_feature`` naming the count, before it is asked."""
+    cases, bmff = _heif_tools()
+    heif = bmff.read_heif(cases.heic_bytes(cases.quadrants(96, 64)))
+    heif.items += [bmff.Item(100 + k, "Exif", b"\0\0\0\0MM\0*\0\0\0\x08\0\0", hidden=True) for k in range(1500)]
+    source = tmp_path / "many.heic"
+    source.write_bytes(bmff.write_heif(heif))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(PermanentFailure) as caught:
+        PillowRenderer(50_000_000).render(source, VARIANTS, out)
+    assert (caught.value.reason, caught.value.detail) == (
+        "unsupported_feature",
+        "1501 items: libheif (pi-heif) reads at most 1000",
+    )
+
+
+def test_an_avif_grid_listed_after_its_tile_that_libavif_refuses_is_unsupported_not_corrupt(tmp_path):
+    """Item order is free (ISO/IEC 23008-12); libavif refuses a grid listed after its tiles."""
+    cases, bmff = _heif_tools()
+    data = cases.avif_bytes(cases.quadrants(96, 64), quality=90, speed=10)
+    heif = bmff.read_heif(data)
+    tile = cases.coded_item(data, 2, hidden=True)
+    grid = bmff.Item(
+        1, "grid", bmff.grid_descriptor(1, 1, 96, 64), [(bmff.ispe(96, 64), False)], refs=[("dimg", [2])]
+    )
+    source = tmp_path / "tile-first.avif"
+    source.write_bytes(bmff.write_heif(bmff.Heif(heif.brands, 1, [tile, grid])))
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        files, _ = PillowRenderer(50_000_000).render(source, VARIANTS, out)
+    except PermanentFailure as failure:
+        assert failure.reason == "unsupported_feature" and "libavif" in failure.detail
+    else:  # a libavif that reads it: then it must be the whole picture
+        assert (files[0].width, files[0].height) == (96, 64)

@@ -176,3 +176,12 @@ def test_a_key_s3_would_encode_is_decoded_first_then_tried_as_received():
 def test_a_key_that_is_not_unicode_text_cannot_be_encoded():
     with pytest.raises(UnicodeEncodeError):
         encode_event_key("originals/\ud800.jpg")
+
+
+def test_escapes_that_are_not_utf8_give_only_the_key_as_received():
+    """No decoding of ``%C3`` names a key S3 could hold; a U+FFFD would name one never sent."""
+    from mediajobs.domain.keys import event_key_candidates
+
+    assert event_key_candidates("originals/a%C3.jpg") == ("originals/a%C3.jpg",)
+    assert event_key_candidates("originals/%ED%A0%80") == ("originals/%ED%A0%80",)
+    assert event_key_candidates("originals/caf%C3%A9.jpg") == ("originals/café.jpg", "originals/caf%C3%A9.jpg")

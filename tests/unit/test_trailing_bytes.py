@@ -102,3 +102,52 @@ def test_without_meta_or_moov_a_cut_is_still_truncated_and_a_missing_index_is_le
     assert bmff_problem(ftyp + mdat) is None  # V08: ffprobe says "moov atom not found"
     problem = bmff_problem(ftyp + bmff.box("wide", b"") + JUNK)
     assert problem is not None and problem.reason == "truncated_image"
+
+
+@pytest.mark.parametrize("largest_at", [0, 150_000, 299_999])
+def test_a_chunk_offset_table_larger_than_a_slice_is_read_whole(largest_at):
+    """The offset table is read in slices (its memory must not grow with a 45-million-entry
+    table); an offset past the end found in any slice, the last one included, is a cut."""
+    from mediajobs.adapters import containers
+
+    count = 300_000  # 1.2 MB of stco: more than one slice
+    assert count * 4 > containers._OFFSET_SLICE_BYTES
+    ftyp = bmff.box("ftyp", b"isom", struct.pack(">I", 512), b"isomiso2mp41")
+
+    def build(past_end: bool) -> bytes:
+        offsets = [64] * count
+        if past_end:
+            offsets[largest_at] = 50_000_000
+        table = bmff.full_box("stco", 0, 0, struct.pack(">I", count), struct.pack(f">{count}I", *offsets))
+        stbl = bmff.box("stbl", bmff.full_box("stsz", 0, 0, struct.pack(">II", 1, count)), table)
+        moov = bmff.box(
+            "moov", bmff.full_box("mvhd", 0, 0, b"\0" * 96), bmff.box("trak", bmff.box("mdia", bmff.box("minf", stbl)))
+        )
+        return ftyp + moov + bmff.box("mdat", b"\0" * 400_000)
+
+    assert bmff_problem(build(past_end=False)) is None
+    problem = bmff_problem(build(past_end=True))
+    assert problem is not None and problem.reason == "truncated_image"
+
+
+def test_reading_a_huge_chunk_offset_table_takes_memory_of_a_slice_not_of_the_table():
+    """5 million entries (20 MB): the walk's own allocations stay within a few slices."""
+    import tracemalloc
+
+    from mediajobs.adapters import containers
+
+    count = 5_000_000
+    ftyp = bmff.box("ftyp", b"isom", struct.pack(">I", 512), b"isomiso2mp41")
+    table = bmff.full_box("stco", 0, 0, struct.pack(">I", count), struct.pack(">I", 64) * count)
+    stbl = bmff.box("stbl", bmff.full_box("stsz", 0, 0, struct.pack(">II", 1, count)), table)
+    moov = bmff.box(
+        "moov", bmff.full_box("mvhd", 0, 0, b"\0" * 96), bmff.box("trak", bmff.box("mdia", bmff.box("minf", stbl)))
+    )
+    data = ftyp + moov + bmff.box("mdat", b"\0" * 128)
+    tracemalloc.start()
+    try:
+        assert bmff_problem(data) is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * containers._OFFSET_SLICE_BYTES, peak

@@ -41,6 +41,11 @@ def _corrupt(detail: str) -> PermanentFailure:
 NEEDED_BOXES: Final = frozenset({b"ftyp", b"meta", b"moov", b"mdat", b"moof"})
 
 
+#: Bytes of a chunk offset table read at once (a multiple of 8), so the walk's memory does not
+#: grow with the table.
+_OFFSET_SLICE_BYTES: Final = 1 << 20
+
+
 def _chunk_offsets(data: bytes | mmap.mmap, moov: Box) -> int | None:
     """The largest sample chunk offset of any track in ``moov`` (``stco``/``co64``,
     ISO/IEC 14496-12 8.7.5), or ``None`` when no track has samples or a track's boxes do
@@ -56,13 +61,17 @@ def _chunk_offsets(data: bytes | mmap.mmap, moov: Box) -> int | None:
             elif depth == len(path) and child.kind in ("stco", "co64"):
                 width = 4 if child.kind == "stco" else 8
                 count = int.from_bytes(bytes(data[child.start + 4 : child.start + 8]), "big")
-                table = bytes(data[child.start + 8 : min(child.end, child.start + 8 + count * width)])
-                offsets = array.array("I" if width == 4 else "Q")
-                offsets.frombytes(table[: len(table) - len(table) % width])
-                if sys.byteorder == "little":
-                    offsets.byteswap()
-                if offsets:
-                    largest = max(largest or 0, max(offsets))
+                end = min(child.end, child.start + 8 + count * width)
+                end -= (end - child.start - 8) % width
+                # In slices: a table may hold tens of millions of entries, and the worker
+                # reads the file outside the render child's memory limit.
+                for at in range(child.start + 8, end, _OFFSET_SLICE_BYTES):
+                    offsets = array.array("I" if width == 4 else "Q")
+                    offsets.frombytes(bytes(data[at : min(end, at + _OFFSET_SLICE_BYTES)]))
+                    if sys.byteorder == "little":
+                        offsets.byteswap()
+                    if offsets:
+                        largest = max(largest or 0, max(offsets))
 
     try:
         walk(moov, 0)

@@ -778,11 +778,13 @@ _DERIVED: Final = frozenset({"grid", "iovl", "iden"})
 @dataclass(frozen=True)
 class Decoder:
     """What a decoder can decode: coded item types (``hvc1``, ``av01``) and derived image
-    types (``grid``, ``iovl``, ``iden``), and its name for messages."""
+    types (``grid``, ``iovl``, ``iden``), the most items it reads in one file (``None``: no
+    limit of its own), and its name for messages."""
 
     name: str
     coded: frozenset[str]
     derived: frozenset[str]
+    max_items: int | None = None
 
 
 @dataclass(frozen=True)

@@ -398,12 +398,16 @@ def _file_digest(path: Path) -> tuple[str, int]:
 #: What each plugin that reads HEIF files decodes: Pillow's AVIF plugin is libavif (AV1, grids;
 #: no overlays), pi-heif is libheif with libde265 (HEVC, grids, overlays, identity images;
 #: AV1 only if its build has a decoder for it).
+#: Most items libheif reads in one file: its default security limit (``heif_security_limits``
+#: ``max_items``, 1,000 since libheif 1.19); past it, it refuses the file.
+LIBHEIF_MAX_ITEMS: Final = 1000
 DECODERS: Final = {
     "AVIF": Decoder("libavif (Pillow's AVIF plugin)", frozenset({"av01"}), frozenset({"grid"})),
     "HEIF": Decoder(
         "libheif (pi-heif)",
         frozenset({"hvc1", *(["av01"] if pi_heif.libheif_info().get("AVIF") else [])}),
         frozenset({"grid", "iovl", "iden"}),
+        max_items=LIBHEIF_MAX_ITEMS,
     ),
 }
 
@@ -463,6 +467,10 @@ def _heif_primary(path: Path, source_format: str, max_pixels: int) -> PrimaryIma
             raise PermanentFailure(UNSUPPORTED_FEATURE, f"a {source_format} image sequence without a still image")
         if structure is None:
             raise PermanentFailure(CORRUPT_IMAGE, f"a {source_format} file without a meta box")
+        if decoder.max_items is not None and len(structure.items) > decoder.max_items:
+            raise PermanentFailure(
+                UNSUPPORTED_FEATURE, f"{len(structure.items)} items: {decoder.name} reads at most {decoder.max_items}"
+            )
         return primary_image(structure, max_pixels, decoder)  # reads the mapped file
 
 
@@ -584,8 +592,12 @@ class PillowRenderer:
         except PermanentFailure as failure:
             if heif_format is None or failure.reason != UNSUPPORTED_FORMAT:
                 raise
+            # Its structure passed the check above (tiles, sizes, references), so what the
+            # decoder refuses is a way of arranging it that the decoder does not implement
+            # (libavif: a grid listed after its tiles, a grid of grids, a rotated tile).
             raise PermanentFailure(
-                CORRUPT_IMAGE, f"a {heif_format} file that {DECODERS[heif_format].name} refuses"
+                UNSUPPORTED_FEATURE,
+                f"a {heif_format} file whose structure is sound that {DECODERS[heif_format].name} refuses to open",
             ) from failure
         with opened as im:
             width, height = im.size

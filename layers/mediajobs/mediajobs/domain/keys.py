@@ -188,6 +188,11 @@ def event_key_candidates(received: str) -> tuple[str, ...]:
     when it differs, the key as received: for an event from a producer that did not encode
     it (an older emulator, a hand-written event), used only if the decoded key names no
     object and this one does. ``"a%2Bb"`` is ``("a+b", "a%2Bb")``; ``"a.jpg"`` is ``("a.jpg",)``.
+    Escapes that do not decode as UTF-8 (``"a%C3"``) give only the key as received: no
+    decoding would name a key S3 holds, and a replacement character would name one never sent.
     """
-    decoded = unquote_plus(received, encoding="utf-8", errors="replace")
+    try:
+        decoded = unquote_plus(received, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:  # escapes that are not UTF-8: S3 never sends them; no key to guess
+        return (received,)
     return (decoded,) if decoded == received else (decoded, received)
