@@ -80,9 +80,10 @@ class Settings:
     worker_timeout_s: the worker function's timeout, seconds (env ``WORKER_TIMEOUT_SECONDS``,
         the template's ``Timeout``; default 900, Lambda's maximum). A video whose estimated
         time exceeds it less the margin ends ``too_long`` instead of timing out on every try.
-    video_speed_factor: seconds of work per second of a 1080p video for every rendition and
-        the poster (default 1.0; ``benchmarks/video.py`` measures it; scaled by the source's
-        pixels relative to 1080p).
+    video_speed_factor: seconds of work per second of a 1080p video at 30 fps for every
+        rendition and the poster (default 1.0; ``benchmarks/video.py`` measures it); the
+        estimate scales it by the frames decoded and encoded and their pixels, plus a cost
+        per frame (:func:`mediajobs.domain.video.estimated_seconds`).
     max_video_s: longest accepted video, seconds (default 1800); longer ones end ``too_long``.
     retry_base_s: first backoff after a transient failure, seconds; it doubles per
         receive up to 900 (default 5).
