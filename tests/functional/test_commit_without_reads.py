@@ -157,7 +157,7 @@ def test_a_lost_holders_write_landing_after_the_listing_is_still_identified(loca
     real_render = a._renderer.render
     a_files: dict[str, bytes] = {}
 
-    def another_build(source, variants, out_dir):
+    def another_build(source, variants, out_dir, context=None):
         variants = tuple(v.model_copy(update={"quality": v.quality - 7}) for v in variants)
         files, decisions = real_render(source, variants, out_dir)
         a_files.update({f.path.name: f.path.read_bytes() for f in files})
