@@ -423,7 +423,7 @@ CASES: tuple[Case, ...] = (
             "268435456 pixels; decided from the sequence header before any decoder runs (no pixel decoded)."
         ),
         reason="too_many_pixels",
-        source="strukturag/libheif#1895",
+        source="strukturag/libheif#1220",
     ),
     Case(
         id="B02",
@@ -448,7 +448,7 @@ CASES: tuple[Case, ...] = (
             "declares), before decoding; never a 'done' 64x64 rendering."
         ),
         reason="too_many_pixels",
-        source="strukturag/libheif#1895",
+        source="strukturag/libheif#1220",
     ),
     Case(
         id="B04",
@@ -481,7 +481,7 @@ CASES: tuple[Case, ...] = (
             "Success: thumb 320x213, card 800x533, full 960x640, all of the primary (quadrants TL red, TR "
             "green); decisions.frames 2, frames_dropped 1, animated false. Never the 480x320 mirrored picture."
         ),
-        source="ImageMagick/ImageMagick#3712",
+        source="drewnoakes/metadata-extractor#560",
     ),
     Case(
         id="B07",
@@ -515,7 +515,7 @@ CASES: tuple[Case, ...] = (
             "Success, composed by libheif: 960x640 white canvas, red 480x320 at the top left, yellow 480x320 "
             "at the bottom right (thumb 320x213, card 800x533, full 960x640)."
         ),
-        source="AOMediaCodec/libavif#2313",
+        source="gpac/gpac#1653",
     ),
     Case(
         id="B10",
@@ -559,7 +559,7 @@ CASES: tuple[Case, ...] = (
             "last complete box', before ffprobe runs."
         ),
         reason="invalid_media",
-        source="fluent-ffmpeg/node-fluent-ffmpeg#1022",
+        source="anthwlock/untrunc#68",
         needs_ffmpeg=True,
     ),
     Case(
@@ -583,7 +583,7 @@ CASES: tuple[Case, ...] = (
             "Success, not rotated (MIAF: irot/imir orient a HEIF, its EXIF orientation is ignored): thumb "
             "320x213, TL red; decisions.orientation 1."
         ),
-        source="AOMediaCodec/libavif#3078",
+        source="strukturag/libheif#680",
     ),
     Case(
         id="B16",
