@@ -103,6 +103,25 @@ def test_an_exception_that_is_not_the_inputs_is_transient(tmp_path):
         outcome(ended(READY, {"event": "error", "type": "ConnectionResetError", "message": "peer reset"}), tmp_path)
 
 
+def test_a_codec_error_at_the_limit_is_the_budgets_not_a_retry(tmp_path):
+    """libaom reports its failed allocation as "Encoding of color planes failed" (an 8 MP JPEG
+    under a 60 MB budget): a render that failed with most of its budget taken fails so on
+    every retry, so it is ``memory_limit_exceeded``, not transient until attempts_exhausted."""
+    error = {
+        "event": "error",
+        "type": "RuntimeError",
+        "message": "Failed to encode image: Encoding of color planes failed",
+        "peak": {"peak_vm_mb": (55 * MB + 0.8 * BUDGET) / MB, "peak_rss_mb": 900.0},
+    }
+    with pytest.raises(PermanentFailure) as failed:
+        outcome(ended(READY, error), tmp_path)
+    assert failed.value.reason == "memory_limit_exceeded"
+    assert "Encoding of color planes failed" in failed.value.detail and "1536 MB" in failed.value.detail
+    early = {**error, "peak": {"peak_vm_mb": (55 * MB + 0.1 * BUDGET) / MB, "peak_rss_mb": 90.0}}
+    with pytest.raises(TransientFailure):
+        outcome(ended(READY, early), tmp_path)
+
+
 def test_a_child_that_ends_before_its_limit_is_set_is_transient(tmp_path):
     with pytest.raises(TransientFailure, match="ModuleNotFoundError"):
         outcome(ended(returncode=1, stderr="ModuleNotFoundError: No module named 'PIL'\n"), tmp_path)

@@ -49,6 +49,9 @@ reported files and decisions                     the files (each must be a regul
 reported a :class:`PermanentFailure`             the same reason and detail;
                                                  ``memory_limit_exceeded`` names the budget
 reported ``MemoryError``                         ``memory_limit_exceeded``
+reported another exception with its address      ``memory_limit_exceeded``: codecs report
+space past half its budget                       a failed allocation in their own words
+                                                 (:data:`NEAR_THE_LIMIT_SHARE`)
 reported another exception                       :class:`TransientFailure`, as the service
                                                  treats it from an in-process renderer
 died by a signal after its limit was set         ``memory_limit_exceeded``: a C++ decoder
@@ -235,6 +238,26 @@ def _rendered(entry: dict[str, Any], out_dir: Path) -> RenderedFile:
     )
 
 
+#: Share of the budget (above the child's baseline) that a render's address space must have
+#: reached for an unexplained error to count as the budget's. Codecs report a failed
+#: allocation in their own words (libaom under libavif: "Encoding of color planes failed",
+#: measured with an 8 MP JPEG under a 60 MB budget), and a render that failed after taking
+#: most of its budget fails the same way on every retry; one that failed early did not run
+#: out (disk full, a bug) and is retried.
+NEAR_THE_LIMIT_SHARE: Final = 0.5
+
+
+def _near_the_limit(peak: dict[str, Any], ready: dict[str, Any]) -> bool:
+    """Whether the child's peak address space (``peak_vm_mb``) reached
+    :data:`NEAR_THE_LIMIT_SHARE` of its budget above its baseline."""
+    try:
+        baseline, limit = int(ready["baseline_bytes"]), int(ready["limit_bytes"])
+        peak_bytes = float(peak["peak_vm_mb"]) * 2**20
+    except (KeyError, TypeError, ValueError):
+        return False
+    return limit > baseline and peak_bytes - baseline >= NEAR_THE_LIMIT_SHARE * (limit - baseline)
+
+
 def interpret(
     exit_: ChildExit, *, out_dir: Path, budget_bytes: int, waited_s: float = 0.0
 ) -> tuple[list[RenderedFile], RenderDecisions]:
@@ -284,7 +307,14 @@ def interpret(
                     MEMORY_LIMIT_EXCEEDED, f"decoding needed more than {budget}: {final.get('detail', 'MemoryError')}"
                 )
             if event == "error":
-                raise TransientFailure(f"render child: {final.get('type')}: {final.get('message')}")
+                error = f"{final.get('type')}: {final.get('message')}"
+                if ready is not None and _near_the_limit(final.get("peak") or {}, ready):
+                    raise PermanentFailure(
+                        MEMORY_LIMIT_EXCEEDED,
+                        f"decoding needed more than {budget}: the render failed with its address space at "
+                        f"{final['peak']['peak_vm_mb']} MB: {error}",
+                    )
+                raise TransientFailure(f"render child: {error}")
         except (KeyError, TypeError, ValueError) as exc:
             raise TransientFailure(f"render child sent an unreadable report ({exc!r}): {final!r:.300}") from exc
         raise TransientFailure(f"render child sent an unknown report: {final!r:.300}")
