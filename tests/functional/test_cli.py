@@ -34,8 +34,8 @@ def test_process_json_prints_one_object_per_input(tmp_path):
     assert [line["input"] for line in lines] == [photo, empty, html, bomb, photo]
     first, empty_line, html_line, bomb_line, again = lines
 
-    assert set(first) == {"input", "sha256", "media", "state", "reason", "jobs"}
-    assert (first["media"], first["state"], first["reason"]) == ("image", "done", None)
+    assert set(first) == {"input", "sha256", "media", "state", "reason", "detail", "jobs"}
+    assert (first["media"], first["state"], first["reason"], first["detail"]) == ("image", "done", None, None)
     (job,) = first["jobs"]
     assert set(job) == {"recipe", "job_key", "state", "reused", "reason", "manifest", "outputs"}
     assert (job["recipe"], job["state"], job["reused"], len(job["job_key"])) == ("web-image@1", "done", False, 64)
@@ -57,6 +57,7 @@ def test_process_json_prints_one_object_per_input(tmp_path):
         "media": None,
         "state": "permanent_failure",
         "reason": "empty_file",
+        "detail": "the object has 0 bytes",
         "jobs": [],
     }
     assert (html_line["state"], html_line["reason"], html_line["jobs"], html_line["media"]) == (
@@ -71,6 +72,7 @@ def test_process_json_prints_one_object_per_input(tmp_path):
         "image",
     )
     assert bomb_line["jobs"][0]["state"] == "permanent_failure" and bomb_line["jobs"][0]["outputs"] == []
+    assert bomb_line["detail"].startswith("8000x7500 = 60000000 pixels")
 
 
 def test_process_missing_file_is_a_usage_error(tmp_path):
@@ -288,3 +290,16 @@ def test_sigterm_stops_the_cli_and_kills_ffmpeg(tmp_path):
         if pid_file.exists():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_process_uploads_a_file_under_its_own_name_and_the_manifest_names_it(tmp_path):
+    """Spaces, ``+``, ``%`` and non-ASCII letters reach the key as they are (the event then
+    carries them URL-encoded, as AWS's do, and the worker decodes them)."""
+    name = "My Photo (1) +100% café.jpg"
+    (tmp_path / name).write_bytes(media_file("photos", "canon-40d-small.jpg").read_bytes())
+    out = tmp_path / "out"
+    done = run("process", str(tmp_path / name), "--out", str(out), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (line,) = [json.loads(x) for x in done.stdout.splitlines()]
+    manifest = json.loads(Path(line["jobs"][0]["manifest"]).read_text())
+    assert manifest["source"]["key"] == f"originals/cli/0000-{name}"

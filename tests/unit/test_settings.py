@@ -37,3 +37,17 @@ def test_derivatives_may_not_live_under_originals():
 def test_the_video_speed_factor_must_be_a_positive_finite_number(raw):
     with pytest.raises(ValueError):
         Settings.from_env({"VIDEO_SPEED_FACTOR": raw})
+
+
+def test_the_decode_budget_follows_the_functions_memory_unless_set():
+    """A stack deployed with MemorySize 1024 must not get a 1,536 MB decode budget: the
+    function would be killed before the child's limit is reached."""
+    from mediajobs.settings import Settings
+
+    assert Settings.from_env({}).decode_memory_mb == 1536
+    assert Settings.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048"}).decode_memory_mb == 1536
+    assert Settings.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024"}).decode_memory_mb == 768
+    assert (
+        Settings.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024", "DECODE_MEMORY_MB": "900"}).decode_memory_mb
+        == 900
+    )

@@ -37,6 +37,21 @@ _ENV_NAMES: Final = {
 }
 
 
+#: The function's memory, MB, that Lambda sets in every execution environment ("Defined
+#: runtime environment variables", AWS Lambda developer guide).
+LAMBDA_MEMORY_ENV = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"
+#: Share of the function's memory an image render may add to its child's baseline when
+#: ``DECODE_MEMORY_MB`` is not set: 1,536 of 2,048 MB leaves the handler (75 MB), the
+#: child's baseline (60 MB) and about 380 MB for transfers and the page cache.
+DECODE_MEMORY_SHARE = 0.75
+
+
+def decode_budget_mb(function_memory_mb: int) -> int:
+    """The default decode memory budget, MB, for a function of ``function_memory_mb``:
+    :data:`DECODE_MEMORY_SHARE` of it (1536 for 2048, 768 for 1024), at least 64."""
+    return max(64, int(function_memory_mb * DECODE_MEMORY_SHARE))
+
+
 @dataclass(frozen=True)
 class Settings:
     """Runtime settings of the pipeline.
@@ -61,7 +76,8 @@ class Settings:
         2,048 MB, less the handler process (75 MB, template.yaml) and the child's baseline
         (60 MB), leaves about 380 MB for S3 transfers and the page cache; the largest
         legitimate render measured, a 50 MP WebP, takes 804 MB of it
-        (``benchmarks/peak_memory.py``). Change it with ``MemorySize``.
+        (``benchmarks/peak_memory.py``). Unset on Lambda, it follows ``MemorySize``:
+        :func:`decode_budget_mb` of ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE``.
     lease_s: how long a claim is held, unless renewed by the heartbeat (every third of
         it), before another worker may take over, seconds: how long a crashed worker's
         job waits, and how long a busy duplicate stays away (default 120).
@@ -159,5 +175,7 @@ class Settings:
                 values[name] = raw
         if "region" not in values and env.get("AWS_DEFAULT_REGION"):
             values["region"] = env["AWS_DEFAULT_REGION"]
+        if "decode_memory_mb" not in values and env.get(LAMBDA_MEMORY_ENV, "").isdigit():
+            values["decode_memory_mb"] = decode_budget_mb(int(env[LAMBDA_MEMORY_ENV]))
         values.update(overrides)
         return cls(**values)

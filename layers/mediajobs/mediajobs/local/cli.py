@@ -93,7 +93,15 @@ def _videos_if_ffmpeg() -> list[Path]:
 
 
 def _safe_name(name: str) -> str:
+    """A name for a local folder: letters, digits and ``._-`` only."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100] or "file"
+
+
+def _key_name(name: str) -> str:
+    """A file's name as the last part of its object key: as it is (spaces, ``+``, ``%``,
+    non-ASCII letters reach S3 and its URL-encoded events unchanged), but for control
+    characters and path separators, at most 200 characters."""
+    return re.sub(r"[\x00-\x1f\x7f/\\]", "_", name)[:200] or "file"
 
 
 def _sha256(path: Path) -> str:
@@ -187,13 +195,13 @@ def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         )
         uploads: list[tuple[str, Path, str]] = []
         for i, path in enumerate(files):
-            uploads.append((path.name, path, f"originals/demo/{i:02d}-{_safe_name(path.name)}"))
+            uploads.append((path.name, path, f"originals/demo/{i:02d}-{_key_name(path.name)}"))
         # The same bytes under a second name: one job, no second render.
         uploads.append(
             (
                 f"{files[0].name} (copy)",
                 files[0],
-                f"originals/demo/{len(files):02d}-copy-of-{_safe_name(files[0].name)}",
+                f"originals/demo/{len(files):02d}-copy-of-{_key_name(files[0].name)}",
             )
         )
         started = time.monotonic()
@@ -267,7 +275,7 @@ def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     with LocalSession(log_level=args.log_level, bars=ProgressBars()) as session:
         keys = []
         for i, path in enumerate(files):
-            keys.append(session.upload(path, f"originals/cli/{i:04d}-{_safe_name(path.name)}"))
+            keys.append(session.upload(path, f"originals/cli/{i:04d}-{_key_name(path.name)}"))
         session.run()
         rows = []
         unprocessed = 0
@@ -289,6 +297,7 @@ def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
                 "media": result.media,
                 "state": result.state,
                 "reason": result.reason,
+                "detail": result.detail or None,
                 "jobs": jobs_json,
             }
             rows.append((path.name, result))
