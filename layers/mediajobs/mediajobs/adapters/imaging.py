@@ -386,13 +386,10 @@ def _flatten(im: Image.Image) -> Image.Image:
 
 
 def _file_digest(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
+    """(SHA-256 hex, size in bytes) of the file at ``path``."""
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        return digest, f.tell()
 
 
 #: What each plugin that reads HEIF files decodes: Pillow's AVIF plugin is libavif (AV1, grids;
