@@ -104,7 +104,7 @@ def test_an_event_that_did_not_encode_the_key_is_served_from_the_key_as_received
         "us-east-1",
     )
     local_session.collector.results.clear()
-    with caplog.at_level("WARNING", logger="mediajobs.service"):
+    with caplog.at_level("WARNING", logger="mediajobs.service_layer.pipeline"):
         assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     [result] = local_session.collector.results[key]
     assert result.state == "done"

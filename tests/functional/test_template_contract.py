@@ -363,8 +363,8 @@ def test_saved_queries_find_repeated_starts_and_failures_by_reason_in_the_worker
     assert 'filter message = "permanent failure"' in failures["QueryString"]
     assert "by reason" in failures["QueryString"]
     # The messages and fields the queries read are the ones the code logs.
-    assert 'log.info("processing started", extra=extra)' in _code("service.py")
-    assert '"job_key": key' in _code("service.py")
+    assert 'log.info("processing started", extra=extra)' in _code("service_layer/pipeline.py")
+    assert '"job_key": key' in _code("service_layer/pipeline.py")
     assert '"permanent failure",' in _code("entrypoints", "worker.py")
 
 

@@ -10,13 +10,13 @@ import uuid
 
 import pytest
 
-from mediajobs import service
 from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure, TransientFailure
 from mediajobs.domain.keys import source_version_document
 from mediajobs.entrypoints import worker
 from mediajobs.local.runner import LocalLambdaContext
+from mediajobs.service_layer import pipeline as service
 from tests.functional.test_ledger import spec
 from tests.functional.test_worker import event_for, put, unique_png
 

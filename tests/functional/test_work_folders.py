@@ -11,7 +11,7 @@ from pathlib import Path
 from mediajobs.bootstrap import build_pipeline
 from mediajobs.local.embedded import EmbeddedAws
 from mediajobs.local.simulate import worker_work_dir
-from mediajobs.service import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
+from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
 from mediajobs.settings import Settings
 from tests.conftest import REPO
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from mediajobs.adapters.containers import top_level_boxes
 from mediajobs.adapters.ffmpeg import find_binaries
 from mediajobs.adapters.video import FfmpegRenderer
 from mediajobs.bootstrap import ACTIVE_RECIPES
 from mediajobs.domain.errors import PermanentFailure
+from mediajobs.domain.inspections.containers import top_level_boxes
 from mediajobs.domain.jobs import RenderedFile
 from mediajobs.domain.recipes import load_recipe
 from mediajobs.domain.video import VideoDecisions, VideoProbe

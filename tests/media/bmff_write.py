@@ -7,7 +7,7 @@ one ``meta`` (``hdlr``, ``pitm``, ``iinf``, ``iref``, ``iprp``, ``iloc``) and on
 holding every item's data. Box layouts from ISO/IEC 14496-12 (``iloc`` 8.11.3, ``iinf``/``infe``
 8.11.6, ``iref`` 8.11.12, ``clap`` 12.1.4) and ISO/IEC 23008-12 (``ipma``/``ipco`` 9.3, ``ispe``
 6.5.3, ``irot`` 6.5.10, ``imir`` 6.5.12, ``grid`` 6.6.2.3, ``iovl`` 6.6.2.2). It is written
-here for the tests, independently of the product's reader (``mediajobs.adapters.heif_items``),
+here for the tests, independently of the product's reader (``mediajobs.domain.inspections.heif_items``),
 so a bug in one does not hide in the other.
 
 Not a case module (``make_cases`` loads ``cases_*.py`` only); nothing here reads outside the

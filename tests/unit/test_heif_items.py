@@ -1,4 +1,4 @@
-"""The HEIF item reader (mediajobs.adapters.heif_items) on structures written here box by box
+"""The HEIF item reader (mediajobs.domain.inspections.heif_items) on structures written here box by box
 (tests/media/bmff_write.py) and on codec headers written bit by bit from the specifications
 (AV1 5.5.1, H.265 7.3.2.2.1): no decoder runs."""
 
@@ -9,8 +9,9 @@ import struct
 import pytest
 from PIL import Image, ImageOps
 
-from mediajobs.adapters import heif_items
-from mediajobs.adapters.heif_items import (
+from mediajobs.domain.errors import PermanentFailure
+from mediajobs.domain.inspections import heif_items
+from mediajobs.domain.inspections.heif_items import (
     CleanAperture,
     Decoder,
     Mirror,
@@ -24,7 +25,6 @@ from mediajobs.adapters.heif_items import (
     primary_image,
     read_structure,
 )
-from mediajobs.domain.errors import PermanentFailure
 from tests.conftest import MEDIA, load_script
 
 bmff = load_script("bmff_write", MEDIA / "bmff_write.py")

@@ -6,7 +6,7 @@ import io
 
 from PIL import Image
 
-from mediajobs.adapters.jpeg_markers import find_jpeg_corruption
+from mediajobs.domain.inspections.jpeg_markers import find_jpeg_corruption
 
 
 def _jpeg(progressive: bool = False) -> bytes:

@@ -6,7 +6,7 @@ import pytest
 
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, Superseded, TransientFailure
 from mediajobs.domain.jobs import Delivery
-from mediajobs.lease import LeaseKeeper, lease_until
+from mediajobs.service_layer.lease import LeaseKeeper, lease_until
 
 
 class Clock:

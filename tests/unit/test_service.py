@@ -37,7 +37,7 @@ from mediajobs.domain.jobs import (
 from mediajobs.domain.keys import sha256_hex, source_version_id
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.domain.recipes import load_recipe
-from mediajobs.service import Pipeline, PipelineObserver
+from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver
 from mediajobs.settings import Settings
 
 RECIPE = load_recipe("web-image", 1)
@@ -574,7 +574,7 @@ def test_video_progress_is_logged_at_most_every_10_seconds(tmp_path, caplog):
     now = [1000.0]
     renderer = SteppingRenderer(now, [1001.0, 1005.0, 1010.0, 1012.0, 1019.9, 1020.0, 1031.0])
     pipeline, _, _ = make_video(tmp_path, renderer, clock=lambda: now[0])
-    with caplog.at_level("INFO", logger="mediajobs.service"):
+    with caplog.at_level("INFO", logger="mediajobs.service_layer.pipeline"):
         pipeline.process(REF)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rendering ")]
     assert logged == ["rendering 720p: 17% (10.0 of 60.0 s)", "rendering 720p: 33% (20.0 of 60.0 s)",
@@ -584,7 +584,7 @@ def test_video_progress_is_logged_at_most_every_10_seconds(tmp_path, caplog):
 def test_an_original_larger_than_the_disk_is_too_large_before_reading(tmp_path, monkeypatch):
     import shutil
 
-    from mediajobs import service
+    from mediajobs.service_layer import pipeline as service
 
     pipeline, store, ledger, renderer, log = make(tmp_path)
     monkeypatch.setattr(service.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(4, 0, 4))
@@ -596,7 +596,7 @@ def test_an_original_larger_than_the_disk_is_too_large_before_reading(tmp_path, 
 def test_an_original_that_fits_the_disk_but_not_its_free_space_now_comes_back(tmp_path, monkeypatch):
     import shutil
 
-    from mediajobs import service
+    from mediajobs.service_layer import pipeline as service
 
     pipeline, store, ledger, renderer, log = make(tmp_path)
     monkeypatch.setattr(service.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100, 96, 4))
@@ -610,7 +610,7 @@ def test_at_init_every_work_folder_is_a_dead_predecessors_and_is_removed_whateve
     import os
     import time
 
-    from mediajobs.service import WORK_FOLDER_MARKER, remove_work_folders
+    from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, remove_work_folders
 
     just_died, long_dead, other = tmp_path / "mediajobs-a1", tmp_path / "mediajobs-b2", tmp_path / "someone-elses"
     for folder in (just_died, long_dead, other):
@@ -627,7 +627,7 @@ def test_at_init_every_work_folder_is_a_dead_predecessors_and_is_removed_whateve
 def test_a_users_folder_named_like_a_work_folder_is_not_removed(tmp_path):
     """Only folders the pipeline made (they hold the marker) go: ``mediajobs-out`` is the
     demo's output folder, and a ``WORK_DIR`` may be a folder the user keeps things in."""
-    from mediajobs.service import remove_work_folders
+    from mediajobs.service_layer.pipeline import remove_work_folders
 
     for name in ("mediajobs-out", "mediajobs-photos"):
         (tmp_path / name).mkdir()
@@ -638,7 +638,7 @@ def test_a_users_folder_named_like_a_work_folder_is_not_removed(tmp_path):
 
 
 def test_a_live_worker_with_another_work_dir_keeps_its_folder(tmp_path):
-    from mediajobs.service import WORK_FOLDER_MARKER, remove_work_folders
+    from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, remove_work_folders
 
     (live := tmp_path / "worker-1" / "mediajobs-live").mkdir(parents=True)
     (live / WORK_FOLDER_MARKER).touch()
@@ -649,7 +649,7 @@ def test_a_live_worker_with_another_work_dir_keeps_its_folder(tmp_path):
 
 def test_a_work_folder_is_named_for_the_cleanup(tmp_path):
     """The folder a record is read into is one the INIT cleanup recognises."""
-    from mediajobs.service import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
+    from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
 
     seen, marked = [], []
 
@@ -694,7 +694,7 @@ def test_a_key_sent_unencoded_is_used_as_received_only_when_the_decoded_one_is_m
     pipeline, store, *_, log = make(tmp_path)
     store.objects = {"originals/a+b.jpg": b"photo"}
     ref = ObjectRef("bucket", "originals/a b.jpg", None, 5, raw_key="originals/a+b.jpg")
-    with caplog.at_level("WARNING", logger="mediajobs.service"):
+    with caplog.at_level("WARNING", logger="mediajobs.service_layer.pipeline"):
         result = pipeline.process(ref)
     assert result.state == "done" and result.source.key == "originals/a+b.jpg"
     assert [e for e in log if e[0] in ("head", "download")] == [

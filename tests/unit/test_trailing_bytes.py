@@ -1,4 +1,4 @@
-"""bmff_problem (mediajobs.adapters.containers): a file is truncated when a box it needs, or
+"""bmff_problem (mediajobs.domain.inspections.containers): a file is truncated when a box it needs, or
 the data its index points at, lies past its end; bytes after its last complete box are not
 a cut. Files written here box by box (tests/media/bmff_write.py)."""
 
@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from mediajobs.adapters.containers import bmff_problem
+from mediajobs.domain.inspections.containers import bmff_problem
 from tests.conftest import MEDIA, load_script
 
 bmff = load_script("bmff_write", MEDIA / "bmff_write.py")
@@ -108,7 +108,7 @@ def test_without_meta_or_moov_a_cut_is_still_truncated_and_a_missing_index_is_le
 def test_a_chunk_offset_table_larger_than_a_slice_is_read_whole(largest_at):
     """The offset table is read in slices (its memory must not grow with a 45-million-entry
     table); an offset past the end found in any slice, the last one included, is a cut."""
-    from mediajobs.adapters import containers
+    from mediajobs.domain.inspections import containers
 
     count = 300_000  # 1.2 MB of stco: more than one slice
     assert count * 4 > containers._OFFSET_SLICE_BYTES
@@ -134,7 +134,7 @@ def test_reading_a_huge_chunk_offset_table_takes_memory_of_a_slice_not_of_the_ta
     """5 million entries (20 MB): the walk's own allocations stay within a few slices."""
     import tracemalloc
 
-    from mediajobs.adapters import containers
+    from mediajobs.domain.inspections import containers
 
     count = 5_000_000
     ftyp = bmff.box("ftyp", b"isom", struct.pack(">I", 512), b"isomiso2mp41")

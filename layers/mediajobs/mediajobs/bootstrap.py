@@ -14,7 +14,9 @@ record by record as a transient failure. ``benchmarks/cold_start.py`` measures I
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,15 +24,22 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 
-from mediajobs.adapters.containers import looks_like_video
 from mediajobs.adapters.imaging import identify
 from mediajobs.adapters.isolated import IsolatedRenderer, RendererSpec
 from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
+from mediajobs.domain.inspections.containers import looks_like_video
 from mediajobs.domain.recipes import Recipe, load_recipe
-from mediajobs.service import ImageRenderer, Pipeline, PipelineObserver, VideoRenderer, remove_work_folders
+from mediajobs.service_layer.pipeline import (
+    ImageRenderer,
+    Pipeline,
+    PipelineObserver,
+    VideoRenderer,
+    remove_work_folders,
+)
+from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources
 from mediajobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -142,6 +151,80 @@ def sqs_client(settings: Settings) -> Any:
     return boto3.client("sqs", region_name=settings.region, endpoint_url=settings.endpoint_url, config=RETRY_CONFIG)
 
 
+@dataclasses.dataclass(frozen=True)
+class Adapters:
+    """Every adapter the service uses; :func:`default_adapters` builds the real ones.
+
+    Tests and local tools take the defaults and replace or wrap some of them
+    (``dataclasses.replace(default_adapters(settings), store=Counting(adapters.store))``)
+    instead of patching classes.
+
+    Attributes
+    ----------
+    store: S3 (originals and derivatives).
+    ledger: the job ledger (DynamoDB).
+    sources: the source index (DynamoDB).
+    queue: the SQS queue records come from (``None``: no SQS delivery).
+    renderer: renders images; video_renderer: renders videos.
+    clock: Unix time in seconds.
+    """
+
+    store: ObjectStore
+    ledger: Ledger
+    sources: Sources
+    queue: Queue | None
+    renderer: ImageRenderer
+    video_renderer: VideoRenderer | None
+    clock: Callable[[], float] = time.time
+
+
+def default_adapters(settings: Settings, *, s3: Any = None) -> Adapters:
+    """The real adapters for ``settings`` (``s3``: a boto3 S3 client to use instead of a new one)."""
+    jobs = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
+    sources = bind_model(SourceModel, settings.sources_table_name, settings.region, settings.endpoint_url)
+    return Adapters(
+        store=S3Store(s3 or s3_client(settings)),
+        ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
+        sources=SourceIndex(sources),
+        queue=SqsQueue(sqs_client(settings)),
+        renderer=image_renderer(settings),
+        video_renderer=DeferredVideoRenderer(functools.partial(video_renderer, settings)),
+    )
+
+
+def build_service(
+    settings: Settings | None = None,
+    *,
+    adapters: Adapters | None = None,
+    observer: PipelineObserver | None = None,
+) -> Pipeline:
+    """Build the service.
+
+    Parameters
+    ----------
+    settings: defaults to :meth:`Settings.from_env`.
+    adapters: defaults to :func:`default_adapters` for ``settings``.
+    observer: hooks for the CLI and tests.
+    """
+    settings = settings or Settings.from_env()
+    # Once per cold start: every work folder here was left by a worker that died in this sandbox.
+    remove_work_folders(settings.work_dir)
+    adapters = adapters or default_adapters(settings)
+    return Pipeline(
+        settings,
+        store=adapters.store,
+        ledger=adapters.ledger,
+        sources=adapters.sources,
+        renderer=adapters.renderer,
+        video_renderer=adapters.video_renderer,
+        queue=adapters.queue,
+        recipes=active_recipes(),
+        detect_media=detect_media,
+        observer=observer,
+        clock=adapters.clock,
+    )
+
+
 def build_pipeline(
     settings: Settings | None = None,
     *,
@@ -150,32 +233,12 @@ def build_pipeline(
     clock: Any = None,
     renderer: ImageRenderer | None = None,
 ) -> Pipeline:
-    """Build the pipeline.
-
-    Parameters
-    ----------
-    settings: defaults to :meth:`Settings.from_env`.
-    observer: hooks for the CLI and tests.
-    s3: a boto3 S3 client to use instead of a new one.
-    clock: Unix time in seconds (tests move it forward); defaults to ``time.time``.
-    renderer: the image renderer; defaults to :func:`image_renderer` (bounded, in a child).
-    """
+    """Deprecated spelling of :func:`build_service` (removed once every caller moved)."""
     settings = settings or Settings.from_env()
-    # Once per cold start: every work folder here was left by a worker that died in this sandbox.
-    remove_work_folders(settings.work_dir)
-    jobs = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
-    sources = bind_model(SourceModel, settings.sources_table_name, settings.region, settings.endpoint_url)
-    extra = {"clock": clock} if clock is not None else {}
-    return Pipeline(
-        settings,
-        store=S3Store(s3 or s3_client(settings)),
-        ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
-        sources=SourceIndex(sources),
-        renderer=renderer or image_renderer(settings),
-        video_renderer=DeferredVideoRenderer(functools.partial(video_renderer, settings)),
-        queue=SqsQueue(sqs_client(settings)),
-        recipes=active_recipes(),
-        detect_media=detect_media,
-        observer=observer,
-        **extra,
-    )
+    adapters = default_adapters(settings, s3=s3)
+    changes: dict[str, Any] = {}
+    if clock is not None:
+        changes["clock"] = clock
+    if renderer is not None:
+        changes["renderer"] = renderer
+    return build_service(settings, adapters=dataclasses.replace(adapters, **changes), observer=observer)

@@ -45,7 +45,7 @@ PACKED_FFPROBE_SHA256 = "ffprobe.sha256"
 
 #: The folder under the temporary directory (``/tmp`` in Lambda) that a packed ffprobe is
 #: unpacked into. Not named ``mediajobs-*``, the work folders that the cold start removes
-#: when a dead worker left them (:func:`mediajobs.service.remove_work_folders`).
+#: when a dead worker left them (:func:`mediajobs.service_layer.pipeline.remove_work_folders`).
 UNPACK_DIR_NAME = "mediajobs.bin"
 
 _CHUNK_BYTES = 1 << 20

@@ -11,11 +11,11 @@ is decoded and good input is decoded once:
    or Content-Type). Formats outside it (EPS, which runs Ghostscript; PSD; ...) are
    ``unsupported_format``.
 2. Walk the container's structure before any decoder reads it
-   (:mod:`mediajobs.adapters.jpeg_markers`, :mod:`mediajobs.adapters.containers`):
+   (:mod:`mediajobs.domain.inspections.jpeg_markers`, :mod:`mediajobs.domain.inspections.containers`):
    decoders hide damage (libjpeg skips corrupt data, libheif paints missing tiles green)
    and some structures are bombs on their own (fill bytes, chunk and comment floods).
    For HEIF and AVIF, read what decoding the primary image will decode
-   (:mod:`mediajobs.adapters.heif_items`: every coded picture's size from its AV1 sequence
+   (:mod:`mediajobs.domain.inspections.heif_items`: every coded picture's size from its AV1 sequence
    header or HEVC parameter set, grid and overlay canvases, tile counts), since the
    declared size (``ispe``) can lie: more than ``max_pixels`` is ``too_many_pixels``, an
    overlay libavif cannot compose is ``unsupported_feature``, before any decoder parses it.
@@ -55,17 +55,6 @@ from typing import Final, cast
 import pi_heif
 from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
 
-from mediajobs.adapters.containers import container_problem, top_level_boxes
-from mediajobs.adapters.heif_items import (
-    CleanAperture,
-    Decoder,
-    PrimaryImage,
-    Rotation,
-    exif_orientation,
-    primary_image,
-    read_structure,
-)
-from mediajobs.adapters.jpeg_markers import JpegReport, inspect_jpeg_file
 from mediajobs.domain.errors import (
     CORRUPT_IMAGE,
     MEMORY_LIMIT_EXCEEDED,
@@ -77,6 +66,17 @@ from mediajobs.domain.errors import (
     UNSUPPORTED_FORMAT,
     PermanentFailure,
 )
+from mediajobs.domain.inspections.containers import container_problem, top_level_boxes
+from mediajobs.domain.inspections.heif_items import (
+    CleanAperture,
+    Decoder,
+    PrimaryImage,
+    Rotation,
+    exif_orientation,
+    primary_image,
+    read_structure,
+)
+from mediajobs.domain.inspections.jpeg_markers import JpegReport, inspect_jpeg_file
 from mediajobs.domain.jobs import RenderContext, RenderedFile
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.domain.recipes import CONTENT_TYPES, EXTENSIONS, FORMATS_WITH_ALPHA, ImageVariant, fit_within

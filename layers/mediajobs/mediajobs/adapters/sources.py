@@ -20,7 +20,6 @@ costs a re-hash.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Final
 
 from pynamodb.attributes import NumberAttribute, UnicodeAttribute
@@ -28,7 +27,7 @@ from pynamodb.exceptions import DeleteError, GetError, PutError, PynamoDBExcepti
 from pynamodb.models import Model
 
 from mediajobs.adapters.ledger import dynamo_failure
-from mediajobs.domain.jobs import KnownSource
+from mediajobs.domain.jobs import KnownSource, Reading
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +57,6 @@ class SourceModel(Model):
     lease_expires_at_s = NumberAttribute(default=0)
     updated_at_s = NumberAttribute()
     expires_at_s = NumberAttribute()
-
-
-@dataclass(frozen=True)
-class Reading:
-    """Another delivery is reading this source; its lease ends at ``lease_expires_at_s``."""
-
-    lease_expires_at_s: int
 
 
 def _entry(row: SourceModel, now_s: int) -> KnownSource | Reading | None:

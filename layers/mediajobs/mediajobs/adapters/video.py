@@ -24,7 +24,6 @@ import shutil
 from pathlib import Path
 
 from mediajobs.adapters import ffmpeg
-from mediajobs.adapters.containers import container_problem, top_level_boxes
 from mediajobs.domain.errors import (
     INVALID_MEDIA,
     TOO_MANY_PIXELS,
@@ -32,6 +31,7 @@ from mediajobs.domain.errors import (
     PermanentFailure,
     TransientFailure,
 )
+from mediajobs.domain.inspections.containers import container_problem, top_level_boxes
 from mediajobs.domain.jobs import RenderContext, RenderedFile
 from mediajobs.domain.recipes import VideoRenditionsParams
 from mediajobs.domain.video import (

@@ -306,6 +306,14 @@ class KnownSource:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """A source index entry: another delivery is reading this source (or content) now; its
+    lease ends at ``lease_expires_at_s`` (Unix epoch seconds)."""
+
+    lease_expires_at_s: int
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """What a job is: its key and the inputs the key was derived from, recorded on the
     ledger row when the job is first claimed.

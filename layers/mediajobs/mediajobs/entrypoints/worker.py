@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from mediajobs.service import Pipeline
+    from mediajobs.service_layer.pipeline import Pipeline
 
 # The template sets POWERTOOLS_SERVICE_NAME and POWERTOOLS_METRICS_NAMESPACE; these are the fallbacks.
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mediajobs"))

@@ -16,7 +16,7 @@ from mediajobs.domain.jobs import Claim, JobResult, ObjectRef, SourceResult
 from mediajobs.local.embedded import REGION, EmbeddedAws, LocalStack
 from mediajobs.local.progress import ProgressBars
 from mediajobs.local.runner import DeliveryStats, EventSourceMapping
-from mediajobs.service import PipelineObserver
+from mediajobs.service_layer.pipeline import PipelineObserver
 from mediajobs.settings import Settings
 
 

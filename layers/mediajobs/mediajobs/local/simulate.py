@@ -152,7 +152,7 @@ def _worker_main(
         log_file.flush()
         os._exit(CRASH_EXIT)
 
-    from mediajobs.service import PipelineObserver
+    from mediajobs.service_layer.pipeline import PipelineObserver
 
     class StormObserver(PipelineObserver):
         def claimed(self, claim: Any, source: Any) -> None:

@@ -61,7 +61,6 @@ from mediajobs.domain.jobs import (
     ClaimOutcome,
     Decision,
     Delivery,
-    Downloaded,
     JobResult,
     JobSpec,
     JobState,
@@ -81,46 +80,11 @@ from mediajobs.domain.jobs import (
 from mediajobs.domain.keys import content_id, job_key, source_version_id
 from mediajobs.domain.manifest import MANIFEST_NAME, Decisions, RenderDecisions, build_manifest, derivative_prefix
 from mediajobs.domain.recipes import ImageVariant, ImageVariantsParams, Recipe, VideoRenditionsParams
-from mediajobs.lease import LeaseKeeper, MessageVisibility, lease_until
+from mediajobs.service_layer.lease import LeaseKeeper, lease_until
+from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources
 from mediajobs.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-class ObjectStore(Protocol):
-    """What the pipeline needs of S3 (see :class:`mediajobs.adapters.s3.S3Store`)."""
-
-    def head(self, ref: ObjectRef) -> ObjectHead: ...
-    def download(self, ref: ObjectRef, dest: Path, *, etag: str | None = None) -> Downloaded: ...
-    def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool: ...
-    def put_if_absent(self, bucket: str, key: str, body: bytes, *, content_type: str) -> bool: ...
-    def listing(self, bucket: str, prefix: str) -> dict[str, str]: ...
-
-
-class Ledger(Protocol):
-    """What the pipeline needs of the job ledger (see :class:`mediajobs.adapters.ledger.DynamoLedger`)."""
-
-    def find(self, job_keys: list[str]) -> dict[str, JobView]: ...
-    def claim(self, spec: JobSpec, *, now_s: int, lease_until_s: int, seen: JobView | None = None) -> Claim: ...
-    def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None: ...
-    def register_outputs(
-        self, job_key: str, token: str, candidates: list[OutputCandidate], *, now_s: int
-    ) -> frozenset[OutputCandidate]: ...
-    def stage_manifest(self, job_key: str, token: str, body: str, *, now_s: int) -> str: ...
-    def complete(
-        self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int
-    ) -> None: ...
-    def fail_permanently(self, job_key: str, token: str, *, reason: str, detail: str, now_s: int) -> None: ...
-    def release_transient(self, job_key: str, token: str, *, detail: str, now_s: int) -> None: ...
-
-
-class Sources(Protocol):
-    """What the pipeline needs of the source index (see :class:`mediajobs.adapters.sources.SourceIndex`)."""
-
-    def lookup(self, source_id: str, *, now_s: int) -> object: ...
-    def begin_reading(self, source_id: str, token: str, *, now_s: int, lease_until_s: int) -> object: ...
-    def remember(self, source_ids: list[str], known: KnownSource, *, now_s: int) -> None: ...
-    def abandon(self, source_id: str, token: str) -> None: ...
 
 
 class ImageRenderer(Protocol):
@@ -249,7 +213,7 @@ class Pipeline:
         recipes: dict[str, list[Recipe]],
         detect_media: Callable[[Path, str], str | None],
         video_renderer: VideoRenderer | None = None,
-        queue: MessageVisibility | None = None,
+        queue: Queue | None = None,
         clock: Callable[[], float] = time.time,
         observer: PipelineObserver | None = None,
     ) -> None:

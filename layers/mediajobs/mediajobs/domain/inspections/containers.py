@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from mediajobs.adapters.heif_items import Box, child_boxes, extent_problem, read_structure
 from mediajobs.domain.errors import CORRUPT_IMAGE, TRUNCATED_IMAGE, PermanentFailure
+from mediajobs.domain.inspections.heif_items import Box, child_boxes, extent_problem, read_structure
 from mediajobs.domain.video import playlist_problem
 
 _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"

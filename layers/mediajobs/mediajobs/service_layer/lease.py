@@ -27,25 +27,12 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterator
-from typing import Protocol
 
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, MediaJobsError, Superseded, TransientFailure
 from mediajobs.domain.jobs import Delivery
+from mediajobs.service_layer.ports import LeaseLedger, Queue
 
 log = logging.getLogger(__name__)
-
-
-class LeaseLedger(Protocol):
-    """What the heartbeat needs of the ledger."""
-
-    def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None: ...
-    def release_transient(self, job_key: str, token: str, *, detail: str, now_s: int) -> None: ...
-
-
-class MessageVisibility(Protocol):
-    """What the heartbeat needs of the queue."""
-
-    def set_visibility(self, delivery: Delivery, seconds: int) -> None: ...
 
 
 def lease_until(now_s: float, lease_s: int, delivery: Delivery | None) -> int:
@@ -76,7 +63,7 @@ class LeaseKeeper:
         self,
         *,
         ledger: LeaseLedger,
-        queue: MessageVisibility | None,
+        queue: Queue | None,
         job_key: str,
         token: str,
         expires_at_s: int,
