@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -95,6 +96,40 @@ def set_pipeline(pipeline: Pipeline | None) -> None:
     _pipeline = pipeline
 
 
+#: Called after each record with (message id, receive count, outcome): the local tools'
+#: hook (see :func:`make_handler`). Temporary: the delivery rework removes the globals.
+_on_record: list[Callable[[str, int, str], None] | None] = [None]
+
+
+def make_handler(
+    service: Pipeline, *, on_record: Callable[[str, int, str], None] | None = None
+) -> Callable[[dict[str, Any], Any], PartialItemFailureResponse]:
+    """A Lambda handler bound to ``service`` (the local tools and tests build their own).
+
+    Parameters
+    ----------
+    service: the pipeline records are processed by.
+    on_record: called after each record with its message id, its receive count and its
+        outcome: the source's state (``done``, ``permanent_failure``, ``ignored``),
+        ``handed_over``, ``busy_resent``, or the class name of the exception that sent it
+        back (``JobBusy``, ``TransientFailure`` ...).
+
+    Returns
+    -------
+    handler(event, context) -> {"batchItemFailures": [...]}, as :func:`lambda_handler`.
+    """
+
+    def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
+        set_pipeline(service)
+        _on_record[0] = on_record
+        try:
+            return lambda_handler(event, context)
+        finally:
+            _on_record[0] = None
+
+    return handler
+
+
 def to_object_ref(record: ObjectCreatedRecord) -> ObjectRef:
     """The object an event names. S3 URL-encodes the key in its events (Powertools' parser
     model passes it on as received): ``key`` is the key decoded, ``raw_key`` the key as
@@ -147,6 +182,21 @@ def _delivery(record: ObjectCreatedRecord, context: LambdaContext | None) -> Del
 def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
     """Process one record; raising reports it as a batch item failure (after choosing
     when the message should come back)."""
+    outcome = "error"
+    try:
+        result = _record_handler(record, lambda_context)
+        outcome = str(result.get("state", "done"))
+        return result
+    except Exception as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        listener = _on_record[0]
+        if listener is not None:
+            listener(record.messageId, int(record.attributes.ApproximateReceiveCount or 1), outcome)
+
+
+def _record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
     if record.messageId in _handed_over:
         return {"state": "handed_over"}
     ref = to_object_ref(record)
