@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from mediajobs.adapters.sources import Reading
 from mediajobs.domain.errors import (
     SOURCE_MISSING,
     TOO_MANY_PIXELS,
@@ -19,215 +19,67 @@ from mediajobs.domain.errors import (
     Superseded,
     TransientFailure,
 )
-from mediajobs.domain.jobs import (
-    Claim,
-    ClaimOutcome,
-    Decision,
-    Delivery,
-    Downloaded,
-    JobView,
-    KnownSource,
-    ObjectHead,
-    ObjectRef,
-    OutputCandidate,
-    OutputRecord,
-    RenderedFile,
-    decide,
-)
-from mediajobs.domain.keys import sha256_hex, source_version_id
-from mediajobs.domain.manifest import RenderDecisions
+from mediajobs.domain.jobs import Delivery, JobView, KnownSource, ObjectRef, OutputCandidate, OutputRecord, Reading
+from mediajobs.domain.keys import job_key, sha256_hex, source_version_id
 from mediajobs.domain.recipes import load_recipe
 from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver
 from mediajobs.settings import Settings
+from tests.fakes import FakeLedger, FakeRenderer, FakeSources, FakeStore, FakeVideoRenderer, Wrapping
 
 RECIPE = load_recipe("web-image", 1)
 
 
-class FakeStore:
-    def __init__(self, objects: dict[str, bytes], log: list, checksums: bool = False) -> None:
-        self.objects = dict(objects)
-        self.log = log
-        self.checksums = checksums
+@dataclasses.dataclass
+class Rig:
+    """A pipeline on fakes, and the fakes (``log``: what every fake was asked, in order).
+    Unpacks as ``pipeline, store, ledger, renderer, log``."""
 
-    def head(self, ref):
-        self.log.append(("head", ref.key))
-        if ref.key not in self.objects:
-            raise PermanentFailure(SOURCE_MISSING, f"s3://{ref.bucket}/{ref.key} is gone")
-        data = self.objects[ref.key]
-        return ObjectHead("v1", "etag-" + sha256_hex(data)[:8], len(data), sha256_hex(data) if self.checksums else None)
+    pipeline: Pipeline
+    store: FakeStore
+    ledger: FakeLedger
+    sources: FakeSources
+    renderer: FakeRenderer
+    log: list
 
-    def download(self, ref, dest: Path, *, etag=None):
-        data = self.objects[ref.key]
-        dest.write_bytes(data)
-        self.log.append(("download", ref.key))
-        return Downloaded(sha256_hex(data), len(data), "v1")
-
-    def put_if_absent(self, bucket, key, body, *, content_type):
-        data = body if isinstance(body, bytes) else body.read()
-        self.log.append(("put", key))
-        if key in self.objects:
-            return False
-        self.objects[key] = data
-        return True
-
-    def put_file_if_absent(self, bucket, key, path, *, content_type):
-        return self.put_if_absent(bucket, key, Path(path).read_bytes(), content_type=content_type)
-
-    def listing(self, bucket, prefix):
-        self.log.append(("list", prefix))
-        return {k: hashlib.md5(v).hexdigest() for k, v in self.objects.items() if k.startswith(prefix)}
+    def __iter__(self):
+        return iter((self.pipeline, self.store, self.ledger, self.renderer, self.log))
 
 
-class FakeLedger:
-    """An in-memory ledger with the real decision rule (:func:`decide`)."""
-
-    def __init__(self, log: list, max_attempts: int = 4) -> None:
-        self.log = log
-        self.rows: dict[str, JobView] = {}
-        self.max_attempts = max_attempts
-        self.candidates: dict[str, set] = {}
-        self.staged: dict[str, str] = {}
-
-    def find(self, job_keys):
-        self.log.append(("find", len(job_keys)))
-        return {k: self.rows[k] for k in job_keys if k in self.rows}
-
-    def claim(self, spec, *, now_s, lease_until_s, seen=None):
-        key = spec.job_key
-        self.log.append(("claim", key))
-        row = self.rows.get(key)
-        if row is None:
-            self.rows[key] = JobView(key, "running", "t1", lease_until_s, 1, spec.recipe_id)
-            return Claim(ClaimOutcome.RUN, key, lease_token="t1", lease_expires_at_s=lease_until_s, attempts=1)
-        decision = decide(row, now_s=now_s, max_attempts=self.max_attempts)
-        if decision is Decision.DONE:
-            return Claim(ClaimOutcome.DONE, key, manifest_key=row.manifest_key, outputs=row.outputs)
-        if decision is Decision.FAILED:
-            return Claim(ClaimOutcome.FAILED, key, failure_reason=row.failure_reason)
-        if decision is Decision.BUSY:
-            return Claim(ClaimOutcome.BUSY, key, lease_expires_at_s=row.lease_expires_at_s)
-        if decision is Decision.EXHAUST:
-            self.rows[key] = dataclasses.replace(row, state="permanent_failure", failure_reason="attempts_exhausted")
-            return Claim(ClaimOutcome.FAILED, key, failure_reason="attempts_exhausted", failed_now=True)
-        token = f"t{row.attempts + 1}"
-        self.rows[key] = dataclasses.replace(
-            row, state="running", lease_token=token, lease_expires_at_s=lease_until_s, attempts=row.attempts + 1
-        )
-        return Claim(
-            ClaimOutcome.RUN,
-            key,
-            lease_token=token,
-            attempts=row.attempts + 1,
-            took_over=True,
-            staged_manifest=self.staged.get(key),
-        )
-
-    def _finish(self, job_key, token, **changes):
-        row = self.rows[job_key]
-        if row.state != "running" or row.lease_token != token:
-            raise Superseded(job_key)
-        self.rows[job_key] = dataclasses.replace(row, **changes)
-
-    def renew(self, job_key, token, *, lease_until_s, now_s):
-        self._finish(job_key, token, lease_expires_at_s=lease_until_s)
-
-    def register_outputs(self, job_key, token, candidates, *, now_s):
-        self.log.append(("register", len(candidates)))
-        self._finish(job_key, token)
-        self.candidates.setdefault(job_key, set()).update(candidates)
-        return frozenset(self.candidates[job_key])
-
-    def stage_manifest(self, job_key, token, body, *, now_s):
-        self.log.append(("stage", job_key))
-        self._finish(job_key, token)
-        return self.staged.setdefault(job_key, body)
-
-    def complete(self, job_key, token, *, manifest_key, outputs, now_s):
-        self.log.append(("complete", job_key))
-        self._finish(job_key, token, state="done", manifest_key=manifest_key, outputs=tuple(outputs))
-        self.candidates.pop(job_key, None)
-        self.staged.pop(job_key, None)
-
-    def fail_permanently(self, job_key, token, *, reason, detail, now_s):
-        self.log.append(("fail", reason))
-        self._finish(job_key, token, state="permanent_failure", failure_reason=reason)
-
-    def release_transient(self, job_key, token, *, detail, now_s):
-        self.log.append(("release", detail))
-        self._finish(job_key, token, state="transient_failure", failure_detail=detail)
-
-
-class FakeSources:
-    def __init__(self, log: list) -> None:
-        self.log = log
-        self.rows: dict[str, object] = {}
-
-    def lookup(self, source_id, *, now_s):
-        self.log.append(("lookup", source_id))
-        return self.rows.get(source_id)
-
-    def begin_reading(self, source_id, token, *, now_s, lease_until_s):
-        self.log.append(("begin_reading", source_id))
-        if source_id in self.rows:
-            return self.rows[source_id]
-        self.rows[source_id] = Reading(lease_until_s)
-        return None
-
-    def remember(self, source_ids, known, *, now_s):
-        self.log.append(("remember", tuple(source_ids)))
-        for i in source_ids:
-            self.rows[i] = known
-
-    def abandon(self, source_id, token):
-        self.log.append(("abandon", source_id))
-        self.rows.pop(source_id, None)
-
-
-class FakeRenderer:
-    def __init__(self, error: Exception | None = None) -> None:
-        self.error = error
-        self.calls = 0
-
-    def render(self, source, variants, out_dir, context=None):
-        self.calls += 1
-        if self.error:
-            raise self.error
-        files = []
-        for v in variants:
-            path = out_dir / f"{v.name}.{v.format}"
-            path.write_bytes(v.name.encode())
-            files.append(
-                RenderedFile(
-                    v.name,
-                    v.format,
-                    path,
-                    10,
-                    10,
-                    path.stat().st_size,
-                    sha256_hex(path.read_bytes()),
-                    f"image/{v.format}",
-                )
-            )
-        return files, RenderDecisions("JPEG", 10, 10)
-
-
-def make(tmp_path, *, data=b"photo", error=None, media="image", checksums=False, clock=lambda: 1000.0):
+def make(
+    tmp_path,
+    *,
+    data=b"photo",
+    error=None,
+    media="image",
+    checksums=False,
+    clock=lambda: 1000.0,
+    recipes=None,
+    wrap_store=None,
+    wrap_ledger=None,
+    wrap_sources=None,
+    renderer=None,
+    disk_usage=shutil.disk_usage,
+):
+    """``wrap_*``: a function of the fake returning the adapter the pipeline is given (a
+    :class:`~tests.fakes.Wrapping` that injects a fault); the rig holds the fake itself."""
     log: list = []
     store = FakeStore({"originals/a.jpg": data}, log, checksums)
     ledger = FakeLedger(log)
-    renderer = FakeRenderer(error)
+    sources = FakeSources(log)
+    renderer = renderer or FakeRenderer(error)
     pipeline = Pipeline(
         Settings(work_dir=str(tmp_path)),
-        store=store,
-        ledger=ledger,
-        sources=FakeSources(log),
+        store=wrap_store(store) if wrap_store else store,
+        ledger=wrap_ledger(ledger) if wrap_ledger else ledger,
+        sources=wrap_sources(sources) if wrap_sources else sources,
         renderer=renderer,
-        recipes={"image": [RECIPE]},
+        recipes=recipes or {"image": [RECIPE]},
         detect_media=lambda p, k: media,
         clock=clock,
         observer=PipelineObserver(),
+        disk_usage=disk_usage,
     )
-    return pipeline, store, ledger, renderer, log
+    return Rig(pipeline, store, ledger, sources, renderer, log)
 
 
 REF = ObjectRef("bucket", "originals/a.jpg", None, 5)
@@ -302,7 +154,7 @@ def test_transient_failure_releases_the_claim_and_raises(tmp_path):
 
 
 def _key(pipeline) -> str:
-    return pipeline._specs(REF, sha256_hex(b"photo"), "image")[0][1].job_key
+    return job_key(sha256_hex(b"photo"), RECIPE.sha256, pipeline.settings.policy_version)
 
 
 def _preload(pipeline, ledger, **row) -> str:
@@ -368,8 +220,9 @@ def test_a_full_object_checksum_names_the_content_without_the_index(tmp_path):
 
 
 def test_a_duplicate_arriving_while_the_first_reads_the_source_comes_back_later(tmp_path):
-    pipeline, _, _, renderer, log = make(tmp_path)
-    pipeline._sources.rows[SOURCE_ID] = Reading(1300)
+    rig = make(tmp_path)
+    pipeline, _, _, renderer, log = rig
+    rig.sources.rows[SOURCE_ID] = Reading(1300)
     with pytest.raises(JobBusy) as caught:
         pipeline.process(REF)
     assert caught.value.lease_expires_at_s == 1300
@@ -377,22 +230,21 @@ def test_a_duplicate_arriving_while_the_first_reads_the_source_comes_back_later(
 
 
 def test_a_failed_read_gives_up_its_reading_marker(tmp_path):
-    pipeline, store, _, _, log = make(tmp_path)
-
     def broken(ref, dest, etag=None):
         raise TransientFailure("S3 GetObject failed: InternalError")
 
-    store.download = broken
+    rig = make(tmp_path, wrap_store=lambda store: Wrapping(store, download=broken))
     with pytest.raises(TransientFailure):
-        pipeline.process(REF)
-    assert [e[0] for e in log if e[0] in ("begin_reading", "abandon")] == ["begin_reading", "abandon"]
-    assert pipeline._sources.rows == {}
+        rig.pipeline.process(REF)
+    assert [e[0] for e in rig.log if e[0] in ("begin_reading", "abandon")] == ["begin_reading", "abandon"]
+    assert rig.sources.rows == {}
 
 
 def test_past_the_attempts_cap_a_redelivery_ends_the_job_without_reading(tmp_path):
-    pipeline, _, ledger, renderer, log = make(tmp_path)
+    rig = make(tmp_path)
+    pipeline, _, ledger, renderer, log = rig
     key = _preload(pipeline, ledger, state="transient_failure", lease_expires_at_s=0, attempts=4)
-    pipeline._sources.rows[SOURCE_ID] = KnownSource(sha256_hex(b"photo"), 5, "image")
+    rig.sources.rows[SOURCE_ID] = KnownSource(sha256_hex(b"photo"), 5, "image")
     result = pipeline.process(REF)
     assert (result.state, result.reason, result.jobs[0].reused) == ("permanent_failure", "attempts_exhausted", False)
     assert ledger.rows[key].state == "permanent_failure"
@@ -436,11 +288,12 @@ def test_a_takeover_adopts_the_manifest_its_lost_holder_staged_without_rendering
 def test_a_manifest_staged_by_a_lost_holder_wins_over_this_render(tmp_path):
     """The takeover's claim did not carry the staged body (an SDK-retried takeover): the
     stage step returns the earlier body, and that is what is written and recorded."""
-    pipeline, store, ledger, renderer, _ = make(tmp_path)
-    key = _key(pipeline)
+    key = job_key(sha256_hex(b"photo"), RECIPE.sha256, Settings().policy_version)
     out = OutputRecord("thumb", f"derivatives/{key}/thumb.webp", "webp", 10, 10, 5, "1" * 64, "image/webp")
     earlier = json.dumps({"outputs": [out.to_json()]})
-    ledger.stage_manifest = lambda job_key, token, body, now_s: earlier
+    pipeline, store, ledger, renderer, _ = make(
+        tmp_path, wrap_ledger=lambda ledger: Wrapping(ledger, stage_manifest=lambda *_, **__: earlier)
+    )
     result = pipeline.process(REF)
     assert (result.state, result.jobs[0].outputs, renderer.calls) == ("done", (out,), 1)
     assert store.objects[f"derivatives/{key}/manifest.json"] == earlier.encode()
@@ -473,31 +326,6 @@ def test_outputs_are_registered_before_any_is_written_and_the_manifest_staged_be
 
 
 VIDEO_RECIPE = load_recipe("web-video", 1)
-
-
-class FakeVideoRenderer:
-    """Writes one file per rendition, reports progress, and checks the lease like ffmpeg's runner."""
-
-    def __init__(self, error=None):
-        self.error = error
-        self.contexts = []
-
-    def render(self, source, params, out_dir, context=None):
-        self.contexts.append(context)
-        context.progress(("720p", "360p"), 1.0, 2.0)
-        context.check()
-        if self.error:
-            raise self.error
-        files = []
-        for name, fmt, ctype in (
-            ("720p", "mp4", "video/mp4"),
-            ("360p", "mp4", "video/mp4"),
-            ("poster", "jpg", "image/jpeg"),
-        ):
-            path = out_dir / f"{name}.{fmt}"
-            path.write_bytes(name.encode())
-            files.append(RenderedFile(name, fmt, path, 2, 2, path.stat().st_size, sha256_hex(path.read_bytes()), ctype))
-        return files, RenderDecisions("mov,mp4", 2, 2)
 
 
 class ProgressSeen(PipelineObserver):
@@ -581,25 +409,16 @@ def test_video_progress_is_logged_at_most_every_10_seconds(tmp_path, caplog):
                       "rendering 720p: 52% (31.0 of 60.0 s)"]  # fmt: skip
 
 
-def test_an_original_larger_than_the_disk_is_too_large_before_reading(tmp_path, monkeypatch):
-    import shutil
-
-    from mediajobs.service_layer import pipeline as service
-
-    pipeline, store, ledger, renderer, log = make(tmp_path)
-    monkeypatch.setattr(service.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(4, 0, 4))
+def test_an_original_larger_than_the_disk_is_too_large_before_reading(tmp_path):
+    pipeline, store, ledger, renderer, log = make(tmp_path, disk_usage=lambda path: shutil._ntuple_diskusage(4, 0, 4))
     result = pipeline.process(REF)  # 5 bytes, a 4-byte disk
     assert (result.state, result.reason, result.bytes_read) == ("permanent_failure", "too_large", 0)
     assert not [e for e in log if e[0] in ("claim", "download", "put")]
 
 
-def test_an_original_that_fits_the_disk_but_not_its_free_space_now_comes_back(tmp_path, monkeypatch):
-    import shutil
-
-    from mediajobs.service_layer import pipeline as service
-
-    pipeline, store, ledger, renderer, log = make(tmp_path)
-    monkeypatch.setattr(service.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100, 96, 4))
+def test_an_original_that_fits_the_disk_but_not_its_free_space_now_comes_back(tmp_path):
+    disk = shutil._ntuple_diskusage(100, 96, 4)
+    pipeline, store, ledger, renderer, log = make(tmp_path, disk_usage=lambda path: disk)
     with pytest.raises(TransientFailure):
         pipeline.process(REF)  # 5 bytes, 4 free of 100
     assert not [e for e in log if e[0] in ("claim", "download", "put")]
@@ -659,8 +478,7 @@ def test_a_work_folder_is_named_for_the_cleanup(tmp_path):
             marked.append((Path(source).parent / WORK_FOLDER_MARKER).is_file())
             return super().render(source, variants, out_dir)
 
-    pipeline, *_ = make(tmp_path)
-    pipeline._renderer = Watching()
+    pipeline, *_ = make(tmp_path, renderer=Watching())
     pipeline.process(REF)
     [folder] = seen
     assert folder.parent == tmp_path and folder.name.startswith(WORK_FOLDER_PREFIX)
@@ -728,12 +546,10 @@ def test_when_neither_key_names_an_object_the_decoded_one_is_reported_missing(tm
 
 
 def test_a_source_index_that_cannot_store_the_input_ends_it_permanently_without_a_job(tmp_path):
-    pipeline, _, _, renderer, log = make(tmp_path)
-
     def refuse(*args, **kwargs):
         raise PermanentFailure(UNSTORABLE_INPUT, "source index put refused by DynamoDB: key too long")
 
-    pipeline._sources.begin_reading = refuse
+    pipeline, _, _, renderer, log = make(tmp_path, wrap_sources=lambda sources: Wrapping(sources, begin_reading=refuse))
     result = pipeline.process(REF)
     assert (result.state, result.reason, result.jobs) == ("permanent_failure", UNSTORABLE_INPUT, [])
     assert "key too long" in result.detail
@@ -744,16 +560,18 @@ def test_a_claim_that_cannot_be_stored_gives_back_the_claims_made_before_it(tmp_
     """Two recipes: the second job's row is refused; the first job's claim is released at
     once instead of waiting out its lease, and nothing is rendered."""
     video = load_recipe("web-video", 1)
-    pipeline, _, ledger, renderer, log = make(tmp_path)
-    pipeline._recipes = {"image": [RECIPE, video]}
-    real_claim = ledger.claim
 
-    def claim(spec, **kwargs):
-        if spec.recipe_id == "web-video":
-            raise PermanentFailure(UNSTORABLE_INPUT, "ledger put refused by DynamoDB: item too large")
-        return real_claim(spec, **kwargs)
+    def refusing_video_claims(ledger):
+        def claim(spec, **kwargs):
+            if spec.recipe_id == "web-video":
+                raise PermanentFailure(UNSTORABLE_INPUT, "ledger put refused by DynamoDB: item too large")
+            return ledger.claim(spec, **kwargs)
 
-    ledger.claim = claim
+        return Wrapping(ledger, claim=claim)
+
+    pipeline, _, ledger, renderer, log = make(
+        tmp_path, recipes={"image": [RECIPE, video]}, wrap_ledger=refusing_video_claims
+    )
     result = pipeline.process(REF)
     assert (result.state, result.reason) == ("permanent_failure", UNSTORABLE_INPUT)
     first = _key(pipeline)
@@ -762,12 +580,10 @@ def test_a_claim_that_cannot_be_stored_gives_back_the_claims_made_before_it(tmp_
 
 
 def test_a_manifest_that_cannot_be_staged_fails_the_job_permanently(tmp_path):
-    pipeline, store, ledger, _, log = make(tmp_path)
-
     def refuse(*args, **kwargs):
         raise PermanentFailure(UNSTORABLE_INPUT, "ledger update refused by DynamoDB: item too large")
 
-    ledger.stage_manifest = refuse
+    pipeline, store, ledger, _, log = make(tmp_path, wrap_ledger=lambda ledger: Wrapping(ledger, stage_manifest=refuse))
     result = pipeline.process(REF)
     assert (result.state, result.reason) == ("permanent_failure", UNSTORABLE_INPUT)
     assert ("fail", UNSTORABLE_INPUT) in log
@@ -777,14 +593,6 @@ def test_a_manifest_that_cannot_be_staged_fails_the_job_permanently(tmp_path):
 def test_the_image_render_is_given_the_invocations_remaining_time(tmp_path):
     """The bounded image renderer stops its child at the deadline only if it is told it."""
     pipeline, _, _, renderer, _ = make(tmp_path)
-    seen: list[float | None] = []
-    inner = renderer.render
-
-    def recording(source, variants, out_dir, context=None):
-        seen.append(None if context is None else context.remaining_s())
-        return inner(source, variants, out_dir)
-
-    renderer.render = recording
     delivery = Delivery("arn:aws:sqs:us-east-1:123456789012:q", "handle", 1, lambda: 321.0)
     assert pipeline.process(REF, delivery).state == "done"
-    assert seen == [321.0]
+    assert [context.remaining_s() for context in renderer.contexts] == [321.0]

@@ -22,6 +22,19 @@ class JobState(enum.StrEnum):
     PERMANENT_FAILURE = "permanent_failure"
 
 
+class SourceState(enum.StrEnum):
+    """Outcomes of one original in a delivery (:attr:`SourceResult.state`).
+
+    ``done``: every job of it is committed (now or earlier); ``permanent_failure``: it, or
+    one of its jobs, failed for good (the reason says why); ``ignored``: its key is
+    outside ``originals/``. Busy and transient outcomes are raised, not returned.
+    """
+
+    DONE = "done"
+    PERMANENT_FAILURE = "permanent_failure"
+    IGNORED = "ignored"
+
+
 class ClaimOutcome(enum.StrEnum):
     """What a claim attempt found.
 
@@ -372,7 +385,7 @@ class JobResult:
 
     recipe: str
     job_key: str
-    state: str
+    state: JobState
     reused: bool
     reason: str | None = None
     detail: str = ""
@@ -388,7 +401,7 @@ class SourceResult:
     Attributes
     ----------
     source: the object.
-    state: ``done``, ``permanent_failure`` or ``ignored`` (outside ``originals/``).
+    state: a :class:`SourceState` (``done``, ``permanent_failure`` or ``ignored``).
     media: ``image``, ``video`` or ``None`` when the type is unknown.
     sha256: SHA-256 hex of the original's bytes, when read.
     size_bytes: bytes read.
@@ -399,7 +412,7 @@ class SourceResult:
     """
 
     source: ObjectRef
-    state: str
+    state: SourceState
     media: str | None = None
     sha256: str | None = None
     size_bytes: int | None = None

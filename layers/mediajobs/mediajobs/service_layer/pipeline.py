@@ -1,28 +1,27 @@
-"""The use case: what happens to one original, in order.
+"""The use case: what happens to one original, in order (:meth:`Pipeline.process`).
 
-For each event's object under ``originals/``:
-
-1. Refuse what is certainly bad before reading it (0 bytes, over the size limit), from
-   the event and then from ``HeadObject``.
-2. Learn the content's SHA-256 without reading it when possible: from the object's
-   full-object SHA-256 checksum, or from the source index (remembered the first time
-   this source version was hashed). Then read every job of the content in one
-   ``BatchGetItem``: when all are done (or failed), the duplicate is answered from the
-   ledger -- at most 2 DynamoDB requests and 0 bytes read from S3.
-3. Otherwise mark the source as being read (duplicates meanwhile come back later),
-   stream it to a fresh work folder while hashing it, detect the media type from the
-   bytes, and remember hash and type in the source index.
-4. Per recipe: derive the job key, claim it (one conditional write), and only when this
-   worker holds the claim -- with a heartbeat renewing the lease and the message's
-   visibility -- render, register what will be written in the job's row, write each
-   derivative with ``If-None-Match: *`` (a 412 is identified by the listing's ETag among
-   the registered candidates: derivatives are never read back), stage the manifest in
-   the row, write ``manifest.json`` last (the commit marker), then mark the job done,
-   conditional on still holding the claim. A takeover that finds a staged manifest
-   writes it and marks the job done, without the original. Before every write the
-   heartbeat's findings are checked: a superseded worker stops; one whose invocation is
-   ending has already released the claim.
-5. Remove the work folder, whatever happened.
+1. **Identify** the original without reading it: refuse what is certainly bad (0 bytes,
+   over the size limit) from the event, then from ``HeadObject`` (the URL-decoded key
+   first, the key as the event spelled it only when that names no object); learn its
+   SHA-256 from the object's full-object checksum or from the source index.
+2. **Plan** its jobs: one :class:`~mediajobs.domain.jobs.JobSpec` per active recipe of its
+   media type (job key = SHA-256 of the bytes + recipe hash + policy version), and read
+   their rows in one ``BatchGetItem``.
+3. **Settle** what the ledger already knows: when every job is done or failed, the
+   duplicate is answered without reading a byte (at most 2 DynamoDB requests); a job
+   running elsewhere sends the message back until its lease ends.
+4. **Claim** every job (one conditional write each) -- before reading when the hash is
+   known, so a delivery that loses the claim reads nothing. A claim that finds a staged
+   manifest only adopts it, without the original. Otherwise the source is marked as
+   being read (duplicates meanwhile come back later), streamed into a fresh **work
+   folder** while hashing it, its media type detected from the bytes, its jobs claimed,
+   and only then are hash and type remembered in the source index.
+5. Per job, **under its lease** (a heartbeat renewing the lease and the message's
+   visibility): **run the step**, then **commit** (:mod:`mediajobs.service_layer.commit`:
+   register -> write with ``If-None-Match`` -> stage the manifest -> write
+   ``manifest.json`` -> done), the only code that writes derivatives. A permanent failure
+   is recorded in the job's row; anything else gives the claim back and is raised.
+6. The work folder is removed, whatever happened.
 
 The caller (the Lambda handler) acknowledges the SQS message only after this returns:
 nothing is acknowledged before its commit.
@@ -30,22 +29,19 @@ nothing is acknowledged before its commit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from mediajobs.domain.errors import (
     EMPTY_FILE,
-    OUTPUT_CONFLICT,
     SOURCE_MISSING,
     TOO_LARGE,
     UNSUPPORTED_FORMAT,
@@ -68,18 +64,19 @@ from mediajobs.domain.jobs import (
     KnownSource,
     ObjectHead,
     ObjectRef,
-    OutputCandidate,
     OutputRecord,
+    Reading,
     RenderContext,
     RenderedFile,
     SourceResult,
+    SourceState,
     decide,
-    identify_stored,
     standing_claim,
 )
 from mediajobs.domain.keys import content_id, job_key, source_version_id
-from mediajobs.domain.manifest import MANIFEST_NAME, Decisions, RenderDecisions, build_manifest, derivative_prefix
+from mediajobs.domain.manifest import Decisions, RenderDecisions, derivative_prefix
 from mediajobs.domain.recipes import ImageVariant, ImageVariantsParams, Recipe, VideoRenditionsParams
+from mediajobs.service_layer.commit import Commit
 from mediajobs.service_layer.lease import LeaseKeeper, lease_until
 from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources
 from mediajobs.settings import Settings
@@ -129,15 +126,103 @@ class PipelineObserver:
         """Called as a video job's outputs ``names`` grow: ``done_s`` of ``total_s`` seconds written."""
 
 
+class DiskUsage(Protocol):
+    """What the pipeline reads of :func:`shutil.disk_usage`: sizes in bytes."""
+
+    @property
+    def total(self) -> int: ...
+    @property
+    def free(self) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Identified:
+    """An original identified before reading a byte of it.
+
+    Attributes
+    ----------
+    ref: the object: the key that names it (see :meth:`Pipeline._head`), with its version id.
+    head: what ``HeadObject`` said of it.
+    source_id: its id in the source index (``None`` when the object names no version).
+    sha256: its content's SHA-256 when known without reading (checksum, source index).
+    media: its media type when the source index remembers it.
+    """
+
+    ref: ObjectRef
+    head: ObjectHead
+    source_id: str | None
+    sha256: str | None
+    media: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedJob:
+    """One job of a content: the recipe it applies and what it is."""
+
+    recipe: Recipe
+    spec: JobSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The jobs of one content, and what the ledger knows of them.
+
+    Attributes
+    ----------
+    ref: the original.
+    sha256: the content's SHA-256.
+    media: its media type; ``None`` while unknown (``jobs`` then holds every media type's).
+    size_bytes: its size, bytes (``HeadObject``'s before reading, the bytes read after).
+    jobs: one per active recipe.
+    views: the rows the ledger holds of ``jobs``, by job key (read once).
+    """
+
+    ref: ObjectRef
+    sha256: str
+    media: str | None
+    size_bytes: int
+    jobs: tuple[PlannedJob, ...]
+    views: Mapping[str, JobView]
+
+
 @dataclasses.dataclass(frozen=True)
 class _Work:
-    """One delivery's original, read into its work folder."""
+    """One delivery's original, read into its work folder (``sha256`` of the bytes read)."""
 
     ref: ObjectRef
     original: Path
     size_bytes: int
+    sha256: str
     delivery: Delivery | None
     folder: Path
+
+
+class _Refused(Exception):
+    """The original ends as a permanent failure before any job exists: its result."""
+
+    def __init__(self, result: SourceResult) -> None:
+        super().__init__(result.reason)
+        self.result = result
+
+
+class _ReadingMark:
+    """This delivery's "being read" entry in the source index, given up at the end unless
+    the hash was remembered under its id (which replaces it)."""
+
+    def __init__(self, sources: Sources, source_id: str, token: str) -> None:
+        self._sources = sources
+        self.source_id = source_id
+        self._token = token
+        self._replaced = False
+
+    def remembered(self, ids: list[str]) -> None:
+        """The hash was remembered under ``ids``."""
+        self._replaced = self._replaced or self.source_id in ids
+
+    def end(self) -> None:
+        """Give the entry up, unless remembered over."""
+        if not self._replaced:
+            self._sources.abandon(self.source_id, self._token)
 
 
 #: Prefix of the per-record work folders under ``settings.work_dir``. Nothing else the
@@ -182,8 +267,8 @@ def remove_work_folders(work_dir: str) -> int:
     return removed
 
 
-def _utc_iso(now_s: float) -> str:
-    return datetime.fromtimestamp(now_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+#: Renders one recipe's step: (original, params, context, out_dir) -> (files, decisions).
+StepRunner = Callable[[Path, Any, RenderContext, Path], tuple[list[RenderedFile], Decisions]]
 
 
 class Pipeline:
@@ -200,6 +285,7 @@ class Pipeline:
         the original's key (whose extension only routes bytes that no sniffing recognises).
     clock: returns Unix time in seconds.
     observer: optional hooks.
+    disk_usage: sizes of the disk holding a folder (:func:`shutil.disk_usage`).
     """
 
     def __init__(
@@ -216,6 +302,7 @@ class Pipeline:
         queue: Queue | None = None,
         clock: Callable[[], float] = time.time,
         observer: PipelineObserver | None = None,
+        disk_usage: Callable[[str], DiskUsage] = shutil.disk_usage,
     ) -> None:
         self.settings = settings
         self._store = store
@@ -228,7 +315,12 @@ class Pipeline:
         self.queue = queue
         self._clock = clock
         self.observer = observer or PipelineObserver()
+        self._disk_usage = disk_usage
         self._media_of_recipe = {r.id: media for media, rs in recipes.items() for r in rs}
+        self._steps: dict[str, StepRunner] = {
+            "image.variants": self._image_variants,
+            "video.renditions": self._video_renditions,
+        }
 
     def process(self, ref: ObjectRef, delivery: Delivery | None = None) -> SourceResult:
         """Process one original.
@@ -255,98 +347,93 @@ class Pipeline:
         """
         if not ref.key.startswith(self.settings.originals_prefix):
             log.info("ignoring key outside %s", self.settings.originals_prefix, extra={"source_key": ref.key})
-            return SourceResult(ref, "ignored")
+            return SourceResult(ref, SourceState.IGNORED)
         try:
             result = self._process(ref, delivery)
+        except _Refused as refused:
+            result = refused.result
         except PermanentFailure as failure:
             # Raised outside a job's own handling: the ledger or the source index refused a
             # value derived from this input (``unstorable_input``). Retrying cannot help.
-            result = self._refuse(ref, failure.reason, failure.detail)
+            result = self._refusal(ref, failure.reason, failure.detail).result
         self.observer.source_finished(result)
         return result
 
-    def _now(self) -> int:
-        return int(self._clock())
+    def _process(self, ref: ObjectRef, delivery: Delivery | None) -> SourceResult:
+        """The order of operations (the module docstring's); a refusal raises :class:`_Refused`."""
+        original = self._identify(ref, delivery)
+        plan = self._plan(original.ref, original.sha256, original.media, original.head.size_bytes)
+        claims: list[Claim] = []
+        if plan is not None and plan.media is not None:
+            if (settled := self._settle(plan, delivery)) is not None:
+                return settled
+            self._ensure_space(original, plan)
+            # Claim before reading: a delivery that loses the claim reads nothing.
+            claims = self._claim_all(plan, delivery)
+            if not any(_needs_original(claim) for claim in claims):
+                return self._run_jobs(plan, claims, delivery, work=None)  # settled elsewhere, or adopted
+        else:
+            self._ensure_space(original, plan)
+        # The bytes are needed: mark the source as being read, so that duplicates wait.
+        mark, found = self._mark_reading(original, plan, delivery)
+        if found is not None:
+            # Another delivery read it meanwhile (and claims its jobs right after
+            # remembering it): look again before reading the same bytes.
+            plan = self._plan(original.ref, found.sha256, found.media, original.head.size_bytes)
+            if plan is not None and (settled := self._settle(plan, delivery)) is not None:
+                return settled
+        try:
+            with self._work_folder() as folder:
+                work = self._read(original, folder, delivery, claims)
+                if plan is not None and work.sha256 != plan.sha256:
+                    plan, claims = self._content_changed(plan, work, claims)
+                self._check_size(work.ref, work.size_bytes, sha256=work.sha256, bytes_read=work.size_bytes)
+                plan = self._plan_read(original, work, plan, mark)
+                # Claim every job before telling duplicates what the content is: one that
+                # learns it from the index then finds the jobs claimed, and waits.
+                claims = claims or self._claim_all(plan, delivery)
+                self._remember(original, work, plan.media, mark)
+                return self._run_jobs(plan, claims, delivery, work)
+        finally:
+            if mark is not None:
+                mark.end()
 
-    def _lease_until(self, delivery: Delivery | None) -> int:
-        return lease_until(self._clock(), self.settings.lease_s, delivery)
+    # ------------------------------------------------------------------ identify
 
-    def _ensure_time(self, delivery: Delivery | None, needed_s: float) -> None:
-        """Refuse to start work that cannot end before the invocation does."""
-        if delivery is None:
-            return
-        remaining = delivery.remaining_s()
-        if remaining < needed_s + self.settings.deadline_margin_s:
-            raise DeadlineReached(f"{remaining:.1f} s left, a job needs {needed_s + self.settings.deadline_margin_s} s")
-
-    def _refuse(
-        self,
-        ref: ObjectRef,
-        reason: str,
-        detail: str,
-        *,
-        sha256: str | None = None,
-        size_bytes: int | None = None,
-        media: str | None = None,
-        bytes_read: int = 0,
-    ) -> SourceResult:
-        """A permanent failure found before any job exists (nothing to record in the ledger)."""
-        log.warning("permanent failure before any job: %s (%s)", reason, detail, extra={"source_key": ref.key})
-        return SourceResult(
-            ref,
-            JobState.PERMANENT_FAILURE.value,
-            media=media,
-            sha256=sha256,
-            size_bytes=size_bytes,
-            reason=reason,
-            detail=detail,
-            bytes_read=bytes_read,
-        )
-
-    def _size_problem(self, size: int) -> tuple[str, str] | None:
-        if size == 0:
-            return EMPTY_FILE, "the object has 0 bytes"
-        if size > self.settings.max_input_bytes:
-            return TOO_LARGE, f"{size} bytes > {self.settings.max_input_bytes}"
-        return None
-
-    def _space_problem(self, size: int) -> tuple[str, str] | None:
-        """``too_large`` when the original is larger than the work folder's whole disk (Lambda's
-        ``/tmp``, ``EphemeralStorage``): its download would fail on every try.
+    def _identify(self, ref: ObjectRef, delivery: Delivery | None) -> Identified:
+        """Size checks, ``HeadObject`` (with the key fallback), and the hash when it is known
+        without reading: the full-object checksum, else the source index.
 
         Raises
         ------
-        TransientFailure
-            When it fits the disk but not its free space now.
+        _Refused
+            Empty, too large, missing, or remembered as content no recipe applies to.
+        JobBusy
+            Another delivery is reading this source now.
         """
-        disk = shutil.disk_usage(self.settings.work_dir)
-        if size > disk.total:
-            return TOO_LARGE, f"{size} bytes > the {disk.total} bytes of the disk of {self.settings.work_dir}"
-        if size > disk.free:
-            raise TransientFailure(f"{size} bytes > {disk.free} bytes free in {self.settings.work_dir} now")
-        return None
-
-    def _specs(self, ref: ObjectRef, sha256: str, media: str | None) -> list[tuple[Recipe, JobSpec]]:
-        """The jobs of a content: for ``media``'s recipes, or every media type's when unknown."""
-        settings = self.settings
-        medias = [media] if media else list(self._recipes)
-        specs = []
-        for m in medias:
-            for recipe in self._recipes.get(m, []):
-                key = job_key(sha256, recipe.sha256, settings.policy_version)
-                spec = JobSpec(
-                    job_key=key,
-                    input_sha256=sha256,
-                    recipe_id=recipe.id,
-                    recipe_version=recipe.version,
-                    recipe_sha256=recipe.sha256,
-                    policy_version=settings.policy_version,
-                    output_prefix=derivative_prefix(settings.derivatives_prefix, key),
-                    source_bucket=ref.bucket,
-                    source_key=ref.key,
-                )
-                specs.append((recipe, spec))
-        return specs
+        if ref.size_bytes is not None:
+            self._check_size(ref, ref.size_bytes, announced=True)
+        self._ensure_time(delivery, 0)
+        try:
+            ref, head = self._head(ref)
+        except PermanentFailure as failure:
+            raise self._refusal(ref, failure.reason, failure.detail) from None
+        if ref.version_id is None and head.version_id:
+            ref = dataclasses.replace(ref, version_id=head.version_id)
+        self._check_size(ref, head.size_bytes)
+        source_id = source_version_id(
+            ref.bucket, ref.key, version_id=head.version_id, etag=head.etag, size_bytes=head.size_bytes
+        )
+        sha256, media = head.sha256, None
+        if sha256 is None and source_id is not None:
+            match self._sources.lookup(source_id, now_s=self._now()):
+                case KnownSource() as known:
+                    sha256, media = known.sha256, known.media
+                case Reading() as reading:  # another delivery is reading it right now
+                    raise JobBusy(source_id, reading.lease_expires_at_s)
+        if media == "":
+            raise self._refusal(ref, UNSUPPORTED_FORMAT, "no recipe for this content (remembered)", sha256=sha256)
+        return Identified(ref, head, source_id, sha256, media)
 
     def _head(self, ref: ObjectRef) -> tuple[ObjectRef, ObjectHead]:
         """``HeadObject`` of the object an event names, and the ref with the key that names it.
@@ -381,219 +468,115 @@ class Pipeline:
             log.info("object key URL-decoded", extra={"source_key": ref.key, "event_key": ref.raw_key})
         return ref, head
 
-    def _process(self, ref: ObjectRef, delivery: Delivery | None) -> SourceResult:
-        if ref.size_bytes is not None and (problem := self._size_problem(ref.size_bytes)):
-            return self._refuse(ref, *problem)
-        self._ensure_time(delivery, 0)
-        try:
-            ref, head = self._head(ref)
-        except PermanentFailure as failure:
-            return self._refuse(ref, failure.reason, failure.detail)
-        if ref.version_id is None and head.version_id:
-            ref = dataclasses.replace(ref, version_id=head.version_id)
-        if problem := self._size_problem(head.size_bytes):
-            return self._refuse(ref, *problem, size_bytes=head.size_bytes)
-        source_id = source_version_id(
-            ref.bucket, ref.key, version_id=head.version_id, etag=head.etag, size_bytes=head.size_bytes
-        )
+    # ------------------------------------------------------------------ plan
 
-        # What is known without reading a byte: the checksum, else the source index.
-        sha256, media = head.sha256, None
-        if sha256 is None and source_id is not None:
-            entry = self._sources.lookup(source_id, now_s=self._now())
-            if isinstance(entry, KnownSource):
-                sha256, media = entry.sha256, entry.media
-            elif entry is not None:  # another delivery is reading it right now
-                raise JobBusy(source_id, getattr(entry, "lease_expires_at_s", self._now()))
-        views: dict[str, JobView] = {}
-        pre_claimed: list[Claim] = []
-        if sha256 is not None:
-            if media == "":
-                return self._refuse(ref, UNSUPPORTED_FORMAT, "no recipe for this content (remembered)", sha256=sha256)
-            views = self._ledger.find([spec.job_key for _, spec in self._specs(ref, sha256, media)])
-            media = media or next((self._media_of_recipe.get(v.recipe_id) for v in views.values()), None)
-            if media is not None:
-                settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media, views, delivery)
-                if settled is not None:
-                    return settled
-                # Some job needs work: claim before reading, so a delivery that loses the
-                # claim (another took it over first) reads nothing.
-                if problem := self._space_problem(head.size_bytes):
-                    return self._refuse(ref, *problem, sha256=sha256, size_bytes=head.size_bytes, media=media)
-                known_specs = self._specs(ref, sha256, media)
-                pre_claimed = self._claim_all(known_specs, views, delivery)
-                if not any(c.outcome is ClaimOutcome.RUN and c.staged_manifest is None for c in pre_claimed):
-                    # Nothing to render: jobs settled elsewhere, or staged manifests to commit.
-                    result = SourceResult(
-                        ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=head.size_bytes
-                    )
-                    for (recipe, spec), claim in zip(known_specs, pre_claimed, strict=True):
-                        result.jobs.append(self._run_job(ref, delivery, None, recipe, spec, claim))
-                    return self._summarise(result)
+    def _plan(self, ref: ObjectRef, sha256: str | None, media: str | None, size_bytes: int) -> Plan | None:
+        """The jobs of a content whose hash is known, and their rows (one ``BatchGetItem``);
+        an unknown media type is learnt from a row's recipe. ``None`` without a hash."""
+        if sha256 is None:
+            return None
+        views = self._ledger.find([job.spec.job_key for job in self._jobs(ref, sha256, media)])
+        media = media or next((self._media_of_recipe.get(v.recipe_id) for v in views.values()), None)
+        return Plan(ref, sha256, media, size_bytes, self._jobs(ref, sha256, media), views)
 
-        # The bytes are needed: mark the source as being read, so duplicates wait.
-        if not pre_claimed and (problem := self._space_problem(head.size_bytes)):
-            return self._refuse(ref, *problem, sha256=sha256, size_bytes=head.size_bytes)
-        marker = None
-        if media is None:
-            marker = content_id(sha256) if sha256 is not None else source_id
-        token = uuid.uuid4().hex
-        if marker is not None:
-            found = self._sources.begin_reading(
-                marker, token, now_s=self._now(), lease_until_s=self._lease_until(delivery)
-            )
-            if isinstance(found, KnownSource) and found.media == "":
-                return self._refuse(ref, UNSUPPORTED_FORMAT, "no recipe for this content (remembered)", sha256=sha256)
-            if found is not None and not isinstance(found, KnownSource):
-                raise JobBusy(marker, getattr(found, "lease_expires_at_s", self._now()))
-            if isinstance(found, KnownSource):
-                # Another delivery read it meanwhile and claims its jobs right after
-                # remembering it: look again before reading the same bytes.
-                marker = None
-                sha256, media = found.sha256, found.media
-                views = self._ledger.find([spec.job_key for _, spec in self._specs(ref, sha256, media)])
-                settled = self._settle_without_bytes(ref, sha256, head.size_bytes, media or "", views, delivery)
-                if settled is not None:
-                    return settled
-        work_dir = Path(tempfile.mkdtemp(prefix=WORK_FOLDER_PREFIX, dir=self.settings.work_dir))
-        (work_dir / WORK_FOLDER_MARKER).touch()
-        remembered = False
-        ids: list[str] = []
-        try:
-            original = work_dir / "original"
-            try:
-                downloaded = self._store.download(ref, original, etag=head.etag)
-            except PermanentFailure as failure:
-                # The job belongs to the content, not to this object: another copy may
-                # still come. Give the claims back instead of failing the jobs.
-                self._release_all(pre_claimed, failure)
-                return self._refuse(ref, failure.reason, failure.detail)
-            size = downloaded.size_bytes
-            if sha256 is not None and downloaded.sha256 != sha256:
-                log.warning(
-                    "the bytes read do not match the known SHA-256; using the bytes",
-                    extra={"source_key": ref.key, "known": sha256, "read": downloaded.sha256},
-                )
-                self._release_all(pre_claimed, TransientFailure("content changed"))  # claims on the wrong jobs
-                views, media, pre_claimed = {}, None, []
-            sha256 = downloaded.sha256
-            if problem := self._size_problem(size):
-                return self._refuse(ref, *problem, sha256=sha256, size_bytes=size, bytes_read=size)
-            media = media or self._detect_media(original, ref.key)
-            # Remember the hash under the ids it is true for: this source version, and the
-            # content the bytes read are (a marker named after another hash is dropped).
-            ids = [i for i in (source_id, content_id(sha256) if head.sha256 else None) if i]
-            known = KnownSource(sha256, size, media or "")
-            specs = self._specs(ref, sha256, media) if media in self._recipes else []
-            if not specs:
-                self._sources.remember(ids, known, now_s=self._now())
-                remembered = True
-                return self._refuse(
-                    ref,
-                    UNSUPPORTED_FORMAT,
-                    f"no recipe for this content ({media or 'unknown type'})",
-                    sha256=sha256,
-                    size_bytes=size,
-                    media=media,
-                    bytes_read=size,
-                )
-            result = SourceResult(
-                ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=size, bytes_read=size
-            )
-            # Claim every job before telling duplicates what the content is: one that learns
-            # it from the index then finds the jobs claimed, and waits instead of reading.
-            claims = pre_claimed or self._claim_all(specs, views, delivery)
-            self._sources.remember(ids, known, now_s=self._now())
-            remembered = True
-            work = _Work(ref, original, size, delivery, work_dir)
-            for (recipe, spec), claim in zip(specs, claims, strict=True):
-                result.jobs.append(self._run_job(ref, delivery, work, recipe, spec, claim))
-            return self._summarise(result)
-        finally:
-            if marker is not None and not (remembered and marker in ids):
-                self._sources.abandon(marker, token)
-            shutil.rmtree(work_dir, ignore_errors=True)
+    def _plan_read(self, original: Identified, work: _Work, plan: Plan | None, mark: _ReadingMark | None) -> Plan:
+        """The jobs of the bytes read: their media type is the plan's, else detected from them.
 
-    def _release_all(self, claims: list[Claim], why: Exception) -> None:
-        """Give back every claim this delivery holds (the next delivery takes them over)."""
-        for claim in claims:
-            if claim.outcome is ClaimOutcome.RUN and claim.lease_token:
-                self._release(claim.job_key, claim.lease_token, why, {"job_key": claim.job_key})
-
-    def _claim_all(
-        self, specs: list[tuple[Recipe, JobSpec]], views: dict[str, JobView], delivery: Delivery | None
-    ) -> list[Claim]:
-        """Claim every job of a content (none is started without time for all of them).
-
-        When one claim fails, the claims made before it are given back first, so none waits
-        for its lease to end.
+        Raises
+        ------
+        _Refused
+            ``unsupported_format`` when no recipe applies (remembered first, so that
+            duplicates are refused without reading).
         """
-        self._ensure_time(delivery, self.settings.image_job_s * len(specs))
-        now, until = self._now(), self._lease_until(delivery)
-        claims: list[Claim] = []
-        try:
-            for _, spec in specs:
-                claims.append(self._ledger.claim(spec, now_s=now, lease_until_s=until, seen=views.get(spec.job_key)))
-        except (PermanentFailure, TransientFailure) as exc:
-            self._release_all(claims, exc)
-            raise
-        return claims
+        media = (plan.media if plan is not None else None) or self._detect_media(work.original, work.ref.key)
+        jobs = self._jobs(work.ref, work.sha256, media) if media in self._recipes else ()
+        if not jobs:
+            self._remember(original, work, media, mark)
+            raise self._refusal(
+                work.ref,
+                UNSUPPORTED_FORMAT,
+                f"no recipe for this content ({media or 'unknown type'})",
+                sha256=work.sha256,
+                size_bytes=work.size_bytes,
+                media=media,
+                bytes_read=work.size_bytes,
+            )
+        views = plan.views if plan is not None else {}
+        return Plan(work.ref, work.sha256, media, work.size_bytes, jobs, views)
 
-    @staticmethod
-    def _summarise(result: SourceResult) -> SourceResult:
-        failed = [j for j in result.jobs if j.state != JobState.DONE.value]
-        if failed:
-            result.state = JobState.PERMANENT_FAILURE.value
-            result.reason, result.detail = failed[0].reason, failed[0].detail
-        return result
+    def _jobs(self, ref: ObjectRef, sha256: str, media: str | None) -> tuple[PlannedJob, ...]:
+        """The jobs of a content: for ``media``'s recipes, or every media type's when unknown."""
+        settings = self.settings
+        jobs = []
+        for m in [media] if media else list(self._recipes):
+            for recipe in self._recipes.get(m, []):
+                key = job_key(sha256, recipe.sha256, settings.policy_version)
+                spec = JobSpec(
+                    job_key=key,
+                    input_sha256=sha256,
+                    recipe_id=recipe.id,
+                    recipe_version=recipe.version,
+                    recipe_sha256=recipe.sha256,
+                    policy_version=settings.policy_version,
+                    output_prefix=derivative_prefix(settings.derivatives_prefix, key),
+                    source_bucket=ref.bucket,
+                    source_key=ref.key,
+                )
+                jobs.append(PlannedJob(recipe, spec))
+        return tuple(jobs)
 
-    def _settle_without_bytes(
-        self, ref: ObjectRef, sha256: str, size: int, media: str, views: dict[str, JobView], delivery: Delivery | None
-    ) -> SourceResult | None:
+    # ------------------------------------------------------------------ settle
+
+    def _settle(self, plan: Plan, delivery: Delivery | None) -> SourceResult | None:
         """Answer a duplicate from the ledger alone, when none of its jobs needs the bytes.
 
-        Returns ``None`` when some job must run (missing, or can be taken over).
+        Returns ``None`` when some job must run (missing, or can be taken over). A job past
+        its attempts ends with one conditional write, unless its holder staged the manifest
+        meanwhile: then the claim runs, to adopt it.
 
         Raises
         ------
         JobBusy
             When a job is running elsewhere (the earliest lease end is reported).
         """
-        specs = self._specs(ref, sha256, media)
         now = self._now()
-        decisions = {}
-        for _, spec in specs:
-            view = views.get(spec.job_key)
+        decisions: dict[str, Decision] = {}
+        for job in plan.jobs:
+            view = plan.views.get(job.spec.job_key)
             if view is None:
                 return None
-            decisions[spec.job_key] = decide(view, now_s=now, max_attempts=self.settings.max_attempts)
+            decisions[job.spec.job_key] = decide(view, now_s=now, max_attempts=self.settings.max_attempts)
         if any(d is Decision.TAKE_OVER for d in decisions.values()):
             return None
-        busy = [views[k] for k, d in decisions.items() if d is Decision.BUSY]
+        busy = [plan.views[k] for k, d in decisions.items() if d is Decision.BUSY]
         if busy:
             first = min(busy, key=lambda v: v.lease_expires_at_s)
-            log.info("job is running elsewhere", extra={"job_key": first.job_key, "source_key": ref.key})
+            log.info("job is running elsewhere", extra={"job_key": first.job_key, "source_key": plan.ref.key})
             raise JobBusy(first.job_key, first.lease_expires_at_s)
-        result = SourceResult(ref, JobState.DONE.value, media=media, sha256=sha256, size_bytes=size)
-        for recipe, spec in specs:
-            view = views[spec.job_key]
-            if decisions[spec.job_key] is Decision.EXHAUST:  # one conditional write ends it ...
-                claim = self._ledger.claim(spec, now_s=now, lease_until_s=self._lease_until(delivery), seen=view)
-            else:
-                claim = standing_claim(view)
-            # ... unless the holder staged its manifest meanwhile: then the claim runs, to commit it.
-            result.jobs.append(self._run_job(ref, delivery, None, recipe, spec, claim))
-        return self._summarise(result)
+        claims = (  # lazily: each claim is made just before its job runs
+            self._ledger.claim(job.spec, now_s=now, lease_until_s=self._lease_until(delivery), seen=view)
+            if decisions[job.spec.job_key] is Decision.EXHAUST
+            else standing_claim(view)
+            for job in plan.jobs
+            for view in [plan.views[job.spec.job_key]]
+        )
+        return self._run_jobs(plan, claims, delivery, work=None)
 
     def _settled(self, recipe: Recipe, claim: Claim) -> JobResult:
-        """The result of a job this delivery found finished (or just ended exhausted)."""
+        """The result of a job this delivery found finished (or just ended exhausted).
+
+        Raises
+        ------
+        JobBusy
+            When the claim found the job running elsewhere.
+        """
         extra = {"job_key": claim.job_key, "recipe": recipe.ref}
         if claim.outcome is ClaimOutcome.DONE:
             log.info("job already done: reusing its outputs", extra=extra)
             return JobResult(
                 recipe.ref,
                 claim.job_key,
-                JobState.DONE.value,
+                JobState.DONE,
                 reused=True,
                 manifest_key=claim.manifest_key,
                 outputs=claim.outputs,
@@ -603,7 +586,7 @@ class Pipeline:
             return JobResult(
                 recipe.ref,
                 claim.job_key,
-                JobState.PERMANENT_FAILURE.value,
+                JobState.PERMANENT_FAILURE,
                 reused=not claim.failed_now,
                 reason=claim.failure_reason,
                 detail=claim.failure_detail or "",
@@ -611,22 +594,161 @@ class Pipeline:
         log.info("job is running elsewhere", extra=extra)
         raise JobBusy(claim.job_key, claim.lease_expires_at_s)
 
-    def _run_job(
-        self, ref: ObjectRef, delivery: Delivery | None, work: _Work | None, recipe: Recipe, spec: JobSpec, claim: Claim
-    ) -> JobResult:
-        """Render and commit a job this delivery claimed, or report what the claim found.
+    # ------------------------------------------------------------------ claim
 
-        ``work`` (the original, read) may be ``None`` only for a claim that carries a staged
-        manifest: committing it needs no byte of the original.
+    def _claim_all(self, plan: Plan, delivery: Delivery | None) -> list[Claim]:
+        """Claim every job of a content (none is started without time for all of them).
+
+        When one claim fails, the claims made before it are given back first, so none waits
+        for its lease to end.
         """
+        self._ensure_time(delivery, self.settings.image_job_s * len(plan.jobs))
+        now, until = self._now(), self._lease_until(delivery)
+        claims: list[Claim] = []
+        try:
+            for job in plan.jobs:
+                seen = plan.views.get(job.spec.job_key)
+                claims.append(self._ledger.claim(job.spec, now_s=now, lease_until_s=until, seen=seen))
+        except (PermanentFailure, TransientFailure) as exc:
+            self._release_all(claims, exc)
+            raise
+        return claims
+
+    def _release_all(self, claims: Iterable[Claim], why: Exception) -> None:
+        """Give back every claim this delivery holds (the next delivery takes them over)."""
+        for claim in claims:
+            if claim.outcome is ClaimOutcome.RUN and claim.lease_token:
+                self._release(claim.job_key, claim.lease_token, why, {"job_key": claim.job_key})
+
+    def _release(self, key: str, token: str, exc: Exception, extra: dict[str, str]) -> None:
+        log.warning("transient failure: %r", exc, extra=extra)
+        try:
+            self._ledger.release_transient(key, token, detail=repr(exc), now_s=self._now())
+        except (Superseded, PermanentFailure, TransientFailure) as release_error:
+            log.warning("could not release the claim: %r", release_error, extra=extra)
+
+    # ------------------------------------------------------------------ read
+
+    def _mark_reading(
+        self, original: Identified, plan: Plan | None, delivery: Delivery | None
+    ) -> tuple[_ReadingMark | None, KnownSource | None]:
+        """Mark the source (or its content, when the hash is known) as being read, when its
+        media type is unknown: duplicates meanwhile wait instead of reading it too.
+
+        Returns this delivery's mark (``None``: none was needed or taken), and what the
+        index knows when another delivery remembered the content meanwhile.
+
+        Raises
+        ------
+        JobBusy
+            Another delivery is reading it now.
+        _Refused
+            Remembered meanwhile as content no recipe applies to.
+        """
+        if plan is not None and plan.media is not None:
+            return None, None
+        marker = content_id(original.sha256) if original.sha256 is not None else original.source_id
+        if marker is None:
+            return None, None
+        token = uuid.uuid4().hex
+        found = self._sources.begin_reading(marker, token, now_s=self._now(), lease_until_s=self._lease_until(delivery))
+        match found:
+            case None:
+                return _ReadingMark(self._sources, marker, token), None
+            case KnownSource(media=""):
+                raise self._refusal(
+                    original.ref, UNSUPPORTED_FORMAT, "no recipe for this content (remembered)", sha256=original.sha256
+                )
+            case KnownSource():
+                return None, found
+            case Reading():
+                raise JobBusy(marker, found.lease_expires_at_s)
+
+    @contextlib.contextmanager
+    def _work_folder(self) -> Iterator[Path]:
+        """A fresh work folder under ``settings.work_dir`` (see :data:`WORK_FOLDER_MARKER`),
+        removed whatever happens."""
+        folder = Path(tempfile.mkdtemp(prefix=WORK_FOLDER_PREFIX, dir=self.settings.work_dir))
+        try:
+            (folder / WORK_FOLDER_MARKER).touch()
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _read(self, original: Identified, folder: Path, delivery: Delivery | None, claims: Iterable[Claim]) -> _Work:
+        """Stream the original into ``folder`` while hashing it.
+
+        Raises
+        ------
+        _Refused
+            The object cannot be read (gone, changed): the claims are given back instead of
+            failing the jobs -- they belong to the content, and another copy may come.
+        """
+        path = folder / "original"
+        try:
+            downloaded = self._store.download(original.ref, path, etag=original.head.etag)
+        except PermanentFailure as failure:
+            self._release_all(claims, failure)
+            raise self._refusal(original.ref, failure.reason, failure.detail) from None
+        return _Work(original.ref, path, downloaded.size_bytes, downloaded.sha256, delivery, folder)
+
+    def _content_changed(self, plan: Plan, work: _Work, claims: Iterable[Claim]) -> tuple[None, list[Claim]]:
+        """The bytes read are not the content the hash named: the claims (on the wrong jobs)
+        are given back, and the bytes read are planned afresh."""
+        log.warning(
+            "the bytes read do not match the known SHA-256; using the bytes",
+            extra={"source_key": work.ref.key, "known": plan.sha256, "read": work.sha256},
+        )
+        self._release_all(claims, TransientFailure("content changed"))
+        return None, []
+
+    def _remember(self, original: Identified, work: _Work, media: str | None, mark: _ReadingMark | None) -> None:
+        """Remember the hash and media type under the ids it is true for: this source
+        version, and the content the bytes read are (a marker named after another hash is
+        dropped)."""
+        ids = [i for i in (original.source_id, content_id(work.sha256) if original.head.sha256 else None) if i]
+        self._sources.remember(ids, KnownSource(work.sha256, work.size_bytes, media or ""), now_s=self._now())
+        if mark is not None:
+            mark.remembered(ids)
+
+    # ------------------------------------------------------------------ run
+
+    def _run_jobs(
+        self, plan: Plan, claims: Iterable[Claim], delivery: Delivery | None, work: _Work | None
+    ) -> SourceResult:
+        """Run each claimed job (``work``: the original read, ``None`` when it was not), and
+        summarise: the first failed job's reason is the original's."""
+        result = SourceResult(
+            plan.ref,
+            SourceState.DONE,
+            media=plan.media,
+            sha256=plan.sha256,
+            size_bytes=plan.size_bytes,
+            bytes_read=work.size_bytes if work is not None else 0,
+        )
+        for job, claim in zip(plan.jobs, claims, strict=True):
+            result.jobs.append(self._run_job(plan.ref, job, claim, delivery, work))
+        failed = [j for j in result.jobs if j.state != JobState.DONE]
+        if failed:
+            result.state = SourceState.PERMANENT_FAILURE
+            result.reason, result.detail = failed[0].reason, failed[0].detail
+        return result
+
+    def _run_job(
+        self, ref: ObjectRef, job: PlannedJob, claim: Claim, delivery: Delivery | None, work: _Work | None
+    ) -> JobResult:
+        """One job: what its claim found, or -- held -- adopt its staged manifest, or run its
+        step on the original and commit."""
         if claim.outcome is not ClaimOutcome.RUN:
-            return self._settled(recipe, claim)
-        assert claim.lease_token is not None
+            return self._settled(job.recipe, claim)
+        assert claim.lease_token is not None, "a held claim carries its token"
+        key = job.spec.job_key
+        extra = {"job_key": key, "source_key": ref.key, "recipe": job.recipe.ref}
         self.observer.claimed(claim, ref)
         keeper = LeaseKeeper(
             ledger=self._ledger,
             queue=self.queue,
-            job_key=spec.job_key,
+            job_key=key,
             token=claim.lease_token,
             expires_at_s=claim.lease_expires_at_s,
             delivery=delivery,
@@ -634,44 +756,59 @@ class Pipeline:
             margin_s=self.settings.deadline_margin_s,
             clock=self._clock,
         )
-        return self._render_and_commit(ref, work, recipe, spec, claim.lease_token, keeper, staged=claim.staged_manifest)
+        commit = Commit(
+            self._store, self._ledger, ref, job.spec, claim.lease_token, keeper, self._clock, self.observer.step
+        )
+        staged = claim.staged_manifest
+        if staged is not None:
+            return self._under_lease(job, commit, extra, lambda: self._adopt(commit, staged, extra))
+        if work is None:
+            return self._under_lease(job, commit, extra, _original_needed)
+        return self._under_lease(job, commit, extra, lambda: self._render_and_commit(job, work, commit, extra))
+
+    def _adopt(self, commit: Commit, staged: str, extra: dict[str, str]) -> list[OutputRecord]:
+        """A lost holder stored every output and staged the manifest: write that body (it
+        may be there already) instead of rendering again."""
+        log.info("adopting the manifest a lost holder staged", extra=extra)
+        return commit.adopt(staged)
 
     def _render_and_commit(
-        self,
-        ref: ObjectRef,
-        work: _Work | None,
-        recipe: Recipe,
-        spec: JobSpec,
-        token: str,
-        keeper: LeaseKeeper,
-        *,
-        staged: str | None,
+        self, job: PlannedJob, work: _Work, commit: Commit, extra: dict[str, str]
+    ) -> list[OutputRecord]:
+        """Run the recipe's step on the original into the job's folder, then commit its files."""
+        key = job.spec.job_key
+        log.info("processing started", extra=extra)
+        self.observer.render_started(key, work.ref)
+        out_dir = work.folder / key
+        out_dir.mkdir()
+        context = RenderContext(
+            check=commit.keeper.check,
+            remaining_s=(work.delivery.remaining_s if work.delivery is not None else lambda: None),
+            progress=self._progress_sink(key, work.ref),
+        )
+        files, decisions = self._steps[job.recipe.step](work.original, job.recipe.params, context, out_dir)
+        return commit.rendered(files, decisions, input_bytes=work.size_bytes)
+
+    def _under_lease(
+        self, job: PlannedJob, commit: Commit, extra: dict[str, str], work: Callable[[], list[OutputRecord]]
     ) -> JobResult:
-        key, prefix = spec.job_key, spec.output_prefix
-        extra = {"job_key": key, "source_key": ref.key, "recipe": recipe.ref}
+        """Do a held job's ``work`` (which ends with its commit) with its heartbeat running,
+        and classify what went wrong: a permanent failure is recorded in the job's row; any
+        other failure gives the claim back (unless the heartbeat did) and is raised."""
+        key, token, keeper = job.spec.job_key, commit.token, commit.keeper
         started = time.monotonic()
         try:
             self.observer.step("claimed", key)
             with keeper:
-                manifest_key = prefix + MANIFEST_NAME
-                if staged is not None:
-                    # A lost holder stored every output and staged the manifest: write
-                    # that body (it may be there already) instead of rendering again.
-                    log.info("adopting the manifest a lost holder staged", extra=extra)
-                    outputs = self._commit_manifest(ref.bucket, manifest_key, staged)
-                else:
-                    assert work is not None, "only a staged manifest commits without the original"
-                    outputs = self._write_set(work, recipe, spec, token, keeper, extra)
-                with keeper.last_write():  # the heartbeat neither renews nor releases meanwhile
-                    self._ledger.complete(key, token, manifest_key=manifest_key, outputs=outputs, now_s=self._now())
+                outputs = work()
             self.observer.step("done", key)
         except PermanentFailure as failure:
             log.warning("permanent failure: %s (%s)", failure.reason, failure.detail, extra=extra)
             self._ledger.fail_permanently(key, token, reason=failure.reason, detail=failure.detail, now_s=self._now())
             return JobResult(
-                recipe.ref,
+                job.recipe.ref,
                 key,
-                JobState.PERMANENT_FAILURE.value,
+                JobState.PERMANENT_FAILURE,
                 reused=False,
                 reason=failure.reason,
                 detail=failure.detail,
@@ -684,127 +821,40 @@ class Pipeline:
                 raise
             self._release(key, token, exc, extra)
             raise
+        except TransientFailure as exc:
+            self._release(key, token, exc, extra)
+            raise
         except Exception as exc:
             self._release(key, token, exc, extra)
-            if isinstance(exc, TransientFailure):
-                raise
             raise TransientFailure(f"{type(exc).__name__}: {exc}") from exc
         seconds = time.monotonic() - started
         log.info("processing committed in %.3f s", seconds, extra=extra)
         return JobResult(
-            recipe.ref,
+            job.recipe.ref,
             key,
-            JobState.DONE.value,
+            JobState.DONE,
             reused=False,
-            manifest_key=manifest_key,
+            manifest_key=commit.manifest_key,
             outputs=tuple(outputs),
             seconds=seconds,
         )
 
-    def _write_set(
-        self, work: _Work, recipe: Recipe, spec: JobSpec, token: str, keeper: LeaseKeeper, extra: dict[str, str]
-    ) -> list[OutputRecord]:
-        """Render; register what will be written; write each output; stage the manifest in
-        the ledger, then write it. The outputs as stored."""
-        ref, key, prefix = work.ref, spec.job_key, spec.output_prefix
-        log.info("processing started", extra=extra)
-        self.observer.render_started(key, ref)
-        out_dir = work.folder / key
-        out_dir.mkdir()
-        files, decisions = self._render(work, recipe, out_dir, keeper, key)
-        own = {rendered.path.name: _candidate(rendered) for rendered in files}
-        keeper.check()
-        registered = self._ledger.register_outputs(key, token, list(own.values()), now_s=self._now())
-        listed: dict[str, str] = {}  # the prefix's ETags by key, listed at a 412
-        outputs = []
-        for rendered in files:
-            keeper.check()
-            record = _record(prefix, rendered)
-            if not self._store.put_file_if_absent(
-                ref.bucket, record.key, rendered.path, content_type=rendered.content_type
-            ):
-                record = self._stored_record(ref.bucket, prefix, record, own[rendered.path.name], registered, listed)
-            outputs.append(record)
-            self.observer.step("output_stored", key)
-        manifest_key = prefix + MANIFEST_NAME
-        manifest = build_manifest(
-            job_key=key,
-            source=ref,
-            input_sha256=spec.input_sha256,
-            input_bytes=work.size_bytes,
-            recipe_id=spec.recipe_id,
-            recipe_version=spec.recipe_version,
-            recipe_sha256=spec.recipe_sha256,
-            policy_version=spec.policy_version,
-            outputs=outputs,
-            decisions=decisions,
-            created_at=_utc_iso(self._clock()),
-        )
-        body = json.dumps(manifest, indent=2, sort_keys=True)
-        keeper.check()
-        staged = self._ledger.stage_manifest(key, token, body, now_s=self._now())
-        outputs = self._commit_manifest(ref.bucket, manifest_key, staged)
-        self.observer.step("manifest_stored", key)
-        return outputs
+    # ------------------------------------------------------------------ steps
 
-    def _commit_manifest(self, bucket: str, manifest_key: str, staged: str) -> list[OutputRecord]:
-        """Write the staged manifest body (a 412 means it is there: every write of it
-        carries these bytes); its outputs."""
-        self._store.put_if_absent(bucket, manifest_key, staged.encode("utf-8"), content_type="application/json")
-        return [OutputRecord.from_json(o) for o in json.loads(staged)["outputs"]]
-
-    def _stored_record(
-        self,
-        bucket: str,
-        prefix: str,
-        record: OutputRecord,
-        own: OutputCandidate,
-        registered: frozenset[OutputCandidate],
-        listed: dict[str, str],
-    ) -> OutputRecord:
-        """``record`` describing the bytes already stored under its key (a 412).
-
-        ``listed`` caches the prefix's listing; it is listed again when it does not
-        identify the key (a lost holder's write in flight may have landed since).
-
-        Raises
-        ------
-        PermanentFailure
-            ``output_conflict`` when the stored bytes are none of the registered
-            candidates: written by something other than a holder of this job (a version
-            before registration, a person, an SSE-KMS bucket whose ETags are no MD5).
-        """
-        listed_now = not listed
-        if listed_now:
-            listed.update(self._store.listing(bucket, prefix))
-        stored = identify_stored(own, listed.get(record.key), registered)
-        if stored is None and not listed_now:
-            listed.clear()
-            listed.update(self._store.listing(bucket, prefix))
-            stored = identify_stored(own, listed.get(record.key), registered)
-        if stored is None:
-            raise PermanentFailure(
-                OUTPUT_CONFLICT, f"{record.key} holds bytes no holder of this job wrote (ETag {listed.get(record.key)})"
-            )
-        return dataclasses.replace(record, bytes=stored.bytes, sha256=stored.sha256)
-
-    def _render(
-        self, work: _Work, recipe: Recipe, out_dir: Path, keeper: LeaseKeeper, key: str
+    def _image_variants(
+        self, source: Path, params: ImageVariantsParams, context: RenderContext, out_dir: Path
     ) -> tuple[list[RenderedFile], Decisions]:
-        """Run the recipe's step on the original."""
-        params = recipe.params
-        delivery = work.delivery
-        context = RenderContext(
-            check=keeper.check,
-            remaining_s=(delivery.remaining_s if delivery is not None else lambda: None),
-            progress=self._progress_sink(key, work.ref),
-        )
-        if isinstance(params, ImageVariantsParams):
-            # The bounded renderer stops its child at the invocation's deadline (DeadlineReached).
-            return self._renderer.render(work.original, params.variants, out_dir, context)
+        """The ``image.variants`` step. The bounded renderer stops its child at the
+        invocation's deadline (:class:`DeadlineReached`)."""
+        return self._renderer.render(source, params.variants, out_dir, context)
+
+    def _video_renditions(
+        self, source: Path, params: VideoRenditionsParams, context: RenderContext, out_dir: Path
+    ) -> tuple[list[RenderedFile], Decisions]:
+        """The ``video.renditions`` step."""
         if self._video_renderer is None:
-            raise TransientFailure(f"no video renderer for {recipe.ref}")
-        return self._video_renderer.render(work.original, params, out_dir, context)
+            raise TransientFailure("no video renderer for video.renditions")
+        return self._video_renderer.render(source, params, out_dir, context)
 
     def _progress_sink(self, key: str, ref: ObjectRef) -> Callable[[tuple[str, ...], float, float], None]:
         """Passes progress to the observer, and logs it at most every :data:`PROGRESS_LOG_EVERY_S`."""
@@ -826,30 +876,97 @@ class Pipeline:
 
         return sink
 
-    def _release(self, key: str, token: str, exc: Exception, extra: dict[str, str]) -> None:
-        log.warning("transient failure: %r", exc, extra=extra)
-        try:
-            self._ledger.release_transient(key, token, detail=repr(exc), now_s=self._now())
-        except (Superseded, PermanentFailure, TransientFailure) as release_error:
-            log.warning("could not release the claim: %r", release_error, extra=extra)
+    # ------------------------------------------------------------------ limits and refusals
+
+    def _now(self) -> int:
+        return int(self._clock())
+
+    def _lease_until(self, delivery: Delivery | None) -> int:
+        return lease_until(self._clock(), self.settings.lease_s, delivery)
+
+    def _ensure_time(self, delivery: Delivery | None, needed_s: float) -> None:
+        """Refuse to start work that cannot end before the invocation does."""
+        if delivery is None:
+            return
+        remaining = delivery.remaining_s()
+        if remaining < needed_s + self.settings.deadline_margin_s:
+            raise DeadlineReached(f"{remaining:.1f} s left, a job needs {needed_s + self.settings.deadline_margin_s} s")
+
+    def _check_size(
+        self, ref: ObjectRef, size: int, *, announced: bool = False, sha256: str | None = None, bytes_read: int = 0
+    ) -> None:
+        """Refuse an original of 0 bytes or over ``max_input_bytes`` (``announced``: the
+        event's size, not reported as the original's).
+
+        Raises
+        ------
+        _Refused
+            ``empty_file`` or ``too_large``.
+        """
+        facts: dict[str, Any] = {"sha256": sha256, "size_bytes": None if announced else size, "bytes_read": bytes_read}
+        if size == 0:
+            raise self._refusal(ref, EMPTY_FILE, "the object has 0 bytes", **facts)
+        if size > self.settings.max_input_bytes:
+            raise self._refusal(ref, TOO_LARGE, f"{size} bytes > {self.settings.max_input_bytes}", **facts)
+
+    def _ensure_space(self, original: Identified, plan: Plan | None) -> None:
+        """Refuse an original larger than the work folder's whole disk (Lambda's ``/tmp``,
+        ``EphemeralStorage``): its download would fail on every try.
+
+        Raises
+        ------
+        _Refused
+            ``too_large``.
+        TransientFailure
+            When it fits the disk but not its free space now.
+        """
+        size, work_dir = original.head.size_bytes, self.settings.work_dir
+        disk = self._disk_usage(work_dir)
+        if size > disk.total:
+            raise self._refusal(
+                original.ref,
+                TOO_LARGE,
+                f"{size} bytes > the {disk.total} bytes of the disk of {work_dir}",
+                sha256=original.sha256,
+                size_bytes=size,
+                media=plan.media if plan is not None else None,
+            )
+        if size > disk.free:
+            raise TransientFailure(f"{size} bytes > {disk.free} bytes free in {work_dir} now")
+
+    @staticmethod
+    def _refusal(
+        ref: ObjectRef,
+        reason: str,
+        detail: str,
+        *,
+        sha256: str | None = None,
+        size_bytes: int | None = None,
+        media: str | None = None,
+        bytes_read: int = 0,
+    ) -> _Refused:
+        """A permanent failure found before any job exists (nothing to record in the ledger)."""
+        log.warning("permanent failure before any job: %s (%s)", reason, detail, extra={"source_key": ref.key})
+        return _Refused(
+            SourceResult(
+                ref,
+                SourceState.PERMANENT_FAILURE,
+                media=media,
+                sha256=sha256,
+                size_bytes=size_bytes,
+                reason=reason,
+                detail=detail,
+                bytes_read=bytes_read,
+            )
+        )
 
 
-def _record(prefix: str, rendered: RenderedFile) -> OutputRecord:
-    """The manifest's record of ``rendered`` stored under ``prefix``."""
-    return OutputRecord(
-        name=rendered.name,
-        key=prefix + rendered.path.name,
-        format=rendered.format,
-        width=rendered.width,
-        height=rendered.height,
-        bytes=rendered.bytes,
-        sha256=rendered.sha256,
-        content_type=rendered.content_type,
-    )
+def _needs_original(claim: Claim) -> bool:
+    """Whether running ``claim`` reads the original: held, with no staged manifest to adopt."""
+    return claim.outcome is ClaimOutcome.RUN and claim.staged_manifest is None
 
 
-def _candidate(rendered: RenderedFile) -> OutputCandidate:
-    """What a holder registers before writing ``rendered`` (its MD5 read from the file)."""
-    with open(rendered.path, "rb") as f:
-        md5 = hashlib.file_digest(f, lambda: hashlib.md5(usedforsecurity=False)).hexdigest()
-    return OutputCandidate(rendered.path.name, md5, rendered.sha256, rendered.bytes)
+def _original_needed() -> list[OutputRecord]:
+    """The work of a held job whose original was not read (a claim that was to adopt a
+    staged manifest found none): the claim is given back and the message redelivered."""
+    raise TransientFailure("the original was not read: only a staged manifest commits without it")

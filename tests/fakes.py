@@ -1,0 +1,291 @@
+"""In-memory fakes of the service layer's ports (``mediajobs.service_layer.ports``), for the
+unit tests: no AWS, no Pillow, no ffmpeg.
+
+Each fake records what it was asked in a shared ``log`` (a list of tuples such as
+``("put", key)``), so a test can assert the order of operations across adapters. Faults
+are injected by wrapping a fake (or a real adapter) with :class:`Wrapping`, never by
+replacing methods on it.
+
+* :class:`FakeStore` -- S3 (:class:`~mediajobs.service_layer.ports.ObjectStore`).
+* :class:`FakeLedger` -- the job ledger; its claims follow :func:`mediajobs.domain.jobs.decide`
+  (the one takeover rule), not a copy of it.
+* :class:`FakeSources` -- the source index.
+* :class:`FakeQueue` -- the SQS queue (every operation of the ``Queue`` port, recorded).
+* :class:`FakeRenderer`, :class:`FakeVideoRenderer` -- renderers writing small files.
+* :class:`FakeClock` -- a clock that moves only when told.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, SOURCE_MISSING, DeliveryLost, PermanentFailure, Superseded
+from mediajobs.domain.jobs import (
+    Claim,
+    ClaimOutcome,
+    Decision,
+    Downloaded,
+    JobState,
+    JobView,
+    KnownSource,
+    ObjectHead,
+    Reading,
+    RenderedFile,
+    decide,
+    standing_claim,
+)
+from mediajobs.domain.keys import sha256_hex
+from mediajobs.domain.manifest import RenderDecisions
+
+
+class Wrapping:
+    """An adapter wrapped: each call goes to ``inner``, unless ``overrides`` names the
+    method (``Wrapping(store, download=broken)``); ``inner`` stays reachable as ``.inner``."""
+
+    def __init__(self, inner: Any, **overrides: Callable[..., Any]) -> None:
+        self.inner = inner
+        self._overrides = overrides
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._overrides:
+            return self._overrides[name]
+        return getattr(self.inner, name)
+
+
+class FakeClock:
+    """Unix time in seconds that moves only by :meth:`advance` (or by setting ``now``)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeStore:
+    """S3 in a dict: ``objects`` by key. ``checksums``: ``HeadObject`` reports a full-object
+    SHA-256. ETags in listings are the MD5 of the bytes (a single-part SSE-S3 upload)."""
+
+    def __init__(self, objects: dict[str, bytes], log: list, checksums: bool = False) -> None:
+        self.objects = dict(objects)
+        self.log = log
+        self.checksums = checksums
+
+    def head(self, ref):
+        self.log.append(("head", ref.key))
+        if ref.key not in self.objects:
+            raise PermanentFailure(SOURCE_MISSING, f"s3://{ref.bucket}/{ref.key} is gone")
+        data = self.objects[ref.key]
+        return ObjectHead("v1", "etag-" + sha256_hex(data)[:8], len(data), sha256_hex(data) if self.checksums else None)
+
+    def download(self, ref, dest: Path, *, etag=None):
+        data = self.objects[ref.key]
+        dest.write_bytes(data)
+        self.log.append(("download", ref.key))
+        return Downloaded(sha256_hex(data), len(data), "v1")
+
+    def put_if_absent(self, bucket, key, body, *, content_type):
+        data = body if isinstance(body, bytes) else body.read()
+        self.log.append(("put", key))
+        if key in self.objects:
+            return False
+        self.objects[key] = data
+        return True
+
+    def put_file_if_absent(self, bucket, key, path, *, content_type):
+        return self.put_if_absent(bucket, key, Path(path).read_bytes(), content_type=content_type)
+
+    def listing(self, bucket, prefix):
+        self.log.append(("list", prefix))
+        return {k: hashlib.md5(v).hexdigest() for k, v in self.objects.items() if k.startswith(prefix)}
+
+
+class FakeLedger:
+    """The job ledger in a dict of :class:`JobView` rows. A claim on an existing row does
+    what :func:`decide` says (the rule the DynamoDB ledger's conditions implement); tokens
+    are ``t1``, ``t2`` ... by attempt."""
+
+    def __init__(self, log: list, max_attempts: int = 4) -> None:
+        self.log = log
+        self.rows: dict[str, JobView] = {}
+        self.max_attempts = max_attempts
+        self.candidates: dict[str, set] = {}
+        self.staged: dict[str, str] = {}
+
+    def find(self, job_keys):
+        self.log.append(("find", len(job_keys)))
+        return {k: self._view(k) for k in job_keys if k in self.rows}
+
+    def _view(self, key):
+        """The row as read: with the manifest staged in it, if any."""
+        return dataclasses.replace(self.rows[key], staged_manifest=self.staged.get(key))
+
+    def claim(self, spec, *, now_s, lease_until_s, seen=None):
+        key = spec.job_key
+        self.log.append(("claim", key))
+        row = self.rows.get(key)
+        if row is None:
+            self.rows[key] = JobView(key, JobState.RUNNING, "t1", lease_until_s, 1, spec.recipe_id)
+            return Claim(ClaimOutcome.RUN, key, lease_token="t1", lease_expires_at_s=lease_until_s, attempts=1)
+        row = self._view(key)
+        decision = decide(row, now_s=now_s, max_attempts=self.max_attempts)
+        if decision in (Decision.DONE, Decision.FAILED, Decision.BUSY):
+            return standing_claim(row)
+        if decision is Decision.EXHAUST:
+            self.rows[key] = dataclasses.replace(
+                row, state=JobState.PERMANENT_FAILURE, failure_reason=ATTEMPTS_EXHAUSTED, staged_manifest=None
+            )
+            return Claim(ClaimOutcome.FAILED, key, failure_reason=ATTEMPTS_EXHAUSTED, failed_now=True)
+        token = f"t{row.attempts + 1}"
+        self.rows[key] = dataclasses.replace(
+            row, state=JobState.RUNNING, lease_token=token, lease_expires_at_s=lease_until_s, attempts=row.attempts + 1
+        )
+        return Claim(
+            ClaimOutcome.RUN,
+            key,
+            lease_token=token,
+            lease_expires_at_s=lease_until_s,
+            attempts=row.attempts + 1,
+            took_over=True,
+            staged_manifest=self.staged.get(key),
+        )
+
+    def _finish(self, job_key, token, **changes):
+        row = self.rows[job_key]
+        if row.state != JobState.RUNNING or row.lease_token != token:
+            raise Superseded(job_key)
+        self.rows[job_key] = dataclasses.replace(row, **changes)
+
+    def renew(self, job_key, token, *, lease_until_s, now_s):
+        self._finish(job_key, token, lease_expires_at_s=lease_until_s)
+
+    def register_outputs(self, job_key, token, candidates, *, now_s):
+        self.log.append(("register", len(candidates)))
+        self._finish(job_key, token)
+        self.candidates.setdefault(job_key, set()).update(candidates)
+        return frozenset(self.candidates[job_key])
+
+    def stage_manifest(self, job_key, token, body, *, now_s):
+        self.log.append(("stage", job_key))
+        self._finish(job_key, token)
+        return self.staged.setdefault(job_key, body)
+
+    def complete(self, job_key, token, *, manifest_key, outputs, now_s):
+        self.log.append(("complete", job_key))
+        self._finish(job_key, token, state=JobState.DONE, manifest_key=manifest_key, outputs=tuple(outputs))
+        self.candidates.pop(job_key, None)
+        self.staged.pop(job_key, None)
+
+    def fail_permanently(self, job_key, token, *, reason, detail, now_s):
+        self.log.append(("fail", reason))
+        self._finish(job_key, token, state=JobState.PERMANENT_FAILURE, failure_reason=reason)
+
+    def release_transient(self, job_key, token, *, detail, now_s):
+        self.log.append(("release", detail))
+        self._finish(job_key, token, state=JobState.TRANSIENT_FAILURE, failure_detail=detail)
+
+
+class FakeSources:
+    """The source index in a dict: ``rows`` holds :class:`KnownSource` or :class:`Reading`."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+        self.rows: dict[str, KnownSource | Reading] = {}
+
+    def lookup(self, source_id, *, now_s):
+        self.log.append(("lookup", source_id))
+        return self.rows.get(source_id)
+
+    def begin_reading(self, source_id, token, *, now_s, lease_until_s):
+        self.log.append(("begin_reading", source_id))
+        if source_id in self.rows:
+            return self.rows[source_id]
+        self.rows[source_id] = Reading(lease_until_s)
+        return None
+
+    def remember(self, source_ids, known, *, now_s):
+        self.log.append(("remember", tuple(source_ids)))
+        for i in source_ids:
+            self.rows[i] = known
+
+    def abandon(self, source_id, token):
+        self.log.append(("abandon", source_id))
+        self.rows.pop(source_id, None)
+
+
+class FakeQueue:
+    """The SQS queue: records every operation of the ``Queue`` port. ``gone``: the record's
+    receipt handle is no longer valid (``set_visibility`` raises :class:`DeliveryLost`)."""
+
+    def __init__(self) -> None:
+        self.visibility: list[int] = []
+        self.resent: list[tuple[str, str, int, int]] = []
+        self.deleted: list[tuple[str, str]] = []
+        self.returned: list[tuple[str, list[tuple[str, int]]]] = []
+        self.gone = False
+
+    def set_visibility(self, delivery, seconds):
+        if self.gone:
+            raise DeliveryLost("ReceiptHandleIsInvalid")
+        self.visibility.append(seconds)
+
+    def resend(self, queue_arn, body, delay_s, *, handovers=0):
+        self.resent.append((queue_arn, body, delay_s, handovers))
+
+    def delete(self, queue_arn, receipt_handle):
+        self.deleted.append((queue_arn, receipt_handle))
+
+    def return_later(self, queue_arn, delays):
+        self.returned.append((queue_arn, list(delays)))
+
+
+def _rendered(out_dir: Path, name: str, fmt: str, content_type: str, size_px: int) -> RenderedFile:
+    path = out_dir / f"{name}.{fmt}"
+    path.write_bytes(name.encode())
+    return RenderedFile(
+        name, fmt, path, size_px, size_px, path.stat().st_size, sha256_hex(path.read_bytes()), content_type
+    )
+
+
+class FakeRenderer:
+    """Renders image variants as files holding the variant's name; ``error`` is raised
+    instead. ``contexts``: the render context of each call."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.calls = 0
+        self.contexts: list[Any] = []
+
+    def render(self, source, variants, out_dir, context=None):
+        self.calls += 1
+        self.contexts.append(context)
+        if self.error:
+            raise self.error
+        files = [_rendered(out_dir, v.name, v.format, f"image/{v.format}", 10) for v in variants]
+        return files, RenderDecisions("JPEG", 10, 10)
+
+
+class FakeVideoRenderer:
+    """Writes one file per rendition and a poster, reports progress, and checks the lease
+    like ffmpeg's runner; ``error`` is raised after the check."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.contexts: list[Any] = []
+
+    def render(self, source, params, out_dir, context=None):
+        self.contexts.append(context)
+        context.progress(("720p", "360p"), 1.0, 2.0)
+        context.check()
+        if self.error:
+            raise self.error
+        renditions = (("720p", "mp4", "video/mp4"), ("360p", "mp4", "video/mp4"), ("poster", "jpg", "image/jpeg"))
+        files = [_rendered(out_dir, name, fmt, ctype, 2) for name, fmt, ctype in renditions]
+        return files, RenderDecisions("mov,mp4", 2, 2)
