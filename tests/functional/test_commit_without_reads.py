@@ -5,6 +5,7 @@ manifest too big. Time moves by each worker's clock, never by sleeping."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -18,13 +19,14 @@ from botocore.httpsession import URLLib3Session
 from PIL import Image, ImageCms
 
 from mediajobs.adapters.ledger import bound_job_model
-from mediajobs.bootstrap import active_recipes, build_pipeline
+from mediajobs.bootstrap import active_recipes, build_service, default_adapters
 from mediajobs.domain.errors import OUTPUT_CONFLICT, Superseded
 from mediajobs.domain.jobs import ObjectRef
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.domain.manifest import MAX_DECISION_TEXT
 from mediajobs.local.session import Collector
 from mediajobs.settings import Settings
+from tests.fakes import Wrapping
 from tests.functional.test_crash_points import Crash, CrashAt
 from tests.functional.test_worker import unique_png
 
@@ -47,10 +49,19 @@ def upload(session, data: bytes) -> ObjectRef:
     return ObjectRef(session.stack.bucket, key)
 
 
-def worker(session, settings: Settings, observer, attempt: int):
-    """A pipeline whose clock is ``attempt`` leases (plus a minute) in the future."""
+def worker(session, settings: Settings, observer, attempt: int, *, store=None, ledger=None, renderer=None):
+    """A pipeline whose clock is ``attempt`` leases (plus a minute) in the future.
+
+    ``store``, ``ledger``, ``renderer``: functions of the real adapter returning the one the
+    pipeline is given (a :class:`~tests.fakes.Wrapping` that injects a fault or counts).
+    """
     skew = attempt * (settings.lease_s + 60)
-    return build_pipeline(settings, observer=observer, s3=session.s3, clock=lambda: time.time() + skew)
+    adapters = default_adapters(settings, s3=session.s3)
+    changes: dict[str, object] = {"clock": lambda: time.time() + skew}
+    for name, wrap in (("store", store), ("ledger", ledger), ("renderer", renderer)):
+        if wrap is not None:
+            changes[name] = wrap(getattr(adapters, name))
+    return build_service(settings, adapters=dataclasses.replace(adapters, **changes), observer=observer)
 
 
 def row_of(session, key: str):
@@ -153,31 +164,33 @@ def test_a_lost_holders_write_landing_after_the_listing_is_still_identified(loca
     412. B lists again and the manifest describes A's card, as stored."""
     data = unique_png(640, 480)
     ref, key = upload(local_session, data), image_job(data)
-    a = worker(local_session, settings, CrashAt("output_stored"), 0)
-    real_render = a._renderer.render
     a_files: dict[str, bytes] = {}
 
-    def another_build(source, variants, out_dir, context=None):
-        variants = tuple(v.model_copy(update={"quality": v.quality - 7}) for v in variants)
-        files, decisions = real_render(source, variants, out_dir)
-        a_files.update({f.path.name: f.path.read_bytes() for f in files})
-        return files, decisions
+    def another_build(renderer):
+        def render(source, variants, out_dir, context=None):
+            variants = tuple(v.model_copy(update={"quality": v.quality - 7}) for v in variants)
+            files, decisions = renderer.render(source, variants, out_dir)
+            a_files.update({f.path.name: f.path.read_bytes() for f in files})
+            return files, decisions
 
-    a._renderer.render = another_build
+        return Wrapping(renderer, render=render)
+
+    a = worker(local_session, settings, CrashAt("output_stored"), 0, renderer=another_build)
     with pytest.raises(Crash):
         a.process(ref)
-    b = worker(local_session, settings, Collector(), 1)
-    real_listing = b._store.listing
     listings = []
 
-    def listing(bucket, prefix):
-        found = real_listing(bucket, prefix)
-        if not listings:  # A's card.webp, in flight when A lost its lease, lands now
-            local_session.s3.put_object(Bucket=bucket, Key=prefix + "card.webp", Body=a_files["card.webp"])
-        listings.append(prefix)
-        return found
+    def late_write_at_the_first_listing(store):
+        def listing(bucket, prefix):
+            found = store.listing(bucket, prefix)
+            if not listings:  # A's card.webp, in flight when A lost its lease, lands now
+                local_session.s3.put_object(Bucket=bucket, Key=prefix + "card.webp", Body=a_files["card.webp"])
+            listings.append(prefix)
+            return found
 
-    b._store.listing = listing
+        return Wrapping(store, listing=listing)
+
+    b = worker(local_session, settings, Collector(), 1, store=late_write_at_the_first_listing)
     result = b.process(ref)
     assert result.state == "done" and len(listings) == 2
     manifest = json.loads(stored(local_session, f"derivatives/{key}/manifest.json"))
@@ -227,33 +240,33 @@ def test_a_takeover_retried_after_its_answer_was_lost_still_adopts_the_staged_ma
     assert collector.renders == []
 
 
-def _crash_before_the_manifest_is_written(pipeline) -> None:
-    """The holder dies after staging the manifest, before its PutObject."""
-    real = pipeline._store.put_if_absent
+def _crash_before_the_manifest_is_written(store) -> Wrapping:
+    """``store`` whose holder dies after staging the manifest, before its PutObject."""
 
     def put(bucket, key, body, *, content_type):
         if key.endswith("/manifest.json"):
             raise Crash("staged, not written")
-        return real(bucket, key, body, content_type=content_type)
+        return store.put_if_absent(bucket, key, body, content_type=content_type)
 
-    pipeline._store.put_if_absent = put
+    return Wrapping(store, put_if_absent=put)
 
 
-def _count_reads(pipeline) -> list[str]:
-    """Keys the pipeline's S3 adapter reads (HeadObject and GetObject of the original)."""
-    reads: list[str] = []
-    head, download = pipeline._store.head, pipeline._store.download
+def _counting_reads(reads: list[str]):
+    """A wrap of the S3 adapter recording in ``reads`` the keys it reads (HeadObject and
+    GetObject of the original)."""
 
-    def counted_head(ref):
-        reads.append("head " + ref.key)
-        return head(ref)
+    def wrap(store) -> Wrapping:
+        def head(ref):
+            reads.append("head " + ref.key)
+            return store.head(ref)
 
-    def counted_download(ref, dest, *, etag=None):
-        reads.append("get " + ref.key)
-        return download(ref, dest, etag=etag)
+        def download(ref, dest, *, etag=None):
+            reads.append("get " + ref.key)
+            return store.download(ref, dest, etag=etag)
 
-    pipeline._store.head, pipeline._store.download = counted_head, counted_download
-    return reads
+        return Wrapping(store, head=head, download=download)
+
+    return wrap
 
 
 def _all_but_one_attempt_used(session, settings: Settings, data: bytes) -> tuple[ObjectRef, str]:
@@ -270,15 +283,16 @@ def test_a_staged_manifest_not_yet_written_is_committed_without_reading_the_orig
     staging: the next delivery writes the staged manifest, past the cap, having read the
     original's HeadObject only (its hash comes from the source index)."""
     ref, key = _all_but_one_attempt_used(local_session, settings, unique_png(640, 480))
-    last_holder = worker(local_session, settings, Collector(), settings.max_attempts - 1)
-    _crash_before_the_manifest_is_written(last_holder)
+    last_holder = worker(
+        local_session, settings, Collector(), settings.max_attempts - 1, store=_crash_before_the_manifest_is_written
+    )
     with pytest.raises(Crash):
         last_holder.process(ref)
     row = row_of(local_session, key)
     assert (row.state, int(row.attempts), row.staged_manifest is not None) == ("running", settings.max_attempts, True)
     collector = Collector()
-    committer = worker(local_session, settings, collector, settings.max_attempts)
-    reads = _count_reads(committer)
+    reads: list[str] = []
+    committer = worker(local_session, settings, collector, settings.max_attempts, store=_counting_reads(reads))
     result = committer.process(ref)
     row = row_of(local_session, key)
     assert (result.state, result.bytes_read, collector.renders, row.state) == ("done", 0, [], "done")
@@ -297,14 +311,15 @@ def test_claims_are_given_back_when_the_original_is_gone_before_it_is_read(local
     ref, key = upload(local_session, data), image_job(data)
     with pytest.raises(Crash):
         worker(local_session, settings, CrashAt("claimed"), 0).process(ref)
-    second = worker(local_session, settings, Collector(), 1)
-    download = second._store.download
 
-    def version_deleted_first(r, dest, *, etag=None):
-        local_session.s3.delete_object(Bucket=r.bucket, Key=r.key, VersionId=r.version_id)
-        return download(r, dest, etag=etag)
+    def version_deleted_first(store):
+        def download(r, dest, *, etag=None):
+            local_session.s3.delete_object(Bucket=r.bucket, Key=r.key, VersionId=r.version_id)
+            return store.download(r, dest, etag=etag)
 
-    second._store.download = version_deleted_first
+        return Wrapping(store, download=download)
+
+    second = worker(local_session, settings, Collector(), 1, store=version_deleted_first)
     result = second.process(ref)
     row = row_of(local_session, key)
     assert (result.state, result.reason) == ("permanent_failure", "source_missing")
@@ -321,23 +336,26 @@ def test_a_holder_staging_just_before_its_job_is_exhausted_gets_its_manifest_com
     conditional exhaustion fails, the duplicate takes the job over and commits the staged
     manifest instead of reporting it busy."""
     ref, key = _all_but_one_attempt_used(local_session, settings, unique_png(320, 240))
-    slow = worker(local_session, settings, Collector(), settings.max_attempts - 1)
-    real_stage = slow._ledger.stage_manifest
     seen: dict[str, object] = {}
 
-    def stage_while_a_duplicate_exhausts(job_key, token, body, *, now_s):
-        duplicate = worker(local_session, settings, Collector(), settings.max_attempts + 1)
-        real_claim = duplicate._ledger.claim
+    def stage_while_a_duplicate_exhausts(slow_ledger):
+        def stage(job_key, token, body, *, now_s):
+            def staging_first(ledger):
+                def claim(spec, **kwargs):
+                    slow_ledger.stage_manifest(job_key, token, body, now_s=now_s)  # the slow holder stages just now
+                    return ledger.claim(spec, **kwargs)
 
-        def claim(spec, **kwargs):
-            real_stage(job_key, token, body, now_s=now_s)  # the slow holder stages just now
-            return real_claim(spec, **kwargs)
+                return Wrapping(ledger, claim=claim)
 
-        duplicate._ledger.claim = claim
-        seen["duplicate"] = duplicate.process(ref)
-        return body
+            duplicate = worker(local_session, settings, Collector(), settings.max_attempts + 1, ledger=staging_first)
+            seen["duplicate"] = duplicate.process(ref)
+            return body
 
-    slow._ledger.stage_manifest = stage_while_a_duplicate_exhausts
+        return Wrapping(slow_ledger, stage_manifest=stage)
+
+    slow = worker(
+        local_session, settings, Collector(), settings.max_attempts - 1, ledger=stage_while_a_duplicate_exhausts
+    )
     with pytest.raises(Superseded):  # the duplicate took the job over and committed it
         slow.process(ref)
     duplicate = seen["duplicate"]
