@@ -3,7 +3,7 @@ bytes under another key."""
 
 from __future__ import annotations
 
-from mediajobs.bootstrap import build_pipeline
+from mediajobs.bootstrap import build_service
 from mediajobs.domain.errors import JobBusy
 from mediajobs.domain.jobs import ObjectRef
 from mediajobs.local.session import Collector
@@ -19,7 +19,7 @@ def test_same_event_delivered_ten_times_concurrently_renders_once(local_session)
     ref = ObjectRef(bucket, "originals/storm/a.png", None, len(data))
     collector = Collector()
     # One pipeline (own clients) per thread, as ten Lambda execution environments would have.
-    pipelines = [build_pipeline(Settings.from_env(), observer=collector) for _ in range(10)]
+    pipelines = [build_service(Settings.from_env(), observer=collector) for _ in range(10)]
 
     def deliver(n: int) -> str:
         try:
@@ -42,7 +42,7 @@ def test_identical_bytes_under_another_key_reuse_the_derivatives(local_session):
     data = unique_png()
     bucket = local_session.stack.bucket
     collector = Collector()
-    pipeline = build_pipeline(Settings.from_env(), observer=collector)
+    pipeline = build_service(Settings.from_env(), observer=collector)
     local_session.s3.put_object(Bucket=bucket, Key="originals/reuse/first.png", Body=data)
     local_session.s3.put_object(Bucket=bucket, Key="originals/reuse/second-name.png", Body=data)
     first = pipeline.process(ObjectRef(bucket, "originals/reuse/first.png", None, len(data)))

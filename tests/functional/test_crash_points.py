@@ -9,13 +9,14 @@ batch visible again (its visibility timeout "ran out"), never by sleeping.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import pytest
 
 from mediajobs.adapters.ledger import bound_job_model
-from mediajobs.bootstrap import active_recipes, build_pipeline
+from mediajobs.bootstrap import active_recipes, build_service, default_adapters
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.entrypoints import worker
 from mediajobs.local.runner import EventSourceMapping
@@ -61,7 +62,9 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
 
     # Worker A dies at the step boundary.
     first = CrashAt(point)
-    worker.set_pipeline(build_pipeline(settings, observer=first, s3=local_session.s3))
+    worker.set_pipeline(
+        build_service(settings, adapters=default_adapters(settings, s3=local_session.s3), observer=first)
+    )
 
     def die_before_ack(messages):
         raise Crash("before_ack")
@@ -76,9 +79,8 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
     a.expire(crashed_batch)
     second = Collector()
     skew = settings.lease_s + 60
-    worker.set_pipeline(
-        build_pipeline(settings, observer=second, s3=local_session.s3, clock=lambda: time.time() + skew)
-    )
+    adapters = dataclasses.replace(default_adapters(settings, s3=local_session.s3), clock=lambda: time.time() + skew)
+    worker.set_pipeline(build_service(settings, adapters=adapters, observer=second))
     b = esm_for(local_session)
     assert b.poll_once() == 1
 

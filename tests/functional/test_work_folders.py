@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from mediajobs.bootstrap import build_pipeline
+from mediajobs.bootstrap import build_service, default_adapters
 from mediajobs.local.embedded import EmbeddedAws
 from mediajobs.local.simulate import worker_work_dir
 from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
@@ -34,7 +34,7 @@ def test_a_worker_of_another_local_session_starting_leaves_this_sessions_live_fo
         other = EmbeddedAws(REPO / "template.yaml", name="mediajobs-other-session")
         with other:
             assert other.work_dir != local_session._aws.work_dir
-            build_pipeline(Settings.from_env())
+            build_service(Settings.from_env())
         assert (live / "original").is_dir()
     finally:
         shutil.rmtree(live, ignore_errors=True)
@@ -44,7 +44,7 @@ def test_a_local_worker_starting_removes_what_a_dead_one_left_in_its_folder(loca
     dead = Path(local_session._aws.work_dir) / f"{WORK_FOLDER_PREFIX}dead"
     (dead / "original").mkdir(parents=True)
     (dead / WORK_FOLDER_MARKER).touch()
-    build_pipeline(Settings.from_env(), s3=local_session.s3)
+    build_service(settings := Settings.from_env(), adapters=default_adapters(settings, s3=local_session.s3))
     assert not dead.exists()
 
 
@@ -58,10 +58,10 @@ def test_simulated_workers_running_at_once_have_their_own_folders_and_a_replacem
     live.mkdir()
     (live / WORK_FOLDER_MARKER).touch()
     # Slot 1's worker starts (or restarts) while slot 0's works: slot 0's folder survives.
-    build_pipeline(Settings(work_dir=str(slots[1])))
+    build_service(Settings(work_dir=str(slots[1])))
     assert live.exists()
     # Slot 0's worker crashed and is replaced: the replacement removes what it left.
-    build_pipeline(Settings(work_dir=str(slots[0])))
+    build_service(Settings(work_dir=str(slots[0])))
     assert not live.exists() and slots[0].is_dir()
 
 
@@ -82,7 +82,7 @@ def test_a_work_dir_the_user_sets_gets_a_private_folder_inside_it_and_is_kept(tm
         second = EmbeddedAws(REPO / "template.yaml", name="mediajobs-workdir-2")
         with second:
             assert second.work_dir != first.work_dir
-            build_pipeline(Settings.from_env())
+            build_service(Settings.from_env())
         assert live.is_dir()
     assert tmp_path.is_dir() and (tmp_path / "mediajobs-out" / "index.html").read_text() == "the user's"
 

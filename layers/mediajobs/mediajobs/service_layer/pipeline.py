@@ -385,8 +385,9 @@ class Pipeline:
         try:
             with self._work_folder() as folder:
                 work = self._read(original, folder, delivery, claims)
-                if plan is not None and work.sha256 != plan.sha256:
-                    plan, claims = self._content_changed(plan, work, claims)
+                if plan is not None and work.sha256 != plan.sha256:  # not the content the hash named
+                    self._content_changed(plan, work, claims)
+                    plan, claims = None, []
                 self._check_size(work.ref, work.size_bytes, sha256=work.sha256, bytes_read=work.size_bytes)
                 plan = self._plan_read(original, work, plan, mark)
                 # Claim every job before telling duplicates what the content is: one that
@@ -692,15 +693,14 @@ class Pipeline:
             raise self._refusal(original.ref, failure.reason, failure.detail) from None
         return _Work(original.ref, path, downloaded.size_bytes, downloaded.sha256, delivery, folder)
 
-    def _content_changed(self, plan: Plan, work: _Work, claims: Iterable[Claim]) -> tuple[None, list[Claim]]:
+    def _content_changed(self, plan: Plan, work: _Work, claims: Iterable[Claim]) -> None:
         """The bytes read are not the content the hash named: the claims (on the wrong jobs)
-        are given back, and the bytes read are planned afresh."""
+        are given back (the bytes read are then planned afresh)."""
         log.warning(
             "the bytes read do not match the known SHA-256; using the bytes",
             extra={"source_key": work.ref.key, "known": plan.sha256, "read": work.sha256},
         )
         self._release_all(claims, TransientFailure("content changed"))
-        return None, []
 
     def _remember(self, original: Identified, work: _Work, media: str | None, mark: _ReadingMark | None) -> None:
         """Remember the hash and media type under the ids it is true for: this source
