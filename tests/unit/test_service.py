@@ -596,3 +596,29 @@ def test_the_image_render_is_given_the_invocations_remaining_time(tmp_path):
     delivery = Delivery("arn:aws:sqs:us-east-1:123456789012:q", "handle", 1, lambda: 321.0)
     assert pipeline.process(REF, delivery).state == "done"
     assert [context.remaining_s() for context in renderer.contexts] == [321.0]
+
+
+def test_a_claim_to_run_found_where_the_original_was_not_read_is_given_back(tmp_path):
+    """Only a staged manifest commits without the original: a claim on the ledger-only path
+    that comes back held with nothing staged (a row changed between the read and the claim)
+    is released and the record comes back, to be read then -- nothing is rendered or
+    written from bytes never read."""
+    from mediajobs.domain.jobs import Claim, ClaimOutcome, JobState
+
+    def held_without_staging(ledger):
+        def claim(spec, *, now_s, lease_until_s, seen=None):
+            ledger.rows[spec.job_key] = dataclasses.replace(
+                ledger.rows[spec.job_key], state=JobState.RUNNING, lease_token="t5", lease_expires_at_s=lease_until_s
+            )
+            return Claim(ClaimOutcome.RUN, spec.job_key, lease_token="t5", lease_expires_at_s=lease_until_s)
+
+        return Wrapping(ledger, claim=claim)
+
+    rig = make(tmp_path, wrap_ledger=held_without_staging)
+    pipeline, store, ledger, renderer, log = rig
+    key = _preload(pipeline, ledger, state="transient_failure", lease_expires_at_s=0, attempts=4)
+    rig.sources.rows[SOURCE_ID] = KnownSource(sha256_hex(b"photo"), 5, "image")
+    with pytest.raises(TransientFailure):
+        pipeline.process(REF)
+    assert ledger.rows[key].state == "transient_failure" and renderer.calls == 0
+    assert not [e for e in log if e[0] in ("download", "put", "register")]
