@@ -12,11 +12,13 @@ import pytest
 
 from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.sources import SourceIndex, SourceModel
+from mediajobs.bootstrap import build_service, default_adapters
 from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure, TransientFailure
-from mediajobs.domain.keys import source_version_document
+from mediajobs.domain.keys import source_version_document, source_version_id
 from mediajobs.entrypoints import worker
 from mediajobs.local.runner import LocalLambdaContext
-from mediajobs.service_layer import pipeline as service
+from mediajobs.settings import Settings
+from tests.fakes import Wrapping
 from tests.functional.test_ledger import spec
 from tests.functional.test_worker import event_for, put, unique_png
 
@@ -60,17 +62,42 @@ def test_a_manifest_larger_than_an_item_is_unstorable(ledger):
     assert ledger.get(key).failure_reason == UNSTORABLE_INPUT
 
 
-def test_the_handler_acknowledges_a_record_whose_source_id_dynamodb_refuses(local_session, monkeypatch):
+def _keyed_by_the_document(sources, hashed: str, document: str) -> Wrapping:
+    """The source index keyed as it was: by a version's JSON document, not by its hash."""
+
+    def keyed(source_id: str) -> str:
+        return document if source_id == hashed else source_id
+
+    return Wrapping(
+        sources,
+        lookup=lambda source_id, **kw: sources.lookup(keyed(source_id), **kw),
+        begin_reading=lambda source_id, token, **kw: sources.begin_reading(keyed(source_id), token, **kw),
+        remember=lambda ids, known, **kw: sources.remember([keyed(i) for i in ids], known, **kw),
+        abandon=lambda source_id, token: sources.abandon(keyed(source_id), token),
+    )
+
+
+def test_the_handler_acknowledges_a_record_whose_source_id_dynamodb_refuses(local_session):
     """The source index keyed as it was (the JSON itself) meets a 1,000-byte key of quotes:
     the record ends ``unstorable_input`` and is deleted, where it was retried as transient
     until the dead-letter queue, from which a redrive could never succeed."""
     key = "originals/" + '"' * 990
     data = unique_png(64, 48)
     put(local_session, key, data)
-    monkeypatch.setattr(service, "source_version_id", source_version_document)
+    bucket, settings = local_session.stack.bucket, Settings.from_env()
+    head = local_session.s3.head_object(Bucket=bucket, Key=key)
+    version = {"version_id": head.get("VersionId"), "etag": head["ETag"], "size_bytes": len(data)}
+    hashed, document = source_version_id(bucket, key, **version), source_version_document(bucket, key, **version)
+    adapters = default_adapters(settings, s3=local_session.s3)
+    adapters = dataclasses.replace(adapters, sources=_keyed_by_the_document(adapters.sources, hashed, document))
+    session_pipeline = worker.get_pipeline()
+    worker.set_pipeline(build_service(settings, adapters=adapters, observer=local_session.collector))
     local_session.collector.results.clear()
     event = event_for(local_session, key, len(data))
-    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    try:
+        assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    finally:
+        worker.set_pipeline(session_pipeline)
     [result] = local_session.collector.results[key]
     assert (result.state, result.reason, result.jobs) == ("permanent_failure", UNSTORABLE_INPUT, [])
     assert "2048 bytes" in result.detail
