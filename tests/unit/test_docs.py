@@ -178,6 +178,27 @@ def test_every_documented_mediajobs_command_and_flag_exists():
     assert seen, "no mediajobs command found in the docs"
 
 
+def test_the_simulate_flag_table_gives_the_cli_defaults():
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict))
+    actions = {s: a for a in subparsers.choices["simulate"]._actions for s in a.option_strings}
+    rows = [row for row in _table_rows((DOCS / "local.md").read_text()) if row[0].startswith("`--")]
+    assert {row[0].strip("`") for row in rows} == {s for s in actions if s.startswith("--") and s != "--help"}
+    for row in rows:
+        default = actions[row[0].strip("`")].default
+        assert row[1] == ("off" if default is False else str(default)), row[0]
+
+
+def test_every_named_event_file_and_template_resource_exists():
+    resources = set(_template()["Resources"])
+    for page in PAGES:
+        text = page.read_text()
+        for name in re.findall(r"\bevents/([\w-]+\.json)", text):
+            assert (ROOT / "events" / name).is_file(), f"{_id(page)}: events/{name}"
+        for name in re.findall(r"sam local invoke (\w+)", text):
+            assert name in resources, f"{_id(page)}: no resource {name}"
+
+
 def _links() -> list[tuple[Path, str]]:
     return [(page, target) for page in PAGES for target in LINK.findall(_prose(page.read_text()))]
 
