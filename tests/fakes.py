@@ -11,7 +11,8 @@ replacing methods on it.
   (the one takeover rule), not a copy of it.
 * :class:`FakeSources` -- the source index.
 * :class:`FakeQueue` -- the SQS queue (every operation of the ``Queue`` port, recorded).
-* :class:`FakeRenderer`, :class:`FakeVideoRenderer` -- renderers writing small files.
+* :class:`FakeImageStep`, :class:`FakeVideoStep` -- recipe steps (the ``Step`` port) writing
+  small files.
 * :class:`FakeClock` -- a clock that moves only when told.
 """
 
@@ -40,6 +41,8 @@ from mediajobs.domain.jobs import (
 )
 from mediajobs.domain.keys import sha256_hex
 from mediajobs.domain.manifest import RenderDecisions
+from mediajobs.domain.recipes import ImageVariantsParams, VideoRenditionsParams
+from mediajobs.service_layer.ports import StepResult
 
 
 class Wrapping:
@@ -254,33 +257,39 @@ def _rendered(out_dir: Path, name: str, fmt: str, content_type: str, size_px: in
     )
 
 
-class FakeRenderer:
-    """Renders image variants as files holding the variant's name; ``error`` is raised
-    instead. ``contexts``: the render context of each call."""
+class FakeImageStep:
+    """The ``image.variants`` step: one file per variant holding the variant's name;
+    ``error`` is raised instead. ``calls``: how many runs; ``contexts``: each run's context."""
+
+    name = "image.variants"
+    params_model = ImageVariantsParams
 
     def __init__(self, error: Exception | None = None) -> None:
         self.error = error
         self.calls = 0
         self.contexts: list[Any] = []
 
-    def render(self, source, variants, out_dir, context=None):
+    def run(self, source, params, context, out_dir):
         self.calls += 1
         self.contexts.append(context)
         if self.error:
             raise self.error
-        files = [_rendered(out_dir, v.name, v.format, f"image/{v.format}", 10) for v in variants]
-        return files, RenderDecisions("JPEG", 10, 10)
+        files = [_rendered(out_dir, v.name, v.format, f"image/{v.format}", 10) for v in params.variants]
+        return StepResult(files, RenderDecisions("JPEG", 10, 10).to_json())
 
 
-class FakeVideoRenderer:
-    """Writes one file per rendition and a poster, reports progress, and checks the lease
-    like ffmpeg's runner; ``error`` is raised after the check."""
+class FakeVideoStep:
+    """The ``video.renditions`` step: one file per rendition and a poster; reports progress
+    and checks the lease like ffmpeg's runner; ``error`` is raised after the check."""
+
+    name = "video.renditions"
+    params_model = VideoRenditionsParams
 
     def __init__(self, error: Exception | None = None) -> None:
         self.error = error
         self.contexts: list[Any] = []
 
-    def render(self, source, params, out_dir, context=None):
+    def run(self, source, params, context, out_dir):
         self.contexts.append(context)
         context.progress(("720p", "360p"), 1.0, 2.0)
         context.check()
@@ -288,4 +297,4 @@ class FakeVideoRenderer:
             raise self.error
         renditions = (("720p", "mp4", "video/mp4"), ("360p", "mp4", "video/mp4"), ("poster", "jpg", "image/jpeg"))
         files = [_rendered(out_dir, name, fmt, ctype, 2) for name, fmt, ctype in renditions]
-        return files, RenderDecisions("mov,mp4", 2, 2)
+        return StepResult(files, RenderDecisions("mov,mp4", 2, 2).to_json())

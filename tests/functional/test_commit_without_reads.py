@@ -49,16 +49,17 @@ def upload(session, data: bytes) -> ObjectRef:
     return ObjectRef(session.stack.bucket, key)
 
 
-def worker(session, settings: Settings, observer, attempt: int, *, store=None, ledger=None, renderer=None):
+def worker(session, settings: Settings, observer, attempt: int, *, store=None, ledger=None, steps=None):
     """A pipeline whose clock is ``attempt`` leases (plus a minute) in the future.
 
-    ``store``, ``ledger``, ``renderer``: functions of the real adapter returning the one the
-    pipeline is given (a :class:`~tests.fakes.Wrapping` that injects a fault or counts).
+    ``store``, ``ledger``, ``steps``: functions of the real adapter (the steps by name)
+    returning the one the pipeline is given (a :class:`~tests.fakes.Wrapping` that injects
+    a fault or counts).
     """
     skew = attempt * (settings.lease_s + 60)
     adapters = default_adapters(settings, s3=session.s3)
     changes: dict[str, object] = {"clock": lambda: time.time() + skew}
-    for name, wrap in (("store", store), ("ledger", ledger), ("renderer", renderer)):
+    for name, wrap in (("store", store), ("ledger", ledger), ("steps", steps)):
         if wrap is not None:
             changes[name] = wrap(getattr(adapters, name))
     return build_service(settings, adapters=dataclasses.replace(adapters, **changes), observer=observer)
@@ -166,16 +167,18 @@ def test_a_lost_holders_write_landing_after_the_listing_is_still_identified(loca
     ref, key = upload(local_session, data), image_job(data)
     a_files: dict[str, bytes] = {}
 
-    def another_build(renderer):
-        def render(source, variants, out_dir, context=None):
-            variants = tuple(v.model_copy(update={"quality": v.quality - 7}) for v in variants)
-            files, decisions = renderer.render(source, variants, out_dir)
-            a_files.update({f.path.name: f.path.read_bytes() for f in files})
-            return files, decisions
+    def another_build(steps):
+        image_step = steps["image.variants"]
 
-        return Wrapping(renderer, render=render)
+        def run(source, params, context, out_dir):
+            variants = tuple(v.model_copy(update={"quality": v.quality - 7}) for v in params.variants)
+            result = image_step.run(source, params.model_copy(update={"variants": variants}), context, out_dir)
+            a_files.update({f.path.name: f.path.read_bytes() for f in result.files})
+            return result
 
-    a = worker(local_session, settings, CrashAt("output_stored"), 0, renderer=another_build)
+        return {**steps, "image.variants": Wrapping(image_step, run=run)}
+
+    a = worker(local_session, settings, CrashAt("output_stored"), 0, steps=another_build)
     with pytest.raises(Crash):
         a.process(ref)
     listings = []

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
 import pytest
 
 from mediajobs.domain.errors import OUTPUT_CONFLICT, PermanentFailure, Superseded
-from mediajobs.domain.jobs import JobSpec, ObjectRef, OutputRecord
+from mediajobs.domain.jobs import JobSpec, ObjectRef, OutputRecord, RenderContext
 from mediajobs.domain.keys import sha256_hex
-from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.service_layer.commit import Commit
 from mediajobs.service_layer.lease import LeaseKeeper
-from tests.fakes import FakeClock, FakeLedger, FakeRenderer, FakeStore
+from tests.fakes import FakeClock, FakeImageStep, FakeLedger, FakeStore
 
 KEY = "a" * 64
+DECISIONS = {"decoder": "JPEG", "width": 10, "height": 10}
 PREFIX = f"derivatives/{KEY}/"
 SOURCE = ObjectRef("bucket", "originals/a.jpg", "v1")
 SPEC = JobSpec(KEY, "b" * 64, "web-image", 1, "c" * 64, "p1", PREFIX, "bucket", "originals/a.jpg")
@@ -45,13 +46,14 @@ def held(tmp_path, objects=None):
     )
     steps: list[str] = []
     commit = Commit(store, ledger, SOURCE, SPEC, claim.lease_token, keeper, clock, lambda p, k: steps.append(p))
-    files, _ = FakeRenderer().render(tmp_path / "original", [Variant("thumb"), Variant("card")], tmp_path)
+    params = types.SimpleNamespace(variants=[Variant("thumb"), Variant("card")])
+    files = FakeImageStep().run(tmp_path / "original", params, RenderContext(), tmp_path).files
     return commit, files, store, ledger, log, steps
 
 
 def test_registers_writes_stages_writes_the_manifest_last_then_completes(tmp_path):
     commit, files, store, ledger, log, steps = held(tmp_path)
-    outputs = commit.rendered(files, RenderDecisions("JPEG", 10, 10), input_bytes=5)
+    outputs = commit.rendered(files, DECISIONS, input_bytes=5)
     assert [e[0] for e in log if e[0] != "claim"] == ["register", "put", "put", "stage", "put", "complete"]
     assert [e[1] for e in log if e[0] == "put"] == [
         PREFIX + "thumb.webp",
@@ -67,7 +69,7 @@ def test_registers_writes_stages_writes_the_manifest_last_then_completes(tmp_pat
 def test_a_commit_with_no_files_still_writes_its_manifest(tmp_path):
     """A step whose result is data only (a placeholder) commits a manifest and nothing else."""
     commit, _, store, ledger, log, _ = held(tmp_path)
-    assert commit.rendered([], RenderDecisions("JPEG", 10, 10), input_bytes=5) == []
+    assert commit.rendered([], DECISIONS, input_bytes=5) == []
     assert [e[1] for e in log if e[0] == "put"] == [PREFIX + "manifest.json"]
     assert ledger.rows[KEY].state == "done"
 
@@ -75,7 +77,7 @@ def test_a_commit_with_no_files_still_writes_its_manifest(tmp_path):
 def test_a_key_holding_bytes_no_holder_registered_is_an_output_conflict(tmp_path):
     commit, files, store, ledger, log, _ = held(tmp_path, {PREFIX + "thumb.webp": b"someone else's"})
     with pytest.raises(PermanentFailure) as refused:
-        commit.rendered(files, RenderDecisions("JPEG", 10, 10), input_bytes=5)
+        commit.rendered(files, DECISIONS, input_bytes=5)
     assert refused.value.reason == OUTPUT_CONFLICT and PREFIX + "thumb.webp" in refused.value.detail
     assert PREFIX + "manifest.json" not in store.objects and ledger.rows[KEY].state == "running"
 
@@ -96,5 +98,5 @@ def test_a_superseded_holder_writes_nothing(tmp_path):
     commit, files, store, ledger, _, _ = held(tmp_path)
     ledger.rows[KEY] = dataclasses.replace(ledger.rows[KEY], lease_token="t2")
     with pytest.raises(Superseded):
-        commit.rendered(files, RenderDecisions("JPEG", 10, 10), input_bytes=5)
+        commit.rendered(files, DECISIONS, input_bytes=5)
     assert not [k for k in store.objects if k.startswith(PREFIX)]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import (
     SOURCE_MISSING,
     TOO_MANY_PIXELS,
@@ -21,10 +22,9 @@ from mediajobs.domain.errors import (
 )
 from mediajobs.domain.jobs import Delivery, JobView, KnownSource, ObjectRef, OutputCandidate, OutputRecord, Reading
 from mediajobs.domain.keys import job_key, sha256_hex, source_version_id
-from mediajobs.domain.recipes import load_recipe
 from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver
 from mediajobs.settings import Settings
-from tests.fakes import FakeLedger, FakeRenderer, FakeSources, FakeStore, FakeVideoRenderer, Wrapping
+from tests.fakes import FakeImageStep, FakeLedger, FakeSources, FakeStore, FakeVideoStep, Wrapping
 
 RECIPE = load_recipe("web-image", 1)
 
@@ -32,17 +32,17 @@ RECIPE = load_recipe("web-image", 1)
 @dataclasses.dataclass
 class Rig:
     """A pipeline on fakes, and the fakes (``log``: what every fake was asked, in order).
-    Unpacks as ``pipeline, store, ledger, renderer, log``."""
+    Unpacks as ``pipeline, store, ledger, image_step, log``."""
 
     pipeline: Pipeline
     store: FakeStore
     ledger: FakeLedger
     sources: FakeSources
-    renderer: FakeRenderer
+    image_step: FakeImageStep
     log: list
 
     def __iter__(self):
-        return iter((self.pipeline, self.store, self.ledger, self.renderer, self.log))
+        return iter((self.pipeline, self.store, self.ledger, self.image_step, self.log))
 
 
 def make(
@@ -57,7 +57,7 @@ def make(
     wrap_store=None,
     wrap_ledger=None,
     wrap_sources=None,
-    renderer=None,
+    image_step=None,
     disk_usage=shutil.disk_usage,
 ):
     """``wrap_*``: a function of the fake returning the adapter the pipeline is given (a
@@ -66,20 +66,20 @@ def make(
     store = FakeStore({"originals/a.jpg": data}, log, checksums)
     ledger = FakeLedger(log)
     sources = FakeSources(log)
-    renderer = renderer or FakeRenderer(error)
+    image_step = image_step or FakeImageStep(error)
     pipeline = Pipeline(
         Settings(work_dir=str(tmp_path)),
         store=wrap_store(store) if wrap_store else store,
         ledger=wrap_ledger(ledger) if wrap_ledger else ledger,
         sources=wrap_sources(sources) if wrap_sources else sources,
-        renderer=renderer,
+        steps={"image.variants": image_step, "video.renditions": FakeVideoStep()},
         recipes=recipes or {"image": [RECIPE]},
         detect_media=lambda p, k: media,
         clock=clock,
         observer=PipelineObserver(),
         disk_usage=disk_usage,
     )
-    return Rig(pipeline, store, ledger, sources, renderer, log)
+    return Rig(pipeline, store, ledger, sources, image_step, log)
 
 
 REF = ObjectRef("bucket", "originals/a.jpg", None, 5)
@@ -344,8 +344,7 @@ def make_video(tmp_path, video_renderer, clock=lambda: 1000.0):
         store=FakeStore({"originals/a.jpg": b"video"}, log, False),
         ledger=FakeLedger(log),
         sources=FakeSources(log),
-        renderer=FakeRenderer(None),
-        video_renderer=video_renderer,
+        steps={"image.variants": FakeImageStep(None), "video.renditions": video_renderer},
         recipes={"image": [RECIPE], "video": [VIDEO_RECIPE]},
         detect_media=lambda p, k: "video",
         observer=observer,
@@ -355,7 +354,7 @@ def make_video(tmp_path, video_renderer, clock=lambda: 1000.0):
 
 
 def test_a_video_job_goes_to_the_video_renderer_and_commits_its_manifest_last(tmp_path):
-    videos = FakeVideoRenderer()
+    videos = FakeVideoStep()
     pipeline, log, observer = make_video(tmp_path, videos)
     result = pipeline.process(REF)
     (job,) = result.jobs
@@ -369,7 +368,7 @@ def test_a_video_job_goes_to_the_video_renderer_and_commits_its_manifest_last(tm
 
 
 def test_a_lost_lease_during_a_video_render_commits_nothing(tmp_path):
-    videos = FakeVideoRenderer(error=Superseded("k" * 64))
+    videos = FakeVideoStep(error=Superseded("k" * 64))
     pipeline, log, _ = make_video(tmp_path, videos)
     with pytest.raises(Superseded):
         pipeline.process(REF)
@@ -377,25 +376,25 @@ def test_a_lost_lease_during_a_video_render_commits_nothing(tmp_path):
 
 
 def test_a_permanent_video_failure_is_recorded_with_its_reason(tmp_path):
-    videos = FakeVideoRenderer(error=PermanentFailure("no_video_stream", "1 streams, none of them video"))
+    videos = FakeVideoStep(error=PermanentFailure("no_video_stream", "1 streams, none of them video"))
     pipeline, log, _ = make_video(tmp_path, videos)
     result = pipeline.process(REF)
     assert (result.state, result.reason) == ("permanent_failure", "no_video_stream")
     assert not [e for e in log if e[0] == "put"]
 
 
-class SteppingRenderer(FakeVideoRenderer):
+class SteppingRenderer(FakeVideoStep):
     """Reports progress at the given clock times."""
 
     def __init__(self, clock_box, times):
         super().__init__()
         self.clock_box, self.times = clock_box, times
 
-    def render(self, source, params, out_dir, context=None):
+    def run(self, source, params, context, out_dir):
         for t in self.times:
             self.clock_box[0] = t
             context.progress(("720p",), t - 1000.0, 60.0)
-        return super().render(source, params, out_dir, context)
+        return super().run(source, params, context, out_dir)
 
 
 def test_video_progress_is_logged_at_most_every_10_seconds(tmp_path, caplog):
@@ -472,13 +471,13 @@ def test_a_work_folder_is_named_for_the_cleanup(tmp_path):
 
     seen, marked = [], []
 
-    class Watching(FakeRenderer):
-        def render(self, source, variants, out_dir, context=None):
+    class Watching(FakeImageStep):
+        def run(self, source, params, context, out_dir):
             seen.append(Path(source).parent)
             marked.append((Path(source).parent / WORK_FOLDER_MARKER).is_file())
-            return super().render(source, variants, out_dir)
+            return super().run(source, params, context, out_dir)
 
-    pipeline, *_ = make(tmp_path, renderer=Watching())
+    pipeline, *_ = make(tmp_path, image_step=Watching())
     pipeline.process(REF)
     [folder] = seen
     assert folder.parent == tmp_path and folder.name.startswith(WORK_FOLDER_PREFIX)

@@ -25,12 +25,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from mediajobs.domain.errors import OUTPUT_CONFLICT, PermanentFailure
 from mediajobs.domain.jobs import JobSpec, ObjectRef, OutputCandidate, OutputRecord, RenderedFile, identify_stored
-from mediajobs.domain.manifest import MANIFEST_NAME, Decisions, build_manifest
+from mediajobs.domain.manifest import MANIFEST_NAME, build_manifest
 from mediajobs.service_layer.lease import LeaseKeeper
 from mediajobs.service_layer.ports import Ledger, ObjectStore
 
@@ -65,13 +66,15 @@ class Commit:
         """``derivatives/<job key>/manifest.json``."""
         return self.spec.output_prefix + MANIFEST_NAME
 
-    def rendered(self, files: list[RenderedFile], decisions: Decisions, *, input_bytes: int) -> list[OutputRecord]:
+    def rendered(
+        self, files: list[RenderedFile], decisions: Mapping[str, Any], *, input_bytes: int
+    ) -> list[OutputRecord]:
         """Commit what this holder rendered: register, write, stage, write the manifest, complete.
 
         Parameters
         ----------
         files: the step's files in the work folder (may be empty).
-        decisions: the step's decisions, recorded in the manifest.
+        decisions: the step's decisions (JSON data), recorded in the manifest.
         input_bytes: the original's size in bytes (recorded in the manifest).
 
         Returns
@@ -136,7 +139,9 @@ class Commit:
     def _now(self) -> int:
         return int(self.clock())
 
-    def _manifest(self, outputs: list[OutputRecord], decisions: Decisions, input_bytes: int) -> dict[str, object]:
+    def _manifest(
+        self, outputs: list[OutputRecord], decisions: Mapping[str, Any], input_bytes: int
+    ) -> dict[str, object]:
         spec = self.spec
         return build_manifest(
             job_key=spec.job_key,

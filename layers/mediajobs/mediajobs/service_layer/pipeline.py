@@ -67,37 +67,20 @@ from mediajobs.domain.jobs import (
     OutputRecord,
     Reading,
     RenderContext,
-    RenderedFile,
     SourceResult,
     SourceState,
     decide,
     standing_claim,
 )
 from mediajobs.domain.keys import content_id, job_key, source_version_id
-from mediajobs.domain.manifest import Decisions, RenderDecisions, derivative_prefix
-from mediajobs.domain.recipes import ImageVariant, ImageVariantsParams, Recipe, VideoRenditionsParams
+from mediajobs.domain.manifest import derivative_prefix
+from mediajobs.domain.recipes import Recipe
 from mediajobs.service_layer.commit import Commit
 from mediajobs.service_layer.lease import LeaseKeeper, lease_until
-from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources
+from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources, Step
 from mediajobs.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-class ImageRenderer(Protocol):
-    """What the pipeline needs of an image renderer (see :class:`mediajobs.adapters.imaging.PillowRenderer`)."""
-
-    def render(
-        self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path, context: RenderContext | None = None
-    ) -> tuple[list[RenderedFile], RenderDecisions]: ...
-
-
-class VideoRenderer(Protocol):
-    """What the pipeline needs of a video renderer (see :class:`mediajobs.adapters.video.FfmpegRenderer`)."""
-
-    def render(
-        self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext | None = None
-    ) -> tuple[list[RenderedFile], Decisions]: ...
 
 
 #: Progress of a long render is logged at most this often, seconds (Lambda's logs are the
@@ -267,18 +250,14 @@ def remove_work_folders(work_dir: str) -> int:
     return removed
 
 
-#: Renders one recipe's step: (original, params, context, out_dir) -> (files, decisions).
-StepRunner = Callable[[Path, Any, RenderContext, Path], tuple[list[RenderedFile], Decisions]]
-
-
 class Pipeline:
     """Processes originals named by S3 events.
 
     Parameters
     ----------
     settings: limits, prefixes, lease and policy version.
-    store, ledger, sources, renderer: adapters (real or fakes); ``renderer`` renders images.
-    video_renderer: renders videos (``None``: no video recipe can run).
+    store, ledger, sources: adapters (real or fakes).
+    steps: the recipe steps by name; a recipe's ``step`` chooses the one that runs it.
     queue: message visibility (``None`` where there is no SQS delivery).
     recipes: the recipes to apply, by media type (``{"image": [web-image@1]}``).
     detect_media: ``"image"``, ``"video"`` or ``None`` for a local file, given the file and
@@ -295,10 +274,9 @@ class Pipeline:
         store: ObjectStore,
         ledger: Ledger,
         sources: Sources,
-        renderer: ImageRenderer,
+        steps: Mapping[str, Step],
         recipes: dict[str, list[Recipe]],
         detect_media: Callable[[Path, str], str | None],
-        video_renderer: VideoRenderer | None = None,
         queue: Queue | None = None,
         clock: Callable[[], float] = time.time,
         observer: PipelineObserver | None = None,
@@ -308,8 +286,7 @@ class Pipeline:
         self._store = store
         self._ledger = ledger
         self._sources = sources
-        self._renderer = renderer
-        self._video_renderer = video_renderer
+        self._steps = steps
         self._recipes = recipes
         self._detect_media = detect_media
         self.queue = queue
@@ -317,10 +294,6 @@ class Pipeline:
         self.observer = observer or PipelineObserver()
         self._disk_usage = disk_usage
         self._media_of_recipe = {r.id: media for media, rs in recipes.items() for r in rs}
-        self._steps: dict[str, StepRunner] = {
-            "image.variants": self._image_variants,
-            "video.renditions": self._video_renditions,
-        }
 
     def process(self, ref: ObjectRef, delivery: Delivery | None = None) -> SourceResult:
         """Process one original.
@@ -775,7 +748,8 @@ class Pipeline:
     def _render_and_commit(
         self, job: PlannedJob, work: _Work, commit: Commit, extra: dict[str, str]
     ) -> list[OutputRecord]:
-        """Run the recipe's step on the original into the job's folder, then commit its files."""
+        """Run the recipe's step on the original into the job's folder (a bounded step stops its
+        child at the invocation's deadline: ``DeadlineReached``), then commit its files."""
         key = job.spec.job_key
         log.info("processing started", extra=extra)
         self.observer.render_started(key, work.ref)
@@ -786,8 +760,8 @@ class Pipeline:
             remaining_s=(work.delivery.remaining_s if work.delivery is not None else lambda: None),
             progress=self._progress_sink(key, work.ref),
         )
-        files, decisions = self._steps[job.recipe.step](work.original, job.recipe.params, context, out_dir)
-        return commit.rendered(files, decisions, input_bytes=work.size_bytes)
+        step = self._steps[job.recipe.step].run(work.original, job.recipe.params, context, out_dir)
+        return commit.rendered(step.files, step.decisions, input_bytes=work.size_bytes)
 
     def _under_lease(
         self, job: PlannedJob, commit: Commit, extra: dict[str, str], work: Callable[[], list[OutputRecord]]
@@ -840,21 +814,6 @@ class Pipeline:
         )
 
     # ------------------------------------------------------------------ steps
-
-    def _image_variants(
-        self, source: Path, params: ImageVariantsParams, context: RenderContext, out_dir: Path
-    ) -> tuple[list[RenderedFile], Decisions]:
-        """The ``image.variants`` step. The bounded renderer stops its child at the
-        invocation's deadline (:class:`DeadlineReached`)."""
-        return self._renderer.render(source, params.variants, out_dir, context)
-
-    def _video_renditions(
-        self, source: Path, params: VideoRenditionsParams, context: RenderContext, out_dir: Path
-    ) -> tuple[list[RenderedFile], Decisions]:
-        """The ``video.renditions`` step."""
-        if self._video_renderer is None:
-            raise TransientFailure("no video renderer for video.renditions")
-        return self._video_renderer.render(source, params, out_dir, context)
 
     def _progress_sink(self, key: str, ref: ObjectRef) -> Callable[[tuple[str, ...], float, float], None]:
         """Passes progress to the observer, and logs it at most every :data:`PROGRESS_LOG_EVERY_S`."""
