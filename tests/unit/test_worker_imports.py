@@ -39,7 +39,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import app  # functions/worker/app.py, as the runtime imports the handler
 from mediajobs.entrypoints import worker
-pipeline = worker.get_pipeline()
+handler = worker.default_handler()  # the service, built as the first record would
 loaded = {"init": sorted(sys.modules)}
 """
 
