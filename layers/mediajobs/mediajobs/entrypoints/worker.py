@@ -21,6 +21,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -50,12 +51,14 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "medi
 copy_config_to_registered_loggers(source_logger=logger, include={"mediajobs"})
 
 #: What the log says of a record going back, by outcome (busy and unexpected ones aside).
-_RETURNING = {
-    Outcome.DELIVERY_LOST: "delivery lost: abandoning the work",
-    Outcome.DEADLINE: "deadline: redelivering at once",
-    Outcome.TRANSIENT: "transient failure: redelivering",
-    Outcome.SUPERSEDED: "transient failure: redelivering",
-}
+_RETURNING: Mapping[Outcome, str] = MappingProxyType(
+    {
+        Outcome.DELIVERY_LOST: "delivery lost: abandoning the work",
+        Outcome.DEADLINE: "deadline: redelivering at once",
+        Outcome.TRANSIENT: "transient failure: redelivering",
+        Outcome.SUPERSEDED: "transient failure: redelivering",
+    }
+)
 
 
 class ObjectCreatedRecord(SqsRecordModel):
