@@ -91,7 +91,7 @@ class Settings:
         dead-letter queue, ends a job that keeps failing (default 4, against 5).
     max_receive_count: the queue's redrive ``maxReceiveCount`` (default 5): a record
         that reaches its last receive but one is handed over to a fresh copy (at most
-        :data:`mediajobs.entrypoints.worker.MAX_HANDOVERS` times) before any work, so
+        :data:`mediajobs.service_layer.delivery.MAX_HANDOVERS` times) before any work, so
         receives lost to other records' crashes or to lost acknowledgements do not
         dead-letter it.
     deadline_margin_s: seconds of invocation time kept to release a claim and report;
