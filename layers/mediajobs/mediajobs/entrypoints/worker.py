@@ -28,13 +28,11 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel, SqsRecordModel
-from pydantic import Json, ValidationError
 
 from mediajobs.bootstrap import build_service
 from mediajobs.domain.errors import JobBusy
-from mediajobs.domain.jobs import Delivery, ObjectRef, SourceResult
-from mediajobs.domain.keys import event_key_candidates
+from mediajobs.domain.jobs import SourceResult
+from mediajobs.entrypoints.records import ObjectCreatedRecord, delivery_of, parses, to_object_ref
 from mediajobs.service_layer.delivery import Batch, HandOver, Outcome, Policy, ReturnAfter, outcome_of
 
 if TYPE_CHECKING:
@@ -61,12 +59,6 @@ _RETURNING: Mapping[Outcome, str] = MappingProxyType(
 )
 
 
-class ObjectCreatedRecord(SqsRecordModel):
-    """An SQS record whose body is an EventBridge S3 "Object Created" event."""
-
-    body: Json[S3EventNotificationEventBridgeModel]  # type: ignore[assignment]
-
-
 def make_handler(service: Pipeline, *, on_record: Callable[[str, int, str], None] | None = None) -> Handler:
     """A Lambda handler bound to ``service`` (the local tools and tests build their own).
 
@@ -88,7 +80,7 @@ def make_handler(service: Pipeline, *, on_record: Callable[[str, int, str], None
     @logger.inject_lambda_context
     def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
         batch = Batch(event.get("Records", []), queue=service.queue, policy=policy, clock=time.time, rng=rng)
-        for made in batch.hand_over_running_low(_parses):
+        for made in batch.hand_over_running_low(parses):
             logger.info("receives running low: handed over to a fresh copy", extra={"handovers": made.handovers})
 
         def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
@@ -141,7 +133,7 @@ def _work(
     logger.append_keys(source_key=ref.key, message_id=record.messageId)
     started = time.monotonic()
     try:
-        result = service.process(ref, _delivery(record, context))
+        result = service.process(ref, delivery_of(record, context))
         _report(result)
         logger.info(
             "record done",
@@ -181,42 +173,6 @@ def _work(
         raise
     finally:
         logger.remove_keys(["source_key", "message_id"])
-
-
-def _parses(raw: Mapping[str, Any]) -> bool:
-    try:
-        ObjectCreatedRecord.model_validate(raw)
-    except ValidationError:
-        return False
-    return True
-
-
-def _delivery(record: ObjectCreatedRecord, context: LambdaContext | None) -> Delivery:
-    remaining = (lambda: context.get_remaining_time_in_millis() / 1000) if context is not None else (lambda: 900.0)
-    return Delivery(
-        queue_arn=record.eventSourceARN,
-        receipt_handle=record.receiptHandle,
-        receive_count=int(record.attributes.ApproximateReceiveCount or 1),
-        remaining_s=remaining,
-    )
-
-
-def to_object_ref(record: ObjectCreatedRecord) -> ObjectRef:
-    """The object an event names. S3 URL-encodes the key in its events (Powertools' parser
-    model passes it on as received): ``key`` is the key decoded, ``raw_key`` the key as
-    received when that differs (:func:`~mediajobs.domain.keys.event_key_candidates`). S3
-    reports ``"null"`` as the version of unversioned objects."""
-    detail = record.body.detail
-    version = detail.object.version_id
-    decoded, *as_received = event_key_candidates(detail.object.key)
-    return ObjectRef(
-        bucket=detail.bucket.name,
-        key=decoded,
-        version_id=None if version in (None, "", "null") else version,
-        size_bytes=None if detail.object.size is None else int(detail.object.size),
-        etag=detail.object.etag,
-        raw_key=as_received[0] if as_received else None,
-    )
 
 
 def _report(result: SourceResult) -> None:
