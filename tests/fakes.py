@@ -10,7 +10,8 @@ replacing methods on it.
 * :class:`FakeLedger` -- the job ledger; its claims follow :func:`mediajobs.domain.jobs.decide`
   (the one takeover rule), not a copy of it.
 * :class:`FakeSources` -- the source index.
-* :class:`FakeQueue` -- the SQS queue (every operation of the ``Queue`` port, recorded).
+* :class:`FakeQueue` -- the SQS queue (every operation of the ``Queue`` port, recorded;
+  failing on demand).
 * :class:`FakeImageStep`, :class:`FakeVideoStep` -- recipe steps (the ``Step`` port) writing
   small files.
 * :class:`FakeClock` -- a clock that moves only when told.
@@ -24,11 +25,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, SOURCE_MISSING, DeliveryLost, PermanentFailure, Superseded
+from mediajobs.domain.errors import (
+    ATTEMPTS_EXHAUSTED,
+    SOURCE_MISSING,
+    DeliveryLost,
+    PermanentFailure,
+    Superseded,
+    TransientFailure,
+)
 from mediajobs.domain.jobs import (
     Claim,
     ClaimOutcome,
     Decision,
+    Delivery,
     Downloaded,
     JobState,
     JobView,
@@ -224,29 +233,41 @@ class FakeSources:
 
 
 class FakeQueue:
-    """The SQS queue: records every operation of the ``Queue`` port. ``gone``: the record's
-    receipt handle is no longer valid (``set_visibility`` raises :class:`DeliveryLost`)."""
+    """The ``Queue`` port in memory.
 
-    def __init__(self) -> None:
+    Attributes
+    ----------
+    visibility: the seconds of every ``set_visibility``, in order.
+    resent: ``(queue ARN, body, delay_s, handovers)`` of every copy queued.
+    deleted: ``(queue ARN, receipt handle)`` of every delete.
+    returned: ``(queue ARN, receipt handle, seconds)`` of every record returned.
+    gone: ``set_visibility`` raises :class:`DeliveryLost` (the message is no longer ours).
+    refuse_resend: ``resend`` raises :class:`TransientFailure` (SQS refused the copy).
+    """
+
+    def __init__(self, *, gone: bool = False, refuse_resend: bool = False) -> None:
         self.visibility: list[int] = []
         self.resent: list[tuple[str, str, int, int]] = []
         self.deleted: list[tuple[str, str]] = []
-        self.returned: list[tuple[str, list[tuple[str, int]]]] = []
-        self.gone = False
+        self.returned: list[tuple[str, str, int]] = []
+        self.gone = gone
+        self.refuse_resend = refuse_resend
 
-    def set_visibility(self, delivery, seconds):
+    def set_visibility(self, delivery: Delivery, seconds: int) -> None:
         if self.gone:
             raise DeliveryLost("ReceiptHandleIsInvalid")
         self.visibility.append(seconds)
 
-    def resend(self, queue_arn, body, delay_s, *, handovers=0):
+    def resend(self, queue_arn: str, body: str, delay_s: int, *, handovers: int = 0) -> None:
+        if self.refuse_resend:
+            raise TransientFailure("SQS SendMessage failed: throttled")
         self.resent.append((queue_arn, body, delay_s, handovers))
 
-    def delete(self, queue_arn, receipt_handle):
+    def delete(self, queue_arn: str, receipt_handle: str) -> None:
         self.deleted.append((queue_arn, receipt_handle))
 
-    def return_later(self, queue_arn, delays):
-        self.returned.append((queue_arn, list(delays)))
+    def return_later(self, queue_arn: str, delays: list[tuple[str, int]]) -> None:
+        self.returned.extend((queue_arn, handle, seconds) for handle, seconds in delays)
 
 
 def _rendered(out_dir: Path, name: str, fmt: str, content_type: str, size_px: int) -> RenderedFile:

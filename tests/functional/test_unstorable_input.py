@@ -90,14 +90,10 @@ def test_the_handler_acknowledges_a_record_whose_source_id_dynamodb_refuses(loca
     hashed, document = source_version_id(bucket, key, **version), source_version_document(bucket, key, **version)
     adapters = default_adapters(settings, s3=local_session.s3)
     adapters = dataclasses.replace(adapters, sources=_keyed_by_the_document(adapters.sources, hashed, document))
-    session_pipeline = worker.get_pipeline()
-    worker.set_pipeline(build_service(settings, adapters=adapters, observer=local_session.collector))
     local_session.collector.results.clear()
     event = event_for(local_session, key, len(data))
-    try:
-        assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
-    finally:
-        worker.set_pipeline(session_pipeline)
+    handler = worker.make_handler(build_service(settings, adapters=adapters, observer=local_session.collector))
+    assert handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     [result] = local_session.collector.results[key]
     assert (result.state, result.reason, result.jobs) == ("permanent_failure", UNSTORABLE_INPUT, [])
     assert "2048 bytes" in result.detail
