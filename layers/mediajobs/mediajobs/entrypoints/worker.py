@@ -31,7 +31,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 
 from mediajobs.bootstrap import build_service
 from mediajobs.domain.errors import JobBusy
-from mediajobs.domain.jobs import SourceResult
+from mediajobs.domain.jobs import SourceResult, SourceState
 from mediajobs.entrypoints.records import ObjectCreatedRecord, delivery_of, parses, to_object_ref
 from mediajobs.service_layer.delivery import Batch, HandOver, Outcome, Policy, ReturnAfter, outcome_of
 
@@ -183,7 +183,7 @@ def _report(result: SourceResult) -> None:
             metrics.add_metric(name="JobsClaimed", unit=MetricUnit.Count, value=1)
             metrics.add_metric(name="ProcessingSeconds", unit=MetricUnit.Seconds, value=job.seconds)
     newly_failed = not result.jobs or not all(job.reused for job in result.jobs)
-    if result.state == "permanent_failure" and newly_failed:  # a reused failure was counted once
+    if result.state is SourceState.PERMANENT_FAILURE and newly_failed:  # a reused failure was counted once
         metrics.add_metric(name="JobsFailed", unit=MetricUnit.Count, value=1)
         # A dimension per reason needs its own EMF document; EphemeralMetrics shares no state.
         by_reason = EphemeralMetrics(namespace=metrics.namespace, service=metrics.service)
