@@ -5,6 +5,7 @@ ffmpeg argv; the video step against a fake frame source."""
 from __future__ import annotations
 
 import base64
+import io
 import math
 from pathlib import Path
 
@@ -224,3 +225,47 @@ def test_the_video_step_stops_when_no_time_is_left():
     step = VideoPlaceholder(lambda: FakeFrames(probe))
     with pytest.raises(DeadlineReached):
         step.run(Path("/work/original"), Params(), RenderContext(remaining_s=lambda: 15.0), Path("/work/out"))
+
+
+def placeholder_manifest(**changes) -> dict:
+    decisions = {
+        "placeholder": "thumbhash",
+        "thumbhash": base64.b64encode(bytes.fromhex(REFERENCE["gradient-100x75"])).decode(),
+        "dominant_colour": "#807d7b",
+        "display_width_px": 4000,
+        "display_height_px": 3000,
+    }
+    return {"recipe": {"id": "image-placeholder", "version": 1}, "outputs": [], "decisions": {**decisions, **changes}}
+
+
+def test_the_gallery_draws_each_picture_on_its_placeholder_until_it_loads(tmp_path):
+    from mediajobs.local.gallery import GalleryEntry, GalleryVariant, placeholder_from_manifest, write_gallery
+
+    placeholder = placeholder_from_manifest(placeholder_manifest())
+    assert placeholder is not None and placeholder.data_url.startswith("data:image/png;base64,")
+    png = Image.open(io.BytesIO(base64.b64decode(placeholder.data_url.split(",", 1)[1])))
+    assert png.format == "PNG" and max(png.size) == 32 and png.width > png.height
+    thumb = tmp_path / "thumb.webp"
+    Image.new("RGB", (320, 240)).save(thumb)
+    entry = GalleryEntry("photo", None, "k" * 64, [GalleryVariant("thumb", thumb, 320, 240, thumb.stat().st_size)])
+    entry.placeholder = placeholder
+    page = write_gallery(tmp_path, [entry]).read_text()
+    style = f"background: #807d7b url({placeholder.data_url}) center / 100% 100% no-repeat; width: 320px; "
+    assert f'<img src="thumb.webp" alt="thumb" loading="lazy" style="{style}aspect-ratio: 4000 / 3000">' in page
+    assert "thumbhash &middot; #807d7b" in page
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        {"decisions": {"source_format": "JPEG"}},  # web-image@1's
+        placeholder_manifest(dominant_colour="red;} body {display:none"),
+        placeholder_manifest(thumbhash="not base64!"),
+        placeholder_manifest(thumbhash=""),
+        placeholder_manifest(display_width_px="4000"),
+    ],
+)
+def test_a_manifest_without_a_readable_placeholder_gives_none(manifest):
+    from mediajobs.local.gallery import placeholder_from_manifest
+
+    assert placeholder_from_manifest(manifest) is None
