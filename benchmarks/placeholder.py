@@ -80,7 +80,7 @@ def run_worker(pipeline: str, source: Path) -> int:
                 finally:
                     hash_ms = (time.perf_counter() - begun) * 1000
 
-            placeholder.placeholder_of = timed  # type: ignore[assignment] - measured, not changed
+            placeholder.placeholder_of = timed  # measured, not changed
             start = time.perf_counter()
             step.run(source, Params(), RenderContext(), Path(tmp))
         ms = (time.perf_counter() - start) * 1000

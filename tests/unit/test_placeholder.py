@@ -132,11 +132,11 @@ def test_a_one_pixel_image():
 
 
 def test_a_banner_keeps_its_shape_and_a_large_image_is_hashed_at_100_px(monkeypatch):
-    seen = []
-    import mediajobs.steps.placeholder as module
+    import thash
 
-    real = module.rgba_to_thumb_hash_pure
-    monkeypatch.setattr(module, "rgba_to_thumb_hash_pure", lambda w, h, rgba: seen.append((w, h)) or real(w, h, rgba))
+    seen = []
+    real = thash.rgba_to_thumb_hash_pure
+    monkeypatch.setattr(thash, "rgba_to_thumb_hash_pure", lambda w, h, rgba: seen.append((w, h)) or real(w, h, rgba))
     banner = placeholder_of(Image.new("RGB", (8000, 80), (1, 2, 3)), (8000, 80))
     assert (banner.display_width_px, banner.display_height_px) == (8000, 80)
     placeholder_of(Image.new("RGB", (100, 1), (1, 2, 3)), (100, 1))

@@ -23,6 +23,10 @@ manifest's ``decisions``; it writes no file):
   picture (after EXIF orientation or HEIF irot/imir/clap; a video's square-pixel display
   size), so that a page can reserve the box before anything loads.
 
+Importing this module imports Pillow and the domain only (what a cold start already has):
+``thash`` is imported at the first hash (with NumPy installed, as in development, it imports
+NumPy), the video plans at the first video.
+
 Cost: a separate job, so one more decode of the original; a JPEG is decoded at 1/8 scale in
 the DCT domain (``Image.draft``), which is what makes it cheap (``benchmarks/placeholder.py``).
 Images are decoded by :class:`mediajobs.adapters.imaging.PillowRenderer` as ``web-image``'s
@@ -38,16 +42,17 @@ import base64
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from PIL import Image
-from thash import rgba_to_thumb_hash_pure
 
 from mediajobs.domain.errors import DeadlineReached
 from mediajobs.domain.jobs import RenderContext
 from mediajobs.domain.recipes import fit_within
-from mediajobs.domain.video import VideoProbe, frame_at_s
 from mediajobs.service_layer.ports import StepResult
+
+if TYPE_CHECKING:
+    from mediajobs.domain.video import VideoProbe
 
 #: Longest side of the picture a ThumbHash is computed from, pixels: the format's limit
 #: (``rgbaToThumbHash`` refuses more than 100x100: "Encoding an image larger than 100x100 is
@@ -121,6 +126,8 @@ def placeholder_of(image: Image.Image, display_size: tuple[int, int], box_px: in
     ValueError
         When a size is not positive or ``box_px`` is over :data:`THUMBHASH_MAX_PX`.
     """
+    from thash import rgba_to_thumb_hash_pure  # here: with NumPy installed, importing thash imports it
+
     if not 0 < box_px <= THUMBHASH_MAX_PX:
         raise ValueError(f"box_px must be 1 to {THUMBHASH_MAX_PX}, got {box_px}")
     width, height = display_size
@@ -214,6 +221,8 @@ class VideoPlaceholder:
         TransientFailure
             For any other ffmpeg failure or a timeout.
         """
+        from mediajobs.domain.video import frame_at_s  # the video plans wait for the first video
+
         if self._source is None:
             self._source = self._make_source()
         video = self._source
