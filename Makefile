@@ -33,10 +33,10 @@ demo: ffmpeg
 test: ffmpeg
 	$(BIN)/pytest
 
-# The fast subset: no test marked slow (the layer builds, the crash storms, the end-to-end
-# CLI runs, the case build checks).
+# The fast subset, under a minute: unit and functional tests that start no child process
+# (no render child, ffmpeg, CLI run, storm or layer build; markers in pyproject.toml).
 test-fast: ffmpeg
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -m "(unit or functional) and not subprocess" tests/unit tests/functional
 
 lint: $(STAMP)
 	$(BIN)/ruff check layers functions tests benchmarks

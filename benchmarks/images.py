@@ -36,8 +36,9 @@ from typing import Any
 from PIL import Image
 
 from mediajobs.adapters.imaging import PillowRenderer
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import PermanentFailure
-from mediajobs.domain.recipes import EXTENSIONS, ImageVariant, fit_within, load_recipe
+from mediajobs.domain.recipes import EXTENSIONS, ImageVariant, fit_within
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_PHOTO = REPO_ROOT / "tests" / "media" / "photos" / "phone-jolla.jpg"

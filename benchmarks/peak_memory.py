@@ -5,7 +5,7 @@ Two tables, one run:
 
 * **Peak memory.** Each input is rendered once per mode in a fresh worker process that
   imports what the Lambda worker imports (``mediajobs.bootstrap``): ``in-process``
-  (``PillowRenderer``) and ``bounded`` (``bootstrap.image_renderer``: the production
+  (``PillowRenderer``) and ``bounded`` (``bootstrap.steps``' bounded ``image.variants``: the production
   renderer, ``DECODE_MEMORY_MB`` = the settings' default unless ``--budget-mb``). The
   worker's peak is its ``VmHWM``; the child's peak RSS and address space are what the child
   reports (``VmHWM``, ``VmPeak``), or, for a child that died without a report, the worker's
@@ -151,11 +151,26 @@ class ChildPeaks(logging.Handler):
             self.peak = {key: getattr(record, name, None) for key, name in {**fields, "limit_mb": "limit_mb"}.items()}
 
 
+class BoundedRenderer:
+    """The production ``image.variants`` step (bounded, in its child), called as a renderer."""
+
+    def __init__(self, settings: Any) -> None:
+        from mediajobs.bootstrap import load_recipe, steps
+
+        self.step = steps(settings)["image.variants"]
+        self.params = load_recipe("web-image", 1).params
+
+    def render(self, source: Path, variants: Any, out_dir: Path) -> tuple[list[Any], Any]:
+        from mediajobs.domain.jobs import RenderContext
+
+        result = self.step.run(source, self.params, RenderContext(), out_dir)
+        return result.files, result.decisions
+
+
 def worker_peak(mode: str, source: Path, max_pixels: int, budget_mb: int) -> dict[str, Any]:
     """Render once; the outcome, this process's peak and the child's."""
     from mediajobs.adapters.imaging import PillowRenderer
-    from mediajobs.bootstrap import image_renderer
-    from mediajobs.domain.recipes import load_recipe
+    from mediajobs.bootstrap import load_recipe
     from mediajobs.settings import Settings
 
     peaks = ChildPeaks()
@@ -163,7 +178,7 @@ def worker_peak(mode: str, source: Path, max_pixels: int, budget_mb: int) -> dic
     logging.getLogger("mediajobs.adapters.isolated").setLevel(logging.INFO)
     variants = load_recipe("web-image", 1).params.variants
     settings = Settings(max_pixels=max_pixels, decode_memory_mb=budget_mb)
-    renderer = image_renderer(settings) if mode == "bounded" else PillowRenderer(max_pixels)
+    renderer = BoundedRenderer(settings) if mode == "bounded" else PillowRenderer(max_pixels)
     baseline = vm_status_mb("VmHWM")
     with tempfile.TemporaryDirectory(prefix="mj-peak-") as out:
         start = time.perf_counter()
@@ -190,14 +205,13 @@ def worker_peak(mode: str, source: Path, max_pixels: int, budget_mb: int) -> dic
 def worker_cost(source: Path, runs: int, budget_mb: int) -> dict[str, Any]:
     """``runs`` renders per mode, interleaved in this process; medians of wall and CPU ms."""
     from mediajobs.adapters.imaging import PillowRenderer
-    from mediajobs.bootstrap import image_renderer
-    from mediajobs.domain.recipes import load_recipe
+    from mediajobs.bootstrap import load_recipe
     from mediajobs.settings import Settings
 
     variants = load_recipe("web-image", 1).params.variants
     renderers = {
         "in-process": PillowRenderer(DEFAULT_MAX_PIXELS),
-        "bounded": image_renderer(Settings(decode_memory_mb=budget_mb)),
+        "bounded": BoundedRenderer(Settings(decode_memory_mb=budget_mb)),
     }
     samples: dict[str, dict[str, list[float]]] = {m: {"wall": [], "cpu": []} for m in renderers}
     for _ in range(runs + 1):  # the first round warms the in-process renderer's imports

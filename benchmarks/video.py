@@ -67,7 +67,8 @@ from pathlib import Path
 
 from mediajobs.adapters import ffmpeg
 from mediajobs.adapters.video import FfmpegRenderer
-from mediajobs.domain.recipes import VideoRenditionsParams, load_recipe
+from mediajobs.bootstrap import load_recipe
+from mediajobs.domain.recipes import VideoRenditionsParams
 from mediajobs.domain.video import (
     RenditionPlan,
     VideoProbe,
@@ -78,7 +79,7 @@ from mediajobs.domain.video import (
     renditions_argv,
 )
 
-#: The recipe timed: the active one (``bootstrap.ACTIVE_RECIPES``); for a 30 fps source its
+#: The recipe timed: the active one (``recipes/active.json``); for a 30 fps source its
 #: outputs are those of version 1.
 RECIPE_VERSION = 2
 

@@ -207,12 +207,12 @@ def test_a_job_that_keeps_failing_ends_attempts_exhausted(tmp_path):
     script.write_text(
         "import sys\n"
         "from mediajobs.adapters import isolated\n"
-        "real = isolated.IsolatedRenderer.render\n"
-        "def flaky(self, source, variants, out_dir, context=None):\n"
+        "real = isolated.IsolatedStep.run\n"
+        "def flaky(self, source, params, context, out_dir):\n"
         "    if source.stat().st_size == 7958:\n"  # canon-40d-small.jpg: always fails
         "        raise ConnectionResetError('unexpected')\n"
-        "    return real(self, source, variants, out_dir, context)\n"
-        "isolated.IsolatedRenderer.render = flaky\n"
+        "    return real(self, source, params, context, out_dir)\n"
+        "isolated.IsolatedStep.run = flaky\n"
         "from mediajobs.local.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )

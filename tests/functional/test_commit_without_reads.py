@@ -154,16 +154,19 @@ def test_a_lost_holders_write_landing_after_the_listing_is_still_identified(loca
     data = unique_png(640, 480)
     ref, key = upload(local_session, data), image_job(data)
     a = worker(local_session, settings, CrashAt("output_stored"), 0)
-    real_render = a._renderer.render
+    real_step = a._steps["image.variants"]
     a_files: dict[str, bytes] = {}
 
-    def another_build(source, variants, out_dir, context=None):
-        variants = tuple(v.model_copy(update={"quality": v.quality - 7}) for v in variants)
-        files, decisions = real_render(source, variants, out_dir)
-        a_files.update({f.path.name: f.path.read_bytes() for f in files})
-        return files, decisions
+    class AnotherBuild:
+        name, params_model = real_step.name, real_step.params_model
 
-    a._renderer.render = another_build
+        def run(self, source, params, context, out_dir):
+            variants = tuple(v.model_copy(update={"quality": v.quality - 7}) for v in params.variants)
+            result = real_step.run(source, params.model_copy(update={"variants": variants}), context, out_dir)
+            a_files.update({f.path.name: f.path.read_bytes() for f in result.files})
+            return result
+
+    a._steps = {**a._steps, "image.variants": AnotherBuild()}
     with pytest.raises(Crash):
         a.process(ref)
     b = worker(local_session, settings, Collector(), 1)

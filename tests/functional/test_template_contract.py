@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
+import logging
+import os
 import tomllib
+import uuid
 
+import pytest
+from PIL import Image
+
+from mediajobs.adapters.imaging import PillowRenderer
 from mediajobs.adapters.ledger import JobModel
 from mediajobs.adapters.sources import SourceModel
+from mediajobs.bootstrap import build_service, default_adapters
+from mediajobs.domain.keys import job_key, sha256_hex
+from mediajobs.domain.recipes import load_recipe
+from mediajobs.entrypoints import worker
+from mediajobs.local.events import object_created_body
+from mediajobs.local.runner import LocalLambdaContext, sqs_event
 from mediajobs.local.template import load_template
-from mediajobs.settings import _ENV_NAMES
+from mediajobs.settings import _ENV_NAMES, Settings
 from tests.conftest import REPO
 
 TEMPLATE = load_template(REPO / "template.yaml")
 RESOURCES = TEMPLATE["Resources"]
+REGION = "us-east-1"
 
 
 def model_key_schema(model=JobModel) -> list[dict[str, str]]:
@@ -349,11 +365,61 @@ def test_samconfig_has_a_default_and_a_prod_environment():
     assert "Stage=prod" in str(config["prod"]["deploy"]["parameters"]["parameter_overrides"])
 
 
-def _code(*parts: str) -> str:
-    return (REPO / "layers" / "mediajobs" / "mediajobs").joinpath(*parts).read_text()
+@pytest.fixture()
+def package_logs(caplog):
+    """The package's log records at INFO and above. caplog's handler sits on the root
+    logger; a logger Powertools configured may not propagate there
+    (``copy_config_to_registered_loggers`` turns propagation off), so the handler is put on
+    every such logger directly -- once, so no record is captured twice."""
+    loggers = [logging.getLogger("mediajobs"), logging.getLogger(worker.logger.name)]
+    added = [logger for logger in set(loggers) if not _reaches_root(logger)]
+    for logger in added:
+        logger.addHandler(caplog.handler)
+    for logger in loggers:
+        caplog.set_level(logging.INFO, logger=logger.name)  # restored after the test
+    yield caplog
+    for logger in added:
+        logger.removeHandler(caplog.handler)
 
 
-def test_saved_queries_find_repeated_starts_and_failures_by_reason_in_the_workers_logs():
+def _reaches_root(logger: logging.Logger) -> bool:
+    node: logging.Logger | None = logger
+    while node is not None and node.parent is not None:
+        if not node.propagate:
+            return False
+        node = node.parent
+    return True
+
+
+def in_process_handler(local_session):
+    """The real handler over a service that renders images in this process (no render
+    child): the log records and metrics are the handler's and the pipeline's either way."""
+    settings = Settings.from_env()
+    adapters = dataclasses.replace(
+        default_adapters(settings, s3=local_session.s3), renderer=PillowRenderer(settings.max_pixels)
+    )
+    return worker.make_handler(build_service(settings, adapters=adapters))
+
+
+def truncated_upload(local_session, name: str) -> tuple[dict, str]:
+    """A truncated PNG no other test uploads, put under ``originals/``: (its SQS event, its job key)."""
+    data = _noise_png()[:300]
+    key = f"originals/contract/{name}.png"
+    local_session.s3.put_object(Bucket=local_session.stack.bucket, Key=key, Body=data)
+    body = object_created_body(local_session.stack.bucket, key, size=len(data))
+    event = sqs_event(
+        [{"MessageId": str(uuid.uuid4()), "ReceiptHandle": "h", "Body": body}], local_session.stack.queue_arn, REGION
+    )
+    return event, job_key(sha256_hex(data), load_recipe("web-image", 1).sha256)
+
+
+def _noise_png() -> bytes:
+    out = io.BytesIO()
+    Image.frombytes("RGB", (64, 64), os.urandom(64 * 64 * 3)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_saved_queries_find_repeated_starts_and_failures_by_reason_in_the_workers_logs(local_session, package_logs):
     starts = RESOURCES["ProcessingStartsQuery"]["Properties"]
     failures = RESOURCES["PermanentFailuresQuery"]["Properties"]
     for query in (starts, failures):
@@ -362,13 +428,29 @@ def test_saved_queries_find_repeated_starts_and_failures_by_reason_in_the_worker
     assert "by job_key" in starts["QueryString"]
     assert 'filter message = "permanent failure"' in failures["QueryString"]
     assert "by reason" in failures["QueryString"]
-    # The messages and fields the queries read are the ones the code logs.
-    assert 'log.info("processing started", extra=extra)' in _code("service_layer/pipeline.py")
-    assert '"job_key": key' in _code("service_layer/pipeline.py")
-    assert '"permanent failure",' in _code("entrypoints", "worker.py")
+    # The messages and fields the queries read are the ones the worker logs: a job that
+    # starts and fails permanently logs both (Powertools puts extras beside "message").
+    event, key = truncated_upload(local_session, f"queries-{uuid.uuid4().hex}")
+    assert in_process_handler(local_session)(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    records = package_logs.records
+    started = [r for r in records if r.getMessage() == "processing started"]
+    assert [getattr(r, "job_key", None) for r in started] == [key]
+    failed = [r for r in records if r.getMessage() == "permanent failure"]
+    assert [getattr(r, "reason", None) for r in failed] == ["truncated_image"]
 
 
-def test_the_dashboard_shows_queues_dead_letters_jobs_and_processing_time():
+def emitted_metrics(capsys) -> set[str]:
+    """Names of the metrics in the EMF documents printed since the last call."""
+    names = set()
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            document = json.loads(line)
+            for directive in document["_aws"]["CloudWatchMetrics"]:
+                names.update(m["Name"] for m in directive["Metrics"])
+    return names
+
+
+def test_the_dashboard_shows_queues_dead_letters_jobs_and_processing_time(local_session, capsys, monkeypatch):
     body = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
     queues = {"JobsQueue": "jobs", "DeadLetterQueue": "dlq", "EventsDeadLetterQueue": "events-dlq"}
     body = body.replace("${AWS::Region}", "x")
@@ -387,9 +469,17 @@ def test_the_dashboard_shows_queues_dead_letters_jobs_and_processing_time():
         (namespace, "JobsFailed"),
         (namespace, "ProcessingSeconds"),
     }
-    worker = _code("entrypoints", "worker.py")
-    for _, name in metrics - {m for m in metrics if m[0] == "AWS/SQS"}:
-        assert f'name="{name}"' in worker, name
+    # The worker publishes each metric of its namespace the dashboard shows: a first
+    # delivery claims, renders and fails a job; a second reuses it.
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    worker.metrics.clear_metrics()
+    capsys.readouterr()
+    event, _ = truncated_upload(local_session, f"dashboard-{uuid.uuid4().hex}")
+    handler = in_process_handler(local_session)
+    handler(event, LocalLambdaContext())
+    handler(event, LocalLambdaContext())
+    published = emitted_metrics(capsys)
+    assert {name for ns, name in metrics if ns == namespace} <= published, published
     outputs = TEMPLATE["Outputs"]
     assert "#dashboards:name=${Dashboard}" in outputs["DashboardUrl"]["Value"]["Fn::Sub"]
     assert {"BucketName", "JobsQueueUrl", "DeadLetterQueueUrl", "JobsTableName", "SourcesTableName"} <= set(outputs)

@@ -10,12 +10,12 @@ import uuid
 import numpy as np
 from PIL import Image
 
-from mediajobs.adapters.isolated import IsolatedRenderer
+from mediajobs.adapters.isolated import IsolatedStep
 from mediajobs.adapters.ledger import bound_job_model
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import TransientFailure
 from mediajobs.domain.jobs import JobSpec
 from mediajobs.domain.keys import job_key, sha256_hex
-from mediajobs.domain.recipes import load_recipe
 from mediajobs.entrypoints import worker
 from mediajobs.local.events import object_created_body
 from mediajobs.local.runner import LocalLambdaContext, sqs_event
@@ -94,7 +94,7 @@ def test_transient_failure_is_reported_and_released(local_session, monkeypatch):
     def flaky(self, *args, **kwargs):
         raise ConnectionResetError("peer reset")
 
-    monkeypatch.setattr(IsolatedRenderer, "render", flaky)  # the renderer bootstrap builds
+    monkeypatch.setattr(IsolatedStep, "run", flaky)  # the image step bootstrap registers
     event = event_for(local_session, "originals/w/flaky.png", len(data))
     response = worker.lambda_handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}

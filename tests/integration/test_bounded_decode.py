@@ -16,10 +16,11 @@ import pytest
 from PIL import Image
 
 from mediajobs.adapters.imaging import PillowRenderer
-from mediajobs.adapters.isolated import IsolatedRenderer, RendererSpec
-from mediajobs.bootstrap import image_renderer
+from mediajobs.adapters.isolated import IsolatedStep, StepSpec
+from mediajobs.bootstrap import load_recipe, steps
 from mediajobs.domain.errors import DeadlineReached, PermanentFailure, TransientFailure
-from mediajobs.domain.recipes import load_recipe
+from mediajobs.domain.jobs import RenderContext
+from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.settings import Settings
 from tests.conftest import REPO, case_file, media_file
 
@@ -27,14 +28,23 @@ VARIANTS = load_recipe("web-image", 1).params.variants
 FAULTS = "tests.integration.bounded_faults"
 
 
-def faulty(name: str, budget_mb: int = 200, timeout_s: float = 60, **options: object) -> IsolatedRenderer:
-    return IsolatedRenderer(RendererSpec(f"{FAULTS}:{name}", options), memory_budget_mb=budget_mb, timeout_s=timeout_s)
+def faulty(name: str, budget_mb: int = 200, timeout_s: float = 60, **options: object) -> IsolatedStep:
+    return IsolatedStep(StepSpec(f"{FAULTS}:{name}", options), memory_budget_mb=budget_mb, timeout_s=timeout_s)
+
+
+def image_step(settings: Settings) -> IsolatedStep:
+    """The image.variants step as production registers it (bounded)."""
+    return steps(settings)["image.variants"]
 
 
 def render(renderer, source: Path, tmp_path: Path):
+    """(files, decisions) of a bounded step or of an in-process PillowRenderer."""
     out = tmp_path / "out"
     out.mkdir(parents=True, exist_ok=True)
-    return renderer.render(source, VARIANTS, out)
+    if isinstance(renderer, PillowRenderer):
+        return renderer.render(source, VARIANTS, out)
+    result = renderer.run(source, load_recipe("web-image", 1).params, RenderContext(), out)
+    return result.files, RenderDecisions(**result.decisions)
 
 
 def failure(renderer, source: Path, tmp_path: Path) -> PermanentFailure:
@@ -58,7 +68,7 @@ def png_30mp(tmp_path_factory) -> Path:
 )
 def test_normal_photos_render_under_the_default_budget_exactly_as_in_process(tmp_path, parts):
     source = media_file(*parts)
-    bounded_files, bounded = render(image_renderer(Settings()), source, tmp_path / "bounded")
+    bounded_files, bounded = render(image_step(Settings()), source, tmp_path / "bounded")
     direct_files, direct = render(PillowRenderer(Settings().max_pixels), source, tmp_path / "direct")
     assert bounded == direct
     assert [(f.name, f.width, f.height, f.bytes, f.sha256) for f in bounded_files] == [
@@ -69,14 +79,14 @@ def test_normal_photos_render_under_the_default_budget_exactly_as_in_process(tmp
 
 def test_a_case_with_alpha_and_its_pixels_come_back_the_same(tmp_path):
     source = case_file("I08_palette_trns.png")
-    files, decisions = render(image_renderer(Settings()), source, tmp_path)
+    files, decisions = render(image_step(Settings()), source, tmp_path)
     assert decisions.alpha and decisions.mode == "P->RGBA"
     with Image.open(files[0].path) as thumb:
         assert thumb.mode == "RGBA" and thumb.getpixel((0, 0))[3] == 0
 
 
 def test_a_big_decode_over_a_small_budget_is_memory_limit_exceeded(tmp_path, png_30mp):
-    failed = failure(image_renderer(Settings(decode_memory_mb=100)), png_30mp, tmp_path)
+    failed = failure(image_step(Settings(decode_memory_mb=100)), png_30mp, tmp_path)
     assert failed.reason == "memory_limit_exceeded"
     assert "decode memory budget of 100 MB" in failed.detail
     assert list((tmp_path / "out").iterdir()) == []
@@ -90,14 +100,17 @@ def hwm():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) // 1024
 from mediajobs.adapters.imaging import PillowRenderer
-from mediajobs.bootstrap import image_renderer
-from mediajobs.domain.recipes import load_recipe
+from mediajobs.bootstrap import load_recipe, steps
+from mediajobs.domain.jobs import RenderContext
 from mediajobs.settings import Settings
-variants = load_recipe("web-image", 1).params.variants
-renderer = image_renderer(Settings(decode_memory_mb=100)) if sys.argv[1] == "bounded" else PillowRenderer(50_000_000)
+params = load_recipe("web-image", 1).params
+bounded = steps(Settings(decode_memory_mb=100))["image.variants"]
 before = hwm()
 try:
-    renderer.render(Path(sys.argv[2]), variants, Path(sys.argv[3]))
+    if sys.argv[1] == "bounded":
+        bounded.run(Path(sys.argv[2]), params, RenderContext(), Path(sys.argv[3]))
+    else:
+        PillowRenderer(50_000_000).render(Path(sys.argv[2]), params.variants, Path(sys.argv[3]))
     reason = None
 except Exception as exc:
     reason = getattr(exc, "reason", type(exc).__name__)
@@ -130,7 +143,7 @@ def test_a_heic_over_a_tiny_budget_ends_permanent_when_libheif_aborts(tmp_path):
     """libheif/libde265 (C++) cannot start their threads or allocate: the child aborts
     (std::system_error, std::bad_alloc) or exits from the loader; the worker names the budget."""
     failed = failure(
-        image_renderer(Settings(decode_memory_mb=40)), media_file("photos", "iphone-13-pro-max.heic"), tmp_path
+        image_step(Settings(decode_memory_mb=40)), media_file("photos", "iphone-13-pro-max.heic"), tmp_path
     )
     assert failed.reason == "memory_limit_exceeded"
     assert "decode memory budget of 40 MB" in failed.detail

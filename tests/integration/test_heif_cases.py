@@ -17,9 +17,9 @@ from PIL import Image, ImageOps, PngImagePlugin
 from mediajobs.adapters import imaging
 from mediajobs.adapters.imaging import DECODERS, PillowRenderer
 from mediajobs.adapters.video import FfmpegRenderer
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.inspections.heif_items import Rotation, primary_image, read_structure
-from mediajobs.domain.recipes import load_recipe
 from tests.conftest import MEDIA, case_file, load_script, media_file
 
 VARIANTS = load_recipe("web-image", 1).params.variants

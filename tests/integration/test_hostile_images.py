@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from mediajobs.adapters.imaging import MAX_FRAMES, MAX_JPEG_SCANS, PillowRenderer
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import PermanentFailure
-from mediajobs.domain.recipes import load_recipe
 from tests.conftest import media_file
 
 VARIANTS = load_recipe("web-image", 1).params.variants

@@ -15,8 +15,8 @@ from PIL import Image, ImageFile
 from skimage.color import deltaE_cie76, rgb2lab
 
 from mediajobs.adapters.imaging import PillowRenderer
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import PermanentFailure
-from mediajobs.domain.recipes import load_recipe
 from tests.conftest import case_file, media_file
 
 RECIPE = load_recipe("web-image", 1)

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from mediajobs.adapters.imaging import PillowRenderer
-from mediajobs.domain.recipes import load_recipe
+from mediajobs.bootstrap import load_recipe
 
 VARIANTS = load_recipe("web-image", 1).params.variants
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from mediajobs.adapters.imaging import PillowRenderer
-from mediajobs.domain.recipes import load_recipe
+from mediajobs.bootstrap import load_recipe
 from tests.conftest import MEDIA, media_file
 
 RECIPE = load_recipe("web-image", 1)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mediajobs.adapters.imaging import PillowRenderer
-from mediajobs.bootstrap import image_renderer
+from mediajobs.bootstrap import load_recipe, steps
 from mediajobs.domain.errors import PermanentFailure
-from mediajobs.domain.recipes import load_recipe
+from mediajobs.domain.jobs import RenderContext
 from mediajobs.settings import Settings
 from tests.conftest import case_file
 
@@ -85,7 +85,7 @@ def test_r03_heif_with_a_codec_the_decoder_lacks_is_unsupported_feature(tmp_path
 
 
 def test_the_cases_end_the_same_in_the_bounded_render_child(tmp_path):
-    renderer = image_renderer(Settings())
+    renderer = steps(Settings())["image.variants"]  # bounded, as production registers it
     for name, reason in [
         ("R01_dng.dng", "unsupported_format"),
         ("R02_hdr_bt2020cl.avif", "unsupported_feature"),
@@ -94,5 +94,5 @@ def test_the_cases_end_the_same_in_the_bounded_render_child(tmp_path):
         out = tmp_path / name
         out.mkdir()
         with pytest.raises(PermanentFailure) as caught:
-            renderer.render(case_file(name), VARIANTS, out)
+            renderer.run(case_file(name), load_recipe("web-image", 1).params, RenderContext(), out)
         assert caught.value.reason == reason

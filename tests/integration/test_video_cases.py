@@ -20,16 +20,15 @@ from PIL import Image
 
 from mediajobs.adapters.ffmpeg import find_binaries
 from mediajobs.adapters.video import FfmpegRenderer
-from mediajobs.bootstrap import ACTIVE_RECIPES
+from mediajobs.bootstrap import active_recipes
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.inspections.containers import top_level_boxes
 from mediajobs.domain.jobs import RenderedFile
-from mediajobs.domain.recipes import load_recipe
 from mediajobs.domain.video import VideoDecisions, VideoProbe
 from tests.conftest import PACKAGED_VIDEOS, case_file, media_file, packaged_video
 
 #: The active video recipe (web-video@2: at most 60 fps), as the worker loads it.
-PARAMS = load_recipe(*ACTIVE_RECIPES["video"][0]).params
+PARAMS = active_recipes()["video"][0].params
 
 
 def renderer() -> FfmpegRenderer:

@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from mediajobs.adapters.isolated import MB, ChildExit, IsolatedRenderer, RendererSpec, interpret
+from mediajobs.adapters.isolated import MB, ChildExit, IsolatedStep, StepSpec, interpret
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import DeadlineReached, PermanentFailure, TransientFailure
 from mediajobs.domain.jobs import RenderContext
 from mediajobs.domain.manifest import RenderDecisions
@@ -18,6 +19,12 @@ from tests.conftest import REPO
 BUDGET = 1536 * MB
 READY = {"event": "ready", "baseline_bytes": 55 * MB, "limit_bytes": 55 * MB + BUDGET}
 DECISIONS = RenderDecisions("JPEG", 640, 480)
+IMAGE_VARIANTS = "mediajobs.steps.image_variants:ImageVariantsStep"
+
+
+def test_a_bounded_step_is_the_inner_steps_name_and_params():
+    step = IsolatedStep(StepSpec(IMAGE_VARIANTS), memory_budget_mb=10, timeout_s=60)
+    assert (step.name, step.params_model.__name__) == ("image.variants", "ImageVariantsParams")
 
 
 def ended(*reports: dict, returncode: int = 0, timed_out: bool = False, stderr: str = "") -> ChildExit:
@@ -45,9 +52,9 @@ def file_report(path) -> dict:
 def test_a_finished_render_gives_its_files_and_decisions(tmp_path):
     (tmp_path / "thumb.webp").write_bytes(b"RIFF")
     done = {"event": "done", "files": [file_report(tmp_path / "thumb.webp")], "decisions": DECISIONS.to_json()}
-    files, decisions = outcome(ended(READY, done), tmp_path)
-    assert decisions == DECISIONS
-    assert [(f.name, f.path, f.bytes) for f in files] == [("thumb", tmp_path / "thumb.webp", 4)]
+    result = outcome(ended(READY, done), tmp_path)
+    assert result.decisions == DECISIONS.to_json()
+    assert [(f.name, f.path, f.bytes) for f in result.files] == [("thumb", tmp_path / "thumb.webp", 4)]
 
 
 @pytest.mark.parametrize("where", ["outside", "missing", "symlink", "subfolder"])
@@ -169,24 +176,25 @@ def test_an_unreadable_report_is_transient(tmp_path, report):
 @pytest.mark.parametrize("factory", ["PillowRenderer", "mediajobs.adapters.imaging", "a b:c", ":x", "m:not-a-name"])
 def test_a_factory_is_module_colon_name(factory):
     with pytest.raises(ValueError):
-        RendererSpec(factory)
+        StepSpec(factory)
 
 
 def test_options_must_be_json():
     with pytest.raises(TypeError):
-        RendererSpec("m:f", {"when": object()})
+        StepSpec("m:f", {"when": object()})
 
 
 def test_no_child_is_started_without_time_left(tmp_path):
-    renderer = IsolatedRenderer(
-        RendererSpec("m:f"), memory_budget_mb=10, timeout_s=60, margin_s=10, python=str(tmp_path / "no-python")
+    renderer = IsolatedStep(
+        StepSpec(IMAGE_VARIANTS), memory_budget_mb=10, timeout_s=60, margin_s=10, python=str(tmp_path / "no-python")
     )
     with pytest.raises(DeadlineReached):
-        renderer.render(tmp_path / "x.jpg", (), tmp_path, RenderContext(remaining_s=lambda: 9.0))
+        params = load_recipe("web-image", 1).params
+        renderer.run(tmp_path / "x.jpg", params, RenderContext(remaining_s=lambda: 9.0), tmp_path)
 
 
 def test_the_deadline_is_the_time_left_less_the_margin_within_the_timeout():
-    renderer = IsolatedRenderer(RendererSpec("m:f"), memory_budget_mb=10, timeout_s=60, margin_s=10)
+    renderer = IsolatedStep(StepSpec(IMAGE_VARIANTS), memory_budget_mb=10, timeout_s=60, margin_s=10)
     assert renderer._deadline_s(None) == 60
     assert renderer._deadline_s(RenderContext(remaining_s=lambda: 30.0)) == 20
     assert renderer._deadline_s(RenderContext(remaining_s=lambda: 300.0)) == 60

@@ -8,6 +8,7 @@ from urllib.parse import unquote_plus
 
 import pytest
 
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.keys import (
     KEY_ALGORITHM_VERSION,
     canonical_json,
@@ -20,7 +21,6 @@ from mediajobs.domain.keys import (
     source_version_document,
     source_version_id,
 )
-from mediajobs.domain.recipes import load_recipe
 
 EMPTY_SHA = sha256_hex(b"")
 HELLO_SHA = sha256_hex(b"hello")

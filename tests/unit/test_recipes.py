@@ -8,8 +8,17 @@ from importlib import resources
 
 import pytest
 
-from mediajobs.bootstrap import ACTIVE_RECIPES
-from mediajobs.domain.recipes import RecipeError, fit_within, load_recipe, parse_recipe
+from mediajobs.bootstrap import active_recipes, load_recipe, params_models, steps
+from mediajobs.domain import recipes as domain_recipes
+from mediajobs.domain.recipes import RecipeError, fit_within
+from mediajobs.settings import Settings
+
+#: The parameters models of the registered steps: recipes are validated through the registry.
+MODELS = params_models(steps(Settings()))
+
+
+def parse_recipe(document):
+    return domain_recipes.parse_recipe(document, MODELS)
 
 RAW = json.loads(resources.files("mediajobs.recipes").joinpath("web-image.v1.json").read_text())
 VIDEO_V2 = json.loads(resources.files("mediajobs.recipes").joinpath("web-video.v2.json").read_text())
@@ -84,7 +93,41 @@ def test_web_video_v1_keeps_its_hash_and_so_its_job_keys():
 
 
 def test_the_active_video_recipe_is_web_video_2():
-    assert ACTIVE_RECIPES["video"] == [("web-video", 2)]
+    assert [r.ref for r in active_recipes()["video"]] == ["web-video@2"]
+
+
+def test_the_active_recipes_are_data_beside_the_recipes():
+    active = json.loads(resources.files("mediajobs.recipes").joinpath("active.json").read_text())
+    assert {media: [r.ref for r in recipes] for media, recipes in active_recipes().items()} == active
+
+
+def test_a_recipe_naming_an_unregistered_step_is_rejected():
+    document = copy.deepcopy(RAW)
+    document["step"] = "image.sepia"
+    with pytest.raises(RecipeError, match="no step 'image.sepia' is registered"):
+        parse_recipe(document)
+
+
+def test_params_are_validated_by_the_steps_own_model():
+    document = copy.deepcopy(RAW)
+    document["step"] = "video.renditions"  # image variants are no video renditions' params
+    with pytest.raises(RecipeError, match="invalid params for video.renditions"):
+        parse_recipe(document)
+
+
+@pytest.mark.parametrize(
+    ("active", "match"),
+    [
+        ({"image": ["web-video@2"]}, "made for another media type"),
+        ({"image": ["web-image@1", "web-image@1"]}, "twice"),
+        ({"image": ["web-image"]}, "not a recipe reference"),
+        ({"image": "web-image@1"}, "must map each media type"),
+        ({"image": ["web-image@9"]}, "no recipe web-image@9"),
+    ],
+)
+def test_a_wrong_active_list_is_rejected(active, match):
+    with pytest.raises(RecipeError, match=match):
+        domain_recipes.parse_active(active, MODELS)
 
 
 @pytest.mark.parametrize("max_fps", [0, 241, 59.94, "60", True, -30])

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mediajobs.adapters.sources import Reading
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import (
     SOURCE_MISSING,
     TOO_MANY_PIXELS,
@@ -36,8 +37,8 @@ from mediajobs.domain.jobs import (
 )
 from mediajobs.domain.keys import sha256_hex, source_version_id
 from mediajobs.domain.manifest import RenderDecisions
-from mediajobs.domain.recipes import load_recipe
 from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver
+from mediajobs.service_layer.ports import StepResult
 from mediajobs.settings import Settings
 
 RECIPE = load_recipe("web-image", 1)
@@ -211,17 +212,31 @@ class FakeRenderer:
         return files, RenderDecisions("JPEG", 10, 10)
 
 
-def make(tmp_path, *, data=b"photo", error=None, media="image", checksums=False, clock=lambda: 1000.0):
+class RendererStep:
+    """A fake renderer behind the Step port."""
+
+    def __init__(self, name, renderer):
+        self.name, self.renderer, self.params_model = name, renderer, None
+
+    def run(self, source, params, context, out_dir):
+        arg = params.variants if self.name == "image.variants" else params
+        files, decisions = self.renderer.render(source, arg, out_dir, context)
+        return StepResult(files, decisions.to_json())
+
+
+def make(
+    tmp_path, *, data=b"photo", error=None, media="image", checksums=False, clock=lambda: 1000.0, renderer=None
+):
     log: list = []
     store = FakeStore({"originals/a.jpg": data}, log, checksums)
     ledger = FakeLedger(log)
-    renderer = FakeRenderer(error)
+    renderer = renderer or FakeRenderer(error)
     pipeline = Pipeline(
         Settings(work_dir=str(tmp_path)),
         store=store,
         ledger=ledger,
         sources=FakeSources(log),
-        renderer=renderer,
+        steps={"image.variants": RendererStep("image.variants", renderer)},
         recipes={"image": [RECIPE]},
         detect_media=lambda p, k: media,
         clock=clock,
@@ -516,8 +531,10 @@ def make_video(tmp_path, video_renderer, clock=lambda: 1000.0):
         store=FakeStore({"originals/a.jpg": b"video"}, log, False),
         ledger=FakeLedger(log),
         sources=FakeSources(log),
-        renderer=FakeRenderer(None),
-        video_renderer=video_renderer,
+        steps={
+            "image.variants": RendererStep("image.variants", FakeRenderer(None)),
+            "video.renditions": RendererStep("video.renditions", video_renderer),
+        },
         recipes={"image": [RECIPE], "video": [VIDEO_RECIPE]},
         detect_media=lambda p, k: "video",
         observer=observer,
@@ -659,8 +676,7 @@ def test_a_work_folder_is_named_for_the_cleanup(tmp_path):
             marked.append((Path(source).parent / WORK_FOLDER_MARKER).is_file())
             return super().render(source, variants, out_dir)
 
-    pipeline, *_ = make(tmp_path)
-    pipeline._renderer = Watching()
+    pipeline, *_ = make(tmp_path, renderer=Watching())
     pipeline.process(REF)
     [folder] = seen
     assert folder.parent == tmp_path and folder.name.startswith(WORK_FOLDER_PREFIX)

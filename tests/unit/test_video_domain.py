@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import PermanentFailure, TransientFailure
-from mediajobs.domain.recipes import load_recipe
 from mediajobs.domain.video import (
     FORMAT_WHITELIST,
     Budget,

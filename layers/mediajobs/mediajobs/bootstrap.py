@@ -1,7 +1,8 @@
-"""The composition root: builds the pipeline from settings with the real adapters.
+"""The composition root: builds the service from settings with the real adapters, and
+registers the recipe steps (:func:`steps`, one line each).
 
-Tests and the local runner pass their own settings, clients or observer; nothing else
-in the package constructs adapters.
+Tests and the local tools pass their own settings, adapters (real ones wrapped, or fakes)
+or observer (:func:`build_service`); nothing else in the package constructs adapters.
 
 What only videos need is imported where that path starts, not when the handler is
 imported (Lambda's INIT, paid by every cold start): the video adapter (the ffmpeg runner
@@ -17,38 +18,31 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
+from pydantic import BaseModel
 
 from mediajobs.adapters.imaging import identify
-from mediajobs.adapters.isolated import IsolatedRenderer, RendererSpec
+from mediajobs.adapters.isolated import IsolatedStep, StepSpec
 from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
+from mediajobs.domain import recipes as domain_recipes
 from mediajobs.domain.inspections.containers import looks_like_video
-from mediajobs.domain.recipes import Recipe, load_recipe
-from mediajobs.service_layer.pipeline import (
-    ImageRenderer,
-    Pipeline,
-    PipelineObserver,
-    VideoRenderer,
-    remove_work_folders,
-)
-from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources
+from mediajobs.domain.recipes import Recipe
+from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver, remove_work_folders
+from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources, Step
 from mediajobs.settings import Settings
+from mediajobs.steps.image_variants import ImageVariantsStep
+from mediajobs.steps.video_renditions import VideoRenditionsStep
 
 if TYPE_CHECKING:
-    from mediajobs.domain.jobs import RenderContext, RenderedFile
-    from mediajobs.domain.manifest import Decisions
-    from mediajobs.domain.recipes import VideoRenditionsParams
-
-#: Recipes applied to each media type, as (id, version).
-ACTIVE_RECIPES: dict[str, list[tuple[str, int]]] = {"image": [("web-image", 1)], "video": [("web-video", 2)]}
+    from mediajobs.adapters.video import FfmpegRenderer
 
 #: Extensions that send bytes no sniffing recognises to ffprobe, whose allow-list and
 #: classification then name the failure (an S3 error page saved as ``.mp4`` is
@@ -70,47 +64,7 @@ def detect_media(path: Path, key: str = "") -> str | None:
     return None
 
 
-@functools.cache
-def active_recipes() -> dict[str, list[Recipe]]:
-    """The recipes of :data:`ACTIVE_RECIPES`, loaded and validated once."""
-    return {media: [load_recipe(rid, ver) for rid, ver in refs] for media, refs in ACTIVE_RECIPES.items()}
-
-
-class DeferredVideoRenderer:
-    """A video renderer that ``make`` builds at the first render, so that its imports (the
-    ffmpeg runner, the video plans) wait for the first video instead of Lambda's INIT.
-
-    Parameters
-    ----------
-    make: builds the renderer (:func:`video_renderer`); called once.
-    """
-
-    def __init__(self, make: Callable[[], VideoRenderer]) -> None:
-        self._make = make
-        self._renderer: VideoRenderer | None = None
-
-    def render(
-        self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext | None = None
-    ) -> tuple[list[RenderedFile], Decisions]:
-        """Render the renditions ``params`` asks for into ``out_dir``
-        (:meth:`FfmpegRenderer.render <mediajobs.adapters.video.FfmpegRenderer.render>`).
-
-        Returns
-        -------
-        (files, decisions)
-            The renditions and the poster, and what was decided about them.
-
-        Raises
-        ------
-        PermanentFailure, TransientFailure
-            As the renderer's ``render`` does.
-        """
-        if self._renderer is None:
-            self._renderer = self._make()
-        return self._renderer.render(source, params, out_dir, context)
-
-
-def video_renderer(settings: Settings) -> VideoRenderer:
+def video_renderer(settings: Settings) -> FfmpegRenderer:
     """The ffmpeg renderer for ``settings``, imported here (the video path only)."""
     from mediajobs.adapters.video import FfmpegRenderer
 
@@ -123,22 +77,58 @@ def video_renderer(settings: Settings) -> VideoRenderer:
     )
 
 
-#: The inner image renderer, built in the render child (``module:name``).
-IMAGE_RENDERER_FACTORY = "mediajobs.adapters.imaging:PillowRenderer"
-
-
-def image_renderer(settings: Settings) -> ImageRenderer:
-    """The image renderer of production: :class:`~mediajobs.adapters.imaging.PillowRenderer`
-    run in a child process whose address space is bounded by ``settings.decode_memory_mb``
-    (:class:`~mediajobs.adapters.isolated.IsolatedRenderer`), for at most the invocation's
-    time less the margin. ``PillowRenderer(max_pixels)`` itself renders in-process (local
-    tools, tests)."""
-    return IsolatedRenderer(
-        RendererSpec(IMAGE_RENDERER_FACTORY, {"max_pixels": settings.max_pixels}),
+def bounded(settings: Settings, step: type[Any], **options: Any) -> IsolatedStep:
+    """``step(**options)`` run in the bounded render child
+    (:class:`~mediajobs.adapters.isolated.IsolatedStep`): its address space bounded by
+    ``settings.decode_memory_mb``, its time by the invocation's less the margin. For every
+    step that decodes untrusted images."""
+    return IsolatedStep(
+        StepSpec(f"{step.__module__}:{step.__qualname__}", options),
         memory_budget_mb=settings.decode_memory_mb,
         timeout_s=settings.worker_timeout_s - settings.deadline_margin_s,
         margin_s=settings.deadline_margin_s,
     )
+
+
+def steps(settings: Settings, *, in_process: bool = False) -> dict[str, Step]:
+    """The registered recipe steps by name: one line per step.
+
+    Parameters
+    ----------
+    settings: limits and timeouts.
+    in_process: run the image steps in this process instead of the bounded render child
+        (tests and benchmarks that measure the rendering itself; never production).
+    """
+    isolate = (lambda step, **options: step(**options)) if in_process else functools.partial(bounded, settings)
+    registered: list[Step] = [
+        isolate(ImageVariantsStep, max_pixels=settings.max_pixels),
+        VideoRenditionsStep(functools.partial(video_renderer, settings)),
+    ]
+    return {step.name: step for step in registered}
+
+
+def params_models(registry: Mapping[str, Step]) -> dict[str, type[BaseModel]]:
+    """The parameters model of each registered step, by step name (what recipes are validated with)."""
+    return {name: step.params_model for name, step in registry.items()}
+
+
+def load_recipe(recipe_id: str, version: int) -> Recipe:
+    """``recipes/<recipe_id>.v<version>.json`` validated through the registered steps
+    (:func:`mediajobs.domain.recipes.load_recipe`).
+
+    Raises
+    ------
+    RecipeError
+        If it does not exist, does not validate, or names a step that is not registered.
+    """
+    return domain_recipes.load_recipe(recipe_id, version, params_models(steps(Settings())))
+
+
+@functools.cache
+def active_recipes() -> dict[str, list[Recipe]]:
+    """The recipes ``recipes/active.json`` makes active, by media type, loaded and validated
+    through the registered steps once."""
+    return domain_recipes.load_active(params_models(steps(Settings())))
 
 
 def s3_client(settings: Settings) -> Any:
@@ -165,7 +155,7 @@ class Adapters:
     ledger: the job ledger (DynamoDB).
     sources: the source index (DynamoDB).
     queue: the SQS queue records come from (``None``: no SQS delivery).
-    renderer: renders images; video_renderer: renders videos.
+    steps: the recipe steps by name (:func:`steps`).
     clock: Unix time in seconds.
     """
 
@@ -173,8 +163,7 @@ class Adapters:
     ledger: Ledger
     sources: Sources
     queue: Queue | None
-    renderer: ImageRenderer
-    video_renderer: VideoRenderer | None
+    steps: Mapping[str, Step]
     clock: Callable[[], float] = time.time
 
 
@@ -187,8 +176,7 @@ def default_adapters(settings: Settings, *, s3: Any = None) -> Adapters:
         ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
         sources=SourceIndex(sources),
         queue=SqsQueue(sqs_client(settings)),
-        renderer=image_renderer(settings),
-        video_renderer=DeferredVideoRenderer(functools.partial(video_renderer, settings)),
+        steps=steps(settings),
     )
 
 
@@ -215,8 +203,7 @@ def build_service(
         store=adapters.store,
         ledger=adapters.ledger,
         sources=adapters.sources,
-        renderer=adapters.renderer,
-        video_renderer=adapters.video_renderer,
+        steps=adapters.steps,
         queue=adapters.queue,
         recipes=active_recipes(),
         detect_media=detect_media,
@@ -231,14 +218,10 @@ def build_pipeline(
     observer: PipelineObserver | None = None,
     s3: Any = None,
     clock: Any = None,
-    renderer: ImageRenderer | None = None,
 ) -> Pipeline:
     """Deprecated spelling of :func:`build_service` (removed once every caller moved)."""
     settings = settings or Settings.from_env()
     adapters = default_adapters(settings, s3=s3)
-    changes: dict[str, Any] = {}
     if clock is not None:
-        changes["clock"] = clock
-    if renderer is not None:
-        changes["renderer"] = renderer
-    return build_service(settings, adapters=dataclasses.replace(adapters, **changes), observer=observer)
+        adapters = dataclasses.replace(adapters, clock=clock)
+    return build_service(settings, adapters=adapters, observer=observer)

@@ -538,7 +538,7 @@ class PillowRenderer:
 
         ``context`` is accepted for the pipeline's renderer port and not used: an image render
         in-process is not interrupted (the production default,
-        :class:`mediajobs.adapters.isolated.IsolatedRenderer`, stops its child at the deadline).
+        :class:`mediajobs.adapters.isolated.IsolatedStep`, stops its child at the deadline).
 
         Peak memory is about one decoded (draft-reduced) image plus the variants: the
         decoded image is released before the first encode, since the AVIF encoder alone

@@ -1,4 +1,4 @@
-"""An image renderer run in a child process under an address-space limit.
+"""A recipe step run in a child process under an address-space limit (the bounded render).
 
 Why: the decoders allocate what the coded data asks for, not what the container's header
 declares (an AVIF ``ispe`` over a larger AV1 frame, a HEIC grid whose tiles outgrow it), so
@@ -11,12 +11,12 @@ How, in order:
 
 1. The parent starts ``sys.executable -P -s -m mediajobs.adapters.isolated_child`` with
    :mod:`subprocess`: no shell, and the argv holds no user string; the request (paths,
-   variants, the inner renderer's factory and options) goes on stdin as JSON. Not
+   the step's parameters, the inner step's factory and options) goes on stdin as JSON. Not
    :mod:`multiprocessing`: its queues and pools need ``/dev/shm``, which Lambda lacks.
    The child's ``sys.path`` is the parent's (``PYTHONPATH``): the same package and wheels,
    ``/opt/python`` in Lambda. ``-P`` keeps the working folder off it.
-2. The child imports the renderer's module and Pillow's plugins (the layer's code, not the
-   input), builds the renderer, reads its own ``VmSize`` and sets ``RLIMIT_AS`` (soft and
+2. The child imports the step's module and Pillow's plugins (the layer's code, not the
+   input), builds the step, reads its own ``VmSize`` and sets ``RLIMIT_AS`` (soft and
    hard) to that plus the budget, and only then opens the input. So the budget is exactly
    what the input can make the child add, on any architecture or Python (the baseline is
    about 60 MB on x86_64 with Python 3.11 here, another figure on arm64). The limit is not
@@ -31,9 +31,8 @@ How, in order:
    the kernel to kill it with its parent (``PR_SET_PDEATHSIG``), so it cannot outlive a
    worker that Lambda stops at its timeout.
 5. The parent waits at most the time left (:class:`~mediajobs.domain.jobs.RenderContext`'s
-   ``remaining_s`` less the margin, else ``timeout_s``: the pipeline passes no context to
-   image renders today, and :func:`mediajobs.bootstrap.image_renderer` sets the function's
-   timeout less the margin), then kills the child's process group.
+   ``remaining_s`` less the margin, else ``timeout_s``, which :func:`mediajobs.bootstrap.steps`
+   sets to the function's timeout less the margin), then kills the child's process group.
 
 Outcomes (:func:`interpret` applies them in this order):
 
@@ -84,6 +83,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -95,6 +95,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Final, TypedDict
 
+from pydantic import BaseModel
+
 from mediajobs.domain.errors import (
     MEMORY_LIMIT_EXCEEDED,
     REASON_CODES,
@@ -103,8 +105,7 @@ from mediajobs.domain.errors import (
     TransientFailure,
 )
 from mediajobs.domain.jobs import RenderContext, RenderedFile
-from mediajobs.domain.manifest import RenderDecisions
-from mediajobs.domain.recipes import ImageVariant
+from mediajobs.service_layer.ports import StepResult
 
 log = logging.getLogger(__name__)
 
@@ -140,21 +141,21 @@ class RenderRequest(TypedDict):
     options: dict[str, Any]
     source: str
     out_dir: str
-    variants: list[dict[str, Any]]
+    params: dict[str, Any]
     memory_budget_bytes: int
     parent_pid: int
 
 
 @dataclasses.dataclass(frozen=True)
-class RendererSpec:
-    """How the child builds the inner renderer: ``factory(**options)``.
+class StepSpec:
+    """How the child builds the inner step: ``factory(**options)``.
 
     Attributes
     ----------
-    factory: ``"package.module:name"`` of a callable returning an object with
-        ``render(source, variants, out_dir) -> (list[RenderedFile], RenderDecisions)``,
-        importable from the parent's ``sys.path``
-        (``"mediajobs.adapters.imaging:PillowRenderer"``).
+    factory: ``"package.module:name"`` of a class implementing the
+        :class:`~mediajobs.service_layer.ports.Step` port (its ``name`` and ``params_model``
+        class attributes are read in the parent), importable from the parent's
+        ``sys.path`` (``"mediajobs.steps.image_variants:ImageVariantsStep"``).
     options: its keyword arguments, JSON values (``{"max_pixels": 50_000_000}``).
 
     Raises
@@ -258,9 +259,7 @@ def _near_the_limit(peak: dict[str, Any], ready: dict[str, Any]) -> bool:
     return limit > baseline and peak_bytes - baseline >= NEAR_THE_LIMIT_SHARE * (limit - baseline)
 
 
-def interpret(
-    exit_: ChildExit, *, out_dir: Path, budget_bytes: int, waited_s: float = 0.0
-) -> tuple[list[RenderedFile], RenderDecisions]:
+def interpret(exit_: ChildExit, *, out_dir: Path, budget_bytes: int, waited_s: float = 0.0) -> StepResult:
     """The render's result from how its child ended (the table of the module docstring). Pure
     but for checking that the reported files exist.
 
@@ -273,8 +272,8 @@ def interpret(
 
     Returns
     -------
-    (files, decisions)
-        When the child reported them.
+    StepResult
+        The files and decisions, when the child reported them.
 
     Raises
     ------
@@ -296,7 +295,10 @@ def interpret(
         try:
             if event == "done":
                 files = [_rendered(entry, out_dir) for entry in final["files"]]
-                return files, RenderDecisions(**final["decisions"])
+                decisions = final["decisions"]
+                if not isinstance(decisions, dict):
+                    raise TypeError(f"decisions are {type(decisions).__name__}, not an object")
+                return StepResult(files, decisions)
             if event == "failed" and final.get("reason") in REASON_CODES:
                 reason, detail = str(final["reason"]), str(final.get("detail", ""))
                 if reason == MEMORY_LIMIT_EXCEEDED:
@@ -364,13 +366,14 @@ def _tail(stream: IO[bytes]) -> str:
     return stream.read().decode("utf-8", errors="replace")
 
 
-class IsolatedRenderer:
-    """Renders image variants with an inner renderer run in a child process whose address
-    space is bounded (see the module docstring).
+class IsolatedStep:
+    """Runs an inner step in a child process whose address space is bounded (see the module
+    docstring). It is a :class:`~mediajobs.service_layer.ports.Step` itself, with the inner
+    step's ``name`` and ``params_model``.
 
     Parameters
     ----------
-    spec: how the child builds the inner renderer.
+    spec: how the child builds the inner step.
     memory_budget_mb: address space, MiB, the render may add to the child's baseline
         (``Settings.decode_memory_mb``).
     timeout_s: longest a render may take when no context gives the time left, seconds.
@@ -381,11 +384,13 @@ class IsolatedRenderer:
     ------
     ValueError
         If a number is not positive.
+    ImportError, AttributeError
+        If ``spec.factory`` cannot be imported, or has no ``name`` or ``params_model``.
     """
 
     def __init__(
         self,
-        spec: RendererSpec,
+        spec: StepSpec,
         *,
         memory_budget_mb: int,
         timeout_s: float,
@@ -395,6 +400,10 @@ class IsolatedRenderer:
         if memory_budget_mb <= 0 or timeout_s <= 0 or margin_s < 0:
             raise ValueError("memory_budget_mb and timeout_s must be positive, margin_s not negative")
         self.spec = spec
+        module_name, _, attribute = spec.factory.partition(":")
+        inner = getattr(importlib.import_module(module_name), attribute)
+        self.name: str = inner.name
+        self.params_model: type[BaseModel] = inner.params_model
         self.memory_budget_bytes = memory_budget_mb * MB
         self.timeout_s = float(timeout_s)
         self.margin_s = float(margin_s)
@@ -406,32 +415,26 @@ class IsolatedRenderer:
             return self.timeout_s
         return min(self.timeout_s, remaining - self.margin_s)
 
-    def render(
-        self,
-        source: Path,
-        variants: tuple[ImageVariant, ...],
-        out_dir: Path,
-        context: RenderContext | None = None,
-    ) -> tuple[list[RenderedFile], RenderDecisions]:
-        """Render ``variants`` of the image at ``source`` into ``out_dir`` in a child process.
+    def run(self, source: Path, params: BaseModel, context: RenderContext | None, out_dir: Path) -> StepResult:
+        """Run the inner step on the original at ``source`` into ``out_dir``, in a child process.
 
         Parameters
         ----------
         source: the original.
-        variants: the recipe's variants.
-        out_dir: an existing folder for the outputs.
+        params: the recipe's parameters (an instance of ``params_model``).
         context: the invocation's remaining time (optional; without it the child gets
             ``timeout_s``).
+        out_dir: an existing folder for the outputs.
 
         Returns
         -------
-        (files, decisions)
-            As the inner renderer returned them, one :class:`RenderedFile` per variant.
+        StepResult
+            As the inner step returned it.
 
         Raises
         ------
         PermanentFailure
-            The inner renderer's (``unsupported_format``, ``corrupt_image`` ...), or
+            The inner step's (``unsupported_format``, ``corrupt_image`` ...), or
             ``memory_limit_exceeded`` with a detail naming the budget.
         DeadlineReached
             When no time is left, or the child was stopped at the deadline.
@@ -447,7 +450,7 @@ class IsolatedRenderer:
             "options": dict(self.spec.options),
             "source": str(source.resolve()),
             "out_dir": str(out_dir),
-            "variants": [v.model_dump(mode="json") for v in variants],
+            "params": params.model_dump(mode="json"),
             "memory_budget_bytes": self.memory_budget_bytes,
             "parent_pid": os.getpid(),
         }

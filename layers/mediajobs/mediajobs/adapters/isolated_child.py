@@ -1,4 +1,4 @@
-"""The render child of :class:`mediajobs.adapters.isolated.IsolatedRenderer`.
+"""The render child of :class:`mediajobs.adapters.isolated.IsolatedStep`.
 
 Run as ``python -P -s -m mediajobs.adapters.isolated_child`` with a
 :class:`~mediajobs.adapters.isolated.RenderRequest` on stdin. Its stdout is its report
@@ -8,7 +8,7 @@ channel, one JSON object a line: ``ready`` once the address-space limit is set, 
 prints goes to stderr instead (fd 1 is pointed there), so it cannot garble a report.
 
 Only the standard library and the domain are imported before the request is read; the
-inner renderer's module (Pillow, pi-heif) and Pillow's plugins are imported before the
+inner step's module (Pillow, pi-heif) and Pillow's plugins are imported before the
 limit is set, and the input is opened only after it.
 """
 
@@ -28,7 +28,7 @@ from typing import IO, Any, Final
 
 from mediajobs.adapters.isolated import RenderRequest
 from mediajobs.domain.errors import PermanentFailure
-from mediajobs.domain.recipes import ImageVariant
+from mediajobs.domain.jobs import RenderContext
 
 #: ``prctl(2)`` option: the signal the kernel sends this process when its parent thread ends.
 _PR_SET_PDEATHSIG: Final = 1
@@ -85,17 +85,18 @@ def main() -> int:
     faulthandler.enable()  # a decoder's crash leaves the Python stack on stderr
     request: RenderRequest = json.load(sys.stdin)
     _die_with_parent(request["parent_pid"])
-    renderer = _build(request["factory"], request["options"])
+    step = _build(request["factory"], request["options"])
     pillow = sys.modules.get("PIL.Image")
     if pillow is not None:  # the plugins Pillow imports at its first open (8 MB here): code, not input
         pillow.init()
-    variants = tuple(ImageVariant.model_validate(v) for v in request["variants"])
+    params = step.params_model.model_validate(request["params"])
     baseline = _status_bytes("VmSize").get("VmSize", 0)
     limit = baseline + int(request["memory_budget_bytes"])
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _send(channel, {"event": "ready", "baseline_bytes": baseline, "limit_bytes": limit})
     try:
-        files, decisions = renderer.render(Path(request["source"]), variants, Path(request["out_dir"]))
+        # The deadline is the parent's to keep (it kills this process group at it).
+        result = step.run(Path(request["source"]), params, RenderContext(), Path(request["out_dir"]))
     except PermanentFailure as failure:
         _send(channel, {"event": "failed", "reason": failure.reason, "detail": failure.detail, "peak": _peak()})
     except MemoryError as exc:
@@ -105,8 +106,8 @@ def main() -> int:
     else:
         report = {
             "event": "done",
-            "files": [{**dataclasses.asdict(f), "path": str(f.path)} for f in files],
-            "decisions": decisions.to_json(),
+            "files": [{**dataclasses.asdict(f), "path": str(f.path)} for f in result.files],
+            "decisions": dict(result.decisions),
             "peak": _peak(),
         }
         _send(channel, report)

@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar
 
 from pynamodb.attributes import JSONAttribute, NumberAttribute, UnicodeAttribute, UnicodeSetAttribute
 from pynamodb.exceptions import GetError, PutError, PynamoDBException, UpdateError
+from pynamodb.expressions.condition import Condition
 from pynamodb.expressions.update import Action
 from pynamodb.models import Model
 
@@ -167,6 +168,56 @@ def _view(row: JobModel) -> JobView:
     )
 
 
+def takeover_condition(
+    model: type[JobModel], seen: JobView, decision: Decision, *, now_s: int, max_attempts: int
+) -> Condition:
+    """:func:`mediajobs.domain.jobs.decide` spelled as a DynamoDB condition: true exactly
+    when the stored row is still the one ``seen`` read (the fence) and ``decide`` on it
+    gives ``decision`` at ``now_s``.
+
+    The clauses, named as in ``decide``:
+
+    * ``fence``: the row carries ``seen``'s lease token (or, as ``seen``, none), so no other
+      claim took the job since it was read;
+    * ``lease_over``: ``transient_failure``, or ``running`` with ``lease_expires_at_s <=
+      now_s`` (``done`` and ``permanent_failure`` are final; an unexpired lease is busy);
+    * ``used_up``: ``attempts >= max_attempts``;
+    * ``staged``: a holder staged the manifest (``staged_manifest`` exists).
+
+    ``TAKE_OVER`` is ``fence & lease_over & (not used_up | staged)``; ``EXHAUST`` is
+    ``fence & lease_over & used_up & not staged`` -- so a manifest staged since ``seen`` was
+    read turns an exhaustion into a lost race (the re-read then takes the job over to
+    commit it). ``tests/functional/test_takeover_rule.py`` holds this against ``decide``
+    row shape by row shape.
+
+    Parameters
+    ----------
+    model: the bound job model.
+    seen: the row as read (its token is the fence).
+    decision: ``Decision.TAKE_OVER`` or ``Decision.EXHAUST``.
+    now_s: Unix epoch seconds.
+    max_attempts: claims a job may have.
+
+    Raises
+    ------
+    ValueError
+        For any other decision: a final or busy row is never written.
+    """
+    if decision not in (Decision.TAKE_OVER, Decision.EXHAUST):
+        raise ValueError(f"no takeover condition for {decision}")
+    fence = (
+        model.lease_token == seen.lease_token if seen.lease_token is not None else model.lease_token.does_not_exist()
+    )
+    lease_over = (model.state == JobState.TRANSIENT_FAILURE.value) | (
+        (model.state == JobState.RUNNING.value) & (model.lease_expires_at_s <= now_s)
+    )
+    used_up = model.attempts >= max_attempts
+    staged = model.staged_manifest.exists()
+    if decision is Decision.TAKE_OVER:
+        return fence & lease_over & (~used_up | staged)
+    return fence & lease_over & used_up & model.staged_manifest.does_not_exist()
+
+
 #: How often a claim re-reads and retries after losing a race to another claim.
 _CLAIM_ROUNDS = 3
 
@@ -265,7 +316,7 @@ class DynamoLedger:
             decision = decide(seen, now_s=now_s, max_attempts=self._max_attempts)
             if decision in (Decision.DONE, Decision.FAILED, Decision.BUSY):
                 return standing_claim(seen)
-            won = self._take_over(seen, token, now_s, lease_until_s, exhaust=decision is Decision.EXHAUST)
+            won = self.take_over(seen, token, decision, now_s=now_s, lease_until_s=lease_until_s)
             if won is not None:
                 return won
             seen = self._read(seen.job_key)
@@ -276,21 +327,39 @@ class DynamoLedger:
     def _ran(job_key: str, token: str, lease_until_s: int) -> Claim:
         return Claim(ClaimOutcome.RUN, job_key, lease_token=token, lease_expires_at_s=lease_until_s, attempts=1)
 
-    def _take_over(self, seen: JobView, token: str, now_s: int, lease_until_s: int, *, exhaust: bool) -> Claim | None:
-        """One conditional update fenced on ``seen``'s token; ``None`` when the race was lost."""
+    def take_over(
+        self, seen: JobView, token: str, decision: Decision, *, now_s: int, lease_until_s: int
+    ) -> Claim | None:
+        """Act on ``decision`` for the row ``seen``: one update conditioned on
+        :func:`takeover_condition` (fenced on ``seen``'s token).
+
+        Parameters
+        ----------
+        seen: the row as read.
+        token: this claim's fencing token (``TAKE_OVER`` sets it on the row).
+        decision: ``Decision.TAKE_OVER`` (the row becomes ``running`` under ``token`` until
+            ``lease_until_s``, one more attempt) or ``Decision.EXHAUST`` (the job ends
+            ``attempts_exhausted``).
+        now_s: Unix epoch seconds; lease_until_s: the new lease's end (epoch seconds).
+
+        Returns
+        -------
+        Claim | None
+            ``RUN`` (taken over) or ``FAILED`` (exhausted now); ``None`` when the condition
+            failed: the row is not as ``seen`` any more, or ``decision`` is not ``decide``'s.
+
+        Raises
+        ------
+        ValueError
+            For a decision other than ``TAKE_OVER`` or ``EXHAUST``.
+        PermanentFailure, TransientFailure
+            As :meth:`complete`.
+        """
         model = self._model
-        takeable = (model.state == JobState.TRANSIENT_FAILURE.value) | (
-            (model.state == JobState.RUNNING.value) & (model.lease_expires_at_s <= now_s)
-        )
-        fence = (
-            model.lease_token == seen.lease_token
-            if seen.lease_token is not None
-            else model.lease_token.does_not_exist()
-        )
+        exhaust = decision is Decision.EXHAUST
+        condition = takeover_condition(model, seen, decision, now_s=now_s, max_attempts=self._max_attempts)
         actions: list[Action]
         if exhaust:
-            # A manifest staged since ``seen`` was read turns the exhaustion into a takeover.
-            takeable &= model.staged_manifest.does_not_exist()
             detail = f"{seen.attempts} attempts; last: {seen.failure_detail or 'lease expired (worker lost)'}"
             actions = [
                 model.state.set(JobState.PERMANENT_FAILURE.value),
@@ -311,7 +380,7 @@ class DynamoLedger:
             ]
         row = model(seen.job_key)
         try:
-            row.update(actions=actions, condition=fence & takeable)
+            row.update(actions=actions, condition=condition)
         except UpdateError as exc:
             if not _lost_race(exc):
                 raise dynamo_failure(exc, "ledger update") from exc

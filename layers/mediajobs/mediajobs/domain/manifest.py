@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
@@ -99,7 +100,7 @@ def build_manifest(
     recipe_sha256: str,
     policy_version: str,
     outputs: list[OutputRecord],
-    decisions: Decisions,
+    decisions: Mapping[str, Any],
     created_at: str,
 ) -> dict[str, Any]:
     """Build the manifest document for a committed job.
@@ -127,6 +128,6 @@ def build_manifest(
         "recipe": {"id": recipe_id, "version": recipe_version, "sha256": recipe_sha256},
         "policy": {"version": policy_version},
         "outputs": [o.to_json() for o in outputs],
-        "decisions": bounded_text(decisions.to_json()),
+        "decisions": bounded_text(dict(decisions)),
         "created_at": created_at,
     }

@@ -1,17 +1,23 @@
-"""Recipes are data: versioned JSON files under ``mediajobs/recipes/``.
+"""Recipes are data: versioned JSON files under ``mediajobs/recipes/``, and which of them are
+active for each media type is data too (``recipes/active.json``).
 
-A recipe names a step and its parameters. Loading validates the file strictly: an unknown
-field anywhere is an error, so a typo can never silently change what is rendered.
+A recipe names a step and its parameters. Loading validates the file strictly, the
+parameters by the registered step's own model: an unknown field anywhere is an error, so a
+typo can never silently change what is rendered. The parameters models of the steps live
+here (pure data); the steps themselves are adapters (``mediajobs.steps``), registered in
+the composition root.
 Changing anything that affects the output requires a new ``version`` (and so new job keys).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mediajobs.domain.keys import recipe_hash
 
@@ -73,6 +79,11 @@ class ImageVariantsParams(_Strict):
     """Parameters of the ``image.variants`` step: one or more variants with distinct names."""
 
     variants: tuple[ImageVariant, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> ImageVariantsParams:
+        _unique([v.name for v in self.variants])
+        return self
 
 
 class VideoRung(_Strict):
@@ -152,9 +163,19 @@ class VideoRenditionsParams(_Strict):
     poster: PosterFrame
     source_rendition: str = Field(default="source", pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
 
+    @model_validator(mode="after")
+    def _names_unique(self) -> VideoRenditionsParams:
+        _unique([r.name for r in self.rungs] + [self.source_rendition, self.poster.name])
+        return self
 
-class Recipe(_Strict):
-    """A versioned recipe as loaded from JSON.
+
+def _unique(recipe_names: list[str]) -> None:
+    if len(recipe_names) != len(set(recipe_names)):
+        raise ValueError(f"duplicate output names {recipe_names}")
+
+
+class RecipeDocument(_Strict):
+    """A recipe file as written: its ``params`` still untyped (validated by its step's model).
 
     Attributes
     ----------
@@ -165,9 +186,10 @@ class Recipe(_Strict):
     media:
         Which originals it applies to: ``image`` or ``video``.
     step:
-        The step that renders it: ``image.variants`` or ``video.renditions``.
+        The name of the step that runs it (``image.variants``, ``video.renditions`` ...): a
+        step registered in the composition root.
     params:
-        The step's parameters.
+        The step's parameters, validated by the step's ``params_model``.
     comment:
         Free text for humans (why a parameter has its value); not part of the hash.
     """
@@ -175,8 +197,26 @@ class Recipe(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
     version: int = Field(gt=0)
     media: Literal["image", "video"]
-    step: Literal["image.variants", "video.renditions"]
-    params: ImageVariantsParams | VideoRenditionsParams
+    step: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*(\.[a-z0-9][a-z0-9-]*)*$")
+    params: dict[str, Any]
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A versioned recipe, loaded and validated (:func:`parse_recipe`).
+
+    Attributes
+    ----------
+    id, version, media, step, comment: as in :class:`RecipeDocument`.
+    params: the step's parameters, an instance of its ``params_model``.
+    """
+
+    id: str
+    version: int
+    media: str
+    step: str
+    params: Any
     comment: str = ""
 
     @property
@@ -190,33 +230,48 @@ class Recipe(_Strict):
         return recipe_hash(self.id, self.version, self.step, self.params.model_dump(mode="json", exclude_unset=True))
 
 
-def parse_recipe(document: dict[str, Any]) -> Recipe:
-    """Validate a recipe document.
+#: Parameters models by step name: what :func:`parse_recipe` validates ``params`` with
+#: (the composition root builds it from the registered steps).
+ParamsModels = Mapping[str, type[BaseModel]]
+
+
+def parse_recipe(document: dict[str, Any], params_models: ParamsModels) -> Recipe:
+    """Validate a recipe document against the registered steps' parameters models.
 
     Raises
     ------
     RecipeError
-        On unknown fields, wrong types, out-of-range values or duplicate variant names.
+        On unknown fields, wrong types, out-of-range values, a step no model is registered
+        for, or duplicate output names.
     """
     try:
-        recipe = Recipe.model_validate(document)
+        doc = RecipeDocument.model_validate(document)
     except ValidationError as exc:
         raise RecipeError(f"invalid recipe: {exc}") from exc
-    params = recipe.params
-    expected = {"image.variants": ("image", ImageVariantsParams), "video.renditions": ("video", VideoRenditionsParams)}
-    media, params_type = expected[recipe.step]
-    if recipe.media != media or not isinstance(params, params_type):
-        raise RecipeError(f"recipe {recipe.ref}: step {recipe.step} needs media {media} and its own parameters")
-    if isinstance(params, ImageVariantsParams):
-        names = [v.name for v in params.variants]
-    else:
-        names = [r.name for r in params.rungs] + [params.source_rendition, params.poster.name]
-    if len(names) != len(set(names)):
-        raise RecipeError(f"recipe {recipe.ref}: duplicate output names {names}")
-    return recipe
+    ref = f"{doc.id}@{doc.version}"
+    model = params_models.get(doc.step)
+    if model is None:
+        raise RecipeError(f"recipe {ref}: no step {doc.step!r} is registered (known: {sorted(params_models)})")
+    try:
+        params = model.model_validate(doc.params)
+    except ValidationError as exc:
+        raise RecipeError(f"recipe {ref}: invalid params for {doc.step}: {exc}") from exc
+    return Recipe(doc.id, doc.version, doc.media, doc.step, params, doc.comment)
 
 
-def load_recipe(recipe_id: str, version: int) -> Recipe:
+def _read_json(name: str, what: str) -> Any:
+    resource = resources.files("mediajobs.recipes").joinpath(name)
+    try:
+        text = resource.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise RecipeError(f"no {what}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecipeError(f"{what} is not JSON: {exc}") from exc
+
+
+def load_recipe(recipe_id: str, version: int, params_models: ParamsModels) -> Recipe:
     """Load ``mediajobs/recipes/<recipe_id>.v<version>.json``.
 
     Raises
@@ -224,19 +279,66 @@ def load_recipe(recipe_id: str, version: int) -> Recipe:
     RecipeError
         If the file does not exist or does not validate.
     """
-    resource = resources.files("mediajobs.recipes").joinpath(f"{recipe_id}.v{version}.json")
-    try:
-        text = resource.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise RecipeError(f"no recipe {recipe_id}@{version}") from exc
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RecipeError(f"recipe {recipe_id}@{version} is not JSON: {exc}") from exc
-    recipe = parse_recipe(document)
+    document = _read_json(f"{recipe_id}.v{version}.json", f"recipe {recipe_id}@{version}")
+    recipe = parse_recipe(document, params_models)
     if (recipe.id, recipe.version) != (recipe_id, version):
         raise RecipeError(f"file {recipe_id}.v{version}.json declares {recipe.ref}")
     return recipe
+
+
+#: The data file naming the active recipes per media type, beside the recipes.
+ACTIVE_FILE: Final = "active.json"
+
+
+def parse_ref(ref: str) -> tuple[str, int]:
+    """``"web-image@1"`` -> ``("web-image", 1)``.
+
+    Raises
+    ------
+    RecipeError
+        If ``ref`` is not ``<id>@<positive integer>``.
+    """
+    recipe_id, _, version = ref.partition("@")
+    if not recipe_id or not version.isdigit() or int(version) < 1:
+        raise RecipeError(f"not a recipe reference <id>@<version>: {ref!r}")
+    return recipe_id, int(version)
+
+
+def load_active(params_models: ParamsModels) -> dict[str, list[Recipe]]:
+    """The active recipes by media type, as ``recipes/active.json`` lists them, loaded and
+    validated (:func:`parse_active`).
+
+    Raises
+    ------
+    RecipeError
+        As :func:`parse_active`, or if the file is missing or not JSON.
+    """
+    return parse_active(_read_json(ACTIVE_FILE, f"active recipe list {ACTIVE_FILE}"), params_models)
+
+
+def parse_active(document: Any, params_models: ParamsModels) -> dict[str, list[Recipe]]:
+    """The recipes an active list names (``{"image": ["web-image@1"], "video": ["web-video@2"]}``),
+    loaded from their files and validated.
+
+    Raises
+    ------
+    RecipeError
+        If ``document`` is not such a mapping, names a recipe that does not load, lists a
+        recipe twice, or lists a recipe under a media type other than its own.
+    """
+    if not isinstance(document, dict) or not all(
+        isinstance(refs, list) and all(isinstance(r, str) for r in refs) for refs in document.values()
+    ):
+        raise RecipeError(f"{ACTIVE_FILE} must map each media type to a list of '<id>@<version>'")
+    active: dict[str, list[Recipe]] = {}
+    for media, refs in document.items():
+        if len(refs) != len(set(refs)):
+            raise RecipeError(f"{ACTIVE_FILE}: {media} lists a recipe twice: {refs}")
+        active[media] = [load_recipe(*parse_ref(ref), params_models) for ref in refs]
+        wrong = [r.ref for r in active[media] if r.media != media]
+        if wrong:
+            raise RecipeError(f"{ACTIVE_FILE}: {wrong} listed under {media} but made for another media type")
+    return active
 
 
 def fit_within(width_px: int, height_px: int, box_px: int) -> tuple[int, int]:

@@ -38,10 +38,9 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 
 from mediajobs.domain.errors import (
     EMPTY_FILE,
@@ -78,29 +77,13 @@ from mediajobs.domain.jobs import (
     standing_claim,
 )
 from mediajobs.domain.keys import content_id, job_key, source_version_id
-from mediajobs.domain.manifest import MANIFEST_NAME, Decisions, RenderDecisions, build_manifest, derivative_prefix
-from mediajobs.domain.recipes import ImageVariant, ImageVariantsParams, Recipe, VideoRenditionsParams
+from mediajobs.domain.manifest import MANIFEST_NAME, build_manifest, derivative_prefix
+from mediajobs.domain.recipes import Recipe
 from mediajobs.service_layer.lease import LeaseKeeper, lease_until
-from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources
+from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources, Step, StepResult
 from mediajobs.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-class ImageRenderer(Protocol):
-    """What the pipeline needs of an image renderer (see :class:`mediajobs.adapters.imaging.PillowRenderer`)."""
-
-    def render(
-        self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path, context: RenderContext | None = None
-    ) -> tuple[list[RenderedFile], RenderDecisions]: ...
-
-
-class VideoRenderer(Protocol):
-    """What the pipeline needs of a video renderer (see :class:`mediajobs.adapters.video.FfmpegRenderer`)."""
-
-    def render(
-        self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext | None = None
-    ) -> tuple[list[RenderedFile], Decisions]: ...
 
 
 #: Progress of a long render is logged at most this often, seconds (Lambda's logs are the
@@ -192,8 +175,8 @@ class Pipeline:
     Parameters
     ----------
     settings: limits, prefixes, lease and policy version.
-    store, ledger, sources, renderer: adapters (real or fakes); ``renderer`` renders images.
-    video_renderer: renders videos (``None``: no video recipe can run).
+    store, ledger, sources: adapters (real or fakes).
+    steps: the recipe steps by name; a recipe's ``step`` chooses the one that runs it.
     queue: message visibility (``None`` where there is no SQS delivery).
     recipes: the recipes to apply, by media type (``{"image": [web-image@1]}``).
     detect_media: ``"image"``, ``"video"`` or ``None`` for a local file, given the file and
@@ -209,10 +192,9 @@ class Pipeline:
         store: ObjectStore,
         ledger: Ledger,
         sources: Sources,
-        renderer: ImageRenderer,
+        steps: Mapping[str, Step],
         recipes: dict[str, list[Recipe]],
         detect_media: Callable[[Path, str], str | None],
-        video_renderer: VideoRenderer | None = None,
         queue: Queue | None = None,
         clock: Callable[[], float] = time.time,
         observer: PipelineObserver | None = None,
@@ -221,8 +203,7 @@ class Pipeline:
         self._store = store
         self._ledger = ledger
         self._sources = sources
-        self._renderer = renderer
-        self._video_renderer = video_renderer
+        self._steps = steps
         self._recipes = recipes
         self._detect_media = detect_media
         self.queue = queue
@@ -711,7 +692,8 @@ class Pipeline:
         self.observer.render_started(key, ref)
         out_dir = work.folder / key
         out_dir.mkdir()
-        files, decisions = self._render(work, recipe, out_dir, keeper, key)
+        result = self._render(work, recipe, out_dir, keeper, key)
+        files, decisions = result.files, result.decisions
         own = {rendered.path.name: _candidate(rendered) for rendered in files}
         keeper.check()
         registered = self._ledger.register_outputs(key, token, list(own.values()), now_s=self._now())
@@ -788,23 +770,16 @@ class Pipeline:
             )
         return dataclasses.replace(record, bytes=stored.bytes, sha256=stored.sha256)
 
-    def _render(
-        self, work: _Work, recipe: Recipe, out_dir: Path, keeper: LeaseKeeper, key: str
-    ) -> tuple[list[RenderedFile], Decisions]:
-        """Run the recipe's step on the original."""
-        params = recipe.params
+    def _render(self, work: _Work, recipe: Recipe, out_dir: Path, keeper: LeaseKeeper, key: str) -> StepResult:
+        """Run the recipe's step on the original (a bounded step stops its child at the
+        invocation's deadline: ``DeadlineReached``)."""
         delivery = work.delivery
         context = RenderContext(
             check=keeper.check,
             remaining_s=(delivery.remaining_s if delivery is not None else lambda: None),
             progress=self._progress_sink(key, work.ref),
         )
-        if isinstance(params, ImageVariantsParams):
-            # The bounded renderer stops its child at the invocation's deadline (DeadlineReached).
-            return self._renderer.render(work.original, params.variants, out_dir, context)
-        if self._video_renderer is None:
-            raise TransientFailure(f"no video renderer for {recipe.ref}")
-        return self._video_renderer.render(work.original, params, out_dir, context)
+        return self._steps[recipe.step].run(work.original, recipe.params, context, out_dir)
 
     def _progress_sink(self, key: str, ref: ObjectRef) -> Callable[[tuple[str, ...], float, float], None]:
         """Passes progress to the observer, and logs it at most every :data:`PROGRESS_LOG_EVERY_S`."""

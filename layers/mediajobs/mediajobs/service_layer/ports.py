@@ -125,8 +125,11 @@ class Step(Protocol):
     params_model: the strict (``extra="forbid"``) pydantic model of its parameters.
     """
 
-    name: str
-    params_model: type[BaseModel]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def params_model(self) -> type[BaseModel]: ...
 
     def run(self, source: Path, params: Any, context: RenderContext, out_dir: Path) -> StepResult:
         """Turn the original at ``source`` into ``out_dir``'s files and decisions.
