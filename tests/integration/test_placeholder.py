@@ -13,9 +13,12 @@ from thash import thumb_hash_to_rgba
 from mediajobs.bootstrap import video_renderer
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.jobs import RenderContext
+from mediajobs.domain.recipes import ImagePlaceholderParams
 from mediajobs.settings import Settings
 from mediajobs.steps.placeholder import ImagePlaceholder, VideoPlaceholder
 from tests.conftest import case_file, media_file, packaged_video
+
+PARAMS = ImagePlaceholderParams(box_px=100)
 
 
 class Params:
@@ -24,7 +27,7 @@ class Params:
 
 
 def image_placeholder(path: Path, out: Path) -> dict:
-    result = ImagePlaceholder(max_pixels=50_000_000).run(path, Params(), RenderContext(), out)
+    result = ImagePlaceholder(max_pixels=50_000_000).run(path, PARAMS, RenderContext(), out)
     assert result.files == [] and list(out.iterdir()) == []
     return dict(result.decisions)
 
@@ -78,6 +81,7 @@ def test_a_banner_keeps_its_full_size(tmp_path):
     assert (decisions["display_width_px"], decisions["display_height_px"]) == (8000, 2)
 
 
+@pytest.mark.subprocess  # ffmpeg
 def test_a_rotated_video_is_hashed_in_its_display_orientation():
     """100x60 stored with a 90 degree display matrix: shown 60x100."""
     step = VideoPlaceholder(lambda: video_renderer(Settings.from_env()))
@@ -89,6 +93,7 @@ def test_a_rotated_video_is_hashed_in_its_display_orientation():
     assert w < h
 
 
+@pytest.mark.subprocess  # ffmpeg
 def test_a_white_video_is_white_and_a_real_one_is_taken_at_the_posters_time():
     step = VideoPlaceholder(lambda: video_renderer(Settings.from_env()))
     white = media_file("video", "white.mp4").resolve()

@@ -15,6 +15,7 @@ from thash import thumb_hash_to_average_rgba, thumb_hash_to_rgba
 
 from mediajobs.domain.errors import DeadlineReached
 from mediajobs.domain.jobs import RenderContext
+from mediajobs.domain.recipes import ImagePlaceholderParams
 from mediajobs.domain.video import FORMAT_WHITELIST, VideoProbe, frame_argv, frame_at_s
 from mediajobs.steps.placeholder import (
     THUMBHASH_MAX_PX,
@@ -149,6 +150,9 @@ def test_box_px_is_bounded_by_the_format():
         placeholder_of(Image.new("RGB", (1, 1)), (1, 1), THUMBHASH_MAX_PX + 1)
 
 
+PARAMS = ImagePlaceholderParams(box_px=100)
+
+
 class Params:
     box_px = 100
     at_fraction = 0.1
@@ -163,7 +167,7 @@ def test_an_exif_oriented_jpeg_gives_the_display_size_after_orientation(tmp_path
     exif[0x0112] = 6
     path = tmp_path / "rotated.jpg"
     stored.save(path, quality=95, exif=exif)
-    result = ImagePlaceholder(max_pixels=50_000_000).run(path, Params(), RenderContext(), tmp_path)
+    result = ImagePlaceholder(max_pixels=50_000_000).run(path, PARAMS, RenderContext(), tmp_path)
     assert result.files == []
     decisions = result.decisions
     assert (decisions["display_width_px"], decisions["display_height_px"]) == (100, 300)
@@ -269,3 +273,22 @@ def test_a_manifest_without_a_readable_placeholder_gives_none(manifest):
     from mediajobs.local.gallery import placeholder_from_manifest
 
     assert placeholder_from_manifest(manifest) is None
+
+
+def test_image_placeholder_v1_loads_through_the_registry_and_leaves_the_other_keys_alone():
+    from mediajobs.bootstrap import active_recipes, load_recipe
+
+    recipe = load_recipe("image-placeholder", 1)
+    assert (recipe.step, recipe.params) == ("image.placeholder", ImagePlaceholderParams(box_px=100))
+    assert recipe.sha256 == "b380f3fb1e0ce5788bf53294f9034e7bdeb0bdae51b7c26905c46f20a02b063f"
+    assert [r.ref for r in active_recipes()["image"]] == ["web-image@1", "image-placeholder@1"]
+    # web-image@1's hash as tests/unit/test_keys.py pins it: adding a recipe changes no other key.
+    assert load_recipe("web-image", 1).sha256 == "e367c8290d2fe6172691d759eb4f2b2dcb6f1247e2b38a40a0172d76b1f8f9fa"
+
+
+@pytest.mark.parametrize("params", [{"box_px": 101}, {"box_px": 0}, {"box_px": 100, "hash": "blurhash"}, {}])
+def test_the_placeholder_parameters_are_strict(params):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        ImagePlaceholderParams.model_validate(params)

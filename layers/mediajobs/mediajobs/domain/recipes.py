@@ -169,6 +169,14 @@ class VideoRenditionsParams(_Strict):
         return self
 
 
+class ImagePlaceholderParams(_Strict):
+    """Parameters of the ``image.placeholder`` step: ``box_px``, the side of the box the
+    upright picture is fitted in before it is hashed, 1 to 100 pixels (ThumbHash encodes at
+    most 100x100)."""
+
+    box_px: int = Field(gt=0, le=100)
+
+
 def _unique(recipe_names: list[str]) -> None:
     if len(recipe_names) != len(set(recipe_names)):
         raise ValueError(f"duplicate output names {recipe_names}")

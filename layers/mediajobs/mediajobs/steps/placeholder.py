@@ -42,13 +42,13 @@ import base64
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 from PIL import Image
 
 from mediajobs.domain.errors import DeadlineReached
 from mediajobs.domain.jobs import RenderContext
-from mediajobs.domain.recipes import fit_within
+from mediajobs.domain.recipes import ImagePlaceholderParams, fit_within
 from mediajobs.service_layer.ports import StepResult
 
 if TYPE_CHECKING:
@@ -155,14 +155,17 @@ class ImagePlaceholder:
     max_pixels: largest accepted width x height of the original (``Settings.max_pixels``).
     """
 
-    name = "image.placeholder"
+    name: ClassVar[str] = "image.placeholder"
+    params_model: ClassVar[type[ImagePlaceholderParams]] = ImagePlaceholderParams
 
     def __init__(self, max_pixels: int) -> None:
         from mediajobs.adapters.imaging import PillowRenderer
 
         self._renderer = PillowRenderer(max_pixels)
 
-    def run(self, source: Path, params: Any, context: RenderContext, out_dir: Path) -> StepResult:
+    def run(
+        self, source: Path, params: ImagePlaceholderParams, context: RenderContext, out_dir: Path
+    ) -> StepResult:
         """The placeholder of the image at ``source`` (``params.box_px``: the box it is
         computed in, at most :data:`THUMBHASH_MAX_PX`). ``context`` and ``out_dir`` are not
         used: a decode at 100 px is short, and nothing is written.

@@ -1,0 +1,45 @@
+"""An upload through the embedded AWS gets its placeholder: a committed job whose manifest has
+no outputs and carries the values in its decisions, keyed like any other job."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from mediajobs.bootstrap import load_recipe
+from mediajobs.domain.keys import job_key
+from tests.conftest import media_file
+
+#: Every upload through the embedded session renders in the bounded render child or ffmpeg.
+pytestmark = pytest.mark.subprocess
+
+
+def committed(session, key: str, recipe: str):
+    (result,) = session.collector.results[key]
+    assert result.state == "done", (result.reason, result.detail)
+    (job,) = [j for j in result.jobs if j.recipe == recipe]
+    assert job.state == "done" and job.outputs == ()
+    listed = session.s3.list_objects_v2(Bucket=session.stack.bucket, Prefix=f"derivatives/{job.job_key}/")
+    assert [o["Key"].rsplit("/", 1)[-1] for o in listed["Contents"]] == ["manifest.json"]
+    body = session.s3.get_object(Bucket=session.stack.bucket, Key=job.manifest_key)["Body"].read()
+    return result, job, json.loads(body)
+
+
+def test_an_uploaded_photo_gets_an_image_placeholder_manifest_with_no_outputs(local_session):
+    key = "originals/placeholder/rotated.jpg"
+    local_session.upload(media_file("photos", "orientation-landscape-6.jpg"), key)
+    local_session.run()
+    result, job, manifest = committed(local_session, key, "image-placeholder@1")
+    recipe = load_recipe("image-placeholder", 1)
+    assert job.job_key == job_key(result.sha256, recipe.sha256)
+    assert manifest["recipe"] == {"id": "image-placeholder", "version": 1, "sha256": recipe.sha256}
+    assert manifest["outputs"] == []
+    decisions = manifest["decisions"]
+    assert set(decisions) == {"placeholder", "thumbhash", "dominant_colour", "display_width_px", "display_height_px"}
+    assert (decisions["display_width_px"], decisions["display_height_px"]) == (1800, 1200)
+    assert re.fullmatch(r"#[0-9a-f]{6}", decisions["dominant_colour"])
+    assert 5 <= len(base64.b64decode(decisions["thumbhash"], validate=True)) <= 25
+    assert any(j.recipe == "web-image@1" and j.state == "done" for j in result.jobs)
