@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from mediajobs.bootstrap import load_recipe
+from mediajobs.bootstrap import active_recipes, load_recipe
 from mediajobs.domain.keys import job_key
 from tests.conftest import media_file
 
@@ -43,3 +43,20 @@ def test_an_uploaded_photo_gets_an_image_placeholder_manifest_with_no_outputs(lo
     assert re.fullmatch(r"#[0-9a-f]{6}", decisions["dominant_colour"])
     assert 5 <= len(base64.b64decode(decisions["thumbhash"], validate=True)) <= 25
     assert any(j.recipe == "web-image@1" and j.state == "done" for j in result.jobs)
+
+
+@pytest.mark.skipif(
+    "video-placeholder@1" not in [r.ref for r in active_recipes()["video"]],
+    reason="video-placeholder@1 is registered but not in recipes/active.json yet",
+)
+def test_an_uploaded_video_gets_a_video_placeholder_manifest_from_its_display_oriented_frame(local_session):
+    key = "originals/placeholder/rotated.mp4"
+    local_session.upload(media_file("video", "video_rotation_90.mp4"), key)
+    local_session.run()
+    result, job, manifest = committed(local_session, key, "video-placeholder@1")
+    assert job.job_key == job_key(result.sha256, load_recipe("video-placeholder", 1).sha256)
+    decisions = manifest["decisions"]
+    assert manifest["outputs"] == []
+    assert (decisions["display_width_px"], decisions["display_height_px"]) == (60, 100)
+    assert decisions["frame_at_s"] >= 0
+    assert any(j.recipe == "web-video@2" and j.state == "done" for j in result.jobs)

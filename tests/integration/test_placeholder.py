@@ -13,17 +13,13 @@ from thash import thumb_hash_to_rgba
 from mediajobs.bootstrap import video_renderer
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.jobs import RenderContext
-from mediajobs.domain.recipes import ImagePlaceholderParams
+from mediajobs.domain.recipes import ImagePlaceholderParams, VideoPlaceholderParams
 from mediajobs.settings import Settings
 from mediajobs.steps.placeholder import ImagePlaceholder, VideoPlaceholder
 from tests.conftest import case_file, media_file, packaged_video
 
 PARAMS = ImagePlaceholderParams(box_px=100)
-
-
-class Params:
-    box_px = 100
-    at_fraction = 0.1
+VIDEO_PARAMS = VideoPlaceholderParams(box_px=100, at_fraction=0.1)
 
 
 def image_placeholder(path: Path, out: Path) -> dict:
@@ -86,7 +82,7 @@ def test_a_rotated_video_is_hashed_in_its_display_orientation():
     """100x60 stored with a 90 degree display matrix: shown 60x100."""
     step = VideoPlaceholder(lambda: video_renderer(Settings.from_env()))
     path = media_file("video", "video_rotation_90.mp4").resolve()
-    result = step.run(path, Params(), RenderContext(), path.parent)
+    result = step.run(path, VIDEO_PARAMS, RenderContext(), path.parent)
     assert result.files == []
     assert (result.decisions["display_width_px"], result.decisions["display_height_px"]) == (60, 100)
     w, h, _ = decoded(result.decisions["thumbhash"])
@@ -97,9 +93,9 @@ def test_a_rotated_video_is_hashed_in_its_display_orientation():
 def test_a_white_video_is_white_and_a_real_one_is_taken_at_the_posters_time():
     step = VideoPlaceholder(lambda: video_renderer(Settings.from_env()))
     white = media_file("video", "white.mp4").resolve()
-    decisions = step.run(white, Params(), RenderContext(), white.parent).decisions
+    decisions = step.run(white, VIDEO_PARAMS, RenderContext(), white.parent).decisions
     assert all(int(decisions["dominant_colour"][i : i + 2], 16) >= 0xF0 for i in (1, 3, 5))
     bunny = packaged_video("bigbuckbunny.mp4")
-    decisions = step.run(bunny, Params(), RenderContext(), bunny.parent).decisions
+    decisions = step.run(bunny, VIDEO_PARAMS, RenderContext(), bunny.parent).decisions
     assert (decisions["display_width_px"], decisions["display_height_px"]) == (1280, 720)
     assert decisions["frame_at_s"] == pytest.approx(0.53, abs=0.01)  # 10 % of 5.3 s, as web-video@2's poster

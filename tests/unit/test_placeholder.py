@@ -15,7 +15,7 @@ from thash import thumb_hash_to_average_rgba, thumb_hash_to_rgba
 
 from mediajobs.domain.errors import DeadlineReached
 from mediajobs.domain.jobs import RenderContext
-from mediajobs.domain.recipes import ImagePlaceholderParams
+from mediajobs.domain.recipes import ImagePlaceholderParams, VideoPlaceholderParams
 from mediajobs.domain.video import FORMAT_WHITELIST, VideoProbe, frame_argv, frame_at_s
 from mediajobs.steps.placeholder import (
     THUMBHASH_MAX_PX,
@@ -151,11 +151,7 @@ def test_box_px_is_bounded_by_the_format():
 
 
 PARAMS = ImagePlaceholderParams(box_px=100)
-
-
-class Params:
-    box_px = 100
-    at_fraction = 0.1
+VIDEO_PARAMS = VideoPlaceholderParams(box_px=100, at_fraction=0.1)
 
 
 def test_an_exif_oriented_jpeg_gives_the_display_size_after_orientation(tmp_path):
@@ -217,7 +213,7 @@ def test_the_video_step_hashes_the_frame_at_the_posters_time_in_display_orientat
     built = []
     step = VideoPlaceholder(lambda: built.append(1) or frames)
     assert built == []  # the adapter waits for the first video
-    result = step.run(Path("/work/original"), Params(), RenderContext(remaining_s=lambda: 100.0), Path("/work/out"))
+    result = step.run(Path("/work/original"), VIDEO_PARAMS, RenderContext(remaining_s=lambda: 100.0), Path("/work/out"))
     assert frames.asked == [(0.8, (56, 100), 80.0)]
     assert result.files == []
     assert result.decisions["display_width_px"] == 1080 and result.decisions["display_height_px"] == 1920
@@ -228,7 +224,7 @@ def test_the_video_step_stops_when_no_time_is_left():
     probe = VideoProbe(format_name="mov", duration_s=8.0, codec="h264", coded_width=64, coded_height=64, frames=8)
     step = VideoPlaceholder(lambda: FakeFrames(probe))
     with pytest.raises(DeadlineReached):
-        step.run(Path("/work/original"), Params(), RenderContext(remaining_s=lambda: 15.0), Path("/work/out"))
+        step.run(Path("/work/original"), VIDEO_PARAMS, RenderContext(remaining_s=lambda: 15.0), Path("/work/out"))
 
 
 def placeholder_manifest(**changes) -> dict:
@@ -292,3 +288,14 @@ def test_the_placeholder_parameters_are_strict(params):
 
     with pytest.raises(ValidationError):
         ImagePlaceholderParams.model_validate(params)
+
+
+def test_video_placeholder_v1_loads_through_the_registry_at_the_posters_time():
+    from mediajobs.bootstrap import load_recipe
+
+    recipe = load_recipe("video-placeholder", 1)
+    assert (recipe.step, recipe.params) == ("video.placeholder", VIDEO_PARAMS)
+    assert recipe.params.at_fraction == load_recipe("web-video", 2).params.poster.at_fraction
+    assert recipe.sha256 == "e1a36618e3246c269b0fd030342ddd13f31db119108201b34bc2c3f727403891"
+    # web-video@2's hash is unchanged by a second video recipe.
+    assert load_recipe("web-video", 2).sha256 == "68fea602470e187d7e2c241372a25d6272a1c926ccfcb3a8474143e9e7e8b114"

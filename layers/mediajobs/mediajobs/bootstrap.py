@@ -39,7 +39,7 @@ from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver, remove_
 from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources, Step
 from mediajobs.settings import Settings
 from mediajobs.steps.image_variants import ImageVariantsStep
-from mediajobs.steps.placeholder import ImagePlaceholder
+from mediajobs.steps.placeholder import ImagePlaceholder, VideoPlaceholder
 from mediajobs.steps.video_renditions import VideoRenditionsStep
 
 if TYPE_CHECKING:
@@ -105,6 +105,7 @@ def steps(settings: Settings, *, in_process: bool = False) -> dict[str, Step]:
         isolate(ImageVariantsStep, max_pixels=settings.max_pixels),
         isolate(ImagePlaceholder, max_pixels=settings.max_pixels),
         VideoRenditionsStep(functools.partial(video_renderer, settings)),
+        VideoPlaceholder(functools.partial(video_renderer, settings)),
     ]
     return {step.name: step for step in registered}
 

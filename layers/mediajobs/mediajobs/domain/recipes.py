@@ -177,6 +177,15 @@ class ImagePlaceholderParams(_Strict):
     box_px: int = Field(gt=0, le=100)
 
 
+class VideoPlaceholderParams(_Strict):
+    """Parameters of the ``video.placeholder`` step: ``box_px`` as
+    :class:`ImagePlaceholderParams`'s, and ``at_fraction``, where the frame is taken as a
+    fraction of the container duration (``web-video``'s poster: 0.1)."""
+
+    box_px: int = Field(gt=0, le=100)
+    at_fraction: float = Field(ge=0, lt=1)
+
+
 def _unique(recipe_names: list[str]) -> None:
     if len(recipe_names) != len(set(recipe_names)):
         raise ValueError(f"duplicate output names {recipe_names}")

@@ -48,7 +48,7 @@ from PIL import Image
 
 from mediajobs.domain.errors import DeadlineReached
 from mediajobs.domain.jobs import RenderContext
-from mediajobs.domain.recipes import ImagePlaceholderParams, fit_within
+from mediajobs.domain.recipes import ImagePlaceholderParams, VideoPlaceholderParams, fit_within
 from mediajobs.service_layer.ports import StepResult
 
 if TYPE_CHECKING:
@@ -203,13 +203,16 @@ class VideoPlaceholder:
         at the first run so that its imports wait for the first video.
     """
 
-    name = "video.placeholder"
+    name: ClassVar[str] = "video.placeholder"
+    params_model: ClassVar[type[VideoPlaceholderParams]] = VideoPlaceholderParams
 
     def __init__(self, make_source: Callable[[], FrameSource]) -> None:
         self._make_source = make_source
         self._source: FrameSource | None = None
 
-    def run(self, source: Path, params: Any, context: RenderContext, out_dir: Path) -> StepResult:
+    def run(
+        self, source: Path, params: VideoPlaceholderParams, context: RenderContext, out_dir: Path
+    ) -> StepResult:
         """The placeholder of the video at ``source``: probed (the adapter's allow-list and
         limits), one frame at ``params.at_fraction`` of its duration (0 s when there is
         none there), fitted inside ``params.box_px``. The decisions add ``frame_at_s``.
