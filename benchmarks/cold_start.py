@@ -14,8 +14,8 @@ Lambda mounts it:
   pointed at an empty folder and the instance metadata service disabled.
 
 **ours** imports ``app`` (``functions/worker/app.py``, the template's handler module) and
-builds the pipeline (``mediajobs.entrypoints.worker.get_pipeline()``, which otherwise runs at
-the first record). **boto3 only** imports ``app`` from a task folder whose handler imports
+builds the pipeline (``mediajobs.entrypoints.worker.default_handler()``, which otherwise runs
+at the first record). **boto3 only** imports ``app`` from a task folder whose handler imports
 only boto3 and creates the clients the pipeline creates (S3 and SQS, with its ``Config``).
 Its boto3 is the layer's own (same versions), copied and compiled into a folder of its own:
 a yardstick that stays the same whether the layer carries bytecode or not, as the runtime's
@@ -134,7 +134,7 @@ if check:
 import app
 if kind == "ours":
     from mediajobs.entrypoints import worker
-    worker.get_pipeline()
+    worker.default_handler()
 else:
     app.build()
 t1 = time.perf_counter()

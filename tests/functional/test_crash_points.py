@@ -39,10 +39,11 @@ class CrashAt(Collector):
             raise Crash(point)
 
 
-def esm_for(session, before_ack=None) -> EventSourceMapping:
+def esm_for(session, service, before_ack=None) -> EventSourceMapping:
     stack = session.stack
+    handler = worker.make_handler(service)
     return EventSourceMapping(
-        session.sqs, stack.queue_url, stack.queue_arn, worker.lambda_handler, batch_size=1, before_ack=before_ack
+        session.sqs, stack.queue_url, stack.queue_arn, handler, batch_size=1, before_ack=before_ack
     )
 
 
@@ -61,12 +62,12 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
 
     # Worker A dies at the step boundary.
     first = CrashAt(point)
-    worker.set_pipeline(build_pipeline(settings, observer=first, s3=local_session.s3))
+    crashing = build_pipeline(settings, observer=first, s3=local_session.s3)
 
     def die_before_ack(messages):
         raise Crash("before_ack")
 
-    a = esm_for(local_session, before_ack=die_before_ack if point == "before_ack" else None)
+    a = esm_for(local_session, crashing, before_ack=die_before_ack if point == "before_ack" else None)
     with pytest.raises(Crash):
         a.poll_once()
     crashed_batch = a.current_batch
@@ -76,10 +77,8 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
     a.expire(crashed_batch)
     second = Collector()
     skew = settings.lease_s + 60
-    worker.set_pipeline(
-        build_pipeline(settings, observer=second, s3=local_session.s3, clock=lambda: time.time() + skew)
-    )
-    b = esm_for(local_session)
+    later = build_pipeline(settings, observer=second, s3=local_session.s3, clock=lambda: time.time() + skew)
+    b = esm_for(local_session, later)
     assert b.poll_once() == 1
 
     row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(
@@ -101,4 +100,3 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
         ].read()
     )
     assert [o["key"] for o in manifest["outputs"]] == [o["key"] for o in row.outputs]
-    worker.set_pipeline(None)

@@ -19,7 +19,6 @@ import pytest
 
 from mediajobs.bootstrap import active_recipes, build_pipeline
 from mediajobs.domain.keys import job_key, sha256_hex
-from mediajobs.entrypoints import worker
 from mediajobs.local.session import Collector
 from mediajobs.local.template import load_template
 from mediajobs.settings import Settings
@@ -117,7 +116,6 @@ def recorder(local_session, monkeypatch) -> Iterator[Recorder]:
 
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
     yield rec
-    worker.set_pipeline(None)
 
 
 def _poll(rec: Recorder, esm) -> None:
@@ -142,20 +140,18 @@ def test_every_call_of_real_deliveries_is_allowed_by_the_role(local_session, rec
         keys[point] = job_key(sha256_hex(data), recipe_sha)
         # Worker A dies there; worker B, past A's lease, takes over: after outputs it meets
         # 412s, after the staged manifest it adopts it.
-        worker.set_pipeline(build_pipeline(settings, observer=CrashAt(point), s3=s3))
-        a = esm_for(local_session)
+        a = esm_for(local_session, build_pipeline(settings, observer=CrashAt(point), s3=s3))
         with pytest.raises(Crash):
             _poll(recorder, a)
         a.expire(a.current_batch)
-        worker.set_pipeline(build_pipeline(settings, observer=Collector(), s3=s3, clock=lambda: time.time() + 2 * skew))
-        _poll(recorder, esm_for(local_session))
+        later = build_pipeline(settings, observer=Collector(), s3=s3, clock=lambda: time.time() + 2 * skew)
+        _poll(recorder, esm_for(local_session, later))
     # A duplicate of a done job, and an original deleted before its event is handled.
     again = s3.get_object(Bucket=bucket, Key="originals/iam/output_stored.png")["Body"].read()
     s3.put_object(Bucket=bucket, Key="originals/iam/copy.png", Body=again)
     s3.put_object(Bucket=bucket, Key="originals/iam/gone.png", Body=unique_png(64, 64))
     s3.delete_object(Bucket=bucket, Key="originals/iam/gone.png")
-    worker.set_pipeline(build_pipeline(settings, observer=Collector(), s3=s3))
-    b = esm_for(local_session)
+    b = esm_for(local_session, build_pipeline(settings, observer=Collector(), s3=s3))
     while b.in_flight() or _visible(local_session):
         _poll(recorder, b)
 

@@ -13,12 +13,10 @@ import uuid
 import pytest
 from PIL import Image
 
-from mediajobs.adapters.imaging import PillowRenderer
 from mediajobs.adapters.ledger import JobModel
 from mediajobs.adapters.sources import SourceModel
-from mediajobs.bootstrap import build_service, default_adapters
+from mediajobs.bootstrap import build_service, default_adapters, load_recipe, steps
 from mediajobs.domain.keys import job_key, sha256_hex
-from mediajobs.domain.recipes import load_recipe
 from mediajobs.entrypoints import worker
 from mediajobs.local.events import object_created_body
 from mediajobs.local.runner import LocalLambdaContext, sqs_event
@@ -396,7 +394,7 @@ def in_process_handler(local_session):
     child): the log records and metrics are the handler's and the pipeline's either way."""
     settings = Settings.from_env()
     adapters = dataclasses.replace(
-        default_adapters(settings, s3=local_session.s3), renderer=PillowRenderer(settings.max_pixels)
+        default_adapters(settings, s3=local_session.s3), steps=steps(settings, in_process=True)
     )
     return worker.make_handler(build_service(settings, adapters=adapters))
 

@@ -14,7 +14,6 @@ from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure, TransientFailure
 from mediajobs.domain.keys import source_version_document
-from mediajobs.entrypoints import worker
 from mediajobs.local.runner import LocalLambdaContext
 from mediajobs.service_layer import pipeline as service
 from tests.functional.test_ledger import spec
@@ -70,7 +69,7 @@ def test_the_handler_acknowledges_a_record_whose_source_id_dynamodb_refuses(loca
     monkeypatch.setattr(service, "source_version_id", source_version_document)
     local_session.collector.results.clear()
     event = event_for(local_session, key, len(data))
-    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     [result] = local_session.collector.results[key]
     assert (result.state, result.reason, result.jobs) == ("permanent_failure", UNSTORABLE_INPUT, [])
     assert "2048 bytes" in result.detail

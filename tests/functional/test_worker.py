@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import time
@@ -10,15 +11,15 @@ import uuid
 import numpy as np
 from PIL import Image
 
-from mediajobs.adapters.isolated import IsolatedStep
 from mediajobs.adapters.ledger import bound_job_model
-from mediajobs.bootstrap import load_recipe
-from mediajobs.domain.errors import TransientFailure
+from mediajobs.bootstrap import build_service, default_adapters, load_recipe
 from mediajobs.domain.jobs import JobSpec
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.entrypoints import worker
 from mediajobs.local.events import object_created_body
 from mediajobs.local.runner import LocalLambdaContext, sqs_event
+from mediajobs.settings import Settings
+from tests.fakes import FakeQueue
 
 RECIPE = load_recipe("web-image", 1)
 
@@ -59,7 +60,7 @@ def put(session, key: str, data: bytes) -> None:
 def test_outputs_have_content_type_cache_control_and_a_manifest(local_session):
     data = unique_png()
     put(local_session, "originals/w/a.png", data)
-    assert worker.lambda_handler(event_for(local_session, "originals/w/a.png", len(data)), LocalLambdaContext()) == {
+    assert local_session.handler(event_for(local_session, "originals/w/a.png", len(data)), LocalLambdaContext()) == {
         "batchItemFailures": []
     }
     key = job_key(sha256_hex(data), RECIPE.sha256)
@@ -87,22 +88,35 @@ def test_outputs_have_content_type_cache_control_and_a_manifest(local_session):
     assert (row.state, row.manifest_key, row.attempts) == ("done", f"derivatives/{key}/manifest.json", 1)
 
 
-def test_transient_failure_is_reported_and_released(local_session, monkeypatch):
+class FlakyStep:
+    """Wraps a step: raises ``error`` while set, then runs the real one."""
+
+    def __init__(self, step, error):
+        self.step, self.error = step, error
+        self.name, self.params_model = step.name, step.params_model
+
+    def run(self, source, params, context, out_dir):
+        if self.error is not None:
+            raise self.error
+        return self.step.run(source, params, context, out_dir)
+
+
+def test_transient_failure_is_reported_and_released(local_session):
     data = unique_png()
     put(local_session, "originals/w/flaky.png", data)
-
-    def flaky(self, *args, **kwargs):
-        raise ConnectionResetError("peer reset")
-
-    monkeypatch.setattr(IsolatedStep, "run", flaky)  # the image step bootstrap registers
+    settings = Settings.from_env()
+    adapters = default_adapters(settings, s3=local_session.s3)
+    flaky = FlakyStep(adapters.steps["image.variants"], ConnectionResetError("peer reset"))
+    steps = {**adapters.steps, "image.variants": flaky}
+    handler = worker.make_handler(build_service(settings, adapters=dataclasses.replace(adapters, steps=steps)))
     event = event_for(local_session, "originals/w/flaky.png", len(data))
-    response = worker.lambda_handler(event, LocalLambdaContext())
+    response = handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
     key = job_key(sha256_hex(data), RECIPE.sha256)
     row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
     assert row.state == "transient_failure"
-    monkeypatch.undo()
-    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    flaky.error = None
+    assert handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     assert row.refresh() is None and (row.state, row.attempts) == ("done", 2)
 
 
@@ -111,14 +125,14 @@ def test_unparseable_record_is_reported_and_others_succeed(local_session):
     put(local_session, "originals/w/ok.png", data)
     good = event_for(local_session, "originals/w/ok.png", len(data))["Records"][0]
     bad = {**good, "messageId": "bad-1", "body": "{not json"}
-    response = worker.lambda_handler({"Records": [bad, good]}, LocalLambdaContext())
+    response = local_session.handler({"Records": [bad, good]}, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": "bad-1"}]}
 
 
 def test_permanent_failure_is_deleted_and_recorded(local_session, tmp_path):
     truncated = unique_png()[:300]
     put(local_session, "originals/w/cut.png", truncated)
-    response = worker.lambda_handler(
+    response = local_session.handler(
         event_for(local_session, "originals/w/cut.png", len(truncated)), LocalLambdaContext()
     )
     assert response == {"batchItemFailures": []}
@@ -144,7 +158,7 @@ def _hold(local_session, data: bytes, lease_s: int) -> str:
         source_key="k",
     )
     now = int(time.time())
-    worker.get_pipeline()._ledger.claim(spec, now_s=now, lease_until_s=now + lease_s)
+    local_session.service._ledger.claim(spec, now_s=now, lease_until_s=now + lease_s)
     return key
 
 
@@ -158,7 +172,7 @@ def test_a_busy_record_is_resent_to_come_back_after_the_holders_lease(local_sess
     body = event_for(local_session, "originals/w/busy-resend.png", len(data))["Records"][0]["body"]
     third = {"MessageId": "m-3", "ReceiptHandle": "h", "Body": body, "Attributes": {"ApproximateReceiveCount": "3"}}
     event = sqs_event([third], local_session.stack.queue_arn, "us-east-1")
-    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     queued = local_session.sqs.get_queue_attributes(
         QueueUrl=local_session.stack.queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
     )["Attributes"]
@@ -172,23 +186,33 @@ def test_a_busy_record_is_resent_to_come_back_after_the_holders_lease(local_sess
     local_session.sqs.delete_message(QueueUrl=local_session.stack.queue_url, ReceiptHandle=messages[0]["ReceiptHandle"])
 
 
-def test_a_busy_record_that_cannot_be_resent_goes_back_after_the_lease(local_session, monkeypatch):
+def test_a_busy_record_that_cannot_be_resent_goes_back_after_the_lease(local_session):
     data = unique_png()
     put(local_session, "originals/w/busy-later.png", data)
     _hold(local_session, data, lease_s=3)
-    queue = worker.get_pipeline().queue
-
-    def refuse(*args, **kwargs):
-        raise TransientFailure("SQS SendMessage failed: throttled")
-
-    returned = []
-    monkeypatch.setattr(queue, "resend", refuse)
-    monkeypatch.setattr(queue, "return_later", lambda arn, delays: returned.extend(delays))
+    settings = Settings.from_env()
+    queue = FakeQueue(refuse_resend=True)
+    adapters = dataclasses.replace(default_adapters(settings, s3=local_session.s3), queue=queue)
+    handler = worker.make_handler(build_service(settings, adapters=adapters))
     event = event_for(local_session, "originals/w/busy-later.png", len(data))
-    response = worker.lambda_handler(event, LocalLambdaContext())
+    response = handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
-    [(handle, seconds)] = returned
-    assert handle == "h" and 1 <= seconds <= 5
+    [(arn, handle, seconds)] = queue.returned
+    assert (arn, handle) == (local_session.stack.queue_arn, "h") and 1 <= seconds <= 5
+    assert queue.deleted == []  # nothing was handed over
+
+
+def test_a_handler_bound_to_a_service_reports_each_record_to_its_listener(local_session):
+    data = unique_png()
+    put(local_session, "originals/w/listened.png", data)
+    seen: list[tuple[str, int, str]] = []
+    handler = worker.make_handler(local_session.service, on_record=lambda *args: seen.append(args))
+    event = _record(local_session, "originals/w/listened.png", len(data), receives=2)
+    bad = {**event["Records"][0], "messageId": "bad-2", "body": "{not json"}
+    assert handler({"Records": [*event["Records"], bad]}, LocalLambdaContext()) == {
+        "batchItemFailures": [{"itemIdentifier": "bad-2"}]
+    }
+    assert seen == [(event["Records"][0]["messageId"], 2, "done")]  # a record that does not parse never reaches it
 
 
 def test_local_runs_never_print_metrics(capsys, monkeypatch):
@@ -227,7 +251,7 @@ def test_a_record_on_its_last_receive_but_one_is_handed_over_before_any_work(loc
     put(local_session, "originals/w/handover.png", data)
     swallow_queued(local_session)  # the upload's own message
     event = _record(local_session, "originals/w/handover.png", len(data), receives=4)
-    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     [copy] = local_session.sqs.receive_message(
         QueueUrl=local_session.stack.queue_url,
         WaitTimeSeconds=5,
@@ -248,7 +272,7 @@ def test_after_two_handovers_a_record_is_processed_and_left_to_sqs(local_session
     data = unique_png()
     put(local_session, "originals/w/handed-twice.png", data)
     event = _record(local_session, "originals/w/handed-twice.png", len(data), receives=4, handovers=2)
-    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     key = job_key(sha256_hex(data), RECIPE.sha256)
     row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
     assert row.state == "done"
@@ -264,7 +288,7 @@ def test_a_record_that_does_not_parse_is_not_handed_over(local_session):
     }
     event = sqs_event([bad], local_session.stack.queue_arn, "us-east-1")
     swallow_queued(local_session)
-    assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": [{"itemIdentifier": "bad-4"}]}
+    assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": [{"itemIdentifier": "bad-4"}]}
     assert (
         local_session.sqs.receive_message(QueueUrl=local_session.stack.queue_url, WaitTimeSeconds=1).get("Messages", [])
         == []

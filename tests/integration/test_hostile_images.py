@@ -234,3 +234,22 @@ def test_a_phone_heic_with_bytes_appended_renders_and_one_cut_before_its_data_is
     mdat = data.find(b"mdat") - 4
     assert data.find(b"meta") < mdat  # meta first, as the camera writes it
     assert reason(tmp_path, data[:mdat], "no-data.heic") == "truncated_image"
+
+
+def test_the_image_limits_come_from_the_settings(tmp_path):
+    """bootstrap.steps builds the image step with Settings' limits: a 2-scan cap refuses an
+    ordinary progressive JPEG (Pillow writes about ten scans)."""
+    from PIL import Image
+
+    from mediajobs.bootstrap import steps
+    from mediajobs.domain.jobs import RenderContext
+    from mediajobs.settings import Settings
+
+    source = tmp_path / "progressive.jpg"
+    Image.new("RGB", (64, 48), "teal").save(source, "JPEG", progressive=True)
+    step = steps(Settings(max_jpeg_scans=2), in_process=True)["image.variants"]
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(PermanentFailure) as caught:
+        step.run(source, load_recipe("web-image", 1).params, RenderContext(), out)
+    assert caught.value.reason == "too_many_scans" and caught.value.detail.endswith("scans > 2")

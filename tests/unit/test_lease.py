@@ -7,6 +7,7 @@ import pytest
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, Superseded, TransientFailure
 from mediajobs.domain.jobs import Delivery
 from mediajobs.service_layer.lease import LeaseKeeper, lease_until
+from tests.fakes import FakeQueue
 
 
 class Clock:
@@ -29,17 +30,6 @@ class FakeLedger:
 
     def release_transient(self, job_key, token, *, detail, now_s):
         self.calls.append(("release", detail))
-
-
-class FakeQueue:
-    def __init__(self) -> None:
-        self.visibility: list[int] = []
-        self.gone = False
-
-    def set_visibility(self, delivery, seconds):
-        if self.gone:
-            raise DeliveryLost("ReceiptHandleIsInvalid")
-        self.visibility.append(seconds)
 
 
 def keeper(clock, ledger, queue, remaining, lease_s=60, margin_s=10):

@@ -51,3 +51,12 @@ def test_the_decode_budget_follows_the_functions_memory_unless_set():
         Settings.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024", "DECODE_MEMORY_MB": "900"}).decode_memory_mb
         == 900
     )
+
+
+def test_the_image_limits_are_settings_whose_defaults_the_renderer_shares():
+    from mediajobs.adapters import imaging
+
+    settings = Settings()
+    assert (settings.max_frames, settings.max_jpeg_scans) == (imaging.MAX_FRAMES, imaging.MAX_JPEG_SCANS)
+    with pytest.raises(ValueError, match="max_frames"):
+        Settings(max_frames=0)

@@ -39,7 +39,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import app  # functions/worker/app.py, as the runtime imports the handler
 from mediajobs.entrypoints import worker
-pipeline = worker.get_pipeline()
+handler = worker.default_handler()  # the service, built as the first record would
 loaded = {"init": sorted(sys.modules)}
 """
 
@@ -97,3 +97,21 @@ def test_the_image_adapter_is_imported_at_init_with_pi_heifs_opener(tmp_path):
     assert loaded["media"] == ["image"]
     assert "pillow_heif" not in loaded["after"]
     assert "mediajobs.adapters.video" not in loaded["after"]  # only a video render imports it
+
+
+def test_the_handler_module_holds_no_mutable_state():
+    """Per-batch state lives in a delivery ``Batch`` made per invocation, the service in the
+    handler ``make_handler`` binds: nothing an invocation could leave to the next."""
+    import random
+    from types import ModuleType
+
+    from mediajobs.entrypoints import worker
+    from mediajobs.service_layer.pipeline import Pipeline
+
+    mutable = (dict, list, set, bytearray, random.Random, Pipeline)
+    found = {
+        name
+        for name, value in vars(worker).items()
+        if not name.startswith("__") and not isinstance(value, ModuleType) and isinstance(value, mutable)
+    }
+    assert found == set()

@@ -91,6 +91,15 @@ def bounded(settings: Settings, step: type[Any], **options: Any) -> IsolatedStep
     )
 
 
+def image_limits(settings: Settings) -> dict[str, int]:
+    """The image limits of ``settings``, as the image steps take them."""
+    return {
+        "max_pixels": settings.max_pixels,
+        "max_frames": settings.max_frames,
+        "max_jpeg_scans": settings.max_jpeg_scans,
+    }
+
+
 def steps(settings: Settings, *, in_process: bool = False) -> dict[str, Step]:
     """The registered recipe steps by name: one line per step.
 
@@ -102,8 +111,8 @@ def steps(settings: Settings, *, in_process: bool = False) -> dict[str, Step]:
     """
     isolate = (lambda step, **options: step(**options)) if in_process else functools.partial(bounded, settings)
     registered: list[Step] = [
-        isolate(ImageVariantsStep, max_pixels=settings.max_pixels),
-        isolate(ImagePlaceholder, max_pixels=settings.max_pixels),
+        isolate(ImageVariantsStep, **image_limits(settings)),
+        isolate(ImagePlaceholder, **image_limits(settings)),
         VideoRenditionsStep(functools.partial(video_renderer, settings)),
         VideoPlaceholder(functools.partial(video_renderer, settings)),
     ]

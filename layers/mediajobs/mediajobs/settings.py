@@ -68,6 +68,11 @@ class Settings:
     policy_version: moderation policy version, part of every job key (``none``).
     max_pixels: largest accepted width x height, checked from the header before decoding
         (default 50,000,000).
+    max_frames: most frames (or pages) an image may have (``too_many_frames``; default
+        10,000).
+    max_jpeg_scans: most scans a progressive JPEG may have (``too_many_scans``; default
+        100: libjpeg-turbo's own advice against scan bombs, and no encoder writes more than
+        about a dozen).
     max_input_bytes: largest accepted original in bytes (default 200 MiB).
     decode_memory_mb: address space, MiB, that rendering one image (decode, resize, encode)
         may take on top of the render child's baseline, its interpreter and imports
@@ -86,7 +91,7 @@ class Settings:
         dead-letter queue, ends a job that keeps failing (default 4, against 5).
     max_receive_count: the queue's redrive ``maxReceiveCount`` (default 5): a record
         that reaches its last receive but one is handed over to a fresh copy (at most
-        :data:`mediajobs.entrypoints.worker.MAX_HANDOVERS` times) before any work, so
+        :data:`mediajobs.service_layer.delivery.MAX_HANDOVERS` times) before any work, so
         receives lost to other records' crashes or to lost acknowledgements do not
         dead-letter it.
     deadline_margin_s: seconds of invocation time kept to release a claim and report;
@@ -114,6 +119,8 @@ class Settings:
     derivatives_prefix: str = "derivatives/"
     policy_version: str = "none"
     max_pixels: int = 50_000_000
+    max_frames: int = 10_000
+    max_jpeg_scans: int = 100
     max_input_bytes: int = 200 * MB
     decode_memory_mb: int = 1536
     lease_s: int = 120
@@ -135,6 +142,8 @@ class Settings:
             raise ValueError("derivatives must not be written under the originals prefix")
         for name in (
             "max_pixels",
+            "max_frames",
+            "max_jpeg_scans",
             "max_input_bytes",
             "decode_memory_mb",
             "lease_s",

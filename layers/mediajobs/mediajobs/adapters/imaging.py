@@ -106,15 +106,17 @@ _DECODE_ERRORS: Final = (
     ZeroDivisionError,
     RuntimeError,  # pi-heif and Pillow's AVIF plugin report decoder failures this way
 )
-#: Most frames (or pages) an image may have. Pillow walks them one by one (TIFF pages in
-#: quadratic time), so millions of 1x1 frames in a few MB would take minutes to count.
+#: Default of the most frames (or pages) an image may have (``Settings.max_frames``). Pillow
+#: walks them one by one (TIFF pages in quadratic time), so millions of 1x1 frames in a few
+#: MB would take minutes to count.
 MAX_FRAMES: Final = 10_000
 #: Formats whose extra frames are an animation (others hold pages or auxiliary images).
 ANIMATED_FORMATS: Final = frozenset({"GIF", "WEBP", "PNG", "AVIF"})
 #: JPEG and MPO (a JPEG with more images appended, as phones write "Ultra HDR").
 JPEG_FORMATS: Final = frozenset({"JPEG", "MPO"})
-#: Most scans a progressive JPEG may have. Encoders write about 10 (mozjpeg up to ~20);
-#: each scan is a pass over the whole image, so thousands are a CPU bomb in a small file.
+#: Default of the most scans a progressive JPEG may have (``Settings.max_jpeg_scans``).
+#: Encoders write about 10 (mozjpeg up to ~20); each scan is a pass over the whole image, so
+#: thousands are a CPU bomb in a small file.
 MAX_JPEG_SCANS: Final = 100
 
 
@@ -157,11 +159,13 @@ def identify(path: Path) -> str | None:
         return "unknown"
 
 
-def _frames(source: Path, max_pixels: int, budget_pixels: int) -> tuple[int | None, int | None]:
+def _frames(
+    source: Path, max_pixels: int, budget_pixels: int, max_frames: int = MAX_FRAMES
+) -> tuple[int | None, int | None]:
     """(frame count, total duration in ms) of a multi-frame image, read through its own handle.
 
     Frames are walked one by one (never ``n_frames``, which walks the whole file), at most
-    :data:`MAX_FRAMES`. For animations each frame is decoded to read its duration (WebP and
+    ``max_frames``. For animations each frame is decoded to read its duration (WebP and
     AVIF set it only when a frame is loaded) and to find a file cut inside its last frame,
     so the walk stops, with count and duration ``None`` (unknown), before a frame over
     ``max_pixels`` or once frames x pixels exceed ``budget_pixels``. The image that is
@@ -170,7 +174,7 @@ def _frames(source: Path, max_pixels: int, budget_pixels: int) -> tuple[int | No
     Raises
     ------
     PermanentFailure
-        ``too_many_frames`` past :data:`MAX_FRAMES`; decoder errors propagate to the caller.
+        ``too_many_frames`` past ``max_frames``; decoder errors propagate to the caller.
     """
     with _open(source) as im:
         if not getattr(im, "is_animated", False):  # read from the header or one cheap step
@@ -188,8 +192,8 @@ def _frames(source: Path, max_pixels: int, budget_pixels: int) -> tuple[int | No
                 except Image.DecompressionBombError:
                     return None, None
             count += 1
-            if count > MAX_FRAMES:
-                raise PermanentFailure(TOO_MANY_FRAMES, f"more than {MAX_FRAMES} frames")
+            if count > max_frames:
+                raise PermanentFailure(TOO_MANY_FRAMES, f"more than {max_frames} frames")
             if not animated:
                 continue
             spent += im.width * im.height
@@ -200,7 +204,7 @@ def _frames(source: Path, max_pixels: int, budget_pixels: int) -> tuple[int | No
         return count, (total_ms if animated else 0)
 
 
-def _jpeg_failure(path: Path) -> PermanentFailure | None:
+def _jpeg_failure(path: Path, max_scans: int = MAX_JPEG_SCANS) -> PermanentFailure | None:
     """The marker walk's verdict on a JPEG (``None`` for other data or a sound JPEG)."""
     with open(path, "rb") as f:
         if f.read(2) != b"\xff\xd8":
@@ -208,8 +212,8 @@ def _jpeg_failure(path: Path) -> PermanentFailure | None:
     report: JpegReport = inspect_jpeg_file(path)
     if report.corruption:
         return PermanentFailure(CORRUPT_IMAGE, report.corruption)
-    if report.scans > MAX_JPEG_SCANS:
-        return PermanentFailure(TOO_MANY_SCANS, f"{report.scans} scans > {MAX_JPEG_SCANS}")
+    if report.scans > max_scans:
+        return PermanentFailure(TOO_MANY_SCANS, f"{report.scans} scans > {max_scans}")
     return None
 
 
@@ -526,10 +530,15 @@ class PillowRenderer:
     Parameters
     ----------
     max_pixels: largest accepted width x height of the original (frame size).
+    max_frames: most frames (or pages) an original may have.
+    max_jpeg_scans: most scans a progressive JPEG may have.
+    (``Settings.max_pixels``, ``max_frames``, ``max_jpeg_scans``.)
     """
 
-    def __init__(self, max_pixels: int) -> None:
+    def __init__(self, max_pixels: int, *, max_frames: int = MAX_FRAMES, max_jpeg_scans: int = MAX_JPEG_SCANS) -> None:
         self._max_pixels = max_pixels
+        self._max_frames = max_frames
+        self._max_jpeg_scans = max_jpeg_scans
 
     def render(
         self, source: Path, variants: tuple[ImageVariant, ...], out_dir: Path, context: RenderContext | None = None
@@ -605,7 +614,7 @@ class PillowRenderer:
             raise _decode_failure(exc) from exc
 
     def _decode_unchecked(self, source: Path, largest_box: int) -> tuple[Image.Image, RenderDecisions, tuple[int, int]]:
-        problem = _jpeg_failure(source) or container_problem(source)  # before any decoder reads it
+        problem = _jpeg_failure(source, self._max_jpeg_scans) or container_problem(source)  # before any decoder
         if problem is not None:
             raise problem
         heif_format = _heif_format(source)  # HEIF/AVIF: what decoding will decode, before a decoder parses it
@@ -636,7 +645,8 @@ class PillowRenderer:
                 im.draft(None, fit_within(width, height, largest_box))  # DCT-domain 1/2, 1/4, 1/8
             if source_format in DECODERS and source_format != heif_format:  # pi-heif refused it, libavif took it
                 heif_format, heif = source_format, _heif_primary(source, source_format, self._max_pixels)
-            frames, duration_ms = _frames(source, self._max_pixels, ANIMATION_BUDGET_FACTOR * self._max_pixels)
+            budget = ANIMATION_BUDGET_FACTOR * self._max_pixels
+            frames, duration_ms = _frames(source, self._max_pixels, budget, self._max_frames)
             im.load()
             crop: CleanAperture | None = None
             if heif is not None:

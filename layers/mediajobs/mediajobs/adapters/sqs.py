@@ -1,4 +1,5 @@
-"""SQS message visibility: extend it while a job runs, set it when a record goes back.
+"""SQS, the :class:`~mediajobs.service_layer.ports.Queue` port: visibility while a job runs
+and when a record goes back, hand-overs to a fresh copy.
 
 Lambda's SQS event source deletes the records a handler reports as successes and leaves
 the others invisible until their visibility timeout ends; it never changes visibility
@@ -15,12 +16,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from mediajobs.domain.errors import DeliveryLost, TransientFailure
 from mediajobs.domain.jobs import Delivery
+from mediajobs.service_layer.delivery import HANDOVERS_ATTRIBUTE
 
 log = logging.getLogger(__name__)
-
-#: Message attribute counting how often a record was handed over to a fresh copy after
-#: its receives ran low (see ``entrypoints.worker``).
-HANDOVERS_ATTRIBUTE: Final = "mediajobs-handovers"
 
 #: Answers that mean the receipt handle no longer names an in-flight receive of ours.
 _LOST_CODES: Final = frozenset(
@@ -29,7 +27,8 @@ _LOST_CODES: Final = frozenset(
 
 
 class SqsQueue:
-    """Visibility changes on the queues records come from.
+    """Every operation the worker makes on the queues its records come from (the
+    :class:`~mediajobs.service_layer.ports.Queue` port).
 
     Parameters
     ----------

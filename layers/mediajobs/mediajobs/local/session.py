@@ -44,8 +44,9 @@ class Collector(PipelineObserver):
         self.results.setdefault(result.source.key, []).append(result)
 
 
-def local_handler(worker: Any) -> Any:
-    """The worker's handler, for local runs with metrics disabled.
+def local_handler(worker: Any, handler: Any = None) -> Any:
+    """The worker's handler (``handler``, else ``worker.lambda_handler``), for local runs
+    with metrics disabled.
 
     Powertools (3.x) neither prints nor clears metrics when ``POWERTOOLS_METRICS_DISABLED``
     is set, so they pile up across invocations, and at 100 values ``add_metric`` prints
@@ -53,13 +54,13 @@ def local_handler(worker: Any) -> Any:
     them after each invocation keeps local runs quiet.
     """
 
-    def handler(event: dict[str, Any], context: Any) -> Any:
+    def quiet(event: dict[str, Any], context: Any) -> Any:
         try:
-            return worker.lambda_handler(event, context)
+            return (handler or worker.lambda_handler)(event, context)
         finally:
             worker.metrics.clear_metrics()
 
-    return handler
+    return quiet
 
 
 class LocalSession:
@@ -98,12 +99,13 @@ class LocalSession:
                 handler.setStream(sys.stderr)
         self.s3 = self._aws.client("s3")
         self.sqs = self._aws.client("sqs")
-        worker.set_pipeline(build_pipeline(Settings.from_env(), observer=self.collector, s3=self.s3))
+        self.service = build_pipeline(Settings.from_env(), observer=self.collector, s3=self.s3)
+        self.handler = worker.make_handler(self.service)
         self.esm = EventSourceMapping(
             self.sqs,
             self.stack.queue_url,
             self.stack.queue_arn,
-            local_handler(worker),
+            local_handler(worker, self.handler),
             batch_size=self.stack.batch_size,
             timeout_s=self.stack.timeout_s,
             region=REGION,
@@ -113,7 +115,6 @@ class LocalSession:
     def __exit__(self, *exc: object) -> None:
         if self.collector.bars is not None:
             self.collector.bars.close()
-        self._worker.set_pipeline(None)
         self._aws.__exit__(*exc)
 
     def upload(self, path: Path, key: str) -> str:

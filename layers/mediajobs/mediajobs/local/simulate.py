@@ -175,32 +175,28 @@ def _worker_main(
                 crash(point, job_key)
 
     settings = Settings.from_env()
-    worker.set_pipeline(build_pipeline(settings, observer=StormObserver()))
-    real_record_handler = worker.record_handler
+    before = {"ddb": 0, "s3_bytes": 0, "renders": 0}
 
-    def observed_record_handler(record: Any, lambda_context: Any = None) -> Any:
-        ddb, s3_bytes = counters["ddb"], counters["s3_bytes"]
-        renders_before = renders[0]
-        outcome = "error"
-        try:
-            result = real_record_handler(record, lambda_context)
-            outcome = result.get("state", "done")
-            return result
-        except Exception as exc:
-            outcome = type(exc).__name__
-            raise
-        finally:
-            emit(
-                "record",
-                message_id=record.messageId,
-                receive_count=int(record.attributes.ApproximateReceiveCount or 1),
-                outcome=outcome,
-                rendered=renders[0] > renders_before,  # started a render or committed a job
-                ddb_requests=counters["ddb"] - ddb,
-                s3_bytes=counters["s3_bytes"] - s3_bytes,
-            )
+    def snapshot() -> None:
+        before.update(ddb=counters["ddb"], s3_bytes=counters["s3_bytes"], renders=renders[0])
 
-    worker.record_handler = observed_record_handler  # type: ignore[assignment]
+    def observed(message_id: str, receive_count: int, outcome: str) -> None:
+        emit(
+            "record",
+            message_id=message_id,
+            receive_count=receive_count,
+            outcome=outcome,
+            rendered=renders[0] > before["renders"],  # started a render or committed a job
+            ddb_requests=counters["ddb"] - before["ddb"],
+            s3_bytes=counters["s3_bytes"] - before["s3_bytes"],
+        )
+        snapshot()  # the next record of the batch starts here
+
+    bound = worker.make_handler(build_pipeline(settings, observer=StormObserver()), on_record=observed)
+
+    def observed_handler(event: dict[str, Any], context: Any) -> Any:
+        snapshot()  # hand-overs before the work touch neither DynamoDB nor S3
+        return bound(event, context)
 
     sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=env["AWS_ENDPOINT_URL"])
 
@@ -225,7 +221,7 @@ def _worker_main(
         sqs,
         stack["queue_url"],
         stack["queue_arn"],
-        local_handler(worker),
+        local_handler(worker, observed_handler),
         batch_size=stack["batch_size"],
         timeout_s=cfg.timeout_s,
         before_ack=before_ack,

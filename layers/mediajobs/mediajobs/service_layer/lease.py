@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, MediaJobsError, Superseded, TransientFailure
 from mediajobs.domain.jobs import Delivery
+from mediajobs.domain.retry import MAX_VISIBILITY_S
 from mediajobs.service_layer.ports import LeaseLedger, Queue
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ class LeaseKeeper:
 
     Parameters
     ----------
-    ledger, queue: adapters (``queue`` is unused without a delivery).
+    ledger, queue: adapters (``queue`` is unused without a delivery): the queue port is the
+        handler's too (:class:`~mediajobs.service_layer.ports.Queue`).
     job_key, token: the claim.
     expires_at_s: when the claim's lease ends (epoch seconds).
     delivery: the SQS record being worked on, or ``None`` (CLI, tests).
@@ -144,10 +146,23 @@ class LeaseKeeper:
                 log.warning("heartbeat failed: %s", exc, extra={"job_key": self.job_key})
 
     def _extend_visibility(self, now: float) -> None:
+        """Keep the message hidden for the lease's remaining time plus the margin."""
+        self._hide_for(self.expires_at_s - now)
+
+    def _hide_for(self, seconds: float) -> None:
+        """The one place the keeper sets its message's visibility: ``seconds`` (rounded
+        up) plus the margin from now, at least 1 s and at most SQS's 12 hours; nothing
+        without a message held.
+
+        Raises
+        ------
+        DeliveryLost, TransientFailure
+            As :meth:`Queue.set_visibility <mediajobs.service_layer.ports.Queue.set_visibility>`.
+        """
         if self._delivery is None or self._queue is None or not self._delivery_held:
             return
-        seconds = max(1, math.ceil(self.expires_at_s - now) + self._margin_s)
-        self._queue.set_visibility(self._delivery, seconds)
+        visibility_s = min(MAX_VISIBILITY_S, max(1, math.ceil(seconds) + self._margin_s))
+        self._queue.set_visibility(self._delivery, visibility_s)
 
     def _give_back(self, problem: MediaJobsError) -> None:
         """Release the claim as transient so any delivery can take it over now."""
@@ -177,10 +192,9 @@ class LeaseKeeper:
             self._finished = True
         # The record is acknowledged when the invocation returns: keep it hidden until then
         # (a redelivery now would find the job done, but would count a receive).
-        if self._delivery is not None and self._queue is not None and self._delivery_held:
-            seconds = math.ceil(max(0.0, self._delivery.remaining_s())) + self._margin_s
+        if self._delivery is not None:
             try:
-                self._queue.set_visibility(self._delivery, seconds)
+                self._hide_for(max(0.0, self._delivery.remaining_s()))
             except MediaJobsError as exc:
                 log.warning("could not keep the committed record hidden: %s", exc, extra={"job_key": self.job_key})
 

@@ -91,12 +91,42 @@ class Sources(Protocol):
 class Queue(Protocol):
     """Every operation the worker makes on the queue its records come from (see
     :class:`mediajobs.adapters.sqs.SqsQueue`): the lease keeper keeps a record hidden while
-    its job runs, the delivery policy hands records over and returns the failed ones."""
+    its job runs (:class:`~mediajobs.service_layer.lease.LeaseKeeper`), the delivery policy
+    hands records over and returns the failed ones
+    (:class:`~mediajobs.service_layer.delivery.Batch`)."""
 
-    def set_visibility(self, delivery: Delivery, seconds: int) -> None: ...
-    def resend(self, queue_arn: str, body: str, delay_s: int, *, handovers: int = 0) -> None: ...
-    def delete(self, queue_arn: str, receipt_handle: str) -> None: ...
-    def return_later(self, queue_arn: str, delays: list[tuple[str, int]]) -> None: ...
+    def set_visibility(self, delivery: Delivery, seconds: int) -> None:
+        """Hide the message held by ``delivery`` for ``seconds`` (0-43200) from now.
+
+        Raises
+        ------
+        DeliveryLost
+            The receipt handle no longer names a receive of ours.
+        TransientFailure
+            Any other failure.
+        """
+        ...
+
+    def resend(self, queue_arn: str, body: str, delay_s: int, *, handovers: int = 0) -> None:
+        """Queue ``body`` again as a new message, delivered after ``delay_s`` (at most 900),
+        carrying the hand-over count ``handovers``.
+
+        Raises
+        ------
+        TransientFailure
+            If it could not be sent (the record is then returned instead).
+        """
+        ...
+
+    def delete(self, queue_arn: str, receipt_handle: str) -> None:
+        """Delete a received message now; failures are logged, never raised."""
+        ...
+
+    def return_later(self, queue_arn: str, delays: list[tuple[str, int]]) -> None:
+        """Set the visibility of records going back, ``(receipt handle, seconds)`` each;
+        failures are logged, never raised (such a message comes back when its current
+        visibility ends)."""
+        ...
 
 
 @dataclass(frozen=True)

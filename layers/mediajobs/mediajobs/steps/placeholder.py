@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 from PIL import Image
 
+from mediajobs.adapters.imaging import MAX_FRAMES, MAX_JPEG_SCANS, PillowRenderer
 from mediajobs.domain.errors import DeadlineReached
 from mediajobs.domain.jobs import RenderContext
 from mediajobs.domain.recipes import ImagePlaceholderParams, VideoPlaceholderParams, fit_within
@@ -152,16 +153,15 @@ class ImagePlaceholder:
 
     Parameters
     ----------
-    max_pixels: largest accepted width x height of the original (``Settings.max_pixels``).
+    max_pixels, max_frames, max_jpeg_scans: the image limits, as ``image.variants`` takes them
+        (``Settings.max_pixels``, ``max_frames``, ``max_jpeg_scans``).
     """
 
     name: ClassVar[str] = "image.placeholder"
     params_model: ClassVar[type[ImagePlaceholderParams]] = ImagePlaceholderParams
 
-    def __init__(self, max_pixels: int) -> None:
-        from mediajobs.adapters.imaging import PillowRenderer
-
-        self._renderer = PillowRenderer(max_pixels)
+    def __init__(self, max_pixels: int, max_frames: int = MAX_FRAMES, max_jpeg_scans: int = MAX_JPEG_SCANS) -> None:
+        self._renderer = PillowRenderer(max_pixels, max_frames=max_frames, max_jpeg_scans=max_jpeg_scans)
 
     def run(
         self, source: Path, params: ImagePlaceholderParams, context: RenderContext, out_dir: Path
