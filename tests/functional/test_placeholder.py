@@ -28,6 +28,14 @@ def committed(session, key: str, recipe: str):
     return result, job, json.loads(body)
 
 
+def active(media: str) -> list[str]:
+    return [r.ref for r in active_recipes()[media]]
+
+
+@pytest.mark.skipif(
+    "image-placeholder@1" not in active("image"),
+    reason="image-placeholder@1 is registered but not in recipes/active.json (held back: see its commit)",
+)
 def test_an_uploaded_photo_gets_an_image_placeholder_manifest_with_no_outputs(local_session):
     key = "originals/placeholder/rotated.jpg"
     local_session.upload(media_file("photos", "orientation-landscape-6.jpg"), key)
@@ -46,8 +54,8 @@ def test_an_uploaded_photo_gets_an_image_placeholder_manifest_with_no_outputs(lo
 
 
 @pytest.mark.skipif(
-    "video-placeholder@1" not in [r.ref for r in active_recipes()["video"]],
-    reason="video-placeholder@1 is registered but not in recipes/active.json yet",
+    "video-placeholder@1" not in active("video"),
+    reason="video-placeholder@1 is registered but not in recipes/active.json (held back: see its commit)",
 )
 def test_an_uploaded_video_gets_a_video_placeholder_manifest_from_its_display_oriented_frame(local_session):
     key = "originals/placeholder/rotated.mp4"

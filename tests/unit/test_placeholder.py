@@ -272,12 +272,11 @@ def test_a_manifest_without_a_readable_placeholder_gives_none(manifest):
 
 
 def test_image_placeholder_v1_loads_through_the_registry_and_leaves_the_other_keys_alone():
-    from mediajobs.bootstrap import active_recipes, load_recipe
+    from mediajobs.bootstrap import load_recipe
 
     recipe = load_recipe("image-placeholder", 1)
     assert (recipe.step, recipe.params) == ("image.placeholder", ImagePlaceholderParams(box_px=100))
     assert recipe.sha256 == "b380f3fb1e0ce5788bf53294f9034e7bdeb0bdae51b7c26905c46f20a02b063f"
-    assert [r.ref for r in active_recipes()["image"]] == ["web-image@1", "image-placeholder@1"]
     # web-image@1's hash as tests/unit/test_keys.py pins it: adding a recipe changes no other key.
     assert load_recipe("web-image", 1).sha256 == "e367c8290d2fe6172691d759eb4f2b2dcb6f1247e2b38a40a0172d76b1f8f9fa"
 
