@@ -39,6 +39,7 @@ from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver, remove_
 from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources, Step
 from mediajobs.settings import Settings
 from mediajobs.steps.image_variants import ImageVariantsStep
+from mediajobs.steps.placeholder import ImagePlaceholder, VideoPlaceholder
 from mediajobs.steps.video_renditions import VideoRenditionsStep
 
 if TYPE_CHECKING:
@@ -111,7 +112,9 @@ def steps(settings: Settings, *, in_process: bool = False) -> dict[str, Step]:
     isolate = (lambda step, **options: step(**options)) if in_process else functools.partial(bounded, settings)
     registered: list[Step] = [
         isolate(ImageVariantsStep, **image_limits(settings)),
+        isolate(ImagePlaceholder, **image_limits(settings)),
         VideoRenditionsStep(functools.partial(video_renderer, settings)),
+        VideoPlaceholder(functools.partial(video_renderer, settings)),
     ]
     return {step.name: step for step in registered}
 

@@ -573,6 +573,32 @@ class PillowRenderer:
             files.append(_encode(sized.pop(variant.name), variant, out_dir))
         return files, decisions
 
+    def decode(self, source: Path, box_px: int) -> tuple[Image.Image, RenderDecisions, tuple[int, int]]:
+        """The image at ``source`` decoded once, upright, in sRGB, for outputs of at most
+        ``box_px`` on their long side: steps 1-5 of the module docstring, as :meth:`render`
+        decodes it (a JPEG is decoded at the smallest DCT scale still at least ``box_px``).
+
+        Parameters
+        ----------
+        source: the original.
+        box_px: the largest output's box side, pixels.
+
+        Returns
+        -------
+        (image, decisions, display_size)
+            An ``RGB`` or ``RGBA`` image of at least ``box_px`` on its long side (or the full
+            size when smaller), not yet resized to the box; what was decided; and the
+            full-resolution upright (display) size ``(width, height)`` in pixels, which the
+            image has the shape of.
+
+        Raises
+        ------
+        PermanentFailure
+            As :meth:`render` (``unsupported_format``, ``too_many_pixels``,
+            ``truncated_image``, ``corrupt_image``, ``unsupported_feature`` ...).
+        """
+        return self._decode(source, box_px)
+
     def _decode(self, source: Path, largest_box: int) -> tuple[Image.Image, RenderDecisions, tuple[int, int]]:
         """Decode once into an upright sRGB ``RGB``/``RGBA`` image, at least ``largest_box`` on its long
         side (or full size when smaller); also returns the full-resolution displayed size in pixels.

@@ -47,6 +47,7 @@ from mediajobs.domain.video import (
     ffprobe_argv,
     ffprobe_output_argv,
     ffprobe_packets_argv,
+    frame_argv,
     media_duration_s,
     packets_end_s,
     parse_probe,
@@ -261,6 +262,41 @@ class FfmpegRenderer:
         if problems := poster_problems(document, width, height):
             raise verification_failure(params.poster.name, problems)
         return self._rendered(path, params.poster.name, "jpeg", "image/jpeg", width, height)
+
+    def frame_rgb(
+        self, source: Path, probe: VideoProbe, at_s: float, size: tuple[int, int], timeout_s: float
+    ) -> tuple[bytes, float]:
+        """One display-oriented frame of ``source`` at ``at_s`` seconds, scaled to ``size``
+        (width, height in pixels), with :func:`~mediajobs.domain.video.frame_argv`; the frame
+        at 0 s when the seek lands past the last frame, as the poster does.
+
+        Returns
+        -------
+        (rgb, taken_at_s)
+            Raw RGB (``width * height * 3`` bytes, rows top to bottom) and the time it was
+            taken at, seconds.
+
+        Raises
+        ------
+        PermanentFailure
+            A classified ffmpeg failure; ``invalid_media`` when no frame can be decoded.
+        TransientFailure
+            Any other ffmpeg failure, a timeout (``timeout_s``, seconds), or a frame of the
+            wrong length.
+        """
+        width, height = size
+        for at in (at_s, 0.0):
+            argv = frame_argv(self.binaries.ffmpeg, str(source), probe, at, size)
+            completed = self._run(argv, timeout_s, source.parent)
+            if completed.returncode != 0:
+                raise _failure("ffmpeg frame", completed)
+            if completed.stdout:
+                break
+        else:
+            raise PermanentFailure(INVALID_MEDIA, "no frame could be decoded for the placeholder")
+        if len(completed.stdout) != width * height * 3:
+            raise TransientFailure(f"ffmpeg wrote {len(completed.stdout)} bytes for a {width}x{height} RGB frame")
+        return completed.stdout, at
 
     def _verified(self, path: Path, name: str, probe: VideoProbe, width: int, height: int) -> RenderedFile:
         """Check a rendition against its plan with ffprobe and its box order.

@@ -169,6 +169,23 @@ class VideoRenditionsParams(_Strict):
         return self
 
 
+class ImagePlaceholderParams(_Strict):
+    """Parameters of the ``image.placeholder`` step: ``box_px``, the side of the box the
+    upright picture is fitted in before it is hashed, 1 to 100 pixels (ThumbHash encodes at
+    most 100x100)."""
+
+    box_px: int = Field(gt=0, le=100)
+
+
+class VideoPlaceholderParams(_Strict):
+    """Parameters of the ``video.placeholder`` step: ``box_px`` as
+    :class:`ImagePlaceholderParams`'s, and ``at_fraction``, where the frame is taken as a
+    fraction of the container duration (``web-video``'s poster: 0.1)."""
+
+    box_px: int = Field(gt=0, le=100)
+    at_fraction: float = Field(ge=0, lt=1)
+
+
 def _unique(recipe_names: list[str]) -> None:
     if len(recipe_names) != len(set(recipe_names)):
         raise ValueError(f"duplicate output names {recipe_names}")

@@ -644,6 +644,27 @@ def poster_argv(
     ]  # fmt: skip
 
 
+def frame_at_s(probe: VideoProbe, at_fraction: float) -> float:
+    """Where a frame taken at ``at_fraction`` of the duration is, seconds: the poster's time
+    (:func:`plan_renditions` computes ``poster_at_s`` the same way)."""
+    return round(probe.duration_s * at_fraction, 3)
+
+
+def frame_argv(ffmpeg: str, source: str, probe: VideoProbe, at_s: float, size: tuple[int, int]) -> list[str]:
+    """argv that writes one display-oriented frame at ``at_s`` seconds, scaled to ``size``
+    (width, height in pixels), to stdout as raw ``rgb24``: ``width * height * 3`` bytes, rows
+    top to bottom. The same input guard, seek (``-ss`` before ``-i``) and picture filters as
+    :func:`poster_argv`; no file is written. Empty stdout: no frame at ``at_s``."""
+    width, height = size
+    return [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error",
+        *_input_guard(), "-ss", f"{at_s:.3f}", "-i", source,
+        "-map", f"0:{probe.stream_index}", "-frames:v", "1",
+        "-vf", f"{_picture_filter(probe)},scale={width}:{height},setsar=1,format=rgb24",
+        "-map_metadata", "-1", "-f", "rawvideo", "pipe:1",
+    ]  # fmt: skip
+
+
 # --- progress ------------------------------------------------------------------------------
 
 

@@ -1,12 +1,85 @@
 """A static HTML gallery: each original beside its variants, with their sizes; a video is
-shown by its poster frame, with a link to each rendition."""
+shown by its poster frame, with a link to each rendition.
+
+Where the original has a placeholder (the ``decisions`` of an ``image-placeholder`` or
+``video-placeholder`` manifest, :func:`placeholder_from_manifest`), every picture of its row
+is drawn on it until it loads: the ThumbHash decoded here (thash's decoder, at 32 px on the
+long side) to a PNG data URL, stretched over the box, on the dominant colour, in a box of the
+display size's aspect ratio; and a first cell shows the placeholder alone.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import html
+import io
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from PIL import Image
+from thash import thumb_hash_to_rgba
+
+from mediajobs.domain.recipes import fit_within
+
+#: Longest side of the decoded ThumbHash, pixels (the reference decoder's own size).
+PLACEHOLDER_PX = 32
+#: Longest side a picture is shown at on the page, pixels (the stylesheet's max-width/height).
+BOX_PX = 320
+_COLOUR = re.compile(r"^#[0-9a-f]{6}$")
+
+
+@dataclass(frozen=True)
+class GalleryPlaceholder:
+    """An original's placeholder, as its manifest's decisions give it.
+
+    Attributes
+    ----------
+    data_url: the ThumbHash decoded to a ``data:image/png;base64,...`` URL.
+    dominant_colour: ``#rrggbb``.
+    width, height: the display size, pixels.
+    """
+
+    data_url: str
+    dominant_colour: str
+    width: int
+    height: int
+
+    def style(self, width: int, height: int) -> str:
+        """The inline CSS that draws it under a picture of ``width`` x ``height`` pixels: the
+        data URL stretched over the box on the dominant colour, the box as wide as the
+        picture will be shown (at most :data:`BOX_PX`) and of the display size's aspect
+        ratio, so the page keeps its layout while the picture loads."""
+        shown_width, _ = fit_within(width, height, BOX_PX)
+        return (
+            f"background: {self.dominant_colour} url({self.data_url}) center / 100% 100% no-repeat; "
+            f"width: {shown_width}px; aspect-ratio: {self.width} / {self.height}"
+        )
+
+
+def placeholder_from_manifest(manifest: Mapping[str, Any]) -> GalleryPlaceholder | None:
+    """The placeholder in a manifest's ``decisions`` (``"placeholder": "thumbhash"``), or
+    ``None`` for a manifest of another recipe or with values that do not read (the page
+    then shows the picture without one)."""
+    decisions = manifest.get("decisions")
+    if not isinstance(decisions, Mapping) or decisions.get("placeholder") != "thumbhash":
+        return None
+    colour, width, height = (decisions.get(k) for k in ("dominant_colour", "display_width_px", "display_height_px"))
+    if not (isinstance(colour, str) and _COLOUR.match(colour) and isinstance(width, int) and isinstance(height, int)):
+        return None
+    try:
+        hashed = base64.b64decode(str(decisions.get("thumbhash", "")), validate=True)
+        w, h, rgba = thumb_hash_to_rgba(list(hashed), base_size=PLACEHOLDER_PX)
+    except (binascii.Error, ValueError, IndexError):
+        return None
+    png = io.BytesIO()
+    Image.frombytes("RGBA", (w, h), rgba).save(png, format="PNG")
+    data_url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode("ascii")
+    return GalleryPlaceholder(data_url, colour, width, height)
 
 
 @dataclass
@@ -29,6 +102,12 @@ class GalleryEntry:
     job_key: str | None
     variants: list[GalleryVariant] = field(default_factory=list)
     failure: str | None = None
+    placeholder: GalleryPlaceholder | None = None
+
+
+def _under(placeholder: GalleryPlaceholder | None, width: int, height: int) -> str:
+    """`` style="..."`` drawing ``placeholder`` under a picture of ``width`` x ``height``, or ``""``."""
+    return f' style="{html.escape(placeholder.style(width, height))}"' if placeholder else ""
 
 
 def _kb(size: int) -> str:
@@ -44,10 +123,18 @@ def write_gallery(out_dir: Path, entries: list[GalleryEntry], title: str = "medi
     rows = []
     for entry in entries:
         cells = []
-        if entry.original is not None:
+        placeholder = entry.placeholder
+        if placeholder is not None:
             cells.append(
-                f'<figure><img src="{rel(entry.original)}" alt="original"><figcaption>original<br>'
-                f"{_kb(entry.original.stat().st_size)}</figcaption></figure>"
+                f"<figure><div{_under(placeholder, placeholder.width, placeholder.height)}></div>"
+                f"<figcaption>placeholder<br>thumbhash &middot; {html.escape(placeholder.dominant_colour)}"
+                "</figcaption></figure>"
+            )
+        if entry.original is not None:
+            shown = _under(placeholder, placeholder.width, placeholder.height) if placeholder else ""
+            cells.append(
+                f'<figure><img src="{rel(entry.original)}" alt="original" loading="lazy"{shown}>'
+                f"<figcaption>original<br>{_kb(entry.original.stat().st_size)}</figcaption></figure>"
             )
         for v in sorted(entry.variants, key=lambda v: v.path.suffix == ".mp4"):  # the poster first
             if v.path.suffix == ".mp4":
@@ -57,7 +144,8 @@ def write_gallery(out_dir: Path, entries: list[GalleryEntry], title: str = "medi
                 )
                 continue
             cells.append(
-                f'<figure><a href="{rel(v.path)}"><img src="{rel(v.path)}" alt="{html.escape(v.name)}"></a>'
+                f'<figure><a href="{rel(v.path)}"><img src="{rel(v.path)}" alt="{html.escape(v.name)}" '
+                f'loading="lazy"{_under(placeholder, v.width, v.height)}></a>'
                 f"<figcaption>{html.escape(v.name)} &middot; {v.width}&times;{v.height}<br>"
                 f"{html.escape(v.path.suffix[1:])} &middot; {_kb(v.bytes)}</figcaption></figure>"
             )
