@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 from werkzeug.test import EnvironBuilder
 
 from mediajobs.local.embedded import AtomicWrites, EmbeddedServer
+from mediajobs.local.runner import EventSourceMapping
 from tests.functional.together import run_together
 
 BUCKET = "atomic-writes"
@@ -195,3 +196,16 @@ def test_a_serialised_response_is_read_whole_then_closed(server):
     middleware = AtomicWrites(server.app.dispatcher)
     middleware.route = lambda environ: (lambda environ, start_response: Body(), AtomicWrites.DYNAMODB)  # type: ignore
     assert (middleware(EnvironBuilder(method="POST").get_environ(), None), Body.closed) == ([b"a", b"b"], True)
+
+
+def test_in_flight_counts_a_delayed_message(server):
+    """A hand-over's fresh copy is sent with DelaySeconds: moto counts it in neither the
+    visible nor the not-visible count, only in ApproximateNumberOfMessagesDelayed, and a
+    drain that ignored it would stop with the request still queued."""
+    sqs = client(server, "sqs")
+    url = sqs.create_queue(QueueName="in-flight-delayed")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    esm = EventSourceMapping(sqs, url, arn, lambda event, context: {"batchItemFailures": []})
+    assert esm.in_flight() == 0
+    sqs.send_message(QueueUrl=url, MessageBody="{}", DelaySeconds=900)
+    assert esm.in_flight() == 1
