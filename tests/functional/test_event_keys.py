@@ -10,7 +10,6 @@ import json
 import pytest
 
 from mediajobs.domain.keys import encode_event_key, source_version_document, source_version_id
-from mediajobs.entrypoints import worker
 from mediajobs.local.events import object_created_body
 from mediajobs.local.runner import LocalLambdaContext, sqs_event
 from tests.functional.test_worker import unique_png
@@ -81,7 +80,7 @@ def test_a_redelivered_event_of_a_1000_byte_key_of_quotes_is_answered_from_the_s
     key = KEYS["quotes-1000-bytes"]
     head = local_session.s3.head_object(Bucket=local_session.stack.bucket, Key=key)
     sid = source_version_id(local_session.stack.bucket, key, version_id=head["VersionId"], etag="", size_bytes=0)
-    known = worker.get_pipeline()._sources.lookup(sid, now_s=0)
+    known = local_session.service._sources.lookup(sid, now_s=0)
     assert known is not None and known.size_bytes == head["ContentLength"]
     local_session.collector.results.clear()
     local_session.redeliver([json.dumps(delivered[encode_event_key(key)])])
@@ -105,7 +104,7 @@ def test_an_event_that_did_not_encode_the_key_is_served_from_the_key_as_received
     )
     local_session.collector.results.clear()
     with caplog.at_level("WARNING", logger="mediajobs.service_layer.pipeline"):
-        assert worker.lambda_handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+        assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     [result] = local_session.collector.results[key]
     assert result.state == "done"
     assert manifest(local_session, result.jobs[0].manifest_key)["source"]["key"] == key

@@ -9,7 +9,6 @@ from urllib.parse import unquote_plus
 import pytest
 
 from mediajobs.domain.keys import encode_event_key
-from mediajobs.entrypoints import worker
 from mediajobs.local.events import SAMPLE_EVENTS, sample_text
 from mediajobs.local.runner import LocalLambdaContext
 from tests.conftest import REPO, media_file
@@ -63,7 +62,7 @@ def test_every_event_file_spells_its_keys_as_s3_does(name):
 
 
 def test_object_created_with_a_key_s3_encodes_renders_the_real_key(session):
-    response = worker.lambda_handler(load("object-created-encoded-key.json"), LocalLambdaContext())
+    response = session.handler(load("object-created-encoded-key.json"), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
     (result,) = session.collector.results["originals/events/My Photo (1) café.jpg"]
     assert (result.state, result.source.key) == ("done", "originals/events/My Photo (1) café.jpg")
@@ -71,7 +70,7 @@ def test_object_created_with_a_key_s3_encodes_renders_the_real_key(session):
 
 
 def test_object_created_renders_and_is_deleted(session):
-    response = worker.lambda_handler(load("object-created.json"), LocalLambdaContext())
+    response = session.handler(load("object-created.json"), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
     (result,) = session.collector.results["originals/events/photo.jpg"]
     assert result.state == "done"
@@ -79,7 +78,7 @@ def test_object_created_renders_and_is_deleted(session):
 
 
 def test_duplicate_in_batch_renders_once(session):
-    response = worker.lambda_handler(load("duplicate-in-batch.json"), LocalLambdaContext())
+    response = session.handler(load("duplicate-in-batch.json"), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
     results = session.collector.results["originals/events/photo.jpg"]
     assert len(results) == 2
@@ -88,13 +87,13 @@ def test_duplicate_in_batch_renders_once(session):
 
 
 def test_derivatives_key_is_ignored(session):
-    response = worker.lambda_handler(load("derivatives-key-ignored.json"), LocalLambdaContext())
+    response = session.handler(load("derivatives-key-ignored.json"), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
     assert session.collector.renders == [] and session.collector.results == {}
 
 
 def test_empty_object_is_a_permanent_failure_and_not_retried(session):
-    response = worker.lambda_handler(load("empty-object-permanent-failure.json"), LocalLambdaContext())
+    response = session.handler(load("empty-object-permanent-failure.json"), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
     (result,) = session.collector.results["originals/events/empty.jpg"]
     assert (result.state, result.reason, result.jobs) == ("permanent_failure", "empty_file", [])
