@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,8 @@ from werkzeug.test import EnvironBuilder
 
 from mediajobs.local.embedded import AtomicWrites, EmbeddedServer
 from mediajobs.local.runner import EventSourceMapping
+from mediajobs.local.session import LocalSession
+from tests.conftest import REPO, media_file
 from tests.functional.together import run_together
 
 BUCKET = "atomic-writes"
@@ -209,3 +212,24 @@ def test_in_flight_counts_a_delayed_message(server):
     assert esm.in_flight() == 0
     sqs.send_message(QueueUrl=url, MessageBody="{}", DelaySeconds=900)
     assert esm.in_flight() == 1
+
+
+def test_a_local_session_neither_writes_nor_needs_the_environment(tmp_path, monkeypatch):
+    """Endpoint, credentials, region and the function's environment reach the worker as
+    data (``LocalStack``), never through ``os.environ``: a session leaves the environment
+    as it found it, and works where no AWS credentials are configured at all."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    before = dict(os.environ)
+    with LocalSession(template_path=REPO / "template.yaml") as session:
+        assert dict(os.environ) == before
+        assert session.settings.endpoint_url == session.stack.endpoint_url
+        assert session.settings.jobs_table_name == session.stack.table_name
+        session.upload(media_file("photos", "canon-40d-small.jpg"), "originals/env/photo.jpg")
+        session.run()
+        [result] = session.collector.results["originals/env/photo.jpg"]
+        assert result.state == "done"
+        assert dict(os.environ) == before
+    assert dict(os.environ) == before
