@@ -64,8 +64,6 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=Model)
 
-__all__ = ["ACCOUNT_ID", "REGION", "EmbeddedAws", "LocalStack"]
-
 #: What the embedded AWS's clients sign with: moto accepts any credentials, and explicit
 #: ones keep a local run from reaching for the user's own (or failing without any).
 CREDENTIALS: Final = {
