@@ -9,6 +9,7 @@ import json
 import os
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -16,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from werkzeug.test import EnvironBuilder
 
-from mediajobs.local.embedded import AtomicWrites, EmbeddedServer
+from mediajobs.local.embedded import AtomicWrites, EmbeddedAws, EmbeddedServer
 from mediajobs.local.runner import EventSourceMapping
 from mediajobs.local.session import LocalSession
 from tests.conftest import REPO, media_file
@@ -233,3 +234,25 @@ def test_a_local_session_neither_writes_nor_needs_the_environment(tmp_path, monk
         assert result.state == "done"
         assert dict(os.environ) == before
     assert dict(os.environ) == before
+
+
+def test_the_users_settings_reach_the_worker_but_not_over_the_stacks_names(tmp_path):
+    """As a worker on Lambda sees the function's environment: a setting the template does
+    not set (DECODE_MEMORY_MB) and a limit the user may tune (MAX_PIXELS) come from the
+    user's environment; the stack's own names (table, endpoint, region) never do."""
+    environ = {
+        "DECODE_MEMORY_MB": "60",
+        "MAX_PIXELS": "1000",
+        "JOBS_TABLE_NAME": "not-this-one",
+        "AWS_ENDPOINT_URL": "http://example.invalid",
+        "AWS_REGION": "eu-west-3",
+        "WORK_DIR": str(tmp_path),
+        "UNRELATED": "x",
+    }
+    with EmbeddedAws(REPO / "template.yaml", name="mediajobs-user-env", environ=environ) as stack:
+        settings = stack.settings()
+        assert (settings.decode_memory_mb, settings.max_pixels) == (60, 1000)
+        assert (settings.jobs_table_name, settings.endpoint_url) == (stack.table_name, stack.endpoint_url)
+        assert settings.region == "us-east-1" and settings.retry_base_s == 1  # LOCAL_DEFAULTS
+        assert Path(settings.work_dir).parent == tmp_path
+        assert "UNRELATED" not in stack.worker_env

@@ -58,7 +58,7 @@ from mediajobs.local.template import (
     parameter_defaults,
     resolve,
 )
-from mediajobs.settings import _ENV_NAMES, Settings
+from mediajobs.settings import _ENV_NAMES, LAMBDA_MEMORY_ENV, Settings
 
 log = logging.getLogger(__name__)
 
@@ -268,10 +268,10 @@ class LocalStack:
     batch_size: the SQS event source's BatchSize.
     timeout_s: the worker's Timeout, seconds.
     worker_env: the environment a local worker runs with, by the settings' names
-        (:data:`mediajobs.settings._ENV_NAMES`): ``function_env``, then
-        :data:`LOCAL_DEFAULTS`, then the :data:`USER_TUNABLE` limits the user set, then the
-        endpoint, region and ``WORK_DIR`` of this embedded AWS. Read by
-        :meth:`settings`; never written into ``os.environ``.
+        (:data:`mediajobs.settings._ENV_NAMES`): the settings the user set, overridden by
+        ``function_env`` and :data:`LOCAL_DEFAULTS` (but for the :data:`USER_TUNABLE`
+        limits the user set), then by the endpoint, region and ``WORK_DIR`` of this
+        embedded AWS. Read by :meth:`settings`; never written into ``os.environ``.
     region: the stack's region; credentials: what its clients sign with
         (``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``).
     """
@@ -380,12 +380,15 @@ class EmbeddedAws:
         work_dir_var = _ENV_NAMES["work_dir"]
         self.work_dir = tempfile.mkdtemp(prefix=LOCAL_WORK_DIR_PREFIX, dir=self._environ.get(work_dir_var) or None)
         self._own_work_dir = True
-        # The template's values, except limits the user set in the environment for this run.
-        user = {k: v for k, v in self._environ.items() if k in USER_TUNABLE}
+        # The settings the user set for this run, then the template's values (local
+        # defaults included) except the limits the user set, then this stack's endpoint,
+        # region and work folder.
+        read = {*_ENV_NAMES.values(), LAMBDA_MEMORY_ENV}
+        user = {k: v for k, v in self._environ.items() if k in read}
+        template = {**stack.function_env, **LOCAL_DEFAULTS}
         worker_env = {
-            **stack.function_env,
-            **LOCAL_DEFAULTS,
             **user,
+            **{k: v for k, v in template.items() if not (k in USER_TUNABLE and k in user)},
             _ENV_NAMES["endpoint_url"]: endpoint,
             _ENV_NAMES["region"]: stack.region,
             work_dir_var: self.work_dir,
