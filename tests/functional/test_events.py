@@ -36,6 +36,7 @@ def session(local_session):
 
 
 def test_every_event_file_is_covered():
+    assert sorted(SAMPLE_EVENTS) == sorted(p.name for p in EVENTS.glob("*.json"))
     assert sorted(p.name for p in EVENTS.glob("*.json")) == [
         "derivatives-key-ignored.json",
         "duplicate-in-batch.json",

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from mediajobs.local.events import REGION, sqs_event
+from mediajobs.local.events import ACCOUNT_ID, REGION, sqs_event
 
 __all__ = [
     "AckHook",
@@ -56,7 +56,7 @@ class LocalLambdaContext:
     memory_limit_in_mb: int = 2048
     timeout_s: int = 900
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:mediajobs-worker"
+    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:mediajobs-worker"
     log_group_name: str = "/aws/lambda/mediajobs-worker"
     log_stream_name: str = "local"
     _deadline: float = field(default=0.0, repr=False)
