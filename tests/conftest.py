@@ -108,10 +108,31 @@ def packaged_video(name: str) -> Path:
     return path
 
 
+def stack_environment(stack: Any) -> dict[str, str]:
+    """The environment a worker process of ``stack`` (a ``LocalStack``) would have on
+    Lambda: its ``worker_env`` and boto3's credential variables. The local tools never
+    write it into ``os.environ``; :func:`local_session` exports it for the tests that
+    still build settings with ``Settings.from_env()`` or clients from the environment."""
+    return {
+        **stack.worker_env,
+        "AWS_ACCESS_KEY_ID": stack.credentials["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": stack.credentials["aws_secret_access_key"],
+        "AWS_SESSION_TOKEN": stack.credentials["aws_session_token"],
+        "AWS_DEFAULT_REGION": stack.region,
+    }
+
+
 @pytest.fixture(scope="module")
 def local_session() -> Iterator[object]:
-    """The embedded AWS (moto server) with the stack of template.yaml and the real handler."""
+    """The embedded AWS (moto server) with the stack of template.yaml and the real handler
+    (``session.handler``); the stack's environment is exported for the module's tests that
+    read settings from it (:func:`stack_environment`) and restored afterwards."""
     from mediajobs.local.session import LocalSession
 
-    with LocalSession(log_level="WARNING", template_path=REPO / "template.yaml") as session:
+    with (
+        LocalSession(log_level="WARNING", template_path=REPO / "template.yaml") as session,
+        pytest.MonkeyPatch.context() as env,
+    ):
+        for name, value in stack_environment(session.stack).items():
+            env.setenv(name, value)
         yield session

@@ -6,8 +6,10 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -15,7 +17,10 @@ import pytest
 from botocore.exceptions import ClientError
 from werkzeug.test import EnvironBuilder
 
-from mediajobs.local.embedded import AtomicWrites, EmbeddedServer
+from mediajobs.local.embedded import AtomicWrites, EmbeddedAws, EmbeddedServer
+from mediajobs.local.runner import EventSourceMapping
+from mediajobs.local.session import LocalSession
+from tests.conftest import REPO, media_file
 from tests.functional.together import run_together
 
 BUCKET = "atomic-writes"
@@ -195,3 +200,59 @@ def test_a_serialised_response_is_read_whole_then_closed(server):
     middleware = AtomicWrites(server.app.dispatcher)
     middleware.route = lambda environ: (lambda environ, start_response: Body(), AtomicWrites.DYNAMODB)  # type: ignore
     assert (middleware(EnvironBuilder(method="POST").get_environ(), None), Body.closed) == ([b"a", b"b"], True)
+
+
+def test_in_flight_counts_a_delayed_message(server):
+    """A hand-over's fresh copy is sent with DelaySeconds: moto counts it in neither the
+    visible nor the not-visible count, only in ApproximateNumberOfMessagesDelayed, and a
+    drain that ignored it would stop with the request still queued."""
+    sqs = client(server, "sqs")
+    url = sqs.create_queue(QueueName="in-flight-delayed")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    esm = EventSourceMapping(sqs, url, arn, lambda event, context: {"batchItemFailures": []})
+    assert esm.in_flight() == 0
+    sqs.send_message(QueueUrl=url, MessageBody="{}", DelaySeconds=900)
+    assert esm.in_flight() == 1
+
+
+def test_a_local_session_neither_writes_nor_needs_the_environment(tmp_path, monkeypatch):
+    """Endpoint, credentials, region and the function's environment reach the worker as
+    data (``LocalStack``), never through ``os.environ``: a session leaves the environment
+    as it found it, and works where no AWS credentials are configured at all."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    before = dict(os.environ)
+    with LocalSession(template_path=REPO / "template.yaml") as session:
+        assert dict(os.environ) == before
+        assert session.settings.endpoint_url == session.stack.endpoint_url
+        assert session.settings.jobs_table_name == session.stack.table_name
+        session.upload(media_file("photos", "canon-40d-small.jpg"), "originals/env/photo.jpg")
+        session.run()
+        [result] = session.collector.results["originals/env/photo.jpg"]
+        assert result.state == "done"
+        assert dict(os.environ) == before
+    assert dict(os.environ) == before
+
+
+def test_the_users_settings_reach_the_worker_but_not_over_the_stacks_names(tmp_path):
+    """As a worker on Lambda sees the function's environment: a setting the template does
+    not set (DECODE_MEMORY_MB) and a limit the user may tune (MAX_PIXELS) come from the
+    user's environment; the stack's own names (table, endpoint, region) never do."""
+    environ = {
+        "DECODE_MEMORY_MB": "60",
+        "MAX_PIXELS": "1000",
+        "JOBS_TABLE_NAME": "not-this-one",
+        "AWS_ENDPOINT_URL": "http://example.invalid",
+        "AWS_REGION": "eu-west-3",
+        "WORK_DIR": str(tmp_path),
+        "UNRELATED": "x",
+    }
+    with EmbeddedAws(REPO / "template.yaml", name="mediajobs-user-env", environ=environ) as stack:
+        settings = stack.settings()
+        assert (settings.decode_memory_mb, settings.max_pixels) == (60, 1000)
+        assert (settings.jobs_table_name, settings.endpoint_url) == (stack.table_name, stack.endpoint_url)
+        assert settings.region == "us-east-1" and settings.retry_base_s == 1  # LOCAL_DEFAULTS
+        assert Path(settings.work_dir).parent == tmp_path
+        assert "UNRELATED" not in stack.worker_env

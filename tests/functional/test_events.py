@@ -9,6 +9,7 @@ from urllib.parse import unquote_plus
 import pytest
 
 from mediajobs.domain.keys import encode_event_key
+from mediajobs.local.events import SAMPLE_EVENTS, sample_text
 from mediajobs.local.runner import LocalLambdaContext
 from tests.conftest import REPO, media_file
 
@@ -35,6 +36,7 @@ def session(local_session):
 
 
 def test_every_event_file_is_covered():
+    assert sorted(SAMPLE_EVENTS) == sorted(p.name for p in EVENTS.glob("*.json"))
     assert sorted(p.name for p in EVENTS.glob("*.json")) == [
         "derivatives-key-ignored.json",
         "duplicate-in-batch.json",
@@ -42,6 +44,14 @@ def test_every_event_file_is_covered():
         "object-created-encoded-key.json",
         "object-created.json",
     ]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EVENTS.glob("*.json")))
+def test_every_event_file_is_what_the_event_factory_writes(name):
+    """The files are the factory's output (``python -m mediajobs.local.events events``),
+    so the files, the tests, ``simulate`` and the event source mapping spell one shape."""
+    assert name in SAMPLE_EVENTS
+    assert (EVENTS / name).read_text(encoding="utf-8") == sample_text(name)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in EVENTS.glob("*.json")))

@@ -9,6 +9,7 @@ statement with ``Resource: "*"``.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import time
 from collections.abc import Iterator
@@ -17,11 +18,10 @@ from typing import Any
 import botocore.client
 import pytest
 
-from mediajobs.bootstrap import active_recipes, build_pipeline
+from mediajobs.bootstrap import active_recipes, build_service
 from mediajobs.domain.keys import job_key, sha256_hex
-from mediajobs.local.session import Collector
+from mediajobs.local.session import Collector, local_adapters
 from mediajobs.local.template import load_template
-from mediajobs.settings import Settings
 from tests.conftest import REPO
 from tests.functional.test_crash_points import Crash, CrashAt, derivative_keys, esm_for
 from tests.functional.test_worker import unique_png
@@ -130,8 +130,13 @@ def _poll(rec: Recorder, esm) -> None:
 def test_every_call_of_real_deliveries_is_allowed_by_the_role(local_session, recorder):
     local_session.run()  # nothing of an earlier test in flight
     s3, bucket = local_session.s3, local_session.stack.bucket
-    settings = Settings.from_env()
+    settings = local_session.settings
     recipe_sha = active_recipes()["image"][0].sha256
+
+    def service(observer, **changes):
+        adapters = dataclasses.replace(local_adapters(local_session.stack, settings), **changes)
+        return build_service(settings, adapters=adapters, observer=observer)
+
     skew = settings.lease_s + 60
     keys = {}
     for point in ("output_stored", "manifest_stored"):
@@ -140,18 +145,18 @@ def test_every_call_of_real_deliveries_is_allowed_by_the_role(local_session, rec
         keys[point] = job_key(sha256_hex(data), recipe_sha)
         # Worker A dies there; worker B, past A's lease, takes over: after outputs it meets
         # 412s, after the staged manifest it adopts it.
-        a = esm_for(local_session, build_pipeline(settings, observer=CrashAt(point), s3=s3))
+        a = esm_for(local_session, service(CrashAt(point)))
         with pytest.raises(Crash):
             _poll(recorder, a)
         a.expire(a.current_batch)
-        later = build_pipeline(settings, observer=Collector(), s3=s3, clock=lambda: time.time() + 2 * skew)
+        later = service(Collector(), clock=lambda: time.time() + 2 * skew)
         _poll(recorder, esm_for(local_session, later))
     # A duplicate of a done job, and an original deleted before its event is handled.
     again = s3.get_object(Bucket=bucket, Key="originals/iam/output_stored.png")["Body"].read()
     s3.put_object(Bucket=bucket, Key="originals/iam/copy.png", Body=again)
     s3.put_object(Bucket=bucket, Key="originals/iam/gone.png", Body=unique_png(64, 64))
     s3.delete_object(Bucket=bucket, Key="originals/iam/gone.png")
-    b = esm_for(local_session, build_pipeline(settings, observer=Collector(), s3=s3))
+    b = esm_for(local_session, service(Collector()))
     while b.in_flight() or _visible(local_session):
         _poll(recorder, b)
 

@@ -3,11 +3,14 @@ JSON object has the fields scripts rely on."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 
 import pytest
 
+from mediajobs.local.cli import build_parser
+from mediajobs.local.simulate import CRASH_POINTS, StormConfig, _plan, crash_point
 from tests.functional.test_cli import CLI
 
 FIELDS = [
@@ -87,3 +90,42 @@ def test_without_checksums_duplicates_use_the_source_index(tmp_path):
         assert summary["ddb_requests_per_duplicate"] == 2.0, summary
     else:  # a copy that came while the first was being read went back after its lookup alone (1 request)
         assert 1.0 <= summary["ddb_requests_per_duplicate"] <= 2.0, summary
+
+
+def test_one_seed_chooses_the_same_crash_points_for_the_same_claims():
+    """The crash point of a claim depends on the seed and the claim only, not on which
+    worker process (or pid) holds it: two runs with one seed crash at the same points."""
+    claims = [(f"{i:064x}", attempt) for i in range(400) for attempt in (1, 2)]
+    first = [crash_point(7, key, attempt, 0.25) for key, attempt in claims]
+    again = [crash_point(7, key, attempt, 0.25) for key, attempt in claims]
+    other = [crash_point(8, key, attempt, 0.25) for key, attempt in claims]
+    assert first == again and first != other
+    assert set(first) == {None, *CRASH_POINTS}  # every point is reachable
+    assert 0.15 < sum(p is not None for p in first) / len(first) < 0.35
+    assert all(crash_point(7, key, attempt, 0.0) is None for key, attempt in claims[:50])
+
+
+def test_one_seed_plans_the_same_uploads_and_duplicated_events():
+    cfg = StormConfig(uploads=60, duplicate_share=0.3, seed=3)
+    assert _plan(cfg) == _plan(cfg)
+    assert _plan(cfg)[0] != _plan(dataclasses.replace(cfg, seed=4))[0]
+
+
+def test_the_cli_defaults_are_the_storms():
+    args = build_parser().parse_args(["simulate"])
+    storm = StormConfig()
+    given = {
+        "uploads": args.uploads,
+        "workers": args.workers,
+        "crash_rate": args.crash_rate,
+        "identical_share": args.identical_share,
+        "duplicate_share": args.duplicate_share,
+        "redelivery_share": args.redelivery_share,
+        "checksum_share": args.checksum_share,
+        "lease_s": args.lease_seconds,
+        "visibility_s": args.visibility_seconds,
+        "max_seconds": args.max_seconds,
+        "seed": args.seed,
+        "log_level": args.log_level,
+    }
+    assert dataclasses.replace(storm, **given) == storm

@@ -34,7 +34,8 @@ def test_a_worker_of_another_local_session_starting_leaves_this_sessions_live_fo
         other = EmbeddedAws(REPO / "template.yaml", name="mediajobs-other-session")
         with other:
             assert other.work_dir != local_session._aws.work_dir
-            build_service(Settings.from_env())
+            assert other.stack is not None
+            build_service(other.stack.settings())
         assert (live / "original").is_dir()
     finally:
         shutil.rmtree(live, ignore_errors=True)
@@ -74,15 +75,15 @@ def test_a_work_dir_the_user_sets_gets_a_private_folder_inside_it_and_is_kept(tm
     first = EmbeddedAws(REPO / "template.yaml", name="mediajobs-workdir")
     with first:
         assert first.work_dir is not None and Path(first.work_dir).parent == tmp_path
-        assert Settings.from_env().work_dir == first.work_dir
+        assert first.stack is not None and first.stack.settings().work_dir == first.work_dir
         live = Path(first.work_dir) / f"{WORK_FOLDER_PREFIX}live"
         live.mkdir()
         (live / WORK_FOLDER_MARKER).touch()
         monkeypatch.setenv("WORK_DIR", str(tmp_path))  # another run, same WORK_DIR
         second = EmbeddedAws(REPO / "template.yaml", name="mediajobs-workdir-2")
         with second:
-            assert second.work_dir != first.work_dir
-            build_service(Settings.from_env())
+            assert second.work_dir != first.work_dir and second.stack is not None
+            build_service(second.stack.settings())
         assert live.is_dir()
     assert tmp_path.is_dir() and (tmp_path / "mediajobs-out" / "index.html").read_text() == "the user's"
 
@@ -92,5 +93,6 @@ def test_an_embedded_aws_removes_the_work_folder_it_made_when_it_closes(monkeypa
     aws = EmbeddedAws(REPO / "template.yaml", name="mediajobs-ownworkdir")
     with aws:
         made = aws.work_dir
-        assert made is not None and Path(made).is_dir() and Settings.from_env().work_dir == made
+        assert made is not None and Path(made).is_dir() and aws.stack is not None
+        assert aws.stack.settings().work_dir == made
     assert not Path(made).exists()

@@ -223,17 +223,3 @@ def build_service(
         clock=adapters.clock,
     )
 
-
-def build_pipeline(
-    settings: Settings | None = None,
-    *,
-    observer: PipelineObserver | None = None,
-    s3: Any = None,
-    clock: Any = None,
-) -> Pipeline:
-    """Deprecated spelling of :func:`build_service` (removed once every caller moved)."""
-    settings = settings or Settings.from_env()
-    adapters = default_adapters(settings, s3=s3)
-    if clock is not None:
-        adapters = dataclasses.replace(adapters, clock=clock)
-    return build_service(settings, adapters=adapters, observer=observer)

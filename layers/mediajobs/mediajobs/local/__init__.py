@@ -14,9 +14,7 @@ from typing import Final
 EXTRA_MODULES: Final = ("moto", "werkzeug", "tqdm", "yaml")
 
 #: What the ``mediajobs`` command prints when the extra is not installed.
-EXTRA_MISSING: Final = (
-    "the local extra is needed: pip install '.[local]' in a clone of the repository (make does it)"
-)
+EXTRA_MISSING: Final = "the local extra is needed: pip install '.[local]' in a clone of the repository (make does it)"
 
 
 def missing_extra_modules() -> list[str]:

@@ -22,8 +22,10 @@ from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
 from mediajobs.domain.jobs import JobResult, SourceResult
 from mediajobs.local.gallery import GalleryEntry, GalleryVariant, write_gallery
 from mediajobs.local.progress import ProgressBars
-from mediajobs.local.session import LocalSession
-from mediajobs.settings import Settings
+from mediajobs.local.session import AdapterWrapper, LocalSession
+from mediajobs.local.simulate import StormConfig
+from mediajobs.local.template import FUNCTION_ID
+from mediajobs.settings import _ENV_NAMES, Settings
 
 #: Real photographs that scikit-image's wheel ships (BSD-3; see skimage/data/README.txt).
 DEMO_PHOTOS = (
@@ -183,12 +185,14 @@ def _checked_inputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     return files, out_dir
 
 
-def cmd_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def cmd_demo(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters: AdapterWrapper | None = None
+) -> int:
     """Run the demo: sample photos and videos through the embedded AWS, delivered twice."""
     files, out_dir = _checked_inputs(args, parser)
     files = files or sample_photos() + _videos_if_ffmpeg()
     out_dir = out_dir.resolve()
-    with LocalSession(log_level=args.log_level, bars=ProgressBars()) as session:
+    with LocalSession(log_level=args.log_level, bars=ProgressBars(), wrap_adapters=wrap_adapters) as session:
         print(
             f"embedded AWS at {session.stack.endpoint_url}: bucket {session.stack.bucket}, "
             f"queue {session.stack.queue_url.rsplit('/', 1)[-1]}, table {session.stack.table_name}"
@@ -269,10 +273,12 @@ def _job_json(job: JobResult, fetched: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def cmd_process(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def cmd_process(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters: AdapterWrapper | None = None
+) -> int:
     """Process the user's files; one JSON line per input with ``--json``."""
     files, out_dir = _checked_inputs(args, parser)
-    with LocalSession(log_level=args.log_level, bars=ProgressBars()) as session:
+    with LocalSession(log_level=args.log_level, bars=ProgressBars(), wrap_adapters=wrap_adapters) as session:
         keys = []
         for i, path in enumerate(files):
             keys.append(session.upload(path, f"originals/cli/{i:04d}-{_key_name(path.name)}"))
@@ -317,14 +323,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         env = {k: v for k, v in stack.function_env.items()}
         env.update(
             {
-                "AWS_ENDPOINT_URL": f"http://{args.docker_host}:{args.port}",
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_REGION": "us-east-1",
+                _ENV_NAMES["endpoint_url"]: f"http://{args.docker_host}:{args.port}",
+                # boto3's own names for the credentials the function signs with.
+                "AWS_ACCESS_KEY_ID": stack.credentials["aws_access_key_id"],
+                "AWS_SECRET_ACCESS_KEY": stack.credentials["aws_secret_access_key"],
+                _ENV_NAMES["region"]: stack.region,
             }
         )
         if args.env_vars:
-            Path(args.env_vars).write_text(json.dumps({"WorkerFunction": env}, indent=2) + "\n")
+            Path(args.env_vars).write_text(json.dumps({FUNCTION_ID: env}, indent=2) + "\n")
             print(f"wrote {args.env_vars} for sam local invoke --env-vars")
         print(
             f"embedded AWS at {stack.endpoint_url}: bucket {stack.bucket}, table {stack.table_name}, "
@@ -362,7 +369,7 @@ def positive_seconds(text: str) -> float:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Run the storm; print one JSON object; exit 1 when an exactly-once check fails."""
-    from mediajobs.local.simulate import StormConfig, run_storm
+    from mediajobs.local.simulate import run_storm
 
     cfg = StormConfig(
         uploads=args.uploads,
@@ -411,36 +418,64 @@ def build_parser() -> argparse.ArgumentParser:
         "the real handler, with duplicated events, lost acknowledgements and crashes at every step boundary. "
         "Exit 1 when something was lost, dead-lettered or rendered twice.",
     )
-    sim.add_argument("--uploads", type=positive_integer, default=200, help="originals uploaded (default 200)")
-    sim.add_argument("--workers", type=positive_integer, default=4, help="worker processes (default 4)")
+    storm = StormConfig()  # the storm's defaults, written once
     sim.add_argument(
-        "--crash-rate", type=share, default=0.05, help="probability a worker dies while holding a claim (default 0.05)"
+        "--uploads", type=positive_integer, default=storm.uploads, help=f"originals uploaded (default {storm.uploads})"
     )
     sim.add_argument(
-        "--identical-share", type=share, default=0.09, help="byte-identical copies under other keys (default 0.09)"
+        "--workers", type=positive_integer, default=storm.workers, help=f"worker processes (default {storm.workers})"
     )
-    sim.add_argument("--duplicate-share", type=share, default=0.05, help="events delivered twice (default 0.05)")
+    sim.add_argument(
+        "--crash-rate",
+        type=share,
+        default=storm.crash_rate,
+        help=f"probability a worker dies while holding a claim (default {storm.crash_rate})",
+    )
+    sim.add_argument(
+        "--identical-share",
+        type=share,
+        default=storm.identical_share,
+        help=f"byte-identical copies under other keys (default {storm.identical_share})",
+    )
+    sim.add_argument(
+        "--duplicate-share",
+        type=share,
+        default=storm.duplicate_share,
+        help=f"events delivered twice (default {storm.duplicate_share})",
+    )
     sim.add_argument(
         "--redelivery-share",
         type=share,
-        default=0.08,
-        help="records whose acknowledgement is lost, redelivered after the visibility timeout (default 0.08)",
+        default=storm.redelivery_share,
+        help="records whose acknowledgement is lost, redelivered after the visibility timeout "
+        f"(default {storm.redelivery_share})",
     )
     sim.add_argument(
         "--checksum-share",
         type=share,
-        default=1.0,
-        help="uploads sent with a full-object SHA-256 checksum (default 1.0)",
+        default=storm.checksum_share,
+        help=f"uploads sent with a full-object SHA-256 checksum (default {storm.checksum_share})",
     )
-    sim.add_argument("--lease-seconds", type=positive_integer, default=4, help="the workers' lease (default 4)")
+    sim.add_argument(
+        "--lease-seconds",
+        type=positive_integer,
+        default=storm.lease_s,
+        help=f"the workers' lease (default {storm.lease_s})",
+    )
     sim.add_argument(
         "--visibility-seconds",
         type=positive_integer,
-        default=20,
-        help="the queue's visibility timeout: how long a crashed batch's other records stay hidden (default 20)",
+        default=storm.visibility_s,
+        help="the queue's visibility timeout: how long a crashed batch's other records stay hidden "
+        f"(default {storm.visibility_s})",
     )
-    sim.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    sim.add_argument("--max-seconds", type=positive_seconds, default=900, help="give up after this long (default 900)")
+    sim.add_argument("--seed", type=int, default=storm.seed, help=f"random seed (default {storm.seed})")
+    sim.add_argument(
+        "--max-seconds",
+        type=positive_seconds,
+        default=storm.max_seconds,
+        help=f"give up after this long (default {storm.max_seconds:g})",
+    )
     sim.add_argument("--json", action="store_true", help="print the JSON object on one line")
     serve = sub.add_parser("serve", help="run the embedded AWS with the stack until Ctrl-C (for sam local invoke)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for Docker)")
@@ -454,8 +489,16 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``mediajobs`` console script."""
+def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None = None) -> int:
+    """Entry point of the ``mediajobs`` console script.
+
+    Parameters
+    ----------
+    argv: the arguments (default ``sys.argv[1:]``).
+    wrap_adapters: the test hook of ``demo`` and ``process``: wraps the worker's real
+        adapters (:class:`~mediajobs.local.session.LocalSession`), so a test injects a
+        fault by wrapping an adapter, not by replacing a class's method.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     # SIGTERM and SIGHUP unwind like Ctrl-C: a running ffmpeg's process group is killed and
@@ -464,12 +507,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, _exit_on_signal)
     try:
         if args.command == "demo":
-            return cmd_demo(args, parser)
+            return cmd_demo(args, parser, wrap_adapters)
         if args.command == "serve":
             return cmd_serve(args)
         if args.command == "simulate":
             return cmd_simulate(args)
-        return cmd_process(args, parser)
+        return cmd_process(args, parser, wrap_adapters)
     except InternalError as exc:
         print(f"mediajobs: {exc}", file=sys.stderr)
         return 1

@@ -11,10 +11,16 @@ them so: S3's EventBridge events carry the object key URL-encoded
 (:func:`encode_event_bridge_keys`). Each embedded AWS gives the workers of its process a
 work folder of their own (``WORK_DIR``), since a worker empties its work folder when it
 starts.
+
+Nothing is written into ``os.environ``: what a worker needs (endpoint, credentials,
+region, the function's environment from the template) is data on :class:`LocalStack`
+(:attr:`LocalStack.worker_env`, :meth:`LocalStack.settings`, :meth:`LocalStack.boto_session`),
+and every client is built with the endpoint and credentials explicitly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -22,58 +28,73 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import boto3
 from moto import backends as moto_backends
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from pynamodb.models import Model
 from werkzeug.serving import BaseWSGIServer, make_server
 from werkzeug.wsgi import get_input_stream
 
-from mediajobs.adapters.ledger import bind_model, bound_job_model
+from mediajobs.adapters.ledger import JobModel, bind_model
 from mediajobs.adapters.sources import SourceModel
 from mediajobs.domain.keys import encode_event_key
-from mediajobs.local.template import find_template, load_template, parameter_defaults, resolve
+from mediajobs.local.events import ACCOUNT_ID, REGION
+from mediajobs.local.template import (
+    BUCKET_ID,
+    DLQ_ID,
+    EVENTS_DLQ_ID,
+    FUNCTION_ID,
+    QUEUE_ID,
+    RULE_ID,
+    SOURCES_TABLE_ID,
+    TABLE_ID,
+    find_template,
+    load_template,
+    parameter_defaults,
+    resolve,
+)
+from mediajobs.settings import _ENV_NAMES, LAMBDA_MEMORY_ENV, Settings
 
 log = logging.getLogger(__name__)
 
-REGION = "us-east-1"
-ACCOUNT_ID = "123456789012"  # moto's default account
+M = TypeVar("M", bound=Model)
 
-# Logical ids in template.yaml that the runner instantiates.
-BUCKET_ID = "MediaBucket"
-RULE_ID = "ObjectCreatedRule"
-QUEUE_ID = "JobsQueue"
-DLQ_ID = "DeadLetterQueue"
-EVENTS_DLQ_ID = "EventsDeadLetterQueue"
-TABLE_ID = "JobsTable"
-SOURCES_TABLE_ID = "SourcesTable"
-FUNCTION_ID = "WorkerFunction"
+#: What the embedded AWS's clients sign with: moto accepts any credentials, and explicit
+#: ones keep a local run from reaching for the user's own (or failing without any).
+CREDENTIALS: Final = {
+    "aws_access_key_id": "testing",
+    "aws_secret_access_key": "testing",
+    "aws_session_token": "testing",
+}
 
-#: Worker variables a local run takes from the user's environment when set there.
-USER_TUNABLE = frozenset(
-    {
-        "MAX_PIXELS",
-        "MAX_INPUT_BYTES",
-        "LEASE_SECONDS",
-        "POLICY_VERSION",
-        "MAX_ATTEMPTS",
-        "DEADLINE_MARGIN_SECONDS",
-        "IMAGE_JOB_SECONDS",
-        "RETRY_BASE_SECONDS",
-        "WORKER_TIMEOUT_SECONDS",
-        "VIDEO_SPEED_FACTOR",
-        "MAX_VIDEO_SECONDS",
-    }
+#: Settings a local run takes from the user's environment when set there (their
+#: environment names are the settings': :data:`mediajobs.settings._ENV_NAMES`).
+USER_TUNABLE: Final = frozenset(
+    _ENV_NAMES[name]
+    for name in (
+        "max_pixels",
+        "max_input_bytes",
+        "lease_s",
+        "policy_version",
+        "max_attempts",
+        "deadline_margin_s",
+        "image_job_s",
+        "retry_base_s",
+        "worker_timeout_s",
+        "video_speed_factor",
+        "max_video_s",
+    )
 )
 
 
 #: Local differences from the deployed function: a transient failure comes back after
 #: about 1, 2, 4, 8 s instead of 5, 10, 20, 40 s, so a local run with a failing input ends soon.
-LOCAL_DEFAULTS: dict[str, str] = {"RETRY_BASE_SECONDS": "1"}
+LOCAL_DEFAULTS: Final[dict[str, str]] = {_ENV_NAMES["retry_base_s"]: "1"}
 
 #: Prefix of the work folder an embedded AWS gives its process's workers (under the system's
 #: temporary folder). Not ``mediajobs-*``: a worker whose ``WORK_DIR`` is that temporary
@@ -222,9 +243,19 @@ class EmbeddedServer:
         self._server.server_close()
 
 
+def credentialed(model: type[M], credentials: Mapping[str, str]) -> type[M]:
+    """A subclass of a bound PynamoDB ``model`` (:func:`mediajobs.adapters.ledger.bind_model`)
+    that signs with ``credentials`` (PynamoDB's ``Meta.aws_access_key_id``,
+    ``aws_secret_access_key``, ``aws_session_token``) instead of the default chain's."""
+    parent_meta: type = model.Meta  # type: ignore[assignment]  # the bound model's Meta is a class
+    meta = type("Meta", (parent_meta,), dict(credentials))
+    return type(model.__name__, (model,), {"Meta": meta})
+
+
 @dataclass(frozen=True)
 class LocalStack:
-    """Names and settings of the resources created locally.
+    """Names and settings of the resources created locally, and what a worker needs to
+    reach them: plain data, so a storm passes it to its worker processes as an argument.
 
     Attributes
     ----------
@@ -236,6 +267,13 @@ class LocalStack:
     function_env: the worker's environment, resolved from the template.
     batch_size: the SQS event source's BatchSize.
     timeout_s: the worker's Timeout, seconds.
+    worker_env: the environment a local worker runs with, by the settings' names
+        (:data:`mediajobs.settings._ENV_NAMES`): the settings the user set, overridden by
+        ``function_env`` and :data:`LOCAL_DEFAULTS` (but for the :data:`USER_TUNABLE`
+        limits the user set), then by the endpoint, region and ``WORK_DIR`` of this
+        embedded AWS. Read by :meth:`settings`; never written into ``os.environ``.
+    region: the stack's region; credentials: what its clients sign with
+        (``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``).
     """
 
     endpoint_url: str
@@ -252,21 +290,60 @@ class LocalStack:
     function_env: dict[str, str]
     batch_size: int
     timeout_s: int
+    worker_env: dict[str, str] = field(default_factory=dict)
+    region: str = REGION
+    credentials: dict[str, str] = field(default_factory=lambda: dict(CREDENTIALS))
+
+    def settings(self, **overrides: Any) -> Settings:
+        """The worker's :class:`~mediajobs.settings.Settings`: :attr:`worker_env` read by
+        :meth:`Settings.from_env`, ``overrides`` (field names) winning.
+
+        Raises
+        ------
+        ValueError
+            If a value (one the user set, say ``MAX_PIXELS=many``) is not valid.
+        """
+        return Settings.from_env(self.worker_env, **overrides)
+
+    def boto_session(self) -> boto3.session.Session:
+        """A boto3 session with the stack's credentials and region (no profile, no
+        environment credentials); build clients with ``endpoint_url=self.endpoint_url``."""
+        return boto3.session.Session(region_name=self.region, **self.credentials)
+
+    def client(self, service: str, **kwargs: Any) -> Any:
+        """A boto3 client of ``service`` for the embedded server (``kwargs``: e.g. ``config``)."""
+        return self.boto_session().client(service, endpoint_url=self.endpoint_url, **kwargs)
+
+    def model(self, model: type[M], table_name: str) -> type[M]:
+        """PynamoDB ``model`` bound to ``table_name`` on the embedded server, signing with
+        the stack's credentials."""
+        return credentialed(bind_model(model, table_name, self.region, self.endpoint_url), self.credentials)
+
+    def job_model(self) -> type[JobModel]:
+        """The jobs table's model (:meth:`model`)."""
+        return self.model(JobModel, self.table_name)
+
+    def source_model(self) -> type[SourceModel]:
+        """The source index's model (:meth:`model`)."""
+        return self.model(SourceModel, self.sources_table_name)
 
 
 class EmbeddedAws:
     """Start a moto server on 127.0.0.1 (a free port) and create the stack in it.
 
-    Use as a context manager; the process environment gets the worker's variables and
-    ``AWS_ENDPOINT_URL`` while it is open, and is restored afterwards. ``WORK_DIR`` is a
-    fresh folder of this embedded AWS (:attr:`work_dir`, removed on exit), inside the
-    ``WORK_DIR`` the environment names, if any, else in the system's temporary folder.
+    Use as a context manager; it gives the :class:`LocalStack`, whose
+    :attr:`~LocalStack.worker_env` and :meth:`~LocalStack.settings` hold the worker's
+    variables; the process environment is only read. ``WORK_DIR`` is a fresh folder of this
+    embedded AWS (:attr:`work_dir`, removed on exit), inside the ``WORK_DIR`` that
+    ``environ`` names, if any, else in the system's temporary folder.
 
     Parameters
     ----------
     template_path: defaults to :func:`mediajobs.local.template.find_template`.
     name: prefix of the local resource names.
     host, port: where the server listens (default 127.0.0.1 and a free port).
+    environ: the user's environment, read for the :data:`USER_TUNABLE` limits and
+        ``WORK_DIR`` (default ``os.environ``; never written).
     """
 
     def __init__(
@@ -275,13 +352,14 @@ class EmbeddedAws:
         name: str = "mediajobs-local",
         host: str = "127.0.0.1",
         port: int = 0,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self._host, self._port = host, port
         self.template_path = template_path or find_template()
         self.template = load_template(self.template_path)
         self.name = name
+        self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._server: EmbeddedServer | None = None
-        self._saved_env: dict[str, str | None] = {}
         self.stack: LocalStack | None = None
         #: The workers' ``WORK_DIR`` while open.
         self.work_dir: str | None = None
@@ -294,36 +372,31 @@ class EmbeddedAws:
         self._server = EmbeddedServer(self._host, self._port)
         self._server.start()
         endpoint = f"http://127.0.0.1:{self._server.port}"
-        self._set_env(
-            {
-                "AWS_ENDPOINT_URL": endpoint,
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_SESSION_TOKEN": "testing",
-                "AWS_DEFAULT_REGION": REGION,
-                "AWS_REGION": REGION,
-            }
-        )
-        self.stack = self._create(endpoint)
-        # The template's values, except limits the user set in the environment for this run.
-        env = {**self.stack.function_env, **LOCAL_DEFAULTS}
-        self._set_env({k: v for k, v in env.items() if not (k in USER_TUNABLE and k in os.environ)})
+        stack = self._create(endpoint)
         # Workers empty their work folder when they start (every folder there is a dead
         # worker's on Lambda): locally, where other processes' workers may share the
         # system's temporary folder or the user's WORK_DIR, this process's workers get a
         # folder of their own inside it.
-        self.work_dir = tempfile.mkdtemp(prefix=LOCAL_WORK_DIR_PREFIX, dir=os.environ.get("WORK_DIR") or None)
+        work_dir_var = _ENV_NAMES["work_dir"]
+        self.work_dir = tempfile.mkdtemp(prefix=LOCAL_WORK_DIR_PREFIX, dir=self._environ.get(work_dir_var) or None)
         self._own_work_dir = True
-        self._set_env({"WORK_DIR": self.work_dir})
+        # The settings the user set for this run, then the template's values (local
+        # defaults included) except the limits the user set, then this stack's endpoint,
+        # region and work folder.
+        read = {*_ENV_NAMES.values(), LAMBDA_MEMORY_ENV}
+        user = {k: v for k, v in self._environ.items() if k in read}
+        template = {**stack.function_env, **LOCAL_DEFAULTS}
+        worker_env = {
+            **user,
+            **{k: v for k, v in template.items() if not (k in USER_TUNABLE and k in user)},
+            _ENV_NAMES["endpoint_url"]: endpoint,
+            _ENV_NAMES["region"]: stack.region,
+            work_dir_var: self.work_dir,
+        }
+        self.stack = dataclasses.replace(stack, worker_env=worker_env)
         return self.stack
 
     def __exit__(self, *exc: object) -> None:
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved_env.clear()
         made = self.work_dir if self._own_work_dir else None
         if made is not None and Path(made).name.startswith(LOCAL_WORK_DIR_PREFIX):  # only the folder mkdtemp made
             shutil.rmtree(made, ignore_errors=True)
@@ -332,22 +405,17 @@ class EmbeddedAws:
             self._server.stop()
             self._server = None
 
-    def _set_env(self, values: dict[str, str]) -> None:
-        for key, value in values.items():
-            self._saved_env.setdefault(key, os.environ.get(key))
-            os.environ[key] = value
-
     def client(self, service: str) -> Any:
-        """A boto3 client for the embedded server."""
+        """A boto3 client for the embedded server (:meth:`LocalStack.client`)."""
         assert self.stack is not None
-        return boto3.client(service, region_name=REGION, endpoint_url=self.stack.endpoint_url)
+        return self.stack.client(service)
 
     def _resource(self, logical_id: str) -> dict[str, Any]:
         resource: dict[str, Any] = self.template["Resources"][logical_id]
         return resource
 
     def _create(self, endpoint: str) -> LocalStack:
-        session = boto3.session.Session(region_name=REGION)
+        session = boto3.session.Session(region_name=REGION, **CREDENTIALS)
         s3 = session.client("s3", endpoint_url=endpoint)
         sqs = session.client("sqs", endpoint_url=endpoint)
         events = session.client("events", endpoint_url=endpoint)
@@ -411,10 +479,9 @@ class EmbeddedAws:
         )
 
         # The tables, with the key schemas of the PynamoDB models.
-        bound_job_model(table_name, REGION, endpoint).create_table(billing_mode="PAY_PER_REQUEST", wait=True)
-        bind_model(SourceModel, sources_table_name, REGION, endpoint).create_table(
-            billing_mode="PAY_PER_REQUEST", wait=True
-        )
+        for model, name in ((JobModel, table_name), (SourceModel, sources_table_name)):
+            bound = credentialed(bind_model(model, name, REGION, endpoint), CREDENTIALS)
+            bound.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
 
         function = resolve(self._resource(FUNCTION_ID)["Properties"], refs, attrs, params)
         globals_env = (self.template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get(

@@ -1,6 +1,6 @@
 """Drives a handler with SQS batches the way Lambda's SQS event source mapping does.
 
-Receive up to ``BatchSize`` messages, build the Lambda SQS event, invoke the handler
+Receive up to ``BatchSize`` messages, build the Lambda SQS event (:mod:`mediajobs.local.events`), invoke the handler
 with a context whose remaining time counts down from the function's Timeout, then delete
 every record not listed in ``batchItemFailures``. As in Lambda, a failed record's
 visibility is left as the handler set it (the handler chooses when each comes back);
@@ -14,7 +14,27 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+from mediajobs.local.events import ACCOUNT_ID, REGION, sqs_event
+
+__all__ = [
+    "AckHook",
+    "DeliveryStats",
+    "EventSourceMapping",
+    "HandlerFn",
+    "LocalLambdaContext",
+    "QUEUE_DEPTH_ATTRIBUTES",
+    "sqs_event",
+]
+
+#: The queue attributes whose sum is every message a queue holds (SQS API reference,
+#: GetQueueAttributes): visible, received and not deleted, delayed.
+QUEUE_DEPTH_ATTRIBUTES: Final = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+)
 
 HandlerFn = Callable[[dict[str, Any], Any], dict[str, Any]]
 #: Called with the messages about to be deleted; returns those to delete (a simulation
@@ -36,7 +56,7 @@ class LocalLambdaContext:
     memory_limit_in_mb: int = 2048
     timeout_s: int = 900
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:mediajobs-worker"
+    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{ACCOUNT_ID}:function:mediajobs-worker"
     log_group_name: str = "/aws/lambda/mediajobs-worker"
     log_stream_name: str = "local"
     _deadline: float = field(default=0.0, repr=False)
@@ -69,41 +89,6 @@ class DeliveryStats:
     bodies: list[str] = field(default_factory=list)
 
 
-def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> dict[str, Any]:
-    """The Lambda event for a batch of messages from ``ReceiveMessage``."""
-    records = []
-    for m in messages:
-        attrs = m.get("Attributes", {})
-        records.append(
-            {
-                "messageId": m["MessageId"],
-                "receiptHandle": m["ReceiptHandle"],
-                "body": m["Body"],
-                "attributes": {
-                    "ApproximateReceiveCount": attrs.get("ApproximateReceiveCount", "1"),
-                    "SentTimestamp": attrs.get("SentTimestamp", "0"),
-                    "SenderId": attrs.get("SenderId", "local"),
-                    "ApproximateFirstReceiveTimestamp": attrs.get("ApproximateFirstReceiveTimestamp", "0"),
-                },
-                "messageAttributes": {
-                    name: {
-                        "stringValue": value.get("StringValue"),
-                        "binaryValue": value.get("BinaryValue"),
-                        "stringListValues": [],
-                        "binaryListValues": [],
-                        "dataType": value["DataType"],
-                    }
-                    for name, value in m.get("MessageAttributes", {}).items()
-                },
-                "md5OfBody": m.get("MD5OfBody", ""),
-                "eventSource": "aws:sqs",
-                "eventSourceARN": queue_arn,
-                "awsRegion": region,
-            }
-        )
-    return {"Records": records}
-
-
 class EventSourceMapping:
     """SQS -> handler, as Lambda's event source mapping with ``ReportBatchItemFailures``.
 
@@ -125,7 +110,7 @@ class EventSourceMapping:
         *,
         batch_size: int = 10,
         timeout_s: int = 900,
-        region: str = "us-east-1",
+        region: str = REGION,
         before_ack: AckHook | None = None,
     ) -> None:
         self._sqs = sqs
@@ -185,12 +170,15 @@ class EventSourceMapping:
             )
 
     def in_flight(self) -> int:
-        """Messages visible or in flight in the queue."""
-        attrs = self._sqs.get_queue_attributes(
-            QueueUrl=self._queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+        """Messages in the queue: visible, in flight (received, not deleted) or delayed
+        (sent with ``DelaySeconds``, as a hand-over's fresh copy is). SQS reports the three
+        apart (``ApproximateNumberOfMessages``, ``...NotVisible``, ``...Delayed``; SQS API
+        reference, GetQueueAttributes) and moto counts a delayed message in neither of the
+        first two."""
+        attrs = self._sqs.get_queue_attributes(QueueUrl=self._queue_url, AttributeNames=list(QUEUE_DEPTH_ATTRIBUTES))[
+            "Attributes"
+        ]
+        return sum(int(attrs.get(name, 0)) for name in QUEUE_DEPTH_ATTRIBUTES)
 
     def drain(self, max_seconds: float = 600) -> DeliveryStats:
         """Poll until the queue holds nothing (or ``max_seconds`` pass); returns the stats.

@@ -3,20 +3,28 @@ mapping, and helpers to upload originals and fetch their derivatives."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
 import logging
-import os
 import sys
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from mediajobs.bootstrap import build_pipeline
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+
+from mediajobs.adapters.ledger import DynamoLedger
+from mediajobs.adapters.sources import SourceIndex
+from mediajobs.adapters.sqs import SqsQueue
+from mediajobs.bootstrap import RETRY_CONFIG, Adapters, build_service, default_adapters
 from mediajobs.domain.jobs import Claim, JobResult, ObjectRef, SourceResult
-from mediajobs.local.embedded import REGION, EmbeddedAws, LocalStack
+from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.progress import ProgressBars
 from mediajobs.local.runner import DeliveryStats, EventSourceMapping
-from mediajobs.service_layer.pipeline import PipelineObserver
+from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver
 from mediajobs.settings import Settings
 
 
@@ -44,42 +52,116 @@ class Collector(PipelineObserver):
         self.results.setdefault(result.source.key, []).append(result)
 
 
-def local_handler(worker: Any, handler: Any = None) -> Any:
-    """The worker's handler (``handler``, else ``worker.lambda_handler``), for local runs
-    with metrics disabled.
+class _Discard(io.TextIOBase):
+    """A text sink that keeps nothing."""
 
-    Powertools (3.x) neither prints nor clears metrics when ``POWERTOOLS_METRICS_DISABLED``
-    is set, so they pile up across invocations, and at 100 values ``add_metric`` prints
-    them anyway -- EMF documents on stdout in the middle of ``process --json``. Clearing
-    them after each invocation keeps local runs quiet.
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def local_handler(handler: Any, metrics: Any = None) -> Any:
+    """``handler`` for local runs: the metrics it would publish are dropped.
+
+    ``handler`` is a Lambda handler and ``metrics`` its Powertools ``Metrics``; given the
+    worker module alone (the older spelling, ``local_handler(worker)``), its
+    ``lambda_handler`` (looked up at each call) and ``metrics`` are used.
+
+    On Lambda, Powertools publishes metrics by printing EMF documents to stdout; locally
+    stdout is the CLI's (``process --json``), so the documents a handler prints are
+    discarded (stdout is redirected while it runs), and ``metrics`` (the handler's
+    Powertools ``Metrics``) is cleared after each invocation: when
+    ``POWERTOOLS_METRICS_DISABLED`` is set, Powertools (3.x) neither prints nor clears
+    them, so they pile up, and at 100 values ``add_metric`` prints them anyway.
     """
 
-    def quiet(event: dict[str, Any], context: Any) -> Any:
-        try:
-            return (handler or worker.lambda_handler)(event, context)
-        finally:
-            worker.metrics.clear_metrics()
+    module = handler if metrics is None else None
+    if module is not None:
+        metrics = module.metrics
 
-    return quiet
+    def run(event: dict[str, Any], context: Any) -> Any:
+        call = module.lambda_handler if module is not None else handler
+        try:
+            with contextlib.redirect_stdout(_Discard()):
+                return call(event, context)
+        finally:
+            metrics.clear_metrics()
+
+    return run
+
+
+def configure_worker_logs(worker: Any, level: str, stream: IO[str] | None = None) -> None:
+    """Set the level of the worker's Powertools logger and of the package's loggers it
+    configures, on the loggers (not through ``POWERTOOLS_LOG_LEVEL``), and send their
+    records to ``stream`` (default stderr, so stdout stays the CLI's).
+
+    Parameters
+    ----------
+    worker: the handler module (:mod:`mediajobs.entrypoints.worker`), with its ``logger``.
+    level: a logging level name (``"WARNING"``).
+    """
+    worker.logger.setLevel(level)
+    for handler in logging.getLogger(worker.logger.name).handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(stream or sys.stderr)
+    copy_config_to_registered_loggers(source_logger=worker.logger, include={"mediajobs"}, log_level=level)
+
+
+#: Wraps the real adapters before the service is built (see :class:`LocalSession`).
+AdapterWrapper = Callable[[Adapters], Adapters]
+
+
+def local_adapters(stack: LocalStack, settings: Settings) -> Adapters:
+    """The real adapters (:func:`~mediajobs.bootstrap.default_adapters`), every AWS one
+    reaching the embedded AWS with its credentials: S3 and SQS clients from
+    :meth:`LocalStack.client`, the tables' models from :meth:`LocalStack.job_model` and
+    :meth:`LocalStack.source_model`, so nothing reads credentials from the environment."""
+    adapters = default_adapters(settings, s3=stack.client("s3", config=RETRY_CONFIG))
+    return dataclasses.replace(
+        adapters,
+        ledger=DynamoLedger(stack.job_model(), max_attempts=settings.max_attempts),
+        sources=SourceIndex(stack.source_model()),
+        queue=SqsQueue(stack.client("sqs", config=RETRY_CONFIG)),
+    )
 
 
 class LocalSession:
-    """Context manager around :class:`EmbeddedAws` that installs the real worker handler.
+    """Context manager around :class:`EmbeddedAws` that runs the real worker handler,
+    built from the stack's settings and adapters, behind an emulated event source mapping.
 
     Parameters
     ----------
     log_level: level of the worker's logs (written to stderr so stdout stays clean).
     template_path: the SAM template the embedded stack is built from.
     bars: progress bars for video renditions (``None``: none drawn).
+    wrap_adapters: the test hook: given the real adapters, returns those the service is
+        built with, e.g. ``lambda a: dataclasses.replace(a, store=Flaky(a.store))`` to
+        inject a fault by wrapping an adapter (never by replacing a class's method).
+    environ: the user's environment, read for the limits a local run takes from it
+        (default ``os.environ``; :class:`EmbeddedAws`).
+
+    Attributes (while open)
+    -----------------------
+    stack: the :class:`LocalStack`; settings: the worker's settings; service: the
+    pipeline; handler: the local Lambda handler; esm: the event source mapping.
     """
 
     def __init__(
-        self, log_level: str = "WARNING", template_path: Path | None = None, bars: ProgressBars | None = None
+        self,
+        log_level: str = "WARNING",
+        template_path: Path | None = None,
+        bars: ProgressBars | None = None,
+        *,
+        wrap_adapters: AdapterWrapper | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
-        self._aws = EmbeddedAws(template_path)
+        self._aws = EmbeddedAws(template_path, environ=environ)
         self._log_level = log_level
+        self._wrap_adapters = wrap_adapters
         self.collector = Collector(bars)
         self.stack: LocalStack
+        self.settings: Settings
+        self.service: Pipeline
+        self.handler: Any
         self.esm: EventSourceMapping
 
     def __enter__(self) -> LocalSession:
@@ -88,27 +170,30 @@ class LocalSession:
         warnings.filterwarnings("ignore", message="No application metrics to publish")
         warnings.filterwarnings("ignore", message="Corrupt EXIF data")
         self.stack = self._aws.__enter__()
-        os.environ["POWERTOOLS_LOG_LEVEL"] = self._log_level
-        os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-        from mediajobs.entrypoints import worker  # the real handler, imported with the local environment
+        try:
+            self.settings = self.stack.settings()
+            from mediajobs.entrypoints import worker
 
-        self._worker = worker
-        worker.logger.setLevel(self._log_level)
-        for handler in logging.getLogger(worker.logger.name).handlers:
-            if isinstance(handler, logging.StreamHandler):
-                handler.setStream(sys.stderr)
-        self.s3 = self._aws.client("s3")
-        self.sqs = self._aws.client("sqs")
-        self.service = build_pipeline(Settings.from_env(), observer=self.collector, s3=self.s3)
-        self.handler = worker.make_handler(self.service)
+            self._worker = worker
+            configure_worker_logs(worker, self._log_level)
+            self.s3 = self.stack.client("s3")
+            self.sqs = self.stack.client("sqs")
+            adapters = local_adapters(self.stack, self.settings)
+            if self._wrap_adapters is not None:
+                adapters = self._wrap_adapters(adapters)
+            self.service = build_service(self.settings, adapters=adapters, observer=self.collector)
+            self.handler = local_handler(worker.make_handler(self.service), worker.metrics)
+        except BaseException:
+            self._aws.__exit__(None, None, None)
+            raise
         self.esm = EventSourceMapping(
             self.sqs,
             self.stack.queue_url,
             self.stack.queue_arn,
-            local_handler(worker, self.handler),
+            self.handler,
             batch_size=self.stack.batch_size,
             timeout_s=self.stack.timeout_s,
-            region=REGION,
+            region=self.stack.region,
         )
         return self
 

@@ -4,13 +4,17 @@ against the embedded AWS, and the numbers that show whether exactly-once held.
 The parent process starts the moto server with the stack of ``template.yaml``, uploads
 the originals (small real JPEGs, a share of them byte-identical copies under other keys),
 sends a share of their events twice, and runs ``workers`` worker processes. Each worker
-runs the real handler behind an emulated event source mapping, with short leases. A
-worker dies (``os._exit``) with probability ``crash_rate`` per job it claims, at one
-step boundary chosen at random: after the claim, after an output, after the manifest,
+runs the real handler behind an emulated event source mapping, with short leases, built
+from the settings and the stack it is given as arguments (nothing goes through the
+environment). A worker dies (``os._exit``) with probability ``crash_rate`` per job it
+claims, at one step boundary chosen at random: after the claim, after an output, after the manifest,
 after done, or after the handler returned but before the acknowledgement. A dead worker
 is replaced, as Lambda starts a new execution environment. A share of successful
 records is not acknowledged in time and comes back (a redelivery after the visibility
-timeout). Nothing in the pipeline is replaced: the renders are real, of small images.
+timeout). Nothing in the pipeline is replaced: crashes come from the observer, byte
+counts from a wrapped store (:class:`CountingStore`), per-record figures from the
+handler's ``on_record``; the renders are real, of small images. One ``--seed`` fixes
+every random choice, crash points included (:func:`crash_point`).
 
 Every worker writes what happened to a JSON-lines log of its own (flushed per line, so
 a crash loses nothing written before it); the parent reads them at the end and checks
@@ -34,7 +38,13 @@ from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from mediajobs.domain.jobs import Downloaded, ObjectHead, ObjectRef
+    from mediajobs.local.embedded import LocalStack
+    from mediajobs.service_layer.ports import ObjectStore
+    from mediajobs.settings import Settings
 
 #: Where a simulated worker can die, in the order a job reaches them.
 CRASH_POINTS: Final = ("claimed", "output_stored", "manifest_stored", "done", "before_ack")
@@ -64,7 +74,8 @@ class StormConfig:
     visibility_s: the queue's visibility timeout, seconds (how long the unstarted
         records of a crashed worker's batch stay hidden).
     max_seconds: give up after this long.
-    seed: random seed (uploads, duplicates, crashes).
+    seed: fixes every random choice the storm makes: contents, copies, duplicated events,
+        crash points (:func:`crash_point`) and lost acknowledgements.
     log_level: the workers' log level (their logs go to stderr).
     """
 
@@ -108,40 +119,89 @@ def worker_work_dir(folder: Path, slot: int) -> Path:
     return folder / f"workdir-{slot:02d}"
 
 
+def crash_point(seed: int, job_key: str, attempt: int, crash_rate: float) -> str | None:
+    """Where the worker holding a claim dies, or ``None``: a pure function of the storm's
+    ``seed`` and the claim (``job_key``, its ``attempt`` number), so two runs with one seed
+    choose the same crash points for the same claims, whichever worker process holds them.
+
+    Parameters
+    ----------
+    crash_rate: probability of a crash per claim, 0 to 1.
+
+    Returns
+    -------
+    str or None
+        One of :data:`CRASH_POINTS`, chosen uniformly, with probability ``crash_rate``.
+    """
+    rng = random.Random(f"{seed}-crash-{job_key}-{attempt}")
+    if rng.random() < crash_rate:
+        return rng.choice(CRASH_POINTS)
+    return None
+
+
+class CountingStore:
+    """An :class:`~mediajobs.service_layer.ports.ObjectStore` that counts the bytes it
+    downloads (``bytes_read``) and passes every call on to ``inner``."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self._inner = inner
+        #: Bytes of originals downloaded so far.
+        self.bytes_read = 0
+
+    def head(self, ref: ObjectRef) -> ObjectHead:
+        """As ``inner.head``."""
+        return self._inner.head(ref)
+
+    def download(self, ref: ObjectRef, dest: Path, *, etag: str | None = None) -> Downloaded:
+        """As ``inner.download``, counting the bytes."""
+        downloaded = self._inner.download(ref, dest, etag=etag)
+        self.bytes_read += downloaded.size_bytes
+        return downloaded
+
+    def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool:
+        """As ``inner.put_file_if_absent``."""
+        return self._inner.put_file_if_absent(bucket, key, path, content_type=content_type)
+
+    def put_if_absent(self, bucket: str, key: str, body: bytes, *, content_type: str) -> bool:
+        """As ``inner.put_if_absent``."""
+        return self._inner.put_if_absent(bucket, key, body, content_type=content_type)
+
+    def listing(self, bucket: str, prefix: str) -> dict[str, str]:
+        """As ``inner.listing``."""
+        return self._inner.listing(bucket, prefix)
+
+
 def _worker_main(
-    index: int, env: dict[str, str], stack: dict[str, Any], cfg: StormConfig, log_path: str, work_dir: str
+    slot: int, spawn_index: int, settings: Settings, stack: LocalStack, cfg: StormConfig, log_path: str
 ) -> None:
-    """One worker process: the real handler behind an event source mapping, until told to stop."""
-    os.environ.update(env)
-    os.environ["POWERTOOLS_LOG_LEVEL"] = cfg.log_level
-    os.environ["WORK_DIR"] = work_dir
-    import boto3
+    """One worker process: the real handler behind an event source mapping, until told to
+    stop. Everything it needs comes as arguments (``settings`` with its own ``work_dir``,
+    the ``stack`` with endpoint and credentials); it reads and writes no environment.
+    Crashes, byte and request counts are injected by wrapping adapters, the observer and
+    the handler's ``on_record``."""
     from pynamodb.signals import pre_dynamodb_send
 
-    from mediajobs.adapters.s3 import S3Store
-    from mediajobs.bootstrap import build_pipeline
+    from mediajobs.bootstrap import build_service
     from mediajobs.entrypoints import worker
     from mediajobs.local.runner import EventSourceMapping
-    from mediajobs.local.session import local_handler
-    from mediajobs.settings import Settings
+    from mediajobs.local.session import configure_worker_logs, local_adapters, local_handler
+    from mediajobs.service_layer.pipeline import PipelineObserver
 
-    rng = random.Random(f"{cfg.seed}-{index}-{os.getpid()}")
+    configure_worker_logs(worker, cfg.log_level)
+    # Lost acknowledgements: a stream of its own per worker process, fixed by the seed.
+    rng = random.Random(f"{cfg.seed}-acks-{slot}-{spawn_index}")
     log_file = open(log_path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole process life
     pid = os.getpid()
 
     def emit(event: str, **fields: Any) -> None:
         log_file.write(json.dumps({"event": event, "t": time.time(), "pid": pid, **fields}) + "\n")
 
-    counters = {"ddb": 0, "s3_bytes": 0}
-    pre_dynamodb_send.connect(lambda *a, **k: counters.__setitem__("ddb", counters["ddb"] + 1), weak=False)
-    real_download = S3Store.download
-
-    def counted_download(self: Any, ref: Any, dest: Path, *, etag: str | None = None) -> Any:
-        downloaded = real_download(self, ref, dest, etag=etag)
-        counters["s3_bytes"] += downloaded.size_bytes
-        return downloaded
-
-    S3Store.download = counted_download  # type: ignore[method-assign]
+    ddb_requests = [0]
+    # PynamoDB's own signal, sent before each request it makes (this process only).
+    pre_dynamodb_send.connect(lambda *a, **k: ddb_requests.__setitem__(0, ddb_requests[0] + 1), weak=False)
+    adapters = local_adapters(stack, settings)
+    store = CountingStore(adapters.store)
+    adapters = dataclasses.replace(adapters, store=store)
 
     renders = [0]
     armed: dict[str, str] = {}  # job key -> the crash point chosen for this claim
@@ -152,13 +212,12 @@ def _worker_main(
         log_file.flush()
         os._exit(CRASH_EXIT)
 
-    from mediajobs.service_layer.pipeline import PipelineObserver
-
     class StormObserver(PipelineObserver):
         def claimed(self, claim: Any, source: Any) -> None:
             emit("claimed", job_key=claim.job_key, took_over=claim.took_over, attempts=claim.attempts)
-            if rng.random() < cfg.crash_rate:
-                armed[claim.job_key] = rng.choice(CRASH_POINTS)
+            point = crash_point(cfg.seed, claim.job_key, claim.attempts, cfg.crash_rate)
+            if point is not None:
+                armed[claim.job_key] = point
 
         def render_started(self, job_key: str, source: Any) -> None:
             renders[0] += 1
@@ -174,31 +233,36 @@ def _worker_main(
             if armed.get(job_key) == point:
                 crash(point, job_key)
 
-    settings = Settings.from_env()
-    before = {"ddb": 0, "s3_bytes": 0, "renders": 0}
+    service = build_service(settings, adapters=adapters, observer=StormObserver())
+    # What a record cost: the counters' change since the previous record of the batch
+    # (records of a batch are handled one after the other).
+    mark = {"ddb": 0, "s3_bytes": 0, "renders": 0}
 
-    def snapshot() -> None:
-        before.update(ddb=counters["ddb"], s3_bytes=counters["s3_bytes"], renders=renders[0])
+    def take_mark() -> dict[str, int]:
+        now = {"ddb": ddb_requests[0], "s3_bytes": store.bytes_read, "renders": renders[0]}
+        spent = {k: now[k] - mark[k] for k in now}
+        mark.update(now)
+        return spent
 
-    def observed(message_id: str, receive_count: int, outcome: str) -> None:
+    def on_record(message_id: str, receive_count: int, outcome: str) -> None:
+        spent = take_mark()
         emit(
             "record",
             message_id=message_id,
             receive_count=receive_count,
             outcome=outcome,
-            rendered=renders[0] > before["renders"],  # started a render or committed a job
-            ddb_requests=counters["ddb"] - before["ddb"],
-            s3_bytes=counters["s3_bytes"] - before["s3_bytes"],
+            rendered=spent["renders"] > 0,  # started a render or committed a job
+            ddb_requests=spent["ddb"],
+            s3_bytes=spent["s3_bytes"],
         )
-        snapshot()  # the next record of the batch starts here
 
-    bound = worker.make_handler(build_pipeline(settings, observer=StormObserver()), on_record=observed)
+    handler = local_handler(worker.make_handler(service, on_record=on_record), worker.metrics)
 
-    def observed_handler(event: dict[str, Any], context: Any) -> Any:
-        snapshot()  # hand-overs before the work touch neither DynamoDB nor S3
-        return bound(event, context)
+    def marked_handler(event: dict[str, Any], context: Any) -> Any:
+        take_mark()
+        return handler(event, context)
 
-    sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=env["AWS_ENDPOINT_URL"])
+    sqs = stack.client("sqs")
 
     def before_ack(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if done_in_batch:
@@ -211,7 +275,7 @@ def _worker_main(
                 # (ReceiptHandleIsInvalid: already received again, the redelivery is under way.)
                 with contextlib.suppress(sqs.exceptions.ReceiptHandleIsInvalid):
                     sqs.change_message_visibility(
-                        QueueUrl=stack["queue_url"], ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=1
+                        QueueUrl=stack.queue_url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=1
                     )
             else:
                 kept.append(m)
@@ -219,20 +283,21 @@ def _worker_main(
 
     esm = EventSourceMapping(
         sqs,
-        stack["queue_url"],
-        stack["queue_arn"],
-        local_handler(worker, observed_handler),
-        batch_size=stack["batch_size"],
+        stack.queue_url,
+        stack.queue_arn,
+        marked_handler,
+        batch_size=stack.batch_size,
         timeout_s=cfg.timeout_s,
+        region=stack.region,
         before_ack=before_ack,
     )
-    emit("started", index=index)
+    emit("started", index=slot)
     stop_file = Path(log_path).with_suffix(".stop")
     while not stop_file.exists():
         armed.clear()
         done_in_batch.clear()
         esm.poll_once(wait_s=1)
-    emit("stopped", index=index)
+    emit("stopped", index=slot)
     log_file.close()
 
 
@@ -244,9 +309,12 @@ class _Upload:
     key: str
     data_index: int
     checksum: bool
+    #: Its event is sent a second time.
+    twice: bool = False
 
 
 def _plan(cfg: StormConfig) -> tuple[list[_Upload], list[bytes]]:
+    """The uploads in order and the distinct contents, every choice drawn from ``cfg.seed``."""
     rng = random.Random(cfg.seed)
     copies = round(cfg.uploads * cfg.identical_share)
     uniques = max(1, cfg.uploads - copies)
@@ -260,6 +328,10 @@ def _plan(cfg: StormConfig) -> tuple[list[_Upload], list[bytes]]:
         source_index = uploads[source].data_index
         copy = _Upload(f"originals/storm/copy {j:05d} (1)+é.jpg", source_index, rng.random() < cfg.checksum_share)
         uploads.insert(position, copy)
+    # Chosen here, in upload order, not by the upload threads as they happen to run.
+    duplicates = random.Random(cfg.seed + 7)
+    for u in uploads:
+        u.twice = duplicates.random() < cfg.duplicate_share
     return uploads, contents
 
 
@@ -300,30 +372,22 @@ def _duplicate_renders(events: list[dict[str, Any]]) -> int:
 
 def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, Any]:
     """Run the storm; returns the summary (see the module docstring and the README)."""
-    from mediajobs.adapters.ledger import bound_job_model
     from mediajobs.bootstrap import active_recipes
     from mediajobs.domain.keys import job_key, sha256_hex
     from mediajobs.local.embedded import EmbeddedAws
     from mediajobs.local.events import object_created_body
+    from mediajobs.local.runner import QUEUE_DEPTH_ATTRIBUTES
 
     started = time.monotonic()
-    overrides = {
-        "LEASE_SECONDS": str(cfg.lease_s),
-        "DEADLINE_MARGIN_SECONDS": "2",
-        "IMAGE_JOB_SECONDS": "2",
-        "RETRY_BASE_SECONDS": "1",
-        "POWERTOOLS_METRICS_DISABLED": "true",
-    }
-    saved = {k: os.environ.get(k) for k in overrides}
-    os.environ.update(overrides)
     aws = EmbeddedAws(template_path)
     folder = Path(tempfile.mkdtemp(prefix="mediajobs.storm-"))  # never mediajobs-*, a work folder's name
     try:
         stack = aws.__enter__()
-        s3, sqs = aws.client("s3"), aws.client("sqs")
+        # The workers' settings, passed to each as an argument (short leases and margins).
+        settings = stack.settings(lease_s=cfg.lease_s, deadline_margin_s=2, image_job_s=2, retry_base_s=1)
+        s3, sqs = stack.client("s3"), stack.client("sqs")
         sqs.set_queue_attributes(QueueUrl=stack.queue_url, Attributes={"VisibilityTimeout": str(cfg.visibility_s)})
         uploads, contents = _plan(cfg)
-        rng = random.Random(cfg.seed + 7)
         duplicated_events = 0
         lock = threading.Lock()
 
@@ -332,9 +396,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             data = contents[u.data_index]
             extra = {"ChecksumAlgorithm": "SHA256"} if u.checksum else {}
             put = s3.put_object(Bucket=stack.bucket, Key=u.key, Body=data, **extra)
-            with lock:
-                twice = rng.random() < cfg.duplicate_share
-            if twice:
+            if u.twice:
                 body = object_created_body(
                     stack.bucket, u.key, size=len(data), etag=put["ETag"], version_id=put.get("VersionId")
                 )
@@ -342,8 +404,6 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
                 with lock:
                     duplicated_events += 1
 
-        env = {k: v for k, v in os.environ.items()}
-        stack_info = {"queue_url": stack.queue_url, "queue_arn": stack.queue_arn, "batch_size": stack.batch_size}
         ctx = multiprocessing.get_context("spawn")
         procs: dict[int, Any] = {}
         spawned = 0
@@ -354,7 +414,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             path = str(folder / f"worker-{slot:02d}-{spawned:04d}.jsonl")
             work_dir = worker_work_dir(folder, slot)
             work_dir.mkdir(exist_ok=True)
-            p = ctx.Process(target=_worker_main, args=(slot, env, stack_info, cfg, path, str(work_dir)), daemon=True)
+            worker_settings = dataclasses.replace(settings, work_dir=str(work_dir))
+            p = ctx.Process(target=_worker_main, args=(slot, spawned, worker_settings, stack, cfg, path), daemon=True)
             p.start()
             procs[slot] = (p, path)
 
@@ -381,15 +442,10 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
         feeder.start()
 
         def queue_depth() -> int:
-            attrs = sqs.get_queue_attributes(
-                QueueUrl=stack.queue_url,
-                AttributeNames=[
-                    "ApproximateNumberOfMessages",
-                    "ApproximateNumberOfMessagesNotVisible",
-                    "ApproximateNumberOfMessagesDelayed",
-                ],
-            )["Attributes"]
-            return sum(int(v) for v in attrs.values())
+            attrs = sqs.get_queue_attributes(QueueUrl=stack.queue_url, AttributeNames=list(QUEUE_DEPTH_ATTRIBUTES))[
+                "Attributes"
+            ]
+            return sum(int(attrs.get(name, 0)) for name in QUEUE_DEPTH_ATTRIBUTES)
 
         empty_since = None
         while time.monotonic() < deadline:
@@ -414,7 +470,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
         events = list(_read_logs(folder))
         recipe = active_recipes()["image"][0]
         unique_keys = {job_key(sha256_hex(c), recipe.sha256) for c in contents}
-        jobs = bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url)
+        jobs = stack.job_model()
         lost = 0
         end_states: dict[str, int] = defaultdict(int)
         for u in uploads:
@@ -469,8 +525,3 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
     finally:
         aws.__exit__(None, None, None)
         shutil.rmtree(folder, ignore_errors=True)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

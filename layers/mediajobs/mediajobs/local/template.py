@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -32,10 +32,18 @@ def _construct_tag(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) ->
 _CfnLoader.add_multi_constructor("!", _construct_tag)
 
 
+# Logical ids in template.yaml that the local tools instantiate or name, written once here.
+BUCKET_ID: Final = "MediaBucket"
+RULE_ID: Final = "ObjectCreatedRule"
+QUEUE_ID: Final = "JobsQueue"
+DLQ_ID: Final = "DeadLetterQueue"
+EVENTS_DLQ_ID: Final = "EventsDeadLetterQueue"
+TABLE_ID: Final = "JobsTable"
+SOURCES_TABLE_ID: Final = "SourcesTable"
+FUNCTION_ID: Final = "WorkerFunction"
+
 #: Logical ids the local runner needs; a template without them is not ours.
-REQUIRED_RESOURCES = frozenset(
-    {"MediaBucket", "ObjectCreatedRule", "JobsQueue", "DeadLetterQueue", "JobsTable", "WorkerFunction"}
-)
+REQUIRED_RESOURCES: Final = frozenset({BUCKET_ID, RULE_ID, QUEUE_ID, DLQ_ID, TABLE_ID, FUNCTION_ID})
 
 
 def _is_ours(path: Path) -> bool:
