@@ -36,8 +36,13 @@ def test_process_json_prints_one_object_per_input(tmp_path):
 
     assert set(first) == {"input", "sha256", "media", "state", "reason", "detail", "jobs"}
     assert (first["media"], first["state"], first["reason"], first["detail"]) == ("image", "done", None, None)
-    (job,) = first["jobs"]
+    job, placeholder = first["jobs"]
     assert set(job) == {"recipe", "job_key", "state", "reused", "reason", "manifest", "outputs"}
+    assert (placeholder["recipe"], placeholder["state"], placeholder["outputs"]) == ("image-placeholder@1", "done", [])
+    decisions = json.loads(Path(placeholder["manifest"]).read_text())["decisions"]
+    # EXIF orientation 6 turns the stored 1200x1800 picture upright: 1800 wide, 1200 high.
+    assert (decisions["display_width_px"], decisions["display_height_px"]) == (1800, 1200)
+    assert decisions["dominant_colour"].startswith("#") and decisions["thumbhash"]
     assert (job["recipe"], job["state"], job["reused"], len(job["job_key"])) == ("web-image@1", "done", False, 64)
     assert [(o["name"], o["format"], o["width"], o["height"]) for o in job["outputs"]] == [
         ("thumb", "webp", 320, 213),

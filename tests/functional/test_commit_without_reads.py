@@ -19,7 +19,7 @@ from botocore.httpsession import URLLib3Session
 from PIL import Image, ImageCms
 
 from mediajobs.adapters.ledger import bound_job_model
-from mediajobs.bootstrap import active_recipes, build_service, default_adapters
+from mediajobs.bootstrap import active_recipes, build_service, default_adapters, load_recipe
 from mediajobs.domain.errors import OUTPUT_CONFLICT, Superseded
 from mediajobs.domain.jobs import ObjectRef
 from mediajobs.domain.keys import job_key, sha256_hex
@@ -62,7 +62,13 @@ def worker(session, settings: Settings, observer, attempt: int, *, store=None, l
     for name, wrap in (("store", store), ("ledger", ledger), ("steps", steps)):
         if wrap is not None:
             changes[name] = wrap(getattr(adapters, name))
-    return build_service(settings, adapters=dataclasses.replace(adapters, **changes), observer=observer)
+    adapters = dataclasses.replace(adapters, **changes)
+    return build_service(settings, adapters=adapters, observer=observer, recipes=ONE_JOB)
+
+
+#: The commit of one job, web-image@1's (each other active recipe is a job of its own,
+#: committed the same way): the request counts below are one job's.
+ONE_JOB = {"image": [load_recipe("web-image", 1)]}
 
 
 def row_of(session, key: str):

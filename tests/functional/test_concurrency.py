@@ -3,7 +3,7 @@ bytes under another key."""
 
 from __future__ import annotations
 
-from mediajobs.bootstrap import build_service
+from mediajobs.bootstrap import active_recipes, build_service
 from mediajobs.domain.errors import JobBusy
 from mediajobs.domain.jobs import ObjectRef
 from mediajobs.local.session import Collector
@@ -11,6 +11,8 @@ from mediajobs.settings import Settings
 from tests.functional.test_worker import unique_png
 from tests.functional.together import run_together
 
+#: Jobs per image: one per active image recipe (web-image@1, image-placeholder@1).
+IMAGE_JOBS = len(active_recipes()["image"])
 
 def test_same_event_delivered_ten_times_concurrently_renders_once(local_session):
     data = unique_png(1200, 900)
@@ -29,13 +31,13 @@ def test_same_event_delivered_ten_times_concurrently_renders_once(local_session)
             return "busy"
 
     outcomes = run_together(deliver)
-    assert len(collector.renders) == 1
+    assert len(collector.renders) == IMAGE_JOBS  # one render per job of the content
     assert outcomes.count("rendered") == 1 and len(outcomes) == 10
     assert set(outcomes) <= {"rendered", "busy", "reused"}
     # The busy ones come back later (SQS redelivery) and find the job done.
     for _ in range(outcomes.count("busy")):
         assert pipelines[0].process(ref).jobs[0].reused is True
-    assert len(collector.renders) == 1
+    assert len(collector.renders) == IMAGE_JOBS
 
 
 def test_identical_bytes_under_another_key_reuse_the_derivatives(local_session):
@@ -47,10 +49,9 @@ def test_identical_bytes_under_another_key_reuse_the_derivatives(local_session):
     local_session.s3.put_object(Bucket=bucket, Key="originals/reuse/second-name.png", Body=data)
     first = pipeline.process(ObjectRef(bucket, "originals/reuse/first.png", None, len(data)))
     second = pipeline.process(ObjectRef(bucket, "originals/reuse/second-name.png", None, len(data)))
-    assert len(collector.renders) == 1
-    assert second.jobs[0].reused is True and first.jobs[0].reused is False
-    assert second.jobs[0].job_key == first.jobs[0].job_key
-    assert second.jobs[0].outputs == first.jobs[0].outputs
+    assert len(collector.renders) == IMAGE_JOBS
+    assert [j.reused for j in second.jobs] == [True] * IMAGE_JOBS and not any(j.reused for j in first.jobs)
+    assert [(j.job_key, j.outputs) for j in second.jobs] == [(j.job_key, j.outputs) for j in first.jobs]
 
 
 def test_queue_run_with_duplicated_and_redelivered_events(local_session):
@@ -66,5 +67,5 @@ def test_queue_run_with_duplicated_and_redelivered_events(local_session):
     assert len(bodies) == 3
     local_session.redeliver(bodies + bodies)
     local_session.run()
-    assert len(local_session.collector.renders) - before == 3
+    assert len(local_session.collector.renders) - before == 3 * IMAGE_JOBS
     assert local_session.dead_letters() == 0

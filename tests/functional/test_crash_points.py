@@ -16,7 +16,7 @@ import time
 import pytest
 
 from mediajobs.adapters.ledger import bound_job_model
-from mediajobs.bootstrap import active_recipes, build_service, default_adapters
+from mediajobs.bootstrap import active_recipes, build_service, default_adapters, load_recipe
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.entrypoints import worker
 from mediajobs.local.runner import EventSourceMapping
@@ -53,6 +53,10 @@ def derivative_keys(session, key: str) -> list[str]:
     return sorted(o["Key"].rsplit("/", 1)[1] for o in listed.get("Contents", []))
 
 
+#: The crash points of one job: web-image@1 alone (each other active recipe is a job of its
+#: own, with the same boundaries).
+ONE_JOB = {"image": [load_recipe("web-image", 1)]}
+
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, point):
     local_session.run()  # nothing of an earlier test in flight
@@ -63,7 +67,9 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
 
     # Worker A dies at the step boundary.
     first = CrashAt(point)
-    crashing = build_service(settings, adapters=default_adapters(settings, s3=local_session.s3), observer=first)
+    crashing = build_service(
+        settings, adapters=default_adapters(settings, s3=local_session.s3), observer=first, recipes=ONE_JOB
+    )
 
     def die_before_ack(messages):
         raise Crash("before_ack")
@@ -79,7 +85,7 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
     second = Collector()
     skew = settings.lease_s + 60
     adapters = dataclasses.replace(default_adapters(settings, s3=local_session.s3), clock=lambda: time.time() + skew)
-    later = build_service(settings, adapters=adapters, observer=second)
+    later = build_service(settings, adapters=adapters, observer=second, recipes=ONE_JOB)
     b = esm_for(local_session, later)
     assert b.poll_once() == 1
 

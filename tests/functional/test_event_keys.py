@@ -68,8 +68,10 @@ def test_an_upload_whose_key_needs_encoding_is_rendered_and_its_manifest_names_t
     key = KEYS[name]
     [result] = local_session.collector.results[key]
     assert (result.state, result.reason) == ("done", None), result.detail
-    [job] = result.jobs
+    job, placeholder = result.jobs
+    assert (job.recipe, placeholder.recipe) == ("web-image@1", "image-placeholder@1")
     assert [o.name for o in job.outputs] == ["thumb", "card", "full"]
+    assert manifest(local_session, placeholder.manifest_key)["source"]["key"] == key
     body = manifest(local_session, job.manifest_key)
     assert body["source"]["key"] == key and body["source"]["bucket"] == local_session.stack.bucket
     version = body["source"]["version_id"]

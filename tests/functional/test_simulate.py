@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from mediajobs.bootstrap import active_recipes
 from mediajobs.local.cli import build_parser
 from mediajobs.local.simulate import CRASH_POINTS, StormConfig, _plan, crash_point
 from tests.functional.test_cli import CLI
@@ -58,7 +59,8 @@ def test_a_crash_heavy_storm_loses_nothing_and_renders_each_job_once(tmp_path):
     )
     assert list(summary)[: len(FIELDS)] == FIELDS
     assert code == 0, json.dumps(summary)  # the whole summary: which check failed
-    assert summary["uploads"] == 80 and summary["unique_jobs"] == 64
+    # 64 distinct contents, a job per active image recipe each (web-image@1, image-placeholder@1).
+    assert summary["uploads"] == 80 and summary["unique_jobs"] == 64 * len(active_recipes()["image"])
     assert (summary["lost"], summary["dlq"], summary["duplicate_renders"]) == (0, 0, 0)
     assert summary["renders_committed"] == summary["unique_jobs"]
     assert summary["crashes"] > 0 and summary["takeovers"] > 0

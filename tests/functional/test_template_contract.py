@@ -15,7 +15,7 @@ from PIL import Image
 
 from mediajobs.adapters.ledger import JobModel
 from mediajobs.adapters.sources import SourceModel
-from mediajobs.bootstrap import build_service, default_adapters, load_recipe, steps
+from mediajobs.bootstrap import active_recipes, build_service, default_adapters, steps
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.entrypoints import worker
 from mediajobs.local.events import object_created_body
@@ -399,8 +399,9 @@ def in_process_handler(local_session):
     return worker.make_handler(build_service(settings, adapters=adapters))
 
 
-def truncated_upload(local_session, name: str) -> tuple[dict, str]:
-    """A truncated PNG no other test uploads, put under ``originals/``: (its SQS event, its job key)."""
+def truncated_upload(local_session, name: str) -> tuple[dict, list[str]]:
+    """A truncated PNG no other test uploads, put under ``originals/``: (its SQS event, the
+    job keys of its active image recipes, in their order)."""
     data = _noise_png()[:300]
     key = f"originals/contract/{name}.png"
     local_session.s3.put_object(Bucket=local_session.stack.bucket, Key=key, Body=data)
@@ -408,7 +409,7 @@ def truncated_upload(local_session, name: str) -> tuple[dict, str]:
     event = sqs_event(
         [{"MessageId": str(uuid.uuid4()), "ReceiptHandle": "h", "Body": body}], local_session.stack.queue_arn, REGION
     )
-    return event, job_key(sha256_hex(data), load_recipe("web-image", 1).sha256)
+    return event, [job_key(sha256_hex(data), recipe.sha256) for recipe in active_recipes()["image"]]
 
 
 def _noise_png() -> bytes:
@@ -428,11 +429,11 @@ def test_saved_queries_find_repeated_starts_and_failures_by_reason_in_the_worker
     assert "by reason" in failures["QueryString"]
     # The messages and fields the queries read are the ones the worker logs: a job that
     # starts and fails permanently logs both (Powertools puts extras beside "message").
-    event, key = truncated_upload(local_session, f"queries-{uuid.uuid4().hex}")
+    event, keys = truncated_upload(local_session, f"queries-{uuid.uuid4().hex}")
     assert in_process_handler(local_session)(event, LocalLambdaContext()) == {"batchItemFailures": []}
     records = package_logs.records
     started = [r for r in records if r.getMessage() == "processing started"]
-    assert [getattr(r, "job_key", None) for r in started] == [key]
+    assert [getattr(r, "job_key", None) for r in started] == keys  # one start per job
     failed = [r for r in records if r.getMessage() == "permanent failure"]
     assert [getattr(r, "reason", None) for r in failed] == ["truncated_image"]
 

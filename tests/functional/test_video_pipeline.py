@@ -19,8 +19,10 @@ def test_a_portrait_video_is_committed_with_its_renditions_poster_and_manifest(l
     session.run()
     (result,) = session.collector.results[key]
     assert (result.state, result.media) == ("done", "video")
-    (job,) = result.jobs
-    assert job.recipe == "web-video@2"
+    job, placeholder = result.jobs
+    assert (job.recipe, placeholder.recipe, placeholder.outputs) == ("web-video@2", "video-placeholder@1", ())
+    decisions = _manifest(session, placeholder)["decisions"]
+    assert (decisions["display_width_px"], decisions["display_height_px"]) == (720, 1280)  # upright, as the poster
     outputs = {o.name: (o.width, o.height, o.content_type) for o in job.outputs}
     assert outputs == {
         "720p": (406, 720, "video/mp4"),
@@ -46,8 +48,8 @@ def test_v10_a_3000_fps_clip_is_committed_at_60_fps_within_its_budget(local_sess
     session.run()
     (result,) = session.collector.results[key]
     assert (result.state, result.media) == ("done", "video")
-    (job,) = result.jobs
-    assert job.recipe == "web-video@2"
+    job, placeholder = result.jobs
+    assert (job.recipe, placeholder.recipe, placeholder.state) == ("web-video@2", "video-placeholder@1", "done")
     outputs = {o.name: (o.width, o.height, o.content_type) for o in job.outputs}
     assert outputs == {"source": (16, 16, "video/mp4"), "poster": (16, 16, "image/jpeg")}
     decisions = _manifest(session, job)["decisions"]
@@ -79,7 +81,11 @@ def test_v09_canary_first_then_the_playlists(local_session):
     for name in ("V09_hls_playlist.mp4", "V09_hls_ssrf.mp4"):
         (result,) = session.collector.results[keys[name]]
         assert (result.state, result.reason) == ("permanent_failure", "unsupported_container")
-        (job,) = result.jobs
-        listed = session.s3.list_objects_v2(Bucket=session.stack.bucket, Prefix=f"derivatives/{job.job_key}/")
-        assert listed.get("KeyCount", 0) == 0
+        assert [(job.recipe, job.reason) for job in result.jobs] == [
+            ("web-video@2", "unsupported_container"),
+            ("video-placeholder@1", "unsupported_container"),
+        ]
+        for job in result.jobs:
+            listed = session.s3.list_objects_v2(Bucket=session.stack.bucket, Prefix=f"derivatives/{job.job_key}/")
+            assert listed.get("KeyCount", 0) == 0
     assert session.dead_letters() == 0

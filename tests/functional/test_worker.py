@@ -18,8 +18,9 @@ from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.entrypoints import worker
 from mediajobs.local.events import object_created_body
 from mediajobs.local.runner import LocalLambdaContext, sqs_event
+from mediajobs.local.session import local_adapters, local_handler
 from mediajobs.settings import Settings
-from tests.fakes import FakeQueue
+from tests.fakes import FakeQueue, Wrapping
 
 RECIPE = load_recipe("web-image", 1)
 
@@ -162,6 +163,35 @@ def _hold(local_session, data: bytes, lease_s: int) -> str:
     return key
 
 
+#: The busy record's one job, web-image@1's: another active recipe's job would be claimed
+#: and rendered first, and the holder's short lease could end meanwhile.
+ONE_JOB = {"image": [RECIPE]}
+
+
+def one_job_handler(session, **changes):
+    """The real handler over the session's adapters (``changes`` replacing some), applying
+    web-image@1 alone."""
+    adapters = dataclasses.replace(local_adapters(session.stack, session.settings), **changes)
+    service = build_service(session.settings, adapters=adapters, recipes=ONE_JOB)
+    return local_handler(worker.make_handler(service), worker.metrics)
+
+
+def received_with(session, body: str) -> list[dict]:
+    """The queued messages whose body is ``body``, received within 3 long polls of 10 s
+    (other tests' delayed copies are not ours)."""
+    for _ in range(3):
+        received = session.sqs.receive_message(
+            QueueUrl=session.stack.queue_url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=10,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", [])
+        if mine := [m for m in received if m["Body"] == body]:
+            return mine
+    return []
+
+
 def test_a_busy_record_is_resent_to_come_back_after_the_holders_lease(local_session):
     """Waiting is not failing: a busy record is re-sent as a fresh message delayed by the
     holder's remaining lease plus jitter (receive count 0), then acknowledged."""
@@ -172,15 +202,19 @@ def test_a_busy_record_is_resent_to_come_back_after_the_holders_lease(local_sess
     body = event_for(local_session, "originals/w/busy-resend.png", len(data))["Records"][0]["body"]
     third = {"MessageId": "m-3", "ReceiptHandle": "h", "Body": body, "Attributes": {"ApproximateReceiveCount": "3"}}
     event = sqs_event([third], local_session.stack.queue_arn, "us-east-1")
-    assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
-    queued = local_session.sqs.get_queue_attributes(
-        QueueUrl=local_session.stack.queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
-    )["Attributes"]
-    assert queued["ApproximateNumberOfMessagesDelayed"] == "1"
-    # It arrives after the lease remaining (<= 3 s) plus jitter (1-2 s here).
-    messages = local_session.sqs.receive_message(
-        QueueUrl=local_session.stack.queue_url, WaitTimeSeconds=10, MessageSystemAttributeNames=["All"]
-    )["Messages"]
+    queue = local_adapters(local_session.stack, local_session.settings).queue
+    resent = []
+
+    def resend(queue_arn, body, delay_s, *, handovers=0):
+        resent.append((body, delay_s, handovers))
+        queue.resend(queue_arn, body, delay_s, handovers=handovers)
+
+    handler = one_job_handler(local_session, queue=Wrapping(queue, resend=resend))
+    assert handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    # Delayed by the lease remaining (<= 3 s) plus jitter (1-2 s here), its hand-over count kept.
+    [(sent, delay_s, handovers)] = resent
+    assert (sent, handovers) == (body, 0) and 1 <= delay_s <= 5
+    messages = received_with(local_session, body)  # SQS holds it back for its delay
     assert [m["Body"] for m in messages] == [body]
     assert messages[0]["Attributes"]["ApproximateReceiveCount"] == "1"
     local_session.sqs.delete_message(QueueUrl=local_session.stack.queue_url, ReceiptHandle=messages[0]["ReceiptHandle"])
@@ -193,7 +227,7 @@ def test_a_busy_record_that_cannot_be_resent_goes_back_after_the_lease(local_ses
     settings = Settings.from_env()
     queue = FakeQueue(refuse_resend=True)
     adapters = dataclasses.replace(default_adapters(settings, s3=local_session.s3), queue=queue)
-    handler = worker.make_handler(build_service(settings, adapters=adapters))
+    handler = worker.make_handler(build_service(settings, adapters=adapters, recipes=ONE_JOB))
     event = event_for(local_session, "originals/w/busy-later.png", len(data))
     response = handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
@@ -252,12 +286,7 @@ def test_a_record_on_its_last_receive_but_one_is_handed_over_before_any_work(loc
     swallow_queued(local_session)  # the upload's own message
     event = _record(local_session, "originals/w/handover.png", len(data), receives=4)
     assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
-    [copy] = local_session.sqs.receive_message(
-        QueueUrl=local_session.stack.queue_url,
-        WaitTimeSeconds=5,
-        MessageSystemAttributeNames=["All"],
-        MessageAttributeNames=["All"],
-    )["Messages"]
+    [copy] = received_with(local_session, event["Records"][0]["body"])
     assert copy["Body"] == event["Records"][0]["body"]
     assert copy["Attributes"]["ApproximateReceiveCount"] == "1"
     assert copy["MessageAttributes"]["mediajobs-handovers"]["StringValue"] == "1"

@@ -197,6 +197,7 @@ def build_service(
     *,
     adapters: Adapters | None = None,
     observer: PipelineObserver | None = None,
+    recipes: Mapping[str, list[Recipe]] | None = None,
 ) -> Pipeline:
     """Build the service.
 
@@ -205,6 +206,8 @@ def build_service(
     settings: defaults to :meth:`Settings.from_env`.
     adapters: defaults to :func:`default_adapters` for ``settings``.
     observer: hooks for the CLI and tests.
+    recipes: the recipes to apply by media type; defaults to the active ones
+        (:func:`active_recipes`, ``recipes/active.json``).
     """
     settings = settings or Settings.from_env()
     # Once per cold start: every work folder here was left by a worker that died in this sandbox.
@@ -217,7 +220,7 @@ def build_service(
         sources=adapters.sources,
         steps=adapters.steps,
         queue=adapters.queue,
-        recipes=active_recipes(),
+        recipes=dict(recipes) if recipes is not None else active_recipes(),
         detect_media=detect_media,
         observer=observer,
         clock=adapters.clock,

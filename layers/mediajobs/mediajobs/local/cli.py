@@ -20,7 +20,13 @@ from typing import Any
 
 from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
 from mediajobs.domain.jobs import JobResult, SourceResult
-from mediajobs.local.gallery import GalleryEntry, GalleryVariant, write_gallery
+from mediajobs.local.gallery import (
+    GalleryEntry,
+    GalleryPlaceholder,
+    GalleryVariant,
+    placeholder_from_manifest,
+    write_gallery,
+)
 from mediajobs.local.progress import ProgressBars
 from mediajobs.local.session import AdapterWrapper, LocalSession
 from mediajobs.local.simulate import StormConfig
@@ -163,6 +169,19 @@ def _gallery_entry(
     return entry
 
 
+def _placeholder(session: LocalSession, result: SourceResult, folder: Path) -> GalleryPlaceholder | None:
+    """The placeholder of the first done job whose manifest carries one (the placeholder
+    recipes' jobs write no files: their manifest is the result), fetched into ``folder``."""
+    for job in result.jobs:
+        if job.state != "done" or job.outputs:
+            continue
+        fetched = session.fetch(job, folder / job.recipe.replace("@", "-v"))
+        placeholder = placeholder_from_manifest(json.loads(fetched["manifest"].read_text()))
+        if placeholder is not None:
+            return placeholder
+    return None
+
+
 def _checked_inputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Path], Path]:
     """The input files and the output folder, or a usage error (exit 2)."""
     files = [Path(f) for f in args.files]
@@ -242,7 +261,9 @@ def cmd_demo(
             original = folder / f"original{path.suffix.lower()}"
             shutil.copyfile(path, original)
             preview = original if result.media == "image" else None  # a video is shown by its poster
-            entries.append(_gallery_entry(title, preview, result, fetched))
+            entry = _gallery_entry(title, preview, result, fetched)
+            entry.placeholder = _placeholder(session, result, folder)
+            entries.append(entry)
         index = write_gallery(out_dir, entries)
     print(f"\nderivatives and gallery written to {out_dir}")
     print(f"open {index}")

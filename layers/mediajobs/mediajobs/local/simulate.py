@@ -468,26 +468,28 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
                 p.kill()
 
         events = list(_read_logs(folder))
-        recipe = active_recipes()["image"][0]
-        unique_keys = {job_key(sha256_hex(c), recipe.sha256) for c in contents}
+        # Every job of every upload: one per active image recipe.
+        recipes = active_recipes()["image"]
+        unique_keys = {job_key(sha256_hex(c), recipe.sha256) for c in contents for recipe in recipes}
         jobs = stack.job_model()
         lost = 0
         end_states: dict[str, int] = defaultdict(int)
         for u in uploads:
-            key = job_key(sha256_hex(contents[u.data_index]), recipe.sha256)
-            try:
-                row = jobs.get(key, consistent_read=True)
-                state = str(row.failure_reason or row.state)
-            except jobs.DoesNotExist:
-                state = "no_job"
-            end_states[state] += 1
-            manifest = f"derivatives/{key}/manifest.json"
-            try:
-                s3.head_object(Bucket=stack.bucket, Key=manifest)
-            except s3.exceptions.ClientError:
-                state = "no_manifest"
-            if state != "done":
-                lost += 1
+            for recipe in recipes:
+                key = job_key(sha256_hex(contents[u.data_index]), recipe.sha256)
+                try:
+                    row = jobs.get(key, consistent_read=True)
+                    state = str(row.failure_reason or row.state)
+                except jobs.DoesNotExist:
+                    state = "no_job"
+                end_states[state] += 1
+                manifest = f"derivatives/{key}/manifest.json"
+                try:
+                    s3.head_object(Bucket=stack.bucket, Key=manifest)
+                except s3.exceptions.ClientError:
+                    state = "no_manifest"
+                if state != "done":
+                    lost += 1
         dlq = int(
             sqs.get_queue_attributes(QueueUrl=stack.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])[
                 "Attributes"
