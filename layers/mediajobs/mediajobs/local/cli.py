@@ -145,6 +145,9 @@ def _print_table(rows: list[tuple[str, SourceResult]]) -> None:
                 print(f"{title[:28]:<28} {job.job_key[:12]:<12}  failed: {job.reason}{_because(job.detail)}")
                 continue
             timing = "reused" if job.reused else f"{job.seconds:.2f} s"
+            if not job.outputs:  # a step whose result is data (a placeholder): its manifest holds it
+                print(f"{'':<28} {job.job_key[:12]:<12}  {job.recipe}: no files, values in its manifest  {timing}")
+                continue
             for i, out in enumerate(job.outputs):
                 first = i == 0
                 print(
