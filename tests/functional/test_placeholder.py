@@ -14,11 +14,11 @@ import uuid
 
 import pytest
 
-from mediajobs.bootstrap import active_recipes, default_adapters, detect_media, load_recipe
+from mediajobs.bootstrap import active_recipes, build_service, load_recipe
 from mediajobs.domain.jobs import ObjectRef
 from mediajobs.domain.keys import job_key
+from mediajobs.local.session import local_adapters
 from mediajobs.service_layer.pipeline import Pipeline
-from mediajobs.settings import Settings
 from tests.conftest import media_file
 
 #: Every upload through the embedded session renders in the bounded render child or ffmpeg.
@@ -79,25 +79,13 @@ def test_an_uploaded_video_gets_a_video_placeholder_manifest_from_its_display_or
 
 
 def placeholder_service(session) -> Pipeline:
-    """The production adapters (steps in the bounded render child, the embedded AWS) with the
-    placeholder recipes after the web ones, whatever ``recipes/active.json`` lists.
-    (``build_service`` takes no recipes, so this spells out what it wires.)"""
-    settings = Settings.from_env()
-    adapters = default_adapters(settings, s3=session.s3)
+    """The session's adapters (steps in the bounded render child, the embedded AWS) with the
+    placeholder recipes after the web ones, whatever ``recipes/active.json`` lists."""
     recipes = {
         "image": [load_recipe("web-image", 1), load_recipe("image-placeholder", 1)],
         "video": [load_recipe("web-video", 2), load_recipe("video-placeholder", 1)],
     }
-    return Pipeline(
-        settings,
-        store=adapters.store,
-        ledger=adapters.ledger,
-        sources=adapters.sources,
-        steps=adapters.steps,
-        recipes=recipes,
-        detect_media=detect_media,
-        clock=adapters.clock,
-    )
+    return build_service(session.settings, adapters=local_adapters(session.stack, session.settings), recipes=recipes)
 
 
 def uploaded(session, path, name: str) -> ObjectRef:
