@@ -142,7 +142,9 @@ def _print_table(rows: list[tuple[str, SourceResult]]) -> None:
             continue
         for job in result.jobs:
             if job.state != "done":
-                print(f"{title[:28]:<28} {job.job_key[:12]:<12}  failed: {job.reason}{_because(job.detail)}")
+                print(
+                    f"{title[:28]:<28} {job.job_key[:12]:<12}  {job.recipe} failed: {job.reason}{_because(job.detail)}"
+                )
                 continue
             timing = "reused" if job.reused else f"{job.seconds:.2f} s"
             if not job.outputs:  # a step whose result is data (a placeholder): its manifest holds it
