@@ -144,8 +144,9 @@ def test_permanent_failure_is_deleted_and_recorded(local_session, tmp_path):
     assert listed.get("KeyCount", 0) == 0
 
 
-def _hold(local_session, data: bytes, lease_s: int) -> str:
-    """Claim the job of ``data`` as another worker would, with a lease of ``lease_s``."""
+def _hold(local_session, data: bytes, lease_s: int, now: int | None = None) -> str:
+    """Claim the job of ``data`` as another worker would, at ``now`` (default: the clock's
+    time) with a lease of ``lease_s``."""
     key = job_key(sha256_hex(data), RECIPE.sha256)
     spec = JobSpec(
         job_key=key,
@@ -158,7 +159,7 @@ def _hold(local_session, data: bytes, lease_s: int) -> str:
         source_bucket="b",
         source_key="k",
     )
-    now = int(time.time())
+    now = int(time.time()) if now is None else now
     local_session.service._ledger.claim(spec, now_s=now, lease_until_s=now + lease_s)
     return key
 
@@ -197,7 +198,8 @@ def test_a_busy_record_is_resent_to_come_back_after_the_holders_lease(local_sess
     holder's remaining lease plus jitter (receive count 0), then acknowledged."""
     data = unique_png()
     put(local_session, "originals/w/busy-resend.png", data)
-    _hold(local_session, data, lease_s=3)
+    held_at = int(time.time())
+    _hold(local_session, data, lease_s=3, now=held_at)
     swallow_queued(local_session)  # the upload's own message
     body = event_for(local_session, "originals/w/busy-resend.png", len(data))["Records"][0]["body"]
     third = {"MessageId": "m-3", "ReceiptHandle": "h", "Body": body, "Attributes": {"ApproximateReceiveCount": "3"}}
@@ -209,7 +211,8 @@ def test_a_busy_record_is_resent_to_come_back_after_the_holders_lease(local_sess
         resent.append((body, delay_s, handovers))
         queue.resend(queue_arn, body, delay_s, handovers=handovers)
 
-    handler = one_job_handler(local_session, queue=Wrapping(queue, resend=resend))
+    # The worker's clock stands at the claim: the holder is alive however long this takes.
+    handler = one_job_handler(local_session, queue=Wrapping(queue, resend=resend), clock=lambda: held_at)
     assert handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     # Delayed by the lease remaining (<= 3 s) plus jitter (1-2 s here), its hand-over count kept.
     [(sent, delay_s, handovers)] = resent

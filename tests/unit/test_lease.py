@@ -159,3 +159,45 @@ def test_sqs_answers_for_a_receipt_handle_that_is_no_longer_ours():
             SqsQueue(Stub(code, message)).set_visibility(delivery, 10)
     with pytest.raises(TransientFailure):
         SqsQueue(Stub("InternalError", "try again")).set_visibility(delivery, 10)
+
+
+def _claimed_earlier(clock, ledger, queue, held_s, lease_s=60, margin_s=10):
+    """A keeper for a claim taken ``held_s`` seconds ago (an earlier job of the delivery ran meanwhile)."""
+    delivery = Delivery("arn:aws:sqs:us-east-1:1:q", "rh", 1, lambda: 800.0)
+    return LeaseKeeper(
+        ledger=ledger,
+        queue=queue,
+        job_key="k" * 64,
+        token="t",
+        expires_at_s=int(clock()) - held_s + lease_s,
+        delivery=delivery,
+        lease_s=lease_s,
+        margin_s=margin_s,
+        clock=clock,
+    )
+
+
+@pytest.mark.parametrize("held_s", [20, 59, 75])
+def test_a_claim_held_while_an_earlier_job_ran_is_renewed_before_its_message_is_hidden(held_s):
+    """The second job of an original was claimed with the first: when it starts a third of
+    its lease or more has passed (or all of it), so the lease is renewed first and the
+    message hidden for the renewed lease plus the margin, never for 1 s from a lease that
+    ran down (which let SQS redeliver the message while the job ran)."""
+    clock, ledger, queue = Clock(), FakeLedger(), FakeQueue()
+    with _claimed_earlier(clock, ledger, queue, held_s) as k:
+        assert ledger.calls == [("renew", 1060)] and k.expires_at_s == 1060
+    assert queue.visibility == [60 + 10]
+
+
+def test_a_fresh_claim_is_not_renewed_at_the_start_of_its_job():
+    clock, ledger, queue = Clock(), FakeLedger(), FakeQueue()
+    with _claimed_earlier(clock, ledger, queue, held_s=5):
+        assert ledger.calls == []
+    assert queue.visibility == [55 + 10]
+
+
+def test_a_claim_taken_over_while_an_earlier_job_ran_stops_before_any_write():
+    clock, ledger, queue = Clock(), FakeLedger(), FakeQueue()
+    ledger.lost = True
+    with _claimed_earlier(clock, ledger, queue, held_s=75) as k, pytest.raises(Superseded):
+        k.check()

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 from thash import thumb_hash_to_average_rgba, thumb_hash_to_rgba
 
-from mediajobs.domain.errors import DeadlineReached
+from mediajobs.domain.errors import DeadlineReached, PermanentFailure
 from mediajobs.domain.jobs import RenderContext
 from mediajobs.domain.recipes import ImagePlaceholderParams, VideoPlaceholderParams
 from mediajobs.domain.video import FORMAT_WHITELIST, VideoProbe, frame_argv, frame_at_s
@@ -192,6 +192,7 @@ class FakeFrames:
 
     invocation_s = 900.0
     margin_s = 20.0
+    max_duration_s = 1800.0
 
     def __init__(self, probe: VideoProbe) -> None:
         self._probe = probe
@@ -225,6 +226,17 @@ def test_the_video_step_stops_when_no_time_is_left():
     step = VideoPlaceholder(lambda: FakeFrames(probe))
     with pytest.raises(DeadlineReached):
         step.run(Path("/work/original"), VIDEO_PARAMS, RenderContext(remaining_s=lambda: 15.0), Path("/work/out"))
+
+
+def test_the_video_step_refuses_what_web_video_refuses_as_too_long():
+    """A source past MAX_VIDEO_SECONDS is too_long for the placeholder as for web-video@2,
+    before any frame is decoded (a 600 s single-keyframe file would otherwise decode every
+    frame up to 10 %, and time out transiently near the size limit)."""
+    probe = VideoProbe(format_name="mov", duration_s=1800.5, codec="h264", coded_width=64, coded_height=64, frames=9)
+    frames = FakeFrames(probe)
+    with pytest.raises(PermanentFailure) as caught:
+        VideoPlaceholder(lambda: frames).run(Path("/w/o"), VIDEO_PARAMS, RenderContext(), Path("/w/out"))
+    assert (caught.value.reason, caught.value.detail, frames.asked) == ("too_long", "1800.5 s > 1800 s", [])
 
 
 def placeholder_manifest(**changes) -> dict:

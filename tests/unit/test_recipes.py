@@ -123,6 +123,9 @@ def test_params_are_validated_by_the_steps_own_model():
         ({"image": ["web-image@1", "web-image@1"]}, "twice"),
         ({"image": ["web-image"]}, "not a recipe reference"),
         ({"image": "web-image@1"}, "must map each media type"),
+        ({"image": ["web-image@1", "web-image@01"]}, "twice"),
+        ({"image": []}, "lists no recipe"),
+        ({"vidoe": ["web-video@2"]}, "no media type 'vidoe'"),
         ({"image": ["web-image@9"]}, "no recipe web-image@9"),
     ],
 )
@@ -137,3 +140,18 @@ def test_max_fps_must_be_a_whole_rate_from_1_to_240(max_fps):
     document["params"]["encoding"]["max_fps"] = max_fps
     with pytest.raises(RecipeError, match="max_fps"):
         parse_recipe(document)
+
+
+def test_a_service_whose_recipes_name_an_unregistered_step_is_refused_when_built():
+    from mediajobs.service_layer.pipeline import Pipeline
+
+    with pytest.raises(ValueError, match=r"not registered: \['image.variants'\]"):
+        Pipeline(
+            Settings(),
+            store=None,
+            ledger=None,
+            sources=None,
+            steps={},
+            recipes={"image": [load_recipe("web-image", 1)]},
+            detect_media=lambda path, key: None,
+        )

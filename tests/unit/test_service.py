@@ -15,6 +15,7 @@ from mediajobs.domain.errors import (
     SOURCE_MISSING,
     TOO_MANY_PIXELS,
     UNSTORABLE_INPUT,
+    DeadlineReached,
     JobBusy,
     PermanentFailure,
     Superseded,
@@ -621,3 +622,55 @@ def test_a_claim_to_run_found_where_the_original_was_not_read_is_given_back(tmp_
         pipeline.process(REF)
     assert ledger.rows[key].state == "transient_failure" and renderer.calls == 0
     assert not [e for e in log if e[0] in ("download", "put", "register")]
+
+
+# --------------------------------------------------------------------------- several jobs
+
+
+class FailingOnce(FakeImageStep):
+    """Fails its first run with ``error``; runs as the fake after that."""
+
+    def __init__(self, error):
+        super().__init__()
+        self.first_error = error
+
+    def run(self, source, params, context, out_dir):
+        if self.calls == 0:
+            self.calls += 1
+            raise self.first_error
+        return super().run(source, params, context, out_dir)
+
+
+TWO_JOBS = {"image": [RECIPE, dataclasses.replace(RECIPE, id="other-image")]}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [TransientFailure("S3 reset"), Superseded("k" * 64)],
+    ids=["transient", "superseded"],
+)
+def test_one_jobs_failure_does_not_hold_up_the_other_jobs_it_claimed_with(tmp_path, error):
+    """Both jobs of a content are claimed together: when the first fails in a way that
+    comes back, the second still runs and commits (it would otherwise sit claimed until its
+    lease ended, and an attempt would be spent without running it), then the failure is
+    raised for the message to come back."""
+    step = FailingOnce(error)
+    pipeline, _, ledger, _, log = make(tmp_path, recipes=TWO_JOBS, image_step=step)
+    with pytest.raises(type(error)):
+        pipeline.process(REF)
+    assert step.calls == 2
+    states = {row.recipe_id: row.state for row in ledger.rows.values()}
+    first = "transient_failure" if isinstance(error, TransientFailure) else "running"
+    assert states == {"web-image": first, "other-image": "done"}
+
+
+def test_at_the_deadline_the_jobs_left_are_given_back_not_run(tmp_path):
+    step = FailingOnce(DeadlineReached("9.0 s left"))
+    pipeline, _, ledger, _, _ = make(tmp_path, recipes=TWO_JOBS, image_step=step)
+    with pytest.raises(DeadlineReached):
+        pipeline.process(REF)
+    assert step.calls == 1
+    assert {row.recipe_id: row.state for row in ledger.rows.values()} == {
+        "web-image": "transient_failure",
+        "other-image": "transient_failure",
+    }

@@ -191,6 +191,10 @@ def _unique(recipe_names: list[str]) -> None:
         raise ValueError(f"duplicate output names {recipe_names}")
 
 
+#: The media types a recipe may apply to (``RecipeDocument.media``).
+MEDIA_TYPES: Final = frozenset({"image", "video"})
+
+
 class RecipeDocument(_Strict):
     """A recipe file as written: its ``params`` still untyped (validated by its step's model).
 
@@ -349,9 +353,14 @@ def parse_active(document: Any, params_models: ParamsModels) -> dict[str, list[R
         raise RecipeError(f"{ACTIVE_FILE} must map each media type to a list of '<id>@<version>'")
     active: dict[str, list[Recipe]] = {}
     for media, refs in document.items():
-        if len(refs) != len(set(refs)):
+        if media not in MEDIA_TYPES:
+            raise RecipeError(f"{ACTIVE_FILE}: no media type {media!r} (known: {sorted(MEDIA_TYPES)})")
+        if not refs:
+            raise RecipeError(f"{ACTIVE_FILE}: {media} lists no recipe (leave the media type out instead)")
+        parsed = [parse_ref(ref) for ref in refs]
+        if len(parsed) != len(set(parsed)):
             raise RecipeError(f"{ACTIVE_FILE}: {media} lists a recipe twice: {refs}")
-        active[media] = [load_recipe(*parse_ref(ref), params_models) for ref in refs]
+        active[media] = [load_recipe(*ref, params_models) for ref in parsed]
         wrong = [r.ref for r in active[media] if r.media != media]
         if wrong:
             raise RecipeError(f"{ACTIVE_FILE}: {wrong} listed under {media} but made for another media type")

@@ -99,6 +99,11 @@ class LeaseKeeper:
         return max(0.05, min(self._lease_s / 3, self._margin_s / 2))
 
     def __enter__(self) -> LeaseKeeper:
+        now = self._clock()
+        if self._lease_s - (self.expires_at_s - now) >= self._lease_s / 3:
+            # Claimed before an earlier job of the delivery ran: renew first (the heartbeat's
+            # rule), so the message is not shown from a lease that has run down.
+            self._renew_at_entry(now)
         try:
             self._extend_visibility(self._clock())
         except DeliveryLost:
@@ -109,6 +114,19 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, name=f"lease-{self.job_key[:8]}", daemon=True)
         self._thread.start()
         return self
+
+    def _renew_at_entry(self, now: float) -> None:
+        until = lease_until(now, self._lease_s, self._delivery)
+        try:
+            self._ledger.renew(self.job_key, self._token, lease_until_s=until, now_s=int(now))
+        except Superseded as lost:  # raised at the first check, before any write
+            log.warning("lease lost before the job started: taken over", extra={"job_key": self.job_key})
+            self.problem = lost
+        except TransientFailure as exc:  # the heartbeat tries again
+            log.warning("could not renew the lease at the job's start: %s", exc, extra={"job_key": self.job_key})
+        else:
+            self.expires_at_s, self._renewed_at = until, now
+            self.renewals += 1
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()

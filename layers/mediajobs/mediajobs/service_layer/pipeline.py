@@ -48,6 +48,7 @@ from mediajobs.domain.errors import (
     DeadlineReached,
     DeliveryLost,
     JobBusy,
+    MediaJobsError,
     PermanentFailure,
     Superseded,
     TransientFailure,
@@ -286,6 +287,9 @@ class Pipeline:
         self._store = store
         self._ledger = ledger
         self._sources = sources
+        missing = sorted({r.step for rs in recipes.values() for r in rs} - set(steps))
+        if missing:  # every job of such a recipe would fail, retried until attempts_exhausted
+            raise ValueError(f"recipes name steps that are not registered: {missing}")
         self._steps = steps
         self._recipes = recipes
         self._detect_media = detect_media
@@ -699,8 +703,22 @@ class Pipeline:
             size_bytes=plan.size_bytes,
             bytes_read=work.size_bytes if work is not None else 0,
         )
+        # One job's transient failure, lost claim or busy holder does not hold up the others
+        # (their claims are taken): each runs, and the first such outcome is raised after
+        # them -- unless the invocation's time or the message is gone, when the claims left
+        # are given back at once instead.
+        interrupted: MediaJobsError | None = None
         for job, claim in zip(plan.jobs, claims, strict=True):
-            result.jobs.append(self._run_job(plan.ref, job, claim, delivery, work))
+            if isinstance(interrupted, DeadlineReached | DeliveryLost):
+                self._release_all([claim], interrupted)
+                continue
+            try:
+                result.jobs.append(self._run_job(plan.ref, job, claim, delivery, work))
+            except (TransientFailure, Superseded, JobBusy) as exc:
+                if interrupted is None or isinstance(exc, DeadlineReached | DeliveryLost):
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
         failed = [j for j in result.jobs if j.state != JobState.DONE]
         if failed:
             result.state = SourceState.PERMANENT_FAILURE

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 from PIL import Image
 
 from mediajobs.adapters.imaging import MAX_FRAMES, MAX_JPEG_SCANS, PillowRenderer
-from mediajobs.domain.errors import DeadlineReached
+from mediajobs.domain.errors import TOO_LONG, DeadlineReached, PermanentFailure
 from mediajobs.domain.jobs import RenderContext
 from mediajobs.domain.recipes import ImagePlaceholderParams, VideoPlaceholderParams, fit_within
 from mediajobs.service_layer.ports import StepResult
@@ -185,6 +185,7 @@ class FrameSource(Protocol):
 
     invocation_s: float
     margin_s: float
+    max_duration_s: float
 
     def probe(self, source: Path) -> VideoProbe: ...
     def frame_rgb(
@@ -221,7 +222,9 @@ class VideoPlaceholder:
         ------
         PermanentFailure
             From the probe (``unsupported_container``, ``invalid_media``, ``no_video_stream``,
-            ``unsupported_codec``, ``too_many_pixels``) or a classified ffmpeg failure.
+            ``unsupported_codec``, ``too_many_pixels``), ``too_long`` past the adapter's
+            ``max_duration_s`` (``MAX_VIDEO_SECONDS``, as for ``web-video``), or a classified
+            ffmpeg failure.
         DeadlineReached
             When no time is left in the invocation.
         TransientFailure
@@ -237,6 +240,8 @@ class VideoPlaceholder:
         if timeout_s <= 0:
             raise DeadlineReached(f"no time left for a video placeholder ({timeout_s + video.margin_s:.1f} s left)")
         probe = video.probe(source)
+        if probe.duration_s > video.max_duration_s:  # web-video's rule: such a source is refused
+            raise PermanentFailure(TOO_LONG, f"{probe.duration_s:.1f} s > {video.max_duration_s:.0f} s")
         display = probe.display_size
         size = fit_within(display[0], display[1], params.box_px)
         rgb, taken_at_s = video.frame_rgb(source, probe, frame_at_s(probe, params.at_fraction), size, timeout_s)
