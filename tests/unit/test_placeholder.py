@@ -178,7 +178,7 @@ def test_the_frame_argv_keeps_the_input_guard_and_writes_raw_rgb_to_stdout():
     probe = VideoProbe(
         format_name="mov", duration_s=10.0, codec="h264", coded_width=1920, coded_height=1080, frames=300
     )
-    argv = frame_argv("/opt/bin/ffmpeg", "/tmp/work/original", probe, 1.0, (100, 56))
+    argv = frame_argv("/opt/bin/ffmpeg", "/tmp/w/original", probe, 1.0, (100, 56))
     assert argv[argv.index("-format_whitelist") + 1] == FORMAT_WHITELIST
     assert argv[argv.index("-protocol_whitelist") + 1] == "file"
     assert argv.index("-ss") < argv.index("-i") and argv[argv.index("-ss") + 1] == "1.000"
@@ -214,7 +214,7 @@ def test_the_video_step_hashes_the_frame_at_the_posters_time_in_display_orientat
     built = []
     step = VideoPlaceholder(lambda: built.append(1) or frames)
     assert built == []  # the adapter waits for the first video
-    result = step.run(Path("/work/original"), VIDEO_PARAMS, RenderContext(remaining_s=lambda: 100.0), Path("/work/out"))
+    result = step.run(Path("/w/original"), VIDEO_PARAMS, RenderContext(remaining_s=lambda: 100.0), Path("/w/out"))
     assert frames.asked == [(0.8, (56, 100), 80.0)]
     assert result.files == []
     assert result.decisions["display_width_px"] == 1080 and result.decisions["display_height_px"] == 1920
@@ -225,7 +225,7 @@ def test_the_video_step_stops_when_no_time_is_left():
     probe = VideoProbe(format_name="mov", duration_s=8.0, codec="h264", coded_width=64, coded_height=64, frames=8)
     step = VideoPlaceholder(lambda: FakeFrames(probe))
     with pytest.raises(DeadlineReached):
-        step.run(Path("/work/original"), VIDEO_PARAMS, RenderContext(remaining_s=lambda: 15.0), Path("/work/out"))
+        step.run(Path("/w/original"), VIDEO_PARAMS, RenderContext(remaining_s=lambda: 15.0), Path("/w/out"))
 
 
 def test_the_video_step_refuses_what_web_video_refuses_as_too_long():
