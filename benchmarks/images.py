@@ -36,13 +36,14 @@ from typing import Any
 from PIL import Image
 
 from mediajobs.adapters.imaging import PillowRenderer
-from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.errors import PermanentFailure
-from mediajobs.domain.recipes import EXTENSIONS, ImageVariant, fit_within
+from mediajobs.domain.recipes import EXTENSIONS, ImageVariant, ImageVariantsParams, fit_within, load_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_PHOTO = REPO_ROOT / "tests" / "media" / "photos" / "phone-jolla.jpg"
-RECIPE = load_recipe("web-image", 1)
+# The step's parameters model alone: the composition root would import boto3 into the
+# process whose peak RSS is measured.
+RECIPE = load_recipe("web-image", 1, {"image.variants": ImageVariantsParams})
 MAX_PIXELS = 50_000_000
 REPEATS = 3
 AVIF_REPEATS = 5  # encode times at speeds 7-8 are short and noisy
