@@ -118,6 +118,15 @@ class FakeStore:
         self.log.append(("list", prefix))
         return {k: hashlib.md5(v).hexdigest() for k, v in self.objects.items() if k.startswith(prefix)}
 
+    def delete_prefix(self, bucket, prefix, *, first=None):
+        self.log.append(("delete_prefix", prefix))
+        doomed = ([first] if first in self.objects else []) + sorted(
+            k for k in self.objects if k.startswith(prefix) and k != first
+        )
+        for key in doomed:
+            del self.objects[key]
+        return len(doomed) + (1 if first is not None and first not in doomed else 0)
+
 
 class FakeLedger:
     """The job ledger in a dict of :class:`JobView` rows. A claim on an existing row does

@@ -255,4 +255,4 @@ def test_the_rules_dead_letter_queue_takes_events_from_the_rule_alone_and_the_wo
     for statement in policy["PolicyDocument"]["Statement"]:
         assert statement["Principal"] == {"Service": "events.amazonaws.com"}
         assert _as_list(statement["Action"]) == ["sqs:SendMessage"]
-        assert statement["Condition"]["ArnEquals"]["aws:SourceArn"] == {"Fn::GetAtt": ["ObjectCreatedRule", "Arn"]}
+        assert statement["Condition"]["ArnEquals"]["aws:SourceArn"] == {"Fn::GetAtt": ["OriginalEventsRule", "Arn"]}

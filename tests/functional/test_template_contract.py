@@ -40,7 +40,7 @@ def model_key_schema(model=JobModel) -> list[dict[str, str]]:
 def test_template_declares_the_pieces():
     types = {name: r["Type"] for name, r in RESOURCES.items()}
     assert types["MediaBucket"] == "AWS::S3::Bucket"
-    assert types["ObjectCreatedRule"] == "AWS::Events::Rule"
+    assert types["OriginalEventsRule"] == "AWS::Events::Rule"
     assert types["JobsQueue"] == types["DeadLetterQueue"] == types["EventsDeadLetterQueue"] == "AWS::SQS::Queue"
     assert types["JobsTable"] == "AWS::DynamoDB::Table"
     assert types["WorkerFunction"] == "AWS::Serverless::Function"
@@ -75,13 +75,13 @@ def test_lease_attempts_and_receive_count_agree():
 
 def test_rule_has_the_templates_event_pattern(local_session):
     rule = local_session._aws.client("events").describe_rule(Name=local_session.stack.rule_name)
-    expected = json.loads(json.dumps(RESOURCES["ObjectCreatedRule"]["Properties"]["EventPattern"]))
+    expected = json.loads(json.dumps(RESOURCES["OriginalEventsRule"]["Properties"]["EventPattern"]))
     expected["detail"]["bucket"]["name"] = [local_session.stack.bucket]
     assert json.loads(rule["EventPattern"]) == expected
     assert expected["detail"]["object"]["key"] == [{"prefix": "originals/"}]
     targets = local_session._aws.client("events").list_targets_by_rule(Rule=local_session.stack.rule_name)["Targets"]
     assert [t["Arn"] for t in targets] == [local_session.stack.queue_arn]
-    [declared] = RESOURCES["ObjectCreatedRule"]["Properties"]["Targets"]
+    [declared] = RESOURCES["OriginalEventsRule"]["Properties"]["Targets"]
     assert targets[0]["RetryPolicy"] == declared["RetryPolicy"]
     assert targets[0]["DeadLetterConfig"] == {"Arn": local_session.stack.events_dlq_arn}
 
@@ -151,7 +151,8 @@ def test_the_bucket_is_encrypted_private_tls_only_and_drops_abandoned_uploads():
     (rule,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
     # SSE-S3: ETags are MD5s, which identify a stored output without reading it back.
     assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
-    (lifecycle,) = bucket["LifecycleConfiguration"]["Rules"]
+    rules = {rule["Id"]: rule for rule in bucket["LifecycleConfiguration"]["Rules"]}
+    lifecycle = rules["abort-incomplete-multipart-uploads"]
     assert lifecycle["Status"] == "Enabled" and lifecycle["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 7
     policy = RESOURCES["MediaBucketPolicy"]["Properties"]
     assert policy["Bucket"] == {"Ref": "MediaBucket"}
@@ -215,7 +216,7 @@ def test_alarms_watch_the_dead_letters_the_oldest_message_errors_and_throttles()
 
 
 def test_the_rule_retries_for_a_day_then_dead_letters_what_it_cannot_deliver():
-    [target] = RESOURCES["ObjectCreatedRule"]["Properties"]["Targets"]
+    [target] = RESOURCES["OriginalEventsRule"]["Properties"]["Targets"]
     # EventBridge's limits (EventBridge API reference, RetryPolicy): 0-185 tries, 60-86,400 s.
     assert target["RetryPolicy"] == {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 86400}
     assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}}
@@ -233,7 +234,7 @@ def test_only_the_rule_may_send_to_its_dead_letter_queue():
         "sqs:SendMessage",
     )
     assert statement["Resource"] == {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}
-    assert statement["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["ObjectCreatedRule", "Arn"]}}}
+    assert statement["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["OriginalEventsRule", "Arn"]}}}
 
 
 def test_alarms_watch_events_that_did_not_reach_the_queue():
@@ -244,7 +245,7 @@ def test_alarms_watch_events_that_did_not_reach_the_queue():
     ]
     lost = _alarm("InvocationsFailedToBeSentToDlq")
     assert lost["Namespace"] == "AWS/Events"
-    assert lost["Dimensions"] == [{"Name": "RuleName", "Value": {"Ref": "ObjectCreatedRule"}}]
+    assert lost["Dimensions"] == [{"Name": "RuleName", "Value": {"Ref": "OriginalEventsRule"}}]
     for alarm in (dead, lost):
         assert (alarm["Threshold"], alarm["ComparisonOperator"], alarm["EvaluationPeriods"]) == (
             0,
@@ -299,11 +300,13 @@ def test_the_bucket_is_versioned_and_notifies_eventbridge():
     assert bucket["NotificationConfiguration"]["EventBridgeConfiguration"] == {"EventBridgeEnabled": True}
 
 
-def test_the_rule_takes_every_object_created_under_originals_of_this_bucket_to_the_queue():
-    rule = RESOURCES["ObjectCreatedRule"]["Properties"]
+def test_the_rule_takes_every_object_created_or_deleted_under_originals_of_this_bucket_to_the_queue():
+    rule = RESOURCES["OriginalEventsRule"]["Properties"]
     assert rule["EventPattern"] == {
         "source": ["aws.s3"],
-        "detail-type": ["Object Created"],  # every creation path: PUT, POST, COPY, multipart
+        # Every creation path (PUT, POST, COPY, multipart) and every deletion (delete
+        # markers, versions deleted, lifecycle expirations).
+        "detail-type": ["Object Created", "Object Deleted"],
         "detail": {"bucket": {"name": [{"Ref": "MediaBucket"}]}, "object": {"key": [{"prefix": "originals/"}]}},
     }
     assert [t["Arn"] for t in rule["Targets"]] == [{"Fn::GetAtt": ["JobsQueue", "Arn"]}]
@@ -317,7 +320,7 @@ def test_only_the_rule_may_send_to_the_queue():
     assert statement["Principal"] == {"Service": "events.amazonaws.com"}
     assert statement["Action"] == "sqs:SendMessage"
     assert statement["Resource"] == {"Fn::GetAtt": ["JobsQueue", "Arn"]}
-    assert statement["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["ObjectCreatedRule", "Arn"]}}}
+    assert statement["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["OriginalEventsRule", "Arn"]}}}
 
 
 def test_the_queue_outlasts_six_worker_timeouts_and_dead_letters_after_five_receives():
@@ -334,7 +337,7 @@ def test_the_worker_is_driven_by_the_queue_with_partial_batch_failures_and_bound
     worker = RESOURCES["WorkerFunction"]["Properties"]
     assert worker["Layers"] == [{"Ref": "MediaJobsLayer"}, {"Ref": "FfmpegLayer"}]
     assert worker["EphemeralStorage"]["Size"] >= 2048
-    (event,) = worker["Events"].values()
+    event = worker["Events"]["Jobs"]
     props = event["Properties"]
     assert event["Type"] == "SQS" and props["Queue"] == {"Fn::GetAtt": ["JobsQueue", "Arn"]}
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]

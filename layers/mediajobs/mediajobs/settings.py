@@ -16,6 +16,7 @@ MB: Final = 1024 * 1024
 _ENV_NAMES: Final = {
     "jobs_table_name": "JOBS_TABLE_NAME",
     "sources_table_name": "SOURCES_TABLE_NAME",
+    "assets_table_name": "ASSETS_TABLE_NAME",
     "region": "AWS_REGION",
     "endpoint_url": "AWS_ENDPOINT_URL",
     "originals_prefix": "ORIGINALS_PREFIX",
@@ -34,6 +35,8 @@ _ENV_NAMES: Final = {
     "max_video_s": "MAX_VIDEO_SECONDS",
     "retry_base_s": "RETRY_BASE_SECONDS",
     "work_dir": "WORK_DIR",
+    "collect_grace_s": "COLLECT_GRACE_SECONDS",
+    "collect_batch_jobs": "COLLECT_BATCH_JOBS",
 }
 
 
@@ -60,6 +63,8 @@ class Settings:
     ----------
     jobs_table_name: DynamoDB table of the job ledger (env ``JOBS_TABLE_NAME``).
     sources_table_name: DynamoDB table of the source index (env ``SOURCES_TABLE_NAME``).
+    assets_table_name: DynamoDB table of the assets, their references and the collection
+        candidates (env ``ASSETS_TABLE_NAME``).
     region: AWS region (env ``AWS_REGION``).
     endpoint_url: override endpoint for every AWS client, e.g. the embedded moto server
         (env ``AWS_ENDPOINT_URL``); ``None`` in AWS.
@@ -109,10 +114,16 @@ class Settings:
     retry_base_s: first backoff after a transient failure, seconds; it doubles per
         receive up to 900 (default 5).
     work_dir: parent of the per-record work folders (``/tmp`` in Lambda).
+    collect_grace_s: how long a job nothing references keeps its derivatives before the
+        collector deletes them, seconds (default 86,400: a re-upload of the same bytes
+        within a day is ready at once, with no render).
+    collect_batch_jobs: most candidates one collection run looks at (default 100; the
+        schedule runs it again).
     """
 
     jobs_table_name: str = "mediajobs-jobs"
     sources_table_name: str = "mediajobs-sources"
+    assets_table_name: str = "mediajobs-assets"
     region: str = "us-east-1"
     endpoint_url: str | None = None
     originals_prefix: str = "originals/"
@@ -134,6 +145,8 @@ class Settings:
     retry_base_s: int = 5
     retry_cap_s: int = 900
     work_dir: str = tempfile.gettempdir()
+    collect_grace_s: int = 86_400
+    collect_batch_jobs: int = 100
 
     def __post_init__(self) -> None:
         if not self.originals_prefix.endswith("/") or not self.derivatives_prefix.endswith("/"):
@@ -153,10 +166,13 @@ class Settings:
             "worker_timeout_s",
             "video_speed_factor",
             "max_video_s",
+            "collect_batch_jobs",
         ):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive number, got {value}")
+        if self.collect_grace_s < 0:
+            raise ValueError(f"collect_grace_s must be 0 or more, got {self.collect_grace_s}")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

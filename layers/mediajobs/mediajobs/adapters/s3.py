@@ -221,6 +221,38 @@ class S3Store:
             raise TransientFailure(f"S3 ListObjectsV2 {prefix} failed: {exc}") from exc
         return found
 
+    def delete_prefix(self, bucket: str, prefix: str, *, first: str | None = None) -> int:
+        """Delete every object under ``prefix``, the key ``first`` (the manifest) alone and
+        before the others; returns how many keys were deleted. The rest go by
+        ``DeleteObjects`` in batches of at most 1,000 keys (the API's limit; S3 API
+        reference, DeleteObjects), which needs ``s3:DeleteObject``. On a versioned bucket
+        each delete creates a delete marker. Deleting a key that is not there succeeds.
+
+        Raises
+        ------
+        TransientFailure
+            On any S3 error, or a key the batch reports not deleted (deleting again is
+            harmless).
+        """
+        deleted = 0
+        try:
+            if first is not None:
+                self._s3.delete_object(Bucket=bucket, Key=first)
+                deleted += 1
+            rest = [k for k in self.listing(bucket, prefix) if k != first]
+            for start in range(0, len(rest), 1000):
+                batch = rest[start : start + 1000]
+                answer = self._s3.delete_objects(
+                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+                )
+                if answer.get("Errors"):
+                    error = answer["Errors"][0]
+                    raise TransientFailure(f"S3 DeleteObjects {error.get('Key')}: {error.get('Code')}")
+                deleted += len(batch)
+        except (ClientError, BotoCoreError) as exc:
+            raise TransientFailure(f"S3 delete under {prefix} failed: {exc}") from exc
+        return deleted
+
     def download_file(self, bucket: str, key: str, dest: Path) -> None:
         """Copy an object to a local file (the CLI's output folder), via a temporary name."""
         tmp = dest.with_name(dest.name + ".part")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,12 +14,19 @@ class JobState(enum.StrEnum):
 
     ``running`` -> ``done`` | ``permanent_failure`` | ``transient_failure``;
     ``transient_failure`` and an expired ``running`` lease can be taken over.
+    ``done`` -> ``collecting`` (the collector holds a lease while it deletes the
+    derivatives of a job nothing references) -> ``collected`` (gone; a new reference
+    renders it again) or back to ``done`` (a reference came meanwhile). An expired
+    ``collecting`` lease can be taken over by a render, which first deletes what is left
+    under the prefix (:attr:`Claim.sweep`).
     """
 
     RUNNING = "running"
     DONE = "done"
     TRANSIENT_FAILURE = "transient_failure"
     PERMANENT_FAILURE = "permanent_failure"
+    COLLECTING = "collecting"
+    COLLECTED = "collected"
 
 
 class SourceState(enum.StrEnum):
@@ -27,12 +34,17 @@ class SourceState(enum.StrEnum):
 
     ``done``: every job of it is committed (now or earlier); ``permanent_failure``: it, or
     one of its jobs, failed for good (the reason says why); ``ignored``: its key is
-    outside ``originals/``. Busy and transient outcomes are raised, not returned.
+    outside ``originals/``; ``superseded``: a greater sequencer of its key is current (an
+    older version's late event, or one deleted since): nothing was rendered or counted;
+    ``deleted``: an ``Object Deleted`` event was applied to its asset. Busy and transient
+    outcomes are raised, not returned.
     """
 
     DONE = "done"
     PERMANENT_FAILURE = "permanent_failure"
     IGNORED = "ignored"
+    SUPERSEDED = "superseded"
+    DELETED = "deleted"
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -177,6 +189,10 @@ class Claim:
     failed_now: whether this claim itself ended the job (``attempts_exhausted``).
     staged_manifest: on a takeover, the manifest body (JSON) a lost holder staged in the
         ledger before writing it: the set is adopted, not rendered again.
+    decisions: the committed manifest's ``decisions`` when ``outcome`` is ``DONE`` (the
+        placeholder recipe's hash is there).
+    sweep: this claim took over an interrupted collection: whatever is left under the
+        job's prefix (perhaps its old manifest) is deleted before the render.
     """
 
     outcome: ClaimOutcome
@@ -191,6 +207,8 @@ class Claim:
     took_over: bool = False
     failed_now: bool = False
     staged_manifest: str | None = None
+    decisions: Mapping[str, Any] | None = None
+    sweep: bool = False
 
 
 class Decision(enum.StrEnum):
@@ -219,6 +237,9 @@ class JobView:
     failure_reason, failure_detail: the stored failure, if any.
     staged_manifest: the manifest body a holder staged before writing it, while the job
         is not finished.
+    decisions: the committed manifest's ``decisions`` when ``done``.
+    collected_at_s: when the collector deleted the job's prefix (a ``collected`` job, or a
+        failed one whose manifest-less outputs were swept), Unix seconds; else ``None``.
     """
 
     job_key: str
@@ -232,6 +253,8 @@ class JobView:
     failure_reason: str | None = None
     failure_detail: str | None = None
     staged_manifest: str | None = None
+    decisions: Mapping[str, Any] | None = None
+    collected_at_s: int | None = None
 
 
 def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
@@ -244,11 +267,19 @@ def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
     the job, so duplicates cannot multiply the retries) -- unless a holder staged the
     manifest: then every output is stored and the manifest may be written already, so the
     job is taken over to commit it (no render), never failed.
+
+    A ``collecting`` row is busy while the collector's lease runs, and taken over (to
+    render afresh, its attempts counted from zero) once it has expired; a ``collected``
+    row is taken over the same way.
     """
     if view.state == JobState.DONE:
         return Decision.DONE
     if view.state == JobState.PERMANENT_FAILURE:
         return Decision.FAILED
+    if view.state == JobState.COLLECTING:
+        return Decision.BUSY if view.lease_expires_at_s > now_s else Decision.TAKE_OVER
+    if view.state == JobState.COLLECTED:
+        return Decision.TAKE_OVER
     if view.state == JobState.RUNNING and view.lease_expires_at_s > now_s:
         return Decision.BUSY
     if view.attempts >= max_attempts and view.staged_manifest is None:
@@ -365,6 +396,8 @@ class ObjectRef:
     etag: ETag announced by the event (may be empty).
     raw_key: the key as the event spelled it, when that differs from ``key``: the object
         it names is used only when ``key`` names none. ``None`` otherwise.
+    sequencer: the event's ``sequencer`` as sent (orders the events of one key:
+        :func:`mediajobs.domain.assets.sequencer_order`), ``None`` when it has none.
     """
 
     bucket: str
@@ -373,6 +406,7 @@ class ObjectRef:
     size_bytes: int | None = None
     etag: str = ""
     raw_key: str | None = None
+    sequencer: str | None = None
 
 
 @dataclass
@@ -392,6 +426,7 @@ class JobResult:
     manifest_key: str | None = None
     outputs: tuple[OutputRecord, ...] = ()
     seconds: float = 0.0
+    decisions: Mapping[str, Any] | None = None
 
 
 @dataclass

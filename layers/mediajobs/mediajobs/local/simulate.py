@@ -170,6 +170,10 @@ class CountingStore:
         """As ``inner.listing``."""
         return self._inner.listing(bucket, prefix)
 
+    def delete_prefix(self, bucket: str, prefix: str, *, first: str | None = None) -> int:
+        """As ``inner.delete_prefix``."""
+        return self._inner.delete_prefix(bucket, prefix, first=first)
+
 
 def _worker_main(
     slot: int, spawn_index: int, settings: Settings, stack: LocalStack, cfg: StormConfig, log_path: str

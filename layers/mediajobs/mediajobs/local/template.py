@@ -34,12 +34,13 @@ _CfnLoader.add_multi_constructor("!", _construct_tag)
 
 # Logical ids in template.yaml that the local tools instantiate or name, written once here.
 BUCKET_ID: Final = "MediaBucket"
-RULE_ID: Final = "ObjectCreatedRule"
+RULE_ID: Final = "OriginalEventsRule"
 QUEUE_ID: Final = "JobsQueue"
 DLQ_ID: Final = "DeadLetterQueue"
 EVENTS_DLQ_ID: Final = "EventsDeadLetterQueue"
 TABLE_ID: Final = "JobsTable"
 SOURCES_TABLE_ID: Final = "SourcesTable"
+ASSETS_TABLE_ID: Final = "AssetsTable"
 FUNCTION_ID: Final = "WorkerFunction"
 
 #: Logical ids the local runner needs; a template without them is not ours.

@@ -8,6 +8,8 @@ implement them with fakes (``tests/fakes.py``); the composition root
 * :class:`Ledger` -- DynamoDB: one row per job key, claims and commits.
 * :class:`Sources` -- DynamoDB: what is known of a source version or a content before
   reading it.
+* :class:`Assets` -- DynamoDB: the asset records (what an app asks), the references each
+  job has, and the collection candidates.
 * :class:`Queue` -- SQS: every operation on the queue a record came from (visibility,
   hand-over, delete, return).
 * :class:`Step` -- one recipe step (``image.variants``, ``video.renditions`` ...): turns an
@@ -16,13 +18,14 @@ implement them with fakes (``tests/fakes.py``); the composition root
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from mediajobs.domain.assets import AssetJob, AssetVersion, AssetView, Candidate
 from mediajobs.domain.jobs import (
     Claim,
     Delivery,
@@ -48,6 +51,18 @@ class ObjectStore(Protocol):
     def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool: ...
     def put_if_absent(self, bucket: str, key: str, body: bytes, *, content_type: str) -> bool: ...
     def listing(self, bucket: str, prefix: str) -> dict[str, str]: ...
+    def delete_prefix(self, bucket: str, prefix: str, *, first: str | None = None) -> int:
+        """Delete every object under ``prefix`` (the key ``first`` before the others: the
+        manifest, so that no reader meets a set without it); returns how many were deleted.
+        On a versioned bucket this creates delete markers (a lifecycle rule expires the
+        noncurrent versions).
+
+        Raises
+        ------
+        TransientFailure
+            A delete or listing failed (deleting again is harmless).
+        """
+        ...
 
 
 class LeaseLedger(Protocol):
@@ -70,6 +85,156 @@ class Ledger(LeaseLedger, Protocol):
         self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int
     ) -> None: ...
     def fail_permanently(self, job_key: str, token: str, *, reason: str, detail: str, now_s: int) -> None: ...
+
+
+class CollectionLedger(LeaseLedger, Protocol):
+    """What the collector needs of the job ledger, besides :meth:`LeaseLedger.renew`.
+
+    A ``done`` job goes ``collecting`` under a lease (:meth:`begin_collection`), then
+    ``collected`` or back to ``done`` (:meth:`end_collection`); every write after the first
+    is conditional on the collector's token, so a render that took an expired collection
+    over is never undone. A failed job's manifest-less prefix is swept without a state
+    change (:meth:`mark_swept`).
+    """
+
+    def find(self, job_keys: list[str]) -> dict[str, JobView]: ...
+
+    def begin_collection(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> bool:
+        """``done`` -> ``collecting`` held by ``token`` until ``lease_until_s``; ``False``
+        when the row is not ``done`` (a render holds it, it is collected already ...)."""
+        ...
+
+    def end_collection(self, job_key: str, token: str, *, collected: bool, now_s: int) -> None:
+        """``collecting`` -> ``collected`` (the manifest and outputs forgotten,
+        ``collected_at_s`` set) or, when ``collected`` is false, back to ``done``.
+
+        Raises
+        ------
+        Superseded
+            ``token`` no longer holds the collection (a render took it over).
+        """
+        ...
+
+    def mark_swept(self, job_key: str, *, now_s: int) -> None:
+        """Record ``collected_at_s`` on a ``permanent_failure`` row whose prefix was swept
+        (no-op on any other state)."""
+        ...
+
+
+class Assets(Protocol):
+    """What the service needs of the asset records (see
+    :class:`mediajobs.adapters.assets.DynamoAssets`).
+
+    Every write that changes which version is current changes the asset item and the
+    reference rows in one DynamoDB transaction conditional on the asset's stored
+    sequencer (read just before; a lost race reads again and retries), so no interleaving
+    of workers can lose or double a reference. Sequencers are in
+    :func:`~mediajobs.domain.assets.sequencer_order` form.
+    """
+
+    def get(self, bucket: str, key: str) -> AssetView | None:
+        """The asset (strongly consistent read), or ``None`` when never seen."""
+        ...
+
+    def make_current(
+        self,
+        bucket: str,
+        key: str,
+        version: AssetVersion,
+        *,
+        sha256: str | None,
+        media: str | None,
+        jobs: Sequence[AssetJob] | None,
+        now_s: int,
+    ) -> AssetView | None:
+        """Make ``version`` the asset's current version, or find it current already.
+
+        Parameters
+        ----------
+        version: the version and the sequencer of the event naming it.
+        sha256, media: its content, when known.
+        jobs: its jobs (``pending``), when the content is known; ``None`` before (a later
+            call with the jobs attaches them and their references).
+
+        Returns
+        -------
+        AssetView | None
+            The asset as stored after the call; ``None`` when a greater sequencer is
+            current (the event is superseded: nothing was written).
+
+        Same sequencer (the same event again): the stored asset is returned unchanged,
+        except that jobs not attached yet are attached (with their references). Greater
+        sequencer: one transaction puts the asset (``pending``, or ``deleted`` history
+        dropped), puts a reference row under each job it now uses, deletes those of the
+        jobs the replaced version used and no longer does, and writes a
+        :class:`~mediajobs.domain.assets.Candidate` for each job so released.
+
+        Raises
+        ------
+        TransientFailure
+            Transaction conflicts or throttling persisted past the adapter's retries.
+        """
+        ...
+
+    def record(
+        self,
+        bucket: str,
+        key: str,
+        sequencer: str,
+        jobs: Sequence[AssetJob],
+        *,
+        now_s: int,
+        failure: tuple[str, str] | None = None,
+        placeholder: Mapping[str, Any] | None = None,
+    ) -> AssetView | None:
+        """Apply job states to the version made current by ``sequencer``, forward only
+        (:func:`~mediajobs.domain.assets.merge_jobs`), and set the asset's state from
+        them (:func:`~mediajobs.domain.assets.summarize`); ``failure`` (reason, detail)
+        fails the version itself (a refusal before any job); ``placeholder`` is stored
+        when given. A job ending failed with outputs but no manifest
+        (``attempts_exhausted``, ``output_conflict``) gets a ``failed`` candidate.
+
+        Returns the asset as stored, or ``None`` when ``sequencer`` is no longer current
+        (nothing written)."""
+        ...
+
+    def progress(self, bucket: str, key: str, sequencer: str, job_key: str, fraction: float, *, now_s: int) -> None:
+        """Set a ``processing`` job's progress (0-1) if ``sequencer`` is still current;
+        failures are logged, never raised (progress is advice)."""
+        ...
+
+    def delete(self, bucket: str, key: str, version: AssetVersion, *, now_s: int) -> AssetView | None:
+        """Record the asset ``deleted`` by the event whose version and sequencer are
+        ``version`` (the delete marker's version id, or the version deleted): one
+        transaction conditional on the stored sequencer that drops every reference and
+        writes their candidates. An unknown asset is recorded ``deleted`` (a tombstone:
+        a late ``Object Created`` of an older version is then superseded).
+
+        Returns the asset as stored, or ``None`` when superseded (nothing written).
+
+        Raises
+        ------
+        TransientFailure
+            As :meth:`make_current`.
+        """
+        ...
+
+    def referenced(self, job_key: str) -> bool:
+        """Whether any asset references ``job_key`` now (strongly consistent)."""
+        ...
+
+    def references(self, job_key: str) -> int:
+        """How many assets reference ``job_key`` now (strongly consistent; for checks)."""
+        ...
+
+    def candidates(self, *, released_before_s: int, limit: int) -> list[Candidate]:
+        """Up to ``limit`` collection candidates released before ``released_before_s``."""
+        ...
+
+    def drop_candidate(self, candidate: Candidate) -> None:
+        """Delete one candidate (conditional on its ``released_at_s``: a newer release of
+        the same job by the same asset stays)."""
+        ...
 
 
 class Sources(Protocol):

@@ -1,0 +1,398 @@
+"""Assets: the original as an app sees it, keyed by (bucket, original key). Pure.
+
+An app asks one question after an upload: is ``originals/users/42/avatar.jpg`` ready, and
+where are its derivatives? The job ledger cannot answer it (it is keyed by content and
+recipe, and one job serves every original with the same bytes). The asset record can: its
+current version, the S3 event ``sequencer`` that made it current, its SHA-256 and media
+type, and per active recipe the job key, the job's state and its outputs.
+
+* **States** (:class:`AssetState`): ``pending`` (event seen, no claim yet) ->
+  ``processing`` (a job is claimed; ``progress`` where a step reports one) -> ``ready``
+  (every active recipe's job is done) or ``failed`` (a job or the original failed for
+  good, with its reason); ``deleted`` once the object is gone. For one version a state
+  only moves forward (:func:`may_move`): a duplicate or late event never turns ``ready``
+  back into ``processing``.
+* **Order** (:func:`sequencer_order`): a new version (or a delete) replaces the current
+  one only if its sequencer is greater. S3's sequencers of one key are hexadecimal strings
+  of varying length, compared as numbers ("Event message structure", Amazon S3 user
+  guide: "compare the sequencer values as hexadecimal ... left-pad the shorter with
+  zeros"). An event whose sequencer is lower is *superseded*: it renders nothing, changes
+  no reference and is acknowledged. An equal sequencer is the same event again.
+* **References**: each job key is referenced by the assets whose current version uses
+  it (a reference row per asset under the job: ``docs/assets.md`` says why not a
+  counter). A job nothing references any more is collected after a grace period
+  (:mod:`mediajobs.service_layer.collection`).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from mediajobs.domain.jobs import OutputRecord
+
+
+class AssetState(enum.StrEnum):
+    """What an app is told of an asset's current version (see the module docstring)."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    READY = "ready"
+    FAILED = "failed"
+    DELETED = "deleted"
+
+
+class AssetJobState(enum.StrEnum):
+    """One recipe's job as the asset records it: ``pending`` (not claimed yet),
+    ``processing`` (claimed), ``done``, ``failed`` (with the job's reason code)."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+_ASSET_RANK: Final = {
+    AssetState.PENDING: 0,
+    AssetState.PROCESSING: 1,
+    AssetState.READY: 2,
+    AssetState.FAILED: 2,
+    AssetState.DELETED: 3,
+}
+_JOB_RANK: Final = {
+    AssetJobState.PENDING: 0,
+    AssetJobState.PROCESSING: 1,
+    AssetJobState.DONE: 2,
+    AssetJobState.FAILED: 2,
+}
+
+
+def may_move(old: AssetState, new: AssetState) -> bool:
+    """Whether one version's asset may go from ``old`` to ``new``: forward or staying, never
+    back, and never from one final state to the other (``ready`` <-> ``failed``)."""
+    if old == new:
+        return True
+    return _ASSET_RANK[new] > _ASSET_RANK[old]
+
+
+def job_may_move(old: AssetJobState, new: AssetJobState) -> bool:
+    """As :func:`may_move`, for one recipe's job entry."""
+    return old == new or _JOB_RANK[new] > _JOB_RANK[old]
+
+
+#: Width, hex digits, that sequencers are left-padded to before they are compared or
+#: stored (S3's are 16-20 today; 64 leaves room and keeps a string comparison exact).
+SEQUENCER_WIDTH: Final = 64
+_HEX = re.compile(r"[0-9A-Fa-f]{1,64}")
+
+
+def sequencer_order(sequencer: str | None) -> str:
+    """The sortable form of an S3 event ``sequencer``: upper-case hex, left-padded with zeros
+    to :data:`SEQUENCER_WIDTH`, so that comparing two such strings compares the numbers
+    (S3 user guide, "Event message structure"). ``None`` or ``""`` (an event that carries
+    none, as a hand-written replay) sorts before every real sequencer.
+
+    Raises
+    ------
+    ValueError
+        If ``sequencer`` is not 1-64 hexadecimal digits.
+    """
+    if sequencer is None or sequencer == "":
+        return "0" * SEQUENCER_WIDTH
+    if not _HEX.fullmatch(sequencer):
+        raise ValueError(f"not an S3 sequencer (1-64 hex digits): {sequencer!r}")
+    return sequencer.upper().rjust(SEQUENCER_WIDTH, "0")
+
+
+def compare_sequencers(a: str | None, b: str | None) -> int:
+    """-1, 0 or 1 as ``a`` is lower than, equal to or greater than ``b`` (as hexadecimal
+    numbers of any length; see :func:`sequencer_order`)."""
+    x, y = sequencer_order(a), sequencer_order(b)
+    return (x > y) - (x < y)
+
+
+def asset_id(bucket: str, key: str) -> str:
+    """The asset's id: ``<bucket>/<key>`` (at most 63 + 1 + 1,024 bytes: within DynamoDB's
+    2,048-byte partition key)."""
+    return f"{bucket}/{key}"
+
+
+def reference_id(bucket: str, key: str) -> str:
+    """The id of the asset under a job's references: SHA-256 hex of :func:`asset_id` (a
+    sort key is at most 1,024 bytes, which a bucket and a 1,024-byte key exceed)."""
+    return hashlib.sha256(asset_id(bucket, key).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class AssetVersion:
+    """The object version an asset's state is about.
+
+    Attributes
+    ----------
+    version_id: S3 version id; ``None`` on an unversioned bucket (then ``etag`` and
+        ``size_bytes`` tell versions apart).
+    etag: ETag without quotes (may be empty when unknown).
+    size_bytes: size in bytes, when known.
+    sequencer: :func:`sequencer_order` of the event that made it current.
+    """
+
+    version_id: str | None
+    etag: str
+    size_bytes: int | None
+    sequencer: str
+
+
+@dataclass(frozen=True)
+class AssetJob:
+    """One active recipe's job of an asset's current version.
+
+    Attributes
+    ----------
+    recipe: the recipe's reference (``web-image@1``).
+    job_key: 64 hex characters.
+    state: an :class:`AssetJobState`.
+    reason, detail: the job's reason code and detail when ``failed``.
+    manifest_key: ``derivatives/<job key>/manifest.json`` when ``done``.
+    outputs: the manifest's outputs when ``done``.
+    progress: fraction 0-1 of the work done while ``processing``, where a step reports it.
+    """
+
+    recipe: str
+    job_key: str
+    state: AssetJobState = AssetJobState.PENDING
+    reason: str | None = None
+    detail: str = ""
+    manifest_key: str | None = None
+    outputs: tuple[OutputRecord, ...] = ()
+    progress: float | None = None
+
+
+@dataclass(frozen=True)
+class AssetView:
+    """An asset as stored.
+
+    Attributes
+    ----------
+    bucket, key: the original.
+    state: an :class:`AssetState`.
+    version: the current version.
+    sha256: its content's SHA-256 hex, once known.
+    media: ``image`` or ``video``, once known.
+    jobs: one per active recipe, once the content is known (empty before).
+    reason, detail: why it ``failed`` (the first failed job's, or the original's own
+        refusal: ``empty_file``, ``unsupported_format`` ...).
+    placeholder: the placeholder recipe's decisions (``{"placeholder": "thumbhash", ...}``)
+        once its job is done.
+    updated_at_s: Unix time, seconds, of the last change.
+    """
+
+    bucket: str
+    key: str
+    state: AssetState
+    version: AssetVersion
+    sha256: str | None = None
+    media: str | None = None
+    jobs: tuple[AssetJob, ...] = ()
+    reason: str | None = None
+    detail: str = ""
+    placeholder: Mapping[str, Any] | None = None
+    updated_at_s: int = 0
+
+    @property
+    def job_keys(self) -> frozenset[str]:
+        """The job keys this asset references (none once ``deleted``)."""
+        if self.state == AssetState.DELETED:
+            return frozenset()
+        return frozenset(job.job_key for job in self.jobs)
+
+
+def summarize(jobs: Sequence[AssetJob]) -> tuple[AssetState, str | None, str]:
+    """The asset state its jobs make, with the reason and detail of a failure.
+
+    ``failed`` when any job failed (the first one's reason), ``ready`` when every job is
+    done (and there is at least one), ``processing`` when any job is claimed or done,
+    ``pending`` otherwise.
+    """
+    for job in jobs:
+        if job.state == AssetJobState.FAILED:
+            return AssetState.FAILED, job.reason, job.detail
+    if jobs and all(job.state == AssetJobState.DONE for job in jobs):
+        return AssetState.READY, None, ""
+    if any(job.state in (AssetJobState.PROCESSING, AssetJobState.DONE) for job in jobs):
+        return AssetState.PROCESSING, None, ""
+    return AssetState.PENDING, None, ""
+
+
+def merge_jobs(current: Sequence[AssetJob], updates: Iterable[AssetJob]) -> tuple[AssetJob, ...]:
+    """``current`` with ``updates`` applied by job key, each only where it moves forward
+    (:func:`job_may_move`; a ``processing`` entry's progress may change). An update naming
+    a job key the version does not use is ignored. Pure."""
+    by_key = {job.job_key: job for job in updates}
+    merged = []
+    for job in current:
+        new = by_key.get(job.job_key)
+        if new is not None and job_may_move(job.state, new.state):
+            if new.state == job.state == AssetJobState.PROCESSING and new.progress is None:
+                new = replace(new, progress=job.progress)
+            job = replace(new, recipe=job.recipe)
+        merged.append(job)
+    return tuple(merged)
+
+
+def placeholder_of(decisions: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The placeholder in a job's decisions (``"placeholder": "thumbhash"``), or ``None``."""
+    if isinstance(decisions, Mapping) and decisions.get("placeholder") == "thumbhash":
+        return dict(decisions)
+    return None
+
+
+class Deletion(enum.StrEnum):
+    """S3's ``deletion-type`` of an ``Object Deleted`` event (Amazon S3 user guide, "Using
+    EventBridge", event detail): a ``DeleteObject`` without a version on a versioned bucket,
+    and a lifecycle expiration of a current version there, create a delete marker; deleting
+    a version (or any object of an unversioned bucket), and a lifecycle expiration of a
+    noncurrent version, delete permanently."""
+
+    DELETE_MARKER_CREATED = "Delete Marker Created"
+    PERMANENTLY_DELETED = "Permanently Deleted"
+
+
+class DeletionEffect(enum.StrEnum):
+    """What an ``Object Deleted`` event does to an asset (:func:`deletion_effect`)."""
+
+    #: A greater sequencer is current: nothing changes, the event is acknowledged.
+    SUPERSEDED = "superseded"
+    #: The current version is gone: the asset becomes ``deleted`` and drops its references.
+    DELETED = "deleted"
+    #: A noncurrent version was deleted: nothing visible changes.
+    NONCURRENT = "noncurrent"
+    #: The current version of a versioned bucket was deleted for good: S3 makes the
+    #: previous version current (no event says so), so the key must be looked at again.
+    LOOK_AGAIN = "look_again"
+
+
+def deletion_effect(
+    view: AssetView | None, *, version_id: str | None, deletion_type: str | None, sequencer: str
+) -> DeletionEffect:
+    """What an ``Object Deleted`` event with ``sequencer`` (:func:`sequencer_order` form)
+    does to the asset ``view`` (``None``: unknown). Pure.
+
+    A delete older than the current state is superseded. A delete marker, or the permanent
+    deletion of an unversioned object, deletes the current version (an unknown asset is
+    recorded ``deleted`` too, so that a late ``Object Created`` of an older version is then
+    superseded). Permanently deleting a version that is not the current one changes
+    nothing visible; permanently deleting the current version of a versioned object (or
+    the delete marker a deleted asset records: an undelete) makes S3 serve the previous
+    version, so the key is looked at again (as for an asset never seen). An event without
+    ``deletion-type`` (moto sends none) is taken as a permanent deletion.
+    """
+    if view is not None and sequencer <= view.version.sequencer:
+        return DeletionEffect.SUPERSEDED
+    if deletion_type == Deletion.DELETE_MARKER_CREATED or version_id is None:
+        return DeletionEffect.DELETED
+    if view is None or view.version.version_id == version_id:
+        # The current version (or, on a deleted asset, its delete marker: an undelete) is
+        # gone for good: S3 now serves the previous version, if any.
+        return DeletionEffect.LOOK_AGAIN
+    return DeletionEffect.NONCURRENT
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A job that may have nothing left referencing it: written when an asset drops its
+    reference (``released_by`` is that asset's :func:`reference_id`) or when a job ends
+    failed with outputs but no manifest (``released_by`` is ``"failed"``).
+
+    Attributes
+    ----------
+    job_key: the job.
+    released_by: who released it (one candidate per releasing asset: no two writers share
+        an item on the upload path).
+    released_at_s: Unix time, seconds; the job is collected no earlier than the grace
+        period after it.
+    """
+
+    job_key: str
+    released_by: str
+    released_at_s: int
+
+
+#: ``released_by`` of a candidate written for a failed job's manifest-less prefix.
+FAILED_PREFIX: Final = "failed"
+
+
+def status_document(view: AssetView) -> dict[str, Any]:
+    """The JSON an app reads of an asset (``GET /assets?key=...``, ``mediajobs status --json``).
+
+    Shape::
+
+        {"bucket": str, "key": str, "state": "pending|processing|ready|failed|deleted",
+         "reason": str|None, "detail": str,
+         "version": {"version_id": str|None, "etag": str, "size_bytes": int|None, "sequencer": str},
+         "sha256": str|None, "media": str|None, "placeholder": {...}|None,
+         "updated_at_s": int,
+         "recipes": {"web-image@1": {"job_key": str, "state": str, "reason": str|None,
+                     "progress": float|None, "manifest_key": str|None,
+                     "outputs": [{"key", "format", "width", "height", "bytes"}]}}}
+
+    ``sequencer`` is given without its padding zeros.
+    """
+    version = view.version
+    return {
+        "bucket": view.bucket,
+        "key": view.key,
+        "state": str(view.state),
+        "reason": view.reason,
+        "detail": view.detail,
+        "version": {
+            "version_id": version.version_id,
+            "etag": version.etag,
+            "size_bytes": version.size_bytes,
+            "sequencer": version.sequencer.lstrip("0") or "0",
+        },
+        "sha256": view.sha256,
+        "media": view.media,
+        "placeholder": dict(view.placeholder) if view.placeholder is not None else None,
+        "updated_at_s": view.updated_at_s,
+        "recipes": {
+            job.recipe: {
+                "job_key": job.job_key,
+                "state": str(job.state),
+                "reason": job.reason,
+                "progress": job.progress,
+                "manifest_key": job.manifest_key,
+                "outputs": [
+                    {"key": o.key, "format": o.format, "width": o.width, "height": o.height, "bytes": o.bytes}
+                    for o in job.outputs
+                ],
+            }
+            for job in view.jobs
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """An ``Object Deleted`` event as the service needs it.
+
+    Attributes
+    ----------
+    bucket, key: the object (the key URL-decoded).
+    version_id: the version deleted, or the delete marker's id (``Delete Marker Created``);
+        ``None`` on an unversioned bucket.
+    deletion_type: a :class:`Deletion` value, or ``None`` when the event has none.
+    sequencer: the event's sequencer as sent.
+    reason: S3's ``reason`` (``DeleteObject``, ``Lifecycle Expiration``), for the logs.
+    """
+
+    bucket: str
+    key: str
+    version_id: str | None
+    deletion_type: str | None
+    sequencer: str | None
+    reason: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
