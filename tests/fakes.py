@@ -10,6 +10,7 @@ replacing methods on it.
 * :class:`FakeLedger` -- the job ledger; its claims follow :func:`mediajobs.domain.jobs.decide`
   (the one takeover rule), not a copy of it.
 * :class:`FakeSources` -- the source index.
+* :class:`FakeAssets` -- the asset records, references and collection candidates.
 * :class:`FakeQueue` -- the SQS queue (every operation of the ``Queue`` port, recorded;
   failing on demand).
 * :class:`FakeImageStep`, :class:`FakeVideoStep` -- recipe steps (the ``Step`` port) writing
@@ -25,8 +26,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mediajobs.domain.assets import (
+    FAILED_PREFIX,
+    AssetJobState,
+    AssetState,
+    AssetView,
+    Candidate,
+    may_move,
+    merge_jobs,
+    reference_id,
+    same_version,
+    summarize,
+)
 from mediajobs.domain.errors import (
     ATTEMPTS_EXHAUSTED,
+    OUTPUT_CONFLICT,
     SOURCE_MISSING,
     DeliveryLost,
     PermanentFailure,
@@ -198,9 +212,16 @@ class FakeLedger:
         self._finish(job_key, token)
         return self.staged.setdefault(job_key, body)
 
-    def complete(self, job_key, token, *, manifest_key, outputs, now_s):
+    def complete(self, job_key, token, *, manifest_key, outputs, now_s, decisions=None):
         self.log.append(("complete", job_key))
-        self._finish(job_key, token, state=JobState.DONE, manifest_key=manifest_key, outputs=tuple(outputs))
+        self._finish(
+            job_key,
+            token,
+            state=JobState.DONE,
+            manifest_key=manifest_key,
+            outputs=tuple(outputs),
+            decisions=dict(decisions or {}),
+        )
         self.candidates.pop(job_key, None)
         self.staged.pop(job_key, None)
 
@@ -328,3 +349,131 @@ class FakeVideoStep:
         renditions = (("720p", "mp4", "video/mp4"), ("360p", "mp4", "video/mp4"), ("poster", "jpg", "image/jpeg"))
         files = [_rendered(out_dir, name, fmt, ctype, 2) for name, fmt, ctype in renditions]
         return StepResult(files, RenderDecisions("mov,mp4", 2, 2).to_json())
+
+
+class FakeAssets:
+    """The asset records in dicts, with the semantics of the ``Assets`` port (the reference
+    for :class:`mediajobs.adapters.assets.DynamoAssets`; ``tests/functional/test_assets_port.py``
+    runs both through the same cases).
+
+    ``assets`` maps ``(bucket, key)`` to :class:`AssetView`; ``refs`` maps a job key to the
+    set of ``(bucket, key)`` referencing it; ``candidate_rows`` maps ``(job key,
+    released_by)`` to ``released_at_s``. Every method is one atomic step, as a
+    transaction is.
+    """
+
+    def __init__(self, log: list | None = None) -> None:
+        self.log = log if log is not None else []
+        self.assets: dict[tuple[str, str], AssetView] = {}
+        self.refs: dict[str, set[tuple[str, str]]] = {}
+        self.candidate_rows: dict[tuple[str, str], int] = {}
+
+    def get(self, bucket, key):
+        return self.assets.get((bucket, key))
+
+    def _release(self, bucket, key, job_keys, now_s):
+        for job_key in job_keys:
+            self.refs.get(job_key, set()).discard((bucket, key))
+            self.candidate_rows[(job_key, reference_id(bucket, key))] = now_s
+
+    def _reference(self, bucket, key, job_keys):
+        for job_key in job_keys:
+            self.refs.setdefault(job_key, set()).add((bucket, key))
+
+    def make_current(self, bucket, key, version, *, sha256, media, jobs, now_s):
+        self.log.append(("make_current", key, version.sequencer.lstrip("0")))
+        old = self.assets.get((bucket, key))
+        if old is not None and version.sequencer < old.version.sequencer:
+            return None
+        if old is not None and version.sequencer == old.version.sequencer:
+            if jobs is None or old.jobs or old.state == AssetState.DELETED:
+                return old
+            new = dataclasses.replace(old, sha256=sha256, media=media, jobs=tuple(jobs), updated_at_s=now_s)
+            self._reference(bucket, key, new.job_keys)
+            self.assets[(bucket, key)] = new
+            return new
+        if old is not None and old.state != AssetState.DELETED and same_version(old.version, version):
+            # The same version named by a later event (the key looked at again after a
+            # delete): only the sequencer moves; the state stays.
+            new = dataclasses.replace(old, version=version, updated_at_s=now_s)
+            self.assets[(bucket, key)] = new
+            return new
+        new = AssetView(
+            bucket,
+            key,
+            AssetState.PENDING,
+            version,
+            sha256=sha256,
+            media=media,
+            jobs=tuple(jobs or ()),
+            updated_at_s=now_s,
+        )
+        released = old.job_keys - new.job_keys if old is not None else frozenset()
+        self._release(bucket, key, released, now_s)
+        self._reference(bucket, key, new.job_keys)
+        self.assets[(bucket, key)] = new
+        return new
+
+    def record(self, bucket, key, sequencer, jobs, *, now_s, failure=None, placeholder=None):
+        self.log.append(("record", key, tuple(str(j.state) for j in jobs)))
+        old = self.assets.get((bucket, key))
+        if old is None or old.version.sequencer != sequencer or old.state == AssetState.DELETED:
+            return None
+        merged = merge_jobs(old.jobs, jobs)
+        state, reason, detail = summarize(merged)
+        if failure is not None:
+            state, (reason, detail) = AssetState.FAILED, failure
+        if not may_move(old.state, state):
+            state, reason, detail = old.state, old.reason, old.detail
+        new = dataclasses.replace(
+            old,
+            state=state,
+            jobs=merged,
+            reason=reason,
+            detail=detail,
+            placeholder=placeholder if placeholder is not None else old.placeholder,
+            updated_at_s=now_s,
+        )
+        for job in merged:
+            if job.state == AssetJobState.FAILED and job.reason in (ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT):
+                self.candidate_rows.setdefault((job.job_key, FAILED_PREFIX), now_s)
+        self.assets[(bucket, key)] = new
+        return new
+
+    def progress(self, bucket, key, sequencer, job_key, fraction, *, now_s):
+        old = self.assets.get((bucket, key))
+        if old is None or old.version.sequencer != sequencer:
+            return
+        jobs = tuple(
+            dataclasses.replace(j, progress=fraction)
+            if j.job_key == job_key and j.state == AssetJobState.PROCESSING
+            else j
+            for j in old.jobs
+        )
+        self.assets[(bucket, key)] = dataclasses.replace(old, jobs=jobs, updated_at_s=now_s)
+
+    def delete(self, bucket, key, version, *, now_s):
+        self.log.append(("delete", key, version.sequencer.lstrip("0")))
+        old = self.assets.get((bucket, key))
+        if old is not None and version.sequencer <= old.version.sequencer:
+            return None
+        if old is not None:
+            self._release(bucket, key, old.job_keys, now_s)
+        new = AssetView(bucket, key, AssetState.DELETED, version, updated_at_s=now_s)
+        self.assets[(bucket, key)] = new
+        return new
+
+    def referenced(self, job_key):
+        return bool(self.refs.get(job_key))
+
+    def references(self, job_key):
+        return len(self.refs.get(job_key, ()))
+
+    def candidates(self, *, released_before_s, limit):
+        rows = sorted(self.candidate_rows.items(), key=lambda item: item[0])
+        found = [Candidate(j, by, at) for (j, by), at in rows if at < released_before_s]
+        return found[:limit]
+
+    def drop_candidate(self, candidate):
+        if self.candidate_rows.get((candidate.job_key, candidate.released_by)) == candidate.released_at_s:
+            del self.candidate_rows[(candidate.job_key, candidate.released_by)]

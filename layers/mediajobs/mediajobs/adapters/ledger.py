@@ -18,6 +18,7 @@ import functools
 import logging
 import re
 import uuid
+from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
 from pynamodb.attributes import JSONAttribute, NumberAttribute, UnicodeAttribute, UnicodeSetAttribute
@@ -78,6 +79,8 @@ class JobModel(Model):
     output_prefix = UnicodeAttribute()
     manifest_key = UnicodeAttribute(null=True)
     outputs = JSONAttribute(null=True)
+    # The committed manifest's decisions (the placeholder recipe's hash is there).
+    decisions = JSONAttribute(null=True)
     failure_reason = UnicodeAttribute(null=True)
     failure_detail = UnicodeAttribute(null=True)
     source_bucket = UnicodeAttribute(null=True)
@@ -165,6 +168,7 @@ def _view(row: JobModel) -> JobView:
         failure_reason=row.failure_reason,
         failure_detail=row.failure_detail,
         staged_manifest=row.staged_manifest,
+        decisions=row.decisions,
     )
 
 
@@ -500,8 +504,18 @@ class DynamoLedger:
         m = self._model
         self._finish(job_key, token, [m.lease_expires_at_s.set(lease_until_s), m.updated_at_s.set(now_s)])
 
-    def complete(self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int) -> None:
-        """Mark the job done; only the holder of ``token`` can.
+    def complete(
+        self,
+        job_key: str,
+        token: str,
+        *,
+        manifest_key: str,
+        outputs: list[OutputRecord],
+        now_s: int,
+        decisions: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Mark the job done, with its outputs and its manifest's ``decisions``; only the
+        holder of ``token`` can.
 
         Raises
         ------
@@ -520,6 +534,7 @@ class DynamoLedger:
                 m.state.set(JobState.DONE.value),
                 m.manifest_key.set(manifest_key),
                 m.outputs.set([o.to_json() for o in outputs]),
+                m.decisions.set(dict(decisions or {})),
                 m.updated_at_s.set(now_s),
                 m.finished_at_s.set(now_s),
                 m.output_candidates.remove(),

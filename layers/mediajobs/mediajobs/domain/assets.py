@@ -146,6 +146,13 @@ class AssetVersion:
     sequencer: str
 
 
+def same_version(a: AssetVersion, b: AssetVersion) -> bool:
+    """Whether two versions are the same object version (whatever event named them): the
+    same version id, ETag and size (on an unversioned bucket, identical single-part bytes
+    re-put are the same version for the asset: its derivatives do not change)."""
+    return (a.version_id, a.etag, a.size_bytes) == (b.version_id, b.etag, b.size_bytes)
+
+
 @dataclass(frozen=True)
 class AssetJob:
     """One active recipe's job of an asset's current version.

@@ -291,7 +291,13 @@ def standing_claim(view: JobView) -> Claim:
     """The claim outcome a row stands for when it is not taken over: ``DONE`` with its
     outputs, ``FAILED`` with its reason, or ``BUSY`` until its lease ends. Pure."""
     if view.state == JobState.DONE:
-        return Claim(ClaimOutcome.DONE, view.job_key, manifest_key=view.manifest_key, outputs=view.outputs)
+        return Claim(
+            ClaimOutcome.DONE,
+            view.job_key,
+            manifest_key=view.manifest_key,
+            outputs=view.outputs,
+            decisions=view.decisions,
+        )
     if view.state == JobState.PERMANENT_FAILURE:
         return Claim(
             ClaimOutcome.FAILED, view.job_key, failure_reason=view.failure_reason, failure_detail=view.failure_detail

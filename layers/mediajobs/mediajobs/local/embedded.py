@@ -51,6 +51,7 @@ from mediajobs.local.template import (
     FUNCTION_ID,
     QUEUE_ID,
     RULE_ID,
+    ASSETS_TABLE_ID,
     SOURCES_TABLE_ID,
     TABLE_ID,
     find_template,
@@ -263,7 +264,8 @@ class LocalStack:
     bucket: bucket name; rule_name: EventBridge rule.
     queue_url, queue_arn, dlq_url, dlq_arn: the jobs queue and its dead-letter queue.
     events_dlq_url, events_dlq_arn: the rule's dead-letter queue (events it could not deliver).
-    table_name: jobs table; sources_table_name: the source index.
+    table_name: jobs table; sources_table_name: the source index; assets_table_name:
+        the assets, references and collection candidates.
     function_env: the worker's environment, resolved from the template.
     batch_size: the SQS event source's BatchSize.
     timeout_s: the worker's Timeout, seconds.
@@ -287,6 +289,7 @@ class LocalStack:
     events_dlq_arn: str
     table_name: str
     sources_table_name: str
+    assets_table_name: str
     function_env: dict[str, str]
     batch_size: int
     timeout_s: int
@@ -423,17 +426,20 @@ class EmbeddedAws:
         bucket = f"{self.name}-media"
         table_name = f"{self.name}-jobs"
         sources_table_name = f"{self.name}-sources"
+        assets_table_name = f"{self.name}-assets"
         rule_name = f"{self.name}-object-created"
         refs: dict[str, str] = {
             BUCKET_ID: bucket,
             TABLE_ID: table_name,
             SOURCES_TABLE_ID: sources_table_name,
+            ASSETS_TABLE_ID: assets_table_name,
             RULE_ID: rule_name,
         }
         attrs: dict[tuple[str, str], str] = {
             (BUCKET_ID, "Arn"): f"arn:aws:s3:::{bucket}",
             (TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{table_name}",
             (SOURCES_TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{sources_table_name}",
+            (ASSETS_TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{assets_table_name}",
         }
         params = parameter_defaults(self.template)
 
@@ -482,6 +488,19 @@ class EmbeddedAws:
         for model, name in ((JobModel, table_name), (SourceModel, sources_table_name)):
             bound = credentialed(bind_model(model, name, REGION, endpoint), CREDENTIALS)
             bound.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
+        # The assets table as the template declares it (its items are of several models).
+        # Like the models' create_table, a table this process's moto already has is kept.
+        assets_props = self._resource(ASSETS_TABLE_ID)["Properties"]
+        dynamodb = session.client("dynamodb", endpoint_url=endpoint)
+        try:
+            dynamodb.create_table(
+                TableName=assets_table_name,
+                AttributeDefinitions=assets_props["AttributeDefinitions"],
+                KeySchema=assets_props["KeySchema"],
+                BillingMode="PAY_PER_REQUEST",
+            )
+        except dynamodb.exceptions.ResourceInUseException:
+            pass
 
         function = resolve(self._resource(FUNCTION_ID)["Properties"], refs, attrs, params)
         globals_env = (self.template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get(
@@ -501,6 +520,7 @@ class EmbeddedAws:
             events_dlq_arn=events_dlq_arn,
             table_name=table_name,
             sources_table_name=sources_table_name,
+            assets_table_name=assets_table_name,
             function_env={k: str(v) for k, v in env.items()},
             batch_size=int(sqs_event.get("BatchSize", 10)),
             timeout_s=int(function.get("Timeout", 3)),

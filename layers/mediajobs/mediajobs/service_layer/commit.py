@@ -112,7 +112,7 @@ class Commit:
         staged = self.ledger.stage_manifest(key, self.token, body, now_s=self._now())
         outputs = self._write_manifest(staged)
         self.on_step("manifest_stored", key)
-        self._complete(outputs)
+        self._complete(outputs, staged)
         return outputs
 
     def adopt(self, staged: str) -> list[OutputRecord]:
@@ -133,7 +133,7 @@ class Commit:
             As the adapters.
         """
         outputs = self._write_manifest(staged)
-        self._complete(outputs)
+        self._complete(outputs, staged)
         return outputs
 
     def _now(self) -> int:
@@ -165,10 +165,17 @@ class Commit:
         )
         return [OutputRecord.from_json(o) for o in json.loads(staged)["outputs"]]
 
-    def _complete(self, outputs: list[OutputRecord]) -> None:
+    def _complete(self, outputs: list[OutputRecord], staged: str) -> None:
+        """Mark the job done with the outputs and the staged manifest's decisions."""
+        decisions = json.loads(staged).get("decisions") or {}
         with self.keeper.last_write():  # the heartbeat neither renews nor releases meanwhile
             self.ledger.complete(
-                self.spec.job_key, self.token, manifest_key=self.manifest_key, outputs=outputs, now_s=self._now()
+                self.spec.job_key,
+                self.token,
+                manifest_key=self.manifest_key,
+                outputs=outputs,
+                now_s=self._now(),
+                decisions=decisions,
             )
 
     def _stored_record(

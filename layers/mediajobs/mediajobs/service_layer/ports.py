@@ -82,7 +82,14 @@ class Ledger(LeaseLedger, Protocol):
     ) -> frozenset[OutputCandidate]: ...
     def stage_manifest(self, job_key: str, token: str, body: str, *, now_s: int) -> str: ...
     def complete(
-        self, job_key: str, token: str, *, manifest_key: str, outputs: list[OutputRecord], now_s: int
+        self,
+        job_key: str,
+        token: str,
+        *,
+        manifest_key: str,
+        outputs: list[OutputRecord],
+        now_s: int,
+        decisions: Mapping[str, Any] | None = None,
     ) -> None: ...
     def fail_permanently(self, job_key: str, token: str, *, reason: str, detail: str, now_s: int) -> None: ...
 
@@ -164,7 +171,9 @@ class Assets(Protocol):
 
         Same sequencer (the same event again): the stored asset is returned unchanged,
         except that jobs not attached yet are attached (with their references). Greater
-        sequencer: one transaction puts the asset (``pending``, or ``deleted`` history
+        sequencer naming the version already current
+        (:func:`~mediajobs.domain.assets.same_version`): only the sequencer is stored, the
+        state stays. Greater sequencer otherwise: one transaction puts the asset (``pending``, or ``deleted`` history
         dropped), puts a reference row under each job it now uses, deletes those of the
         jobs the replaced version used and no longer does, and writes a
         :class:`~mediajobs.domain.assets.Candidate` for each job so released.
