@@ -145,7 +145,9 @@ class FakeStore:
 class FakeLedger:
     """The job ledger in a dict of :class:`JobView` rows. A claim on an existing row does
     what :func:`decide` says (the rule the DynamoDB ledger's conditions implement); tokens
-    are ``t1``, ``t2`` ... by attempt."""
+    are ``t1``, ``t2`` ... by attempt (``t1r1``, ``t1r2`` ... for the first attempt of each
+    render again after a collection). The collection's methods (``CollectionLedger``) are
+    here too: a collector passes its own token."""
 
     def __init__(self, log: list, max_attempts: int = 4) -> None:
         self.log = log
@@ -153,6 +155,7 @@ class FakeLedger:
         self.max_attempts = max_attempts
         self.candidates: dict[str, set] = {}
         self.staged: dict[str, str] = {}
+        self.restarts = 0
 
     def find(self, job_keys):
         self.log.append(("find", len(job_keys)))
@@ -167,7 +170,16 @@ class FakeLedger:
         self.log.append(("claim", key))
         row = self.rows.get(key)
         if row is None:
-            self.rows[key] = JobView(key, JobState.RUNNING, "t1", lease_until_s, 1, spec.recipe_id)
+            self.rows[key] = JobView(
+                key,
+                JobState.RUNNING,
+                "t1",
+                lease_until_s,
+                1,
+                spec.recipe_id,
+                source_bucket=spec.source_bucket,
+                output_prefix=spec.output_prefix,
+            )
             return Claim(ClaimOutcome.RUN, key, lease_token="t1", lease_expires_at_s=lease_until_s, attempts=1)
         row = self._view(key)
         decision = decide(row, now_s=now_s, max_attempts=self.max_attempts)
@@ -178,6 +190,31 @@ class FakeLedger:
                 row, state=JobState.PERMANENT_FAILURE, failure_reason=ATTEMPTS_EXHAUSTED, staged_manifest=None
             )
             return Claim(ClaimOutcome.FAILED, key, failure_reason=ATTEMPTS_EXHAUSTED, failed_now=True)
+        if row.state in (JobState.COLLECTING, JobState.COLLECTED):
+            self.restarts += 1
+            token = f"t1r{self.restarts}"
+            self.rows[key] = dataclasses.replace(
+                row,
+                state=JobState.RUNNING,
+                lease_token=token,
+                lease_expires_at_s=lease_until_s,
+                attempts=1,
+                manifest_key=None,
+                outputs=(),
+                decisions=None,
+                collected_at_s=None,
+            )
+            self.staged.pop(key, None)
+            self.candidates.pop(key, None)
+            return Claim(
+                ClaimOutcome.RUN,
+                key,
+                lease_token=token,
+                lease_expires_at_s=lease_until_s,
+                attempts=1,
+                took_over=True,
+                sweep=row.state == JobState.COLLECTING,
+            )
         token = f"t{row.attempts + 1}"
         self.rows[key] = dataclasses.replace(
             row, state=JobState.RUNNING, lease_token=token, lease_expires_at_s=lease_until_s, attempts=row.attempts + 1
@@ -199,7 +236,40 @@ class FakeLedger:
         self.rows[job_key] = dataclasses.replace(row, **changes)
 
     def renew(self, job_key, token, *, lease_until_s, now_s):
-        self._finish(job_key, token, lease_expires_at_s=lease_until_s)
+        row = self.rows[job_key]
+        if row.state not in (JobState.RUNNING, JobState.COLLECTING) or row.lease_token != token:
+            raise Superseded(job_key)
+        self.rows[job_key] = dataclasses.replace(row, lease_expires_at_s=lease_until_s)
+
+    def begin_collection(self, job_key, token, *, lease_until_s, now_s):
+        self.log.append(("begin_collection", job_key))
+        row = self.rows.get(job_key)
+        startable = row is not None and (
+            row.state == JobState.DONE or (row.state == JobState.COLLECTING and row.lease_expires_at_s <= now_s)
+        )
+        if startable:
+            self.rows[job_key] = dataclasses.replace(
+                row, state=JobState.COLLECTING, lease_token=token, lease_expires_at_s=lease_until_s
+            )
+        return startable
+
+    def end_collection(self, job_key, token, *, collected, now_s):
+        self.log.append(("end_collection", job_key, collected))
+        row = self.rows[job_key]
+        if row.state != JobState.COLLECTING or row.lease_token != token:
+            raise Superseded(job_key)
+        if collected:
+            self.rows[job_key] = dataclasses.replace(
+                row, state=JobState.COLLECTED, collected_at_s=now_s, manifest_key=None, outputs=(), decisions=None
+            )
+        else:
+            self.rows[job_key] = dataclasses.replace(row, state=JobState.DONE)
+
+    def mark_swept(self, job_key, *, now_s):
+        self.log.append(("mark_swept", job_key))
+        row = self.rows.get(job_key)
+        if row is not None and row.state == JobState.PERMANENT_FAILURE:
+            self.rows[job_key] = dataclasses.replace(row, collected_at_s=now_s)
 
     def register_outputs(self, job_key, token, candidates, *, now_s):
         self.log.append(("register", len(candidates)))

@@ -4,7 +4,9 @@ takeover (``adapters/ledger.takeover_condition``) give the same answer on every 
 Each row is written as it is to the moto table (no condition), read back through the
 ledger, given to ``decide()``, then given to the real conditional updates: the takeover
 succeeds exactly when ``decide`` says ``TAKE_OVER``, the exhaustion exactly when it says
-``EXHAUST``; a done, failed or busy row is never written.
+``EXHAUST``; a done, failed or busy row is never written. A takeover of a ``collecting``
+(lease over) or ``collected`` row restarts the job: attempt 1, the old result forgotten,
+``sweep`` set when it was ``collecting``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ NOW_S = 1_000_000
 LEASE_S = 60
 MAX_ATTEMPTS = 3
 
-#: (name, state, lease_expires_at_s): every state, a running lease on each side of now.
+#: (name, state, lease_expires_at_s): every state, a running and a collecting lease on
+#: each side of now.
 STATES = [
     ("running-lease-in-the-future", JobState.RUNNING, NOW_S + 1),
     ("running-lease-ends-now", JobState.RUNNING, NOW_S),
@@ -30,7 +33,12 @@ STATES = [
     ("transient_failure", JobState.TRANSIENT_FAILURE, NOW_S + 30),  # a released claim's lease no longer counts
     ("done", JobState.DONE, NOW_S - 1),
     ("permanent_failure", JobState.PERMANENT_FAILURE, NOW_S - 1),
+    ("collecting-lease-in-the-future", JobState.COLLECTING, NOW_S + 1),
+    ("collecting-lease-ends-now", JobState.COLLECTING, NOW_S),
+    ("collecting-lease-past", JobState.COLLECTING, NOW_S - 1),
+    ("collected", JobState.COLLECTED, NOW_S - 1),
 ]
+RESTARTS = (JobState.COLLECTING, JobState.COLLECTED)
 ATTEMPTS = [("under-max", MAX_ATTEMPTS - 1), ("at-max", MAX_ATTEMPTS), ("over-max", MAX_ATTEMPTS + 1)]
 STAGED = [("staged", '{"manifest": "staged"}'), ("unstaged", None)]
 TOKENS = [("token", "t-old"), ("no-token", None)]
@@ -48,8 +56,11 @@ def model(local_session):
 
 
 def write_row(model, *, state, lease_expires_at_s, attempts, staged_manifest, lease_token) -> str:
-    """Write a job row exactly as given (no condition); its key."""
+    """Write a job row exactly as given (no condition); its key. A ``collecting`` row keeps
+    its result (manifest, outputs) as ``done`` left it."""
     key = uuid.uuid4().hex * 2
+    kept = {"manifest_key": f"derivatives/{key}/manifest.json", "outputs": []} if state is JobState.COLLECTING else {}
+    collected = {"collected_at_s": NOW_S - 10} if state is JobState.COLLECTED else {}
     model(
         key,
         state=state.value,
@@ -65,6 +76,8 @@ def write_row(model, *, state, lease_expires_at_s, attempts, staged_manifest, le
         output_prefix=f"derivatives/{key}/",
         created_at_s=NOW_S - 100,
         updated_at_s=NOW_S - 100,
+        **kept,
+        **collected,
     ).save()
     return key
 
@@ -91,8 +104,19 @@ def test_decide_and_the_dynamodb_condition_agree(
         stored = model.get(key, consistent_read=True)
         if claim is None:  # the condition failed: the row is as written
             assert (stored.state, stored.lease_token, stored.attempts) == (state.value, lease_token, attempts)
+        elif attempt is Decision.TAKE_OVER and state in RESTARTS:
+            assert (claim.outcome, claim.attempts, claim.staged_manifest) == (ClaimOutcome.RUN, 1, None)
+            assert claim.sweep is (state is JobState.COLLECTING)
+            assert (stored.state, stored.lease_token, stored.attempts) == ("running", "t-new", 1)
+            assert (stored.manifest_key, stored.outputs, stored.collected_at_s, stored.staged_manifest) == (
+                None,
+                None,
+                None,
+                None,
+            )
         elif attempt is Decision.TAKE_OVER:
             assert claim.outcome is ClaimOutcome.RUN and claim.staged_manifest == staged_manifest
+            assert not claim.sweep
             assert (stored.state, stored.lease_token, stored.attempts) == ("running", "t-new", attempts + 1)
         else:
             assert (claim.outcome, claim.failure_reason) == (ClaimOutcome.FAILED, ATTEMPTS_EXHAUSTED)

@@ -6,6 +6,12 @@ renewing the lease (the heartbeat) and finishing are conditional on still holdin
 claim (same token, state ``running``). A lost race is recognised by
 ``ConditionalCheckFailedException``, never by message text.
 
+The collection (:mod:`mediajobs.service_layer.collection`) moves a ``done`` row to
+``collecting`` under its own lease (:meth:`DynamoLedger.begin_collection`), then to
+``collected`` or back to ``done`` (:meth:`DynamoLedger.end_collection`), each write
+conditional on the collector's token; a claim takes a ``collected`` row, or a
+``collecting`` one whose lease expired, over to render it afresh.
+
 Duplicates are cheap: :meth:`DynamoLedger.find` reads every job of an original in one
 ``BatchGetItem`` (strongly consistent), and :meth:`DynamoLedger.claim` given what was
 found writes nothing for a job that is done, failed or busy.
@@ -92,6 +98,8 @@ class JobModel(Model):
     # and the manifest body staged before it is written. Removed when the job ends.
     output_candidates = UnicodeSetAttribute(null=True)
     staged_manifest = UnicodeAttribute(null=True)
+    # When the collector deleted the job's prefix (collected, or a failed job swept).
+    collected_at_s = NumberAttribute(null=True)
 
 
 @functools.cache
@@ -169,7 +177,15 @@ def _view(row: JobModel) -> JobView:
         failure_detail=row.failure_detail,
         staged_manifest=row.staged_manifest,
         decisions=row.decisions,
+        collected_at_s=None if row.collected_at_s is None else int(row.collected_at_s),
+        source_bucket=row.source_bucket,
+        output_prefix=row.output_prefix,
     )
+
+
+#: States a render takes over to start afresh: the job was done and its derivatives are
+#: gone, or going (:func:`mediajobs.domain.jobs.decide`).
+_RESTARTS: Final = frozenset({JobState.COLLECTING, JobState.COLLECTED})
 
 
 def takeover_condition(
@@ -186,13 +202,21 @@ def takeover_condition(
     * ``lease_over``: ``transient_failure``, or ``running`` with ``lease_expires_at_s <=
       now_s`` (``done`` and ``permanent_failure`` are final; an unexpired lease is busy);
     * ``used_up``: ``attempts >= max_attempts``;
-    * ``staged``: a holder staged the manifest (``staged_manifest`` exists).
+    * ``staged``: a holder staged the manifest (``staged_manifest`` exists);
+    * ``collection_over``: ``collected``, or ``collecting`` with ``lease_expires_at_s <=
+      now_s`` (a live collection is busy). The job was done: its attempts start again,
+      so ``used_up`` does not apply.
 
-    ``TAKE_OVER`` is ``fence & lease_over & (not used_up | staged)``; ``EXHAUST`` is
-    ``fence & lease_over & used_up & not staged`` -- so a manifest staged since ``seen`` was
-    read turns an exhaustion into a lost race (the re-read then takes the job over to
-    commit it). ``tests/functional/test_takeover_rule.py`` holds this against ``decide``
-    row shape by row shape.
+    For a ``seen`` row in ``running`` or ``transient_failure``: ``TAKE_OVER`` is ``fence &
+    lease_over & (not used_up | staged)``; ``EXHAUST`` is ``fence & lease_over & used_up &
+    not staged`` -- so a manifest staged since ``seen`` was read turns an exhaustion into a
+    lost race (the re-read then takes the job over to commit it). For a ``seen`` row in
+    ``collecting`` or ``collected``: ``TAKE_OVER`` is ``fence & collection_over`` (its
+    update restarts the attempts, so it must not meet a row of the other kind) and
+    ``EXHAUST`` is never true. On any other ``seen`` row, both are the first kind's (and
+    false on the stored row: a final or busy row is not written).
+    ``tests/functional/test_takeover_rule.py`` holds this against ``decide`` row shape by
+    row shape.
 
     Parameters
     ----------
@@ -217,6 +241,12 @@ def takeover_condition(
     )
     used_up = model.attempts >= max_attempts
     staged = model.staged_manifest.exists()
+    if seen.state in _RESTARTS:
+        collection_over = (model.state == JobState.COLLECTED.value) | (
+            (model.state == JobState.COLLECTING.value) & (model.lease_expires_at_s <= now_s)
+        )
+        # EXHAUST: a condition no row meets (a restart never exhausts).
+        return fence & collection_over if decision is Decision.TAKE_OVER else fence & model.job_key.does_not_exist()
     if decision is Decision.TAKE_OVER:
         return fence & lease_over & (~used_up | staged)
     return fence & lease_over & used_up & model.staged_manifest.does_not_exist()
@@ -307,7 +337,10 @@ class DynamoLedger:
                 return self._ran(spec.job_key, token, lease_until_s)
         for _ in range(_CLAIM_ROUNDS):
             if seen.lease_token == token and seen.state == JobState.RUNNING:
-                # Our own takeover, retried by the SDK after its answer was lost.
+                # Our own takeover, retried by the SDK after its answer was lost. Attempt 1
+                # here is a restart of a collected or collecting job: whether it was
+                # collecting is lost with the answer, so the prefix is swept (nothing of
+                # ours is there yet).
                 return Claim(
                     ClaimOutcome.RUN,
                     seen.job_key,
@@ -316,6 +349,7 @@ class DynamoLedger:
                     attempts=seen.attempts,
                     took_over=True,
                     staged_manifest=seen.staged_manifest,
+                    sweep=seen.attempts == 1,
                 )
             decision = decide(seen, now_s=now_s, max_attempts=self._max_attempts)
             if decision in (Decision.DONE, Decision.FAILED, Decision.BUSY):
@@ -342,7 +376,9 @@ class DynamoLedger:
         seen: the row as read.
         token: this claim's fencing token (``TAKE_OVER`` sets it on the row).
         decision: ``Decision.TAKE_OVER`` (the row becomes ``running`` under ``token`` until
-            ``lease_until_s``, one more attempt) or ``Decision.EXHAUST`` (the job ends
+            ``lease_until_s``, one more attempt; from ``collecting`` or ``collected``, attempt
+            1 of a fresh render, the old result forgotten and, from ``collecting``,
+            :attr:`Claim.sweep` set) or ``Decision.EXHAUST`` (the job ends
             ``attempts_exhausted``).
         now_s: Unix epoch seconds; lease_until_s: the new lease's end (epoch seconds).
 
@@ -361,9 +397,25 @@ class DynamoLedger:
         """
         model = self._model
         exhaust = decision is Decision.EXHAUST
+        restart = seen.state in _RESTARTS
         condition = takeover_condition(model, seen, decision, now_s=now_s, max_attempts=self._max_attempts)
         actions: list[Action]
-        if exhaust:
+        if restart and not exhaust:
+            actions = [
+                model.state.set(JobState.RUNNING.value),
+                model.lease_token.set(token),
+                model.lease_expires_at_s.set(lease_until_s),
+                model.attempts.set(1),
+                model.updated_at_s.set(now_s),
+                model.manifest_key.remove(),
+                model.outputs.remove(),
+                model.decisions.remove(),
+                model.finished_at_s.remove(),
+                model.collected_at_s.remove(),
+                model.output_candidates.remove(),
+                model.staged_manifest.remove(),
+            ]
+        elif exhaust:
             detail = f"{seen.attempts} attempts; last: {seen.failure_detail or 'lease expired (worker lost)'}"
             actions = [
                 model.state.set(JobState.PERMANENT_FAILURE.value),
@@ -398,6 +450,17 @@ class DynamoLedger:
                 failure_detail=detail[:1000],
                 failed_now=True,
             )
+        if restart:
+            log.info("rendering a collected job again", extra={"job_key": seen.job_key, "from": seen.state})
+            return Claim(
+                ClaimOutcome.RUN,
+                seen.job_key,
+                lease_token=token,
+                lease_expires_at_s=lease_until_s,
+                attempts=1,
+                took_over=True,
+                sweep=seen.state == JobState.COLLECTING,
+            )
         log.info("took over job", extra={"job_key": seen.job_key, "attempts": seen.attempts + 1})
         return Claim(
             ClaimOutcome.RUN,
@@ -427,15 +490,14 @@ class DynamoLedger:
         """The job's whole row (consistent read), or ``None``."""
         return self._get(job_key)
 
-    def _finish(self, job_key: str, token: str, actions: list[Any]) -> JobModel:
-        """One update conditional on holding the claim; the row as it is afterwards."""
+    def _finish(self, job_key: str, token: str, actions: list[Any], *, state: Condition | None = None) -> JobModel:
+        """One update conditional on holding the claim (``state``: the states it may be
+        held in, default ``running``); the row as it is afterwards."""
         model = self._model
         row = model(job_key)
+        held_in = state if state is not None else model.state == JobState.RUNNING.value
         try:
-            row.update(
-                actions=actions,
-                condition=(model.state == JobState.RUNNING.value) & (model.lease_token == token),
-            )
+            row.update(actions=actions, condition=held_in & (model.lease_token == token))
         except UpdateError as exc:
             if _lost_race(exc):
                 raise Superseded(job_key) from exc
@@ -492,7 +554,8 @@ class DynamoLedger:
         return str(row.staged_manifest)
 
     def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None:
-        """Extend the lease to ``lease_until_s`` (the heartbeat); only the holder can.
+        """Extend the lease to ``lease_until_s`` (the heartbeat); only the holder can: a
+        render's (``running``) or a collector's (``collecting``).
 
         Raises
         ------
@@ -502,7 +565,12 @@ class DynamoLedger:
             As :meth:`complete`.
         """
         m = self._model
-        self._finish(job_key, token, [m.lease_expires_at_s.set(lease_until_s), m.updated_at_s.set(now_s)])
+        self._finish(
+            job_key,
+            token,
+            [m.lease_expires_at_s.set(lease_until_s), m.updated_at_s.set(now_s)],
+            state=m.state.is_in(JobState.RUNNING.value, JobState.COLLECTING.value),
+        )
 
     def complete(
         self,
@@ -585,3 +653,95 @@ class DynamoLedger:
                 m.updated_at_s.set(now_s),
             ],
         )
+
+    def begin_collection(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> bool:
+        """Start collecting a job: ``done`` -> ``collecting`` held by ``token`` until
+        ``lease_until_s``. A ``collecting`` row whose lease expired (a collector that died
+        mid-way) is taken over the same way, to be finished. One update, conditional on
+        ``state = done OR (state = collecting AND lease_expires_at_s <= now_s)``.
+
+        Parameters
+        ----------
+        job_key: 64 hex characters.
+        token: the collector's fencing token (every later write of the collection is
+            conditional on it).
+        lease_until_s, now_s: Unix epoch seconds.
+
+        Returns
+        -------
+        bool
+            ``False`` when the condition failed: a render holds the job, another collector
+            does, it is collected already, failed, or gone.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As :meth:`complete`.
+        """
+        m = self._model
+        startable = (m.state == JobState.DONE.value) | (
+            (m.state == JobState.COLLECTING.value) & (m.lease_expires_at_s <= now_s)
+        )
+        try:
+            m(job_key).update(
+                actions=[
+                    m.state.set(JobState.COLLECTING.value),
+                    m.lease_token.set(token),
+                    m.lease_expires_at_s.set(lease_until_s),
+                    m.updated_at_s.set(now_s),
+                ],
+                condition=m.job_key.exists() & startable,
+            )
+        except UpdateError as exc:
+            if _lost_race(exc):
+                return False
+            raise dynamo_failure(exc, "ledger update") from exc
+        return True
+
+    def end_collection(self, job_key: str, token: str, *, collected: bool, now_s: int) -> None:
+        """End the collection ``token`` holds: ``collected`` (``collected_at_s`` set; the
+        manifest key, outputs and decisions removed) or, when ``collected`` is false, back
+        to ``done`` with its result as it was. Conditional on ``state = collecting`` and
+        the token.
+
+        Raises
+        ------
+        Superseded
+            ``token`` no longer holds the collection (a render took it over).
+        PermanentFailure, TransientFailure
+            As :meth:`complete`.
+        """
+        m = self._model
+        actions: list[Any]
+        if collected:
+            actions = [
+                m.state.set(JobState.COLLECTED.value),
+                m.collected_at_s.set(now_s),
+                m.updated_at_s.set(now_s),
+                m.manifest_key.remove(),
+                m.outputs.remove(),
+                m.decisions.remove(),
+            ]
+        else:
+            actions = [m.state.set(JobState.DONE.value), m.updated_at_s.set(now_s)]
+        self._finish(job_key, token, actions, state=m.state == JobState.COLLECTING.value)
+        log.info("collection ended", extra={"job_key": job_key, "collected": collected})
+
+    def mark_swept(self, job_key: str, *, now_s: int) -> None:
+        """Record ``collected_at_s`` on a ``permanent_failure`` row whose manifest-less
+        prefix was swept; no write on any other state (the condition fails quietly).
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As :meth:`complete`.
+        """
+        m = self._model
+        try:
+            m(job_key).update(
+                actions=[m.collected_at_s.set(now_s), m.updated_at_s.set(now_s)],
+                condition=m.state == JobState.PERMANENT_FAILURE.value,
+            )
+        except UpdateError as exc:
+            if not _lost_race(exc):
+                raise dynamo_failure(exc, "ledger update") from exc

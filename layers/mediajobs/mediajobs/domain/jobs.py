@@ -240,6 +240,9 @@ class JobView:
     decisions: the committed manifest's ``decisions`` when ``done``.
     collected_at_s: when the collector deleted the job's prefix (a ``collected`` job, or a
         failed one whose manifest-less outputs were swept), Unix seconds; else ``None``.
+    source_bucket: the bucket of the first original seen with these bytes, where the
+        job's derivatives are (``None`` when unknown).
+    output_prefix: ``derivatives/<job key>/`` as the row records it (``None`` when unknown).
     """
 
     job_key: str
@@ -255,6 +258,8 @@ class JobView:
     staged_manifest: str | None = None
     decisions: Mapping[str, Any] | None = None
     collected_at_s: int | None = None
+    source_bucket: str | None = None
+    output_prefix: str | None = None
 
 
 def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
