@@ -1,0 +1,256 @@
+"""The collection: deletes the derivatives of jobs no asset references any more.
+
+One run (:meth:`Collector.run`) looks at a bounded batch of candidates
+(:class:`~mediajobs.domain.assets.Candidate`, written when an asset drops its reference
+to a job, or when a job fails leaving outputs without a manifest) and follows the
+protocol of docs/assets.md, "Collection", in its order:
+
+1. A candidate younger than the grace period waits (it is not even read: the query asks
+   only for older ones).
+2. A job still referenced (a re-upload of the same bytes revived it) keeps its
+   derivatives: the candidate is dropped.
+3. Otherwise the job row goes ``done`` -> ``collecting`` under the collector's lease; the
+   references are looked at again (strongly consistent) and, if one came meanwhile, the
+   row goes back to ``done``.
+4. The manifest is deleted first (no reader meets a set without it), then the rest of
+   ``derivatives/<job key>/``; the row goes ``collected``; the candidates are dropped.
+
+A worker adds its reference *before* it reads the job rows, so a re-upload racing this is
+seen at step 3, or finds the job ``collecting`` (busy: it waits) or ``collected`` (it
+renders again). A collection whose collector died leaves the row ``collecting``: its
+candidates are still there, and a later run takes the expired lease over and finishes it
+(never back to ``done``: the manifest may be gone already). A render may take it over
+too, and then deletes what is left before rendering (:attr:`~mediajobs.domain.jobs.Claim.sweep`).
+
+A failed job (``permanent_failure``) has no manifest: its prefix is swept whoever still
+names it, and its row records ``collected_at_s``. A job a render holds (``running``,
+``transient_failure``: a render of a version since replaced) keeps its candidate for a
+later run.
+
+Never on the upload path: the worker function runs it on a schedule
+(:mod:`mediajobs.entrypoints.collector`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable
+
+from mediajobs.domain.assets import Candidate
+from mediajobs.domain.errors import Superseded, TransientFailure
+from mediajobs.domain.jobs import JobState, JobView
+from mediajobs.domain.manifest import derivative_prefix
+from mediajobs.service_layer.ports import Assets, CollectionLedger, ObjectStore
+from mediajobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class CollectionReport:
+    """What one collection run did, counted by job (one job may have several candidates).
+
+    Attributes
+    ----------
+    looked: jobs whose candidates were past the grace period.
+    waiting: jobs left alone because a candidate of theirs is younger than the grace
+        period (seen among the run's newest candidates; at least this many).
+    revived: jobs still referenced: their candidates dropped, nothing deleted.
+    collected: jobs whose prefix was deleted and whose row is now ``collected``.
+    resumed: of ``collected``, those finished after a collector that died mid-way.
+    swept_failed: failed jobs whose manifest-less prefix was deleted.
+    busy: jobs a render holds (or another collector): kept for a later run.
+    already_gone: jobs collected already, or with no row: candidates dropped.
+    lost: collections taken over by a render while this run held them: stopped, not
+        marked collected (the render deletes what is left).
+    errors: jobs a transient failure stopped (kept for a later run).
+    deleted_objects: objects deleted, in all.
+    """
+
+    looked: int = 0
+    waiting: int = 0
+    revived: int = 0
+    collected: int = 0
+    resumed: int = 0
+    swept_failed: int = 0
+    busy: int = 0
+    already_gone: int = 0
+    lost: int = 0
+    errors: int = 0
+    deleted_objects: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        """The counts as a plain dict (logs, ``mediajobs collect --json``)."""
+        return dataclasses.asdict(self)
+
+
+class Collector:
+    """Runs the collection against the ports it is given.
+
+    Parameters
+    ----------
+    assets: the asset records: references and candidates.
+    ledger: the job ledger's collection operations.
+    store: S3, where the derivatives are.
+    settings: ``collect_grace_s`` (default grace), ``collect_batch_jobs`` (default batch),
+        ``lease_s`` (the collector's lease on a job), ``derivatives_prefix``.
+    clock: Unix time in seconds.
+    """
+
+    def __init__(
+        self,
+        assets: Assets,
+        ledger: CollectionLedger,
+        store: ObjectStore,
+        settings: Settings,
+        clock: Callable[[], float],
+    ) -> None:
+        self._assets = assets
+        self._ledger = ledger
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+
+    def run(self, *, limit: int | None = None, grace_s: int | None = None) -> CollectionReport:
+        """One collection run.
+
+        Parameters
+        ----------
+        limit: most candidates looked at (default ``settings.collect_batch_jobs``).
+        grace_s: how long a released job waits, seconds (default ``settings.collect_grace_s``;
+            the storm and the demo pass a short one).
+
+        Returns
+        -------
+        CollectionReport
+            The counts.
+
+        Raises
+        ------
+        TransientFailure
+            The candidates or the job rows could not be read (nothing was changed). A
+            failure while one job is collected is counted (``errors``) and the run goes
+            on with the next job.
+        """
+        limit = self._settings.collect_batch_jobs if limit is None else limit
+        grace_s = self._settings.collect_grace_s if grace_s is None else grace_s
+        now_s = int(self._clock())
+        report = CollectionReport()
+        due = self._assets.candidates(released_before_s=now_s - grace_s, limit=limit)
+        recent = self._assets.candidates(released_before_s=now_s + 1, limit=limit)
+        young = {c.job_key for c in recent if c.released_at_s >= now_s - grace_s}
+        by_job: dict[str, list[Candidate]] = {}
+        for candidate in due:
+            by_job.setdefault(candidate.job_key, []).append(candidate)
+        # A job is released when its last reference goes: one released again since waits too.
+        report.waiting = len(young)
+        ready = [job_key for job_key in by_job if job_key not in young]
+        report.looked = len(ready)
+        rows = self._ledger.find(ready) if ready else {}
+        for job_key in ready:
+            try:
+                self._one(job_key, rows.get(job_key), by_job[job_key], report)
+            except TransientFailure as exc:
+                report.errors += 1
+                log.warning("collection of a job failed: kept for later", extra={"job_key": job_key, "error": str(exc)})
+        log.info("collection run", extra=report.to_json())
+        return report
+
+    def _one(self, job_key: str, row: JobView | None, candidates: list[Candidate], report: CollectionReport) -> None:
+        """Steps 2-4 for one job."""
+        if row is None or row.state == JobState.COLLECTED:
+            report.already_gone += 1
+            self._drop(candidates)
+        elif row.state == JobState.PERMANENT_FAILURE:
+            if row.collected_at_s is not None:
+                report.already_gone += 1
+            else:
+                self._sweep_failed(row, report)
+            self._drop(candidates)
+        elif row.state == JobState.DONE:
+            if self._assets.referenced(job_key):
+                report.revived += 1
+                self._drop(candidates)
+            else:
+                self._collect(row, candidates, report, resumed=False)
+        elif row.state == JobState.COLLECTING and row.lease_expires_at_s <= int(self._clock()):
+            self._collect(row, candidates, report, resumed=True)
+        elif self._assets.referenced(job_key):
+            # A render (or a live collection) holds it, and an asset uses it: whoever
+            # releases that reference writes a new candidate.
+            report.revived += 1
+            self._drop(candidates)
+        else:
+            report.busy += 1
+
+    def _collect(self, row: JobView, candidates: list[Candidate], report: CollectionReport, *, resumed: bool) -> None:
+        """Steps 3 and 4: under the collector's lease, look again, delete, mark collected."""
+        job_key, lease_s = row.job_key, self._settings.lease_s
+        token = uuid.uuid4().hex
+        began_s = int(self._clock())
+        if not self._ledger.begin_collection(job_key, token, lease_until_s=began_s + lease_s, now_s=began_s):
+            report.busy += 1  # a render or another collector got there since the row was read
+            return
+        if not resumed:
+            try:
+                referenced = self._assets.referenced(job_key)
+            except TransientFailure:
+                self._end(job_key, token, collected=False, report=report)  # nothing deleted yet
+                raise
+            if referenced:
+                # A reference came between the first look and the lease: nothing was deleted.
+                self._end(job_key, token, collected=False, report=report)
+                report.revived += 1
+                self._drop(candidates)
+                return
+        # A resumed collection is finished whatever references it now: the collector that
+        # died may have deleted the manifest, so the set must not be ``done`` again (a
+        # reference that came meanwhile renders it again once it is ``collected``).
+        try:
+            now_s = int(self._clock())
+            if now_s - began_s >= lease_s / 3:
+                self._ledger.renew(job_key, token, lease_until_s=now_s + lease_s, now_s=now_s)
+            bucket, prefix = self._where(row)
+            report.deleted_objects += self._store.delete_prefix(bucket, prefix, first=row.manifest_key)
+            self._ledger.end_collection(job_key, token, collected=True, now_s=int(self._clock()))
+        except Superseded:
+            report.lost += 1
+            log.warning("collection taken over by a render: stopped", extra={"job_key": job_key})
+            return
+        report.collected += 1
+        report.resumed += resumed
+        self._drop(candidates)
+        log.info("collected", extra={"job_key": job_key, "resumed": resumed})
+
+    def _end(self, job_key: str, token: str, *, collected: bool, report: CollectionReport) -> None:
+        try:
+            self._ledger.end_collection(job_key, token, collected=collected, now_s=int(self._clock()))
+        except Superseded:
+            report.lost += 1
+
+    def _sweep_failed(self, row: JobView, report: CollectionReport) -> None:
+        """A failed job's prefix (outputs without a manifest) deleted; the row keeps its
+        failure and records ``collected_at_s``."""
+        bucket, prefix = self._where(row)
+        report.deleted_objects += self._store.delete_prefix(bucket, prefix, first=row.manifest_key)
+        self._ledger.mark_swept(row.job_key, now_s=int(self._clock()))
+        report.swept_failed += 1
+        log.info("swept a failed job's outputs", extra={"job_key": row.job_key, "reason": row.failure_reason})
+
+    def _where(self, row: JobView) -> tuple[str, str]:
+        """The bucket and prefix of a job's derivatives, from its row.
+
+        Raises
+        ------
+        TransientFailure
+            The row names no bucket (kept for later: nothing is guessed).
+        """
+        if not row.source_bucket:
+            raise TransientFailure(f"job {row.job_key[:12]} names no bucket")
+        return row.source_bucket, row.output_prefix or derivative_prefix(self._settings.derivatives_prefix, row.job_key)
+
+    def _drop(self, candidates: list[Candidate]) -> None:
+        for candidate in candidates:
+            self._assets.drop_candidate(candidate)
