@@ -7,6 +7,7 @@ Exit codes: 0 success (also when inputs fail permanently: that is a result, repo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -425,6 +426,83 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if held else 1
 
 
+#: Where ``mediajobs serve`` listens by default (its ``--host`` and ``--port``).
+SERVED_ENDPOINT = "http://127.0.0.1:5000"
+
+
+def _collect_stack(endpoint: str) -> Any:
+    """The :class:`~mediajobs.local.embedded.LocalStack` a running ``mediajobs serve`` at
+    ``endpoint`` made, by its local names (``mediajobs-local-*``); what the collection
+    needs of it: the tables, the bucket and the clients' endpoint.
+
+    Raises
+    ------
+    InternalError
+        Nothing answers at ``endpoint``, or it has no mediajobs stack.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from mediajobs.local.embedded import LocalStack
+
+    name = "mediajobs-local"
+    stack = LocalStack(
+        endpoint_url=endpoint,
+        bucket=f"{name}-media",
+        rule_name=f"{name}-object-created",
+        queue_url="",
+        queue_arn="",
+        dlq_url="",
+        dlq_arn="",
+        events_dlq_url="",
+        events_dlq_arn="",
+        table_name=f"{name}-jobs",
+        sources_table_name=f"{name}-sources",
+        assets_table_name=f"{name}-assets",
+        function_env={},
+        batch_size=10,
+        timeout_s=900,
+    )
+    try:
+        queue_url = stack.client("sqs").get_queue_url(QueueName=f"{name}-jobs")["QueueUrl"]
+    except (BotoCoreError, ClientError) as exc:
+        raise InternalError(f"no mediajobs stack at {endpoint} (start one with `mediajobs serve`): {exc}") from exc
+    env = {
+        _ENV_NAMES["endpoint_url"]: endpoint,
+        _ENV_NAMES["region"]: stack.region,
+        _ENV_NAMES["jobs_table_name"]: stack.table_name,
+        _ENV_NAMES["sources_table_name"]: stack.sources_table_name,
+        _ENV_NAMES["assets_table_name"]: stack.assets_table_name,
+    }
+    return dataclasses.replace(stack, queue_url=queue_url, worker_env=env)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    """One collection run against a running ``mediajobs serve``; prints its counts; exit 1
+    when a job could not be collected (it is kept for the next run)."""
+    from mediajobs.entrypoints.collector import run_collection
+    from mediajobs.local.session import local_adapters
+
+    stack = _collect_stack(args.endpoint)
+    settings = stack.settings()
+    report = run_collection(settings, local_adapters(stack, settings), grace_s=args.grace_seconds)
+    counts = report.to_json()
+    if args.json:
+        print(json.dumps(counts), flush=True)
+    else:
+        grace = settings.collect_grace_s if args.grace_seconds is None else args.grace_seconds
+        print(f"collection at {args.endpoint} (grace {grace} s):")
+        for name, value in counts.items():
+            print(f"  {name.replace('_', ' '):<16} {value}")
+    return 1 if report.errors else 0
+
+
+def non_negative_seconds(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``mediajobs`` command."""
     parser = argparse.ArgumentParser(prog="mediajobs", description=__doc__.splitlines()[0])
@@ -508,6 +586,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=5000)
     serve.add_argument("--docker-host", default="host.docker.internal", help="how the function's container reaches it")
     serve.add_argument("--env-vars", metavar="FILE", help="write the function's environment for --env-vars")
+    collect = sub.add_parser(
+        "collect",
+        help="one collection run against `mediajobs serve`: delete the derivatives no asset references",
+    )
+    collect.add_argument(
+        "--grace-seconds",
+        type=non_negative_seconds,
+        default=None,
+        help="collect jobs released at least this long ago (default: the stack's CollectGraceSeconds)",
+    )
+    collect.add_argument("--endpoint", default=SERVED_ENDPOINT, help=f"the served AWS (default {SERVED_ENDPOINT})")
+    collect.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     return parser
 
 
@@ -538,6 +628,8 @@ def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None 
             return cmd_serve(args)
         if args.command == "simulate":
             return cmd_simulate(args)
+        if args.command == "collect":
+            return cmd_collect(args)
         return cmd_process(args, parser, wrap_adapters)
     except InternalError as exc:
         print(f"mediajobs: {exc}", file=sys.stderr)
