@@ -1,0 +1,75 @@
+"""The collector with the real ledger and S3 adapters on the embedded AWS: a job nothing
+references loses its manifest first, then the rest of its prefix, and nothing outside
+``derivatives/<job key>/`` is touched; its row is ``collected`` and a new reference
+renders it again."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from mediajobs.adapters.ledger import DynamoLedger
+from mediajobs.adapters.s3 import S3Store
+from mediajobs.domain.jobs import ClaimOutcome, JobSpec, JobState
+from mediajobs.service_layer.collection import Collector
+from mediajobs.settings import Settings
+from tests.fakes import FakeAssets, FakeClock
+
+NOW_S = 2_000_000_000
+GRACE_S = 600
+
+
+@pytest.fixture()
+def world(local_session):
+    stack = local_session.stack
+    s3 = stack.client("s3")
+    calls: list[tuple[str, dict[str, Any]]] = []
+    s3.meta.events.register("before-parameter-build.s3.*", lambda model, params, **_: calls.append((model.name, params)))
+    ledger = DynamoLedger(stack.job_model(), max_attempts=4)
+    return stack, s3, calls, ledger
+
+
+def spec(job_key: str, bucket: str) -> JobSpec:
+    return JobSpec(
+        job_key, "a" * 64, "web-image", 1, "b" * 64, "none", f"derivatives/{job_key}/", bucket, "originals/a.jpg"
+    )
+
+
+def test_an_unreferenced_job_is_collected_manifest_first_and_nothing_else_is_touched(world):
+    stack, s3, calls, ledger = world
+    job_key = uuid.uuid4().hex * 2
+    prefix = f"derivatives/{job_key}/"
+    claim = ledger.claim(spec(job_key, stack.bucket), now_s=NOW_S - 5000, lease_until_s=NOW_S - 4900)
+    for name in ("manifest.json", "thumb.webp", "large.webp"):
+        s3.put_object(Bucket=stack.bucket, Key=prefix + name, Body=name.encode())
+    s3.put_object(Bucket=stack.bucket, Key=f"originals/{job_key}.jpg", Body=b"original")
+    neighbour = f"derivatives/{job_key[:-1]}0/thumb.webp"  # another job's prefix, sharing all but the end
+    s3.put_object(Bucket=stack.bucket, Key=neighbour, Body=b"other")
+    ledger.complete(
+        job_key, str(claim.lease_token), manifest_key=prefix + "manifest.json", outputs=[], now_s=NOW_S - 4950
+    )
+    assets = FakeAssets()
+    assets.candidate_rows[(job_key, "asset-a")] = NOW_S - GRACE_S - 1
+    settings = Settings(collect_grace_s=GRACE_S)
+    calls.clear()
+
+    report = Collector(assets, ledger, S3Store(s3), settings, FakeClock(NOW_S)).run()
+
+    assert (report.collected, report.deleted_objects) == (1, 3)
+    operations = [name for name, _ in calls]
+    assert operations[0] == "DeleteObject" and calls[0][1]["Key"] == prefix + "manifest.json"
+    assert set(operations) <= {"DeleteObject", "ListObjectsV2", "DeleteObjects"}
+    touched = [params.get("Key") or params.get("Prefix") for _, params in calls]
+    touched += [o["Key"] for name, params in calls if name == "DeleteObjects" for o in params["Delete"]["Objects"]]
+    assert all(key.startswith(prefix) for key in touched if key)
+    left = {o["Key"] for o in s3.list_objects_v2(Bucket=stack.bucket, Prefix="")["Contents"]}
+    assert not any(key.startswith(prefix) for key in left)
+    assert {f"originals/{job_key}.jpg", neighbour} <= left
+    row = ledger.find([job_key])[job_key]
+    assert (row.state, row.collected_at_s, row.manifest_key) == (JobState.COLLECTED, NOW_S, None)
+    assert assets.candidate_rows == {}
+
+    again = ledger.claim(spec(job_key, stack.bucket), now_s=NOW_S + 1, lease_until_s=NOW_S + 121, seen=row)
+    assert (again.outcome, again.attempts, again.sweep) == (ClaimOutcome.RUN, 1, False)
