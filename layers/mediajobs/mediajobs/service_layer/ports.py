@@ -107,8 +107,10 @@ class CollectionLedger(LeaseLedger, Protocol):
     def find(self, job_keys: list[str]) -> dict[str, JobView]: ...
 
     def begin_collection(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> bool:
-        """``done`` -> ``collecting`` held by ``token`` until ``lease_until_s``; ``False``
-        when the row is not ``done`` (a render holds it, it is collected already ...)."""
+        """``done`` -> ``collecting`` held by ``token`` until ``lease_until_s`` (a
+        ``collecting`` row whose lease ended, a dead collector's, is taken over the same
+        way, to be finished); ``False`` otherwise (a render holds it, another collector
+        does, it is collected already ...)."""
         ...
 
     def end_collection(self, job_key: str, token: str, *, collected: bool, now_s: int) -> None:
