@@ -42,7 +42,7 @@ from pynamodb.exceptions import (
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from mediajobs.adapters.ledger import bind_model, dynamo_failure
+from mediajobs.adapters.ledger import _SIZE_LIMIT, bind_model, dynamo_failure
 from mediajobs.domain.assets import (
     FAILED_PREFIX,
     AssetJob,
@@ -58,7 +58,13 @@ from mediajobs.domain.assets import (
     same_version,
     summarize,
 )
-from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT, TransientFailure
+from mediajobs.domain.errors import (
+    ATTEMPTS_EXHAUSTED,
+    OUTPUT_CONFLICT,
+    UNSTORABLE_INPUT,
+    PermanentFailure,
+    TransientFailure,
+)
 from mediajobs.domain.jobs import OutputRecord
 
 log = logging.getLogger(__name__)
@@ -398,6 +404,10 @@ def _item(model: type[AssetModel], view: AssetView, revision: int) -> AssetModel
     )
 
 
+def _too_large(message: str | None) -> bool:
+    return bool(_SIZE_LIMIT.search(message or ""))
+
+
 class _Read(NamedTuple):
     view: AssetView | None
     revision: int | None
@@ -590,8 +600,12 @@ class DynamoAssets:
                         ],
                     )
         except TransactWriteError as exc:
-            reasons = {r.code for r in exc.cancellation_reasons if r is not None}
-            if exc.cause_response_code == _CANCELED and reasons and reasons <= _RETRY_REASONS | {"None"}:
+            given = [r for r in exc.cancellation_reasons if r is not None]
+            too_large = [r.message for r in given if r.code == "ValidationError" and _too_large(r.message)]
+            if too_large:  # "An item size becomes too large (larger than 400 KB)" (TransactWriteItems)
+                raise PermanentFailure(UNSTORABLE_INPUT, f"{what} refused by DynamoDB: {too_large[0]}") from exc
+            reasons = {r.code for r in given}
+            if exc.cause_response_code == _CANCELED and reasons and reasons <= _RETRY_REASONS:
                 raise _Retry(",".join(sorted(reasons))) from exc
             if exc.cause_response_code in _RETRY_CODES:
                 raise _Retry(exc.cause_response_code or "") from exc
