@@ -531,7 +531,8 @@ class DynamoAssets:
                 return attempt()
             except _Retry as retry:
                 last = retry
-                self._sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**round_)))
+                if round_ + 1 < self._rounds:
+                    self._sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**round_)))
         raise TransientFailure(f"{what}: still losing races after {self._rounds} rounds ({last})")
 
     def _asset_condition(self, read: _Read) -> Any:
