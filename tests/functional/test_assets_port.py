@@ -23,6 +23,7 @@ from mediajobs.domain.assets import (
 from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure
 from mediajobs.domain.jobs import OutputRecord
 from mediajobs.local.embedded import EmbeddedAws, LocalStack
+from mediajobs.local.template import load_template
 from tests.conftest import REPO
 from tests.fakes import FakeAssets
 
@@ -402,3 +403,24 @@ def test_an_asset_item_over_dynamodbs_limit_is_unstorable_input(stack):
             assets.record(BUCKET, k, seq, [AssetJob(IMAGE, jk("a"), state, reason=reason, outputs=many)], now_s=101)
         assert info.value.reason == UNSTORABLE_INPUT
     assert assets.get(BUCKET, k).state == AssetState.PENDING
+
+
+def test_the_three_models_have_the_assets_tables_keys(stack):
+    """The template's AssetsTable, the table the embedded AWS made, and each model agree:
+    ``pk`` (hash) and ``sk`` (range), strings."""
+    props = load_template(REPO / "template.yaml")["Resources"]["AssetsTable"]["Properties"]
+    schema = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+    assert props["KeySchema"] == schema
+    assert sorted(d["AttributeName"] for d in props["AttributeDefinitions"] if d["AttributeType"] == "S") == [
+        "pk",
+        "sk",
+    ]
+    for model in (AssetModel, ReferenceModel, CandidateModel):
+        keys = [
+            {"AttributeName": a.attr_name, "KeyType": "HASH" if a.is_hash_key else "RANGE"}
+            for a in model.get_attributes().values()
+            if a.is_hash_key or a.is_range_key
+        ]
+        assert sorted(keys, key=lambda k: k["KeyType"]) == schema, model
+    table = stack.client("dynamodb").describe_table(TableName=stack.assets_table_name)["Table"]
+    assert table["KeySchema"] == schema
