@@ -257,8 +257,7 @@ def plan_current(
     -------
     Plan | None
         ``None`` when nothing is written: a greater sequencer is current (superseded), or
-        the same event again with nothing to attach (``old`` is the answer then; see
-        :func:`superseded`).
+        the same event again with nothing to attach (``old`` is the answer then).
     """
     if old is not None and version.sequencer < old.version.sequencer:
         return None
