@@ -20,6 +20,7 @@ and every client is built with the endpoint and credentials explicitly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -40,18 +41,19 @@ from pynamodb.models import Model
 from werkzeug.serving import BaseWSGIServer, make_server
 from werkzeug.wsgi import get_input_stream
 
+from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, ReferenceModel
 from mediajobs.adapters.ledger import JobModel, bind_model
 from mediajobs.adapters.sources import SourceModel
 from mediajobs.domain.keys import encode_event_key
 from mediajobs.local.events import ACCOUNT_ID, REGION
 from mediajobs.local.template import (
+    ASSETS_TABLE_ID,
     BUCKET_ID,
     DLQ_ID,
     EVENTS_DLQ_ID,
     FUNCTION_ID,
     QUEUE_ID,
     RULE_ID,
-    ASSETS_TABLE_ID,
     SOURCES_TABLE_ID,
     TABLE_ID,
     find_template,
@@ -330,6 +332,14 @@ class LocalStack:
         """The source index's model (:meth:`model`)."""
         return self.model(SourceModel, self.sources_table_name)
 
+    def asset_models(self) -> AssetModels:
+        """The assets table's three models (:meth:`model` each)."""
+        return AssetModels(
+            self.model(AssetModel, self.assets_table_name),
+            self.model(ReferenceModel, self.assets_table_name),
+            self.model(CandidateModel, self.assets_table_name),
+        )
+
 
 class EmbeddedAws:
     """Start a moto server on 127.0.0.1 (a free port) and create the stack in it.
@@ -492,15 +502,13 @@ class EmbeddedAws:
         # Like the models' create_table, a table this process's moto already has is kept.
         assets_props = self._resource(ASSETS_TABLE_ID)["Properties"]
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)
-        try:
+        with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
             dynamodb.create_table(
                 TableName=assets_table_name,
                 AttributeDefinitions=assets_props["AttributeDefinitions"],
                 KeySchema=assets_props["KeySchema"],
                 BillingMode="PAY_PER_REQUEST",
             )
-        except dynamodb.exceptions.ResourceInUseException:
-            pass
 
         function = resolve(self._resource(FUNCTION_ID)["Properties"], refs, attrs, params)
         globals_env = (self.template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get(
