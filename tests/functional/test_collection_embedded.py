@@ -1,18 +1,24 @@
-"""The collector with the real ledger and S3 adapters on the embedded AWS: a job nothing
-references loses its manifest first, then the rest of its prefix, and nothing outside
+"""The collector with the real adapters on the embedded AWS: a job nothing references
+loses its manifest first, then the rest of its prefix, and nothing outside
 ``derivatives/<job key>/`` is touched; its row is ``collected`` and a new reference
-renders it again."""
+renders it again; a set two originals share stays until the second is deleted;
+``mediajobs collect`` runs one collection against the served AWS."""
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from typing import Any
 
 import pytest
 
+from mediajobs.adapters.assets import DynamoAssets
 from mediajobs.adapters.ledger import DynamoLedger
 from mediajobs.adapters.s3 import S3Store
+from mediajobs.domain.assets import AssetJob, AssetVersion, sequencer_order
 from mediajobs.domain.jobs import ClaimOutcome, JobSpec, JobState
+from mediajobs.local.cli import main
 from mediajobs.service_layer.collection import Collector
 from mediajobs.settings import Settings
 from tests.fakes import FakeAssets, FakeClock
@@ -26,7 +32,9 @@ def world(local_session):
     stack = local_session.stack
     s3 = stack.client("s3")
     calls: list[tuple[str, dict[str, Any]]] = []
-    s3.meta.events.register("before-parameter-build.s3.*", lambda model, params, **_: calls.append((model.name, params)))
+    s3.meta.events.register(
+        "before-parameter-build.s3.*", lambda model, params, **_: calls.append((model.name, params))
+    )
     ledger = DynamoLedger(stack.job_model(), max_attempts=4)
     return stack, s3, calls, ledger
 
@@ -73,3 +81,64 @@ def test_an_unreferenced_job_is_collected_manifest_first_and_nothing_else_is_tou
 
     again = ledger.claim(spec(job_key, stack.bucket), now_s=NOW_S + 1, lease_until_s=NOW_S + 121, seen=row)
     assert (again.outcome, again.attempts, again.sweep) == (ClaimOutcome.RUN, 1, False)
+
+
+def shared_job(stack, s3, ledger: DynamoLedger, assets: DynamoAssets, keys: list[str]) -> str:
+    """A done job with its three files, made current for each original of ``keys`` (same bytes)."""
+    job_key = uuid.uuid4().hex * 2
+    prefix = f"derivatives/{job_key}/"
+    claim = ledger.claim(spec(job_key, stack.bucket), now_s=NOW_S - 9000, lease_until_s=NOW_S - 8900)
+    for name in ("manifest.json", "thumb.webp", "large.webp"):
+        s3.put_object(Bucket=stack.bucket, Key=prefix + name, Body=name.encode())
+    ledger.complete(
+        job_key, str(claim.lease_token), manifest_key=prefix + "manifest.json", outputs=[], now_s=NOW_S - 8950
+    )
+    for key in keys:
+        made = assets.make_current(
+            stack.bucket,
+            key,
+            AssetVersion("v1", "e1", 10, sequencer_order("10")),
+            sha256="c" * 64,
+            media="image",
+            jobs=[AssetJob("web-image@1", job_key)],
+            now_s=NOW_S - 8000,
+        )
+        assert made is not None
+    return job_key
+
+
+def delete(stack, assets: DynamoAssets, key: str, now_s: int) -> None:
+    assert assets.delete(stack.bucket, key, AssetVersion("d1", "", None, sequencer_order("20")), now_s=now_s)
+
+
+def test_a_shared_set_stays_until_its_last_original_goes_then_the_collection_takes_it(world):
+    stack, s3, _, ledger = world
+    assets = DynamoAssets(stack.asset_models(), sleep=lambda _: None)
+    one, two = f"originals/{uuid.uuid4().hex}/a.jpg", f"originals/{uuid.uuid4().hex}/b.jpg"
+    job_key = shared_job(stack, s3, ledger, assets, [one, two])
+    collector = Collector(assets, ledger, S3Store(s3), Settings(collect_grace_s=GRACE_S), FakeClock(NOW_S))
+    delete(stack, assets, one, NOW_S - GRACE_S - 100)
+
+    first = collector.run(limit=1000)
+    assert first.revived >= 1 and assets.referenced(job_key)
+    assert ledger.find([job_key])[job_key].state == JobState.DONE
+
+    delete(stack, assets, two, NOW_S - GRACE_S - 50)
+    second = collector.run(limit=1000)
+    assert second.collected >= 1
+    assert ledger.find([job_key])[job_key].state == JobState.COLLECTED
+    assert s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"derivatives/{job_key}/")["KeyCount"] == 0
+    assert [c for c in assets.candidates(released_before_s=NOW_S + 1, limit=1000) if c.job_key == job_key] == []
+
+
+def test_mediajobs_collect_runs_one_collection_against_the_served_aws(world, capsys):
+    stack, s3, _, ledger = world
+    assets = DynamoAssets(stack.asset_models(), sleep=lambda _: None)
+    key = f"originals/{uuid.uuid4().hex}/a.jpg"
+    job_key = shared_job(stack, s3, ledger, assets, [key])
+    delete(stack, assets, key, int(time.time()) - 100)  # the command runs on the real clock
+
+    assert main(["collect", "--endpoint", stack.endpoint_url, "--grace-seconds", "0", "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert counts["collected"] >= 1 and counts["errors"] == 0
+    assert ledger.find([job_key])[job_key].state == JobState.COLLECTED

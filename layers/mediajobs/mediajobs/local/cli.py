@@ -479,12 +479,14 @@ def _collect_stack(endpoint: str) -> Any:
 def cmd_collect(args: argparse.Namespace) -> int:
     """One collection run against a running ``mediajobs serve``; prints its counts; exit 1
     when a job could not be collected (it is kept for the next run)."""
+    from mediajobs.adapters.assets import DynamoAssets
     from mediajobs.entrypoints.collector import run_collection
     from mediajobs.local.session import local_adapters
 
     stack = _collect_stack(args.endpoint)
     settings = stack.settings()
-    report = run_collection(settings, local_adapters(stack, settings), grace_s=args.grace_seconds)
+    assets = DynamoAssets(stack.asset_models())
+    report = run_collection(settings, local_adapters(stack, settings), grace_s=args.grace_seconds, assets=assets)
     counts = report.to_json()
     if args.json:
         print(json.dumps(counts), flush=True)
