@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,10 +22,14 @@ import pytest
 from mediajobs.adapters.assets import DynamoAssets
 from mediajobs.bootstrap import active_recipes, build_service
 from mediajobs.domain.assets import AssetJob, AssetJobState, AssetVersion, sequencer_order
+from mediajobs.domain.errors import OUTPUT_CONFLICT
+from mediajobs.domain.jobs import JobSpec
 from mediajobs.domain.keys import job_key, sha256_hex
+from mediajobs.entrypoints.collector import run_collection
 from mediajobs.local.session import Collector, local_adapters
 from mediajobs.local.template import load_template
 from tests.conftest import REPO
+from tests.fakes import FakeClock
 from tests.functional.test_crash_points import Crash, CrashAt, derivative_keys, esm_for
 from tests.functional.test_worker import unique_png
 
@@ -33,7 +38,12 @@ ROLE = TEMPLATE["Resources"]["WorkerRole"]["Properties"]
 STATEMENTS = [st for policy in ROLE["Policies"] for st in policy["PolicyDocument"]["Statement"]]
 
 #: IAM action of each S3 and SQS operation the code may call (S3 API reference, "Permissions").
-_S3_ACTIONS = {"PutObject": "s3:PutObject", "ListObjectsV2": "s3:ListBucket", "ListObjects": "s3:ListBucket"}
+_S3_ACTIONS = {
+    "PutObject": "s3:PutObject",
+    "DeleteObject": "s3:DeleteObject",
+    "ListObjectsV2": "s3:ListBucket",
+    "ListObjects": "s3:ListBucket",
+}
 _SQS_ACTIONS = {
     "DeleteMessageBatch": "sqs:DeleteMessage",
     "ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
@@ -70,6 +80,12 @@ class Recorder:
         if not self.on:
             return
         service = client.meta.service_model.service_name
+        if service == "s3" and operation == "DeleteObjects":
+            # One s3:DeleteObject per key; there is no s3:DeleteObjects action (S3 API
+            # reference, DeleteObjects).
+            for item in params["Delete"]["Objects"]:
+                self.calls.append(("s3:DeleteObject", f"arn:aws:s3:::{params['Bucket']}/{item['Key']}"))
+            return
         if service == "s3":
             key = params.get("Key")
             if key is None:
@@ -223,6 +239,50 @@ def test_every_call_of_the_assets_adapter_is_allowed_by_the_role(local_session, 
     used = {action for action, arn in recorder.calls if arn == table}
     assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"} <= used
     assert "dynamodb:DeleteItem" in used
+
+
+def test_every_call_of_the_collection_is_allowed_by_the_role(local_session, recorder):
+    """A collected job (the manifest, then DeleteObjects of the rest) and a failed job's
+    prefix swept: every call allowed, and deletes only under derivatives/."""
+    stack, s3 = local_session.stack, local_session.s3
+    settings = local_session.settings
+    adapters = local_adapters(stack, settings)
+    assets = DynamoAssets(stack.asset_models(), sleep=lambda _: None)
+    now_s = int(time.time())
+    for n, state in enumerate(["done", "failed"]):
+        key = (str(n) + uuid.uuid4().hex * 2)[:64]
+        prefix = f"derivatives/{key}/"
+        spec = JobSpec(key, "a" * 64, "web-image", 1, "b" * 64, "none", prefix, stack.bucket, "originals/iam/c.png")
+        token = str(adapters.ledger.claim(spec, now_s=now_s - 9000, lease_until_s=now_s - 8900).lease_token)
+        for name in ("manifest.json", "thumb.webp") if state == "done" else ("thumb.webp",):
+            s3.put_object(Bucket=stack.bucket, Key=prefix + name, Body=b"x")
+        if state == "done":
+            adapters.ledger.complete(key, token, manifest_key=prefix + "manifest.json", outputs=[], now_s=now_s - 8900)
+        else:
+            adapters.ledger.fail_permanently(key, token, reason=OUTPUT_CONFLICT, detail="", now_s=now_s - 8900)
+        original = f"originals/iam/collect-{key[:8]}.png"
+        jobs = [AssetJob("web-image@1", key)]
+        assets.make_current(
+            stack.bucket,
+            original,
+            AssetVersion("v1", "e", 1, sequencer_order("1")),
+            sha256="a" * 64,
+            media="image",
+            jobs=jobs,
+            now_s=now_s - 8000,
+        )
+        assets.delete(stack.bucket, original, AssetVersion("d", "", None, sequencer_order("2")), now_s=now_s - 7000)
+    recorder.on = True
+    try:
+        report = run_collection(
+            settings, dataclasses.replace(adapters, clock=FakeClock(now_s)), grace_s=60, limit=1000, assets=assets
+        )
+    finally:
+        recorder.on = False
+    assert report.collected >= 1 and report.swept_failed >= 1 and report.errors == 0
+    assert sorted({call for call in recorder.calls if not recorder.allowed(*call)}) == []
+    deletes = [arn for action, arn in recorder.calls if action == "s3:DeleteObject"]
+    assert deletes and all(f":::{stack.bucket}/derivatives/" in arn for arn in deletes)
 
 
 def _visible(session) -> int:
