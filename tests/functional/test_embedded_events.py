@@ -314,6 +314,20 @@ def test_a_prefix_no_lifecycle_rule_covers_is_refused(embedded):
         aws.expire_noncurrent("uploads/")
 
 
+def test_a_copy_is_created_by_copy_object_and_every_event_has_its_own_id_and_an_iso_time(stack):
+    s3 = stack.client("s3")
+    source, copy = unique_key("source.jpg"), unique_key("copy.jpg")
+    s3.put_object(Bucket=stack.bucket, Key=source, Body=b"bytes")
+    version = s3.copy_object(Bucket=stack.bucket, Key=copy, CopySource={"Bucket": stack.bucket, "Key": source})[
+        "VersionId"
+    ]
+
+    put, copied = drain(stack)
+    assert shape(copied) == ("Object Created", copy, version, "CopyObject", None, 5)
+    assert put.id != copied.id
+    assert copied.time.tzinfo is not None  # ISO 8601 with its Z, as AWS's (moto: Unix seconds)
+
+
 def test_a_multipart_upload_gives_one_event_of_complete_multipart_upload(stack):
     s3 = stack.client("s3")
     key = unique_key("big.jpg")
