@@ -4,6 +4,7 @@ touches an item another one holds is cancelled with TransactionConflict, as on D
 from __future__ import annotations
 
 import threading
+import uuid
 
 import boto3
 import pytest
@@ -30,21 +31,18 @@ def held():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     session = boto3.session.Session(region_name="us-east-1", **CREDENTIALS)
 
-    def client():
-        return session.client(
-            "dynamodb", endpoint_url=f"http://127.0.0.1:{server.server_port}", config=Config(retries={"max_attempts": 1})
-        )
+    endpoint = f"http://127.0.0.1:{server.server_port}"
 
-    table = "conflicts-test"
-    try:
-        client().create_table(
-            TableName=table,
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-    except Exception:  # noqa: BLE001 - moto's tables outlive a server in this process
-        pass
+    def client():
+        return session.client("dynamodb", endpoint_url=endpoint, config=Config(retries={"max_attempts": 1}))
+
+    table = f"conflicts-test-{uuid.uuid4().hex[:8]}"  # moto's tables outlive a server in this process
+    client().create_table(
+        TableName=table,
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
     yield client, middleware, entered, release, table
     release.set()
     server.shutdown()
