@@ -539,22 +539,22 @@ def _end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict
             checks["assets_not_current"] += 1
         if view is None or view.state != AssetState.READY:
             checks["assets_not_ready"] += 1
-        for job in view.jobs if view is not None else ():
-            used[job.job_key] += 1
+        for entry in view.jobs if view is not None else ():
+            used[entry.job_key] += 1
             try:
-                row = jobs.get(job.job_key, consistent_read=True)
+                row = jobs.get(entry.job_key, consistent_read=True)
                 end_states[str(row.failure_reason or row.state)] += 1
             except jobs.DoesNotExist:
                 end_states["no_job"] += 1
-    for job in used:
+    for job_key in used:
         try:
-            s3.head_object(Bucket=stack.bucket, Key=f"derivatives/{job}/manifest.json")
+            s3.head_object(Bucket=stack.bucket, Key=f"derivatives/{job_key}/manifest.json")
         except s3.exceptions.ClientError:
             checks["missing_manifests"] += 1
-    prefixes = set()
+    prefixes: set[str] = set()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=stack.bucket, Prefix="derivatives/"):
         prefixes.update(item["Key"].split("/")[1] for item in page.get("Contents", ()))
-    referenced = set()  # every job some reference row names, live asset or not
+    referenced: set[str] = set()  # every job some reference row names, live asset or not
     for page in stack.client("dynamodb").get_paginator("scan").paginate(
         TableName=stack.assets_table_name,
         FilterExpression="begins_with(pk, :job)",
@@ -563,8 +563,8 @@ def _end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict
         ConsistentRead=True,
     ):
         referenced.update(item["pk"]["S"].removeprefix("job#") for item in page["Items"])
-    for job in prefixes | set(used) | referenced:
-        if assets.references(job) != used[job]:
+    for job_key in prefixes | set(used) | referenced:
+        if assets.references(job_key) != used[job_key]:
             checks["count_mismatches"] += 1
     checks["unreferenced_prefixes"] = len(prefixes - set(used))
     return checks, dict(sorted(end_states.items()))
