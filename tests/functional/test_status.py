@@ -1,0 +1,367 @@
+"""The status function (``GET /assets?key=...``) answered through the function URL's event
+shape (payload format 2.0, as AWS's "Invoking Lambda function URLs" gives it, with the
+``AWS_IAM`` caller in ``requestContext.authorizer.iam``), over :class:`tests.fakes.FakeAssets`
+(the Assets port's reference semantics); its calls against the embedded AWS are checked
+against ``StatusRole`` at the end of the module."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import urllib.parse
+from typing import Any
+
+import pytest
+
+from mediajobs.domain.assets import AssetJob, AssetJobState, AssetVersion, sequencer_order
+from mediajobs.domain.jobs import OutputRecord
+from mediajobs.entrypoints.status import answer, key_of, make_status_app
+from mediajobs.local.template import load_template
+from mediajobs.settings import Settings
+from tests.conftest import REPO
+from tests.fakes import FakeAssets
+
+BUCKET = "media-bucket"
+SETTINGS = Settings(media_bucket=BUCKET)
+JOB_IMAGE, JOB_PLACEHOLDER = "a" * 64, "b" * 64
+PLACEHOLDER = {
+    "placeholder": "thumbhash",
+    "thumbhash": "1QcSHQRnh493V4dIh4eXh1h4kJUI",
+    "dominant_colour": "#7f6a55",
+    "display_width_px": 512,
+    "display_height_px": 512,
+}
+
+
+def function_url_event(
+    raw_query_string: str, *, method: str = "GET", path: str = "/assets", query: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A function URL request event (payload 2.0) as Lambda sends it for ``AuthType: AWS_IAM``:
+    the shape of AWS's documented sample (Lambda developer guide, "Request payload format")."""
+    if query is None:
+        pairs = urllib.parse.parse_qsl(raw_query_string, keep_blank_values=True)
+        query = {}
+        for k, v in pairs:  # Lambda joins repeated values with commas
+            query[k] = f"{query[k]},{v}" if k in query else v
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": raw_query_string,
+        "headers": {
+            "host": "abcdefghij.lambda-url.us-east-1.on.aws",
+            "x-amz-date": "20261201T172000Z",
+            "x-amz-content-sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "authorization": "AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE/20261201/us-east-1/lambda/aws4_request, ...",
+            "x-forwarded-proto": "https",
+            "user-agent": "app/1.0",
+        },
+        **({"queryStringParameters": query} if query else {}),
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "abcdefghij",
+            "authorizer": {
+                "iam": {
+                    "accessKey": "AKIAEXAMPLE",
+                    "accountId": "123456789012",
+                    "callerId": "AIDAEXAMPLE",
+                    "cognitoIdentity": None,
+                    "principalOrgId": None,
+                    "userArn": "arn:aws:iam::123456789012:user/app",
+                    "userId": "AIDAEXAMPLE",
+                }
+            },
+            "domainName": "abcdefghij.lambda-url.us-east-1.on.aws",
+            "domainPrefix": "abcdefghij",
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "203.0.113.7",
+                "userAgent": "app/1.0",
+            },
+            "requestId": "c8a3f2e1-0000-4000-8000-000000000001",
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "01/Dec/2026:17:20:00 +0000",
+            "timeEpoch": 1796145600000,
+        },
+        "isBase64Encoded": False,
+    }
+
+
+def get(assets: FakeAssets, key: str | None, **kwargs: Any) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """Resolve a GET of ``key`` (quoted as an SDK signing with SigV4 sends it) through the app."""
+    raw = "" if key is None else "key=" + urllib.parse.quote(key, safe="")
+    response = make_status_app(assets, SETTINGS).resolve(function_url_event(raw, **kwargs), None)
+    return response["statusCode"], json.loads(response["body"]), response["headers"]
+
+
+def version(sequencer: str = "0055AED6DCD90281E5") -> AssetVersion:
+    return AssetVersion(
+        "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", "d41d8cd98f00b204e9800998ecf8427e", 1234, sequencer_order(sequencer)
+    )
+
+
+def jobs(*states: tuple[AssetJobState, dict[str, Any]]) -> list[AssetJob]:
+    recipes = (("web-image@1", JOB_IMAGE), ("image-placeholder@1", JOB_PLACEHOLDER))
+    return [
+        AssetJob(recipe, key, state, **extra) for (recipe, key), (state, extra) in zip(recipes, states, strict=True)
+    ]
+
+
+def uploaded(key: str = "originals/users/42/avatar.jpg") -> tuple[FakeAssets, str, str]:
+    """An asset whose version is current with its two jobs pending; returns (assets, key, sequencer)."""
+    assets = FakeAssets()
+    v = version()
+    pending = jobs((AssetJobState.PENDING, {}), (AssetJobState.PENDING, {}))
+    assets.make_current(BUCKET, key, v, sha256="c" * 64, media="image", jobs=pending, now_s=100)
+    return assets, key, v.sequencer
+
+
+OUTPUTS = (
+    OutputRecord("thumb", f"derivatives/{JOB_IMAGE}/thumb.webp", "webp", 320, 240, 9123, "d" * 64, "image/webp"),
+    OutputRecord("large", f"derivatives/{JOB_IMAGE}/large.avif", "avif", 1600, 1200, 81234, "e" * 64, "image/avif"),
+)
+
+
+def test_a_ready_asset_answers_its_version_outputs_and_placeholder():
+    assets, key, seq = uploaded()
+    done = jobs(
+        (AssetJobState.DONE, {"manifest_key": f"derivatives/{JOB_IMAGE}/manifest.json", "outputs": OUTPUTS}),
+        (AssetJobState.DONE, {"manifest_key": f"derivatives/{JOB_PLACEHOLDER}/manifest.json"}),
+    )
+    assets.record(BUCKET, key, seq, done, now_s=130, placeholder=PLACEHOLDER)
+    status, body, headers = get(assets, key)
+    assert status == 200
+    assert headers["Content-Type"] == "application/json" and headers["Cache-Control"] == "no-store"
+    assert body["state"] == "ready" and body["key"] == key and body["bucket"] == BUCKET
+    assert body["version"] == {
+        "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
+        "etag": "d41d8cd98f00b204e9800998ecf8427e",
+        "size_bytes": 1234,
+        "sequencer": "55AED6DCD90281E5",
+    }
+    assert body["sha256"] == "c" * 64 and body["media"] == "image" and body["updated_at_s"] == 130
+    assert body["placeholder"] == PLACEHOLDER
+    image = body["recipes"]["web-image@1"]
+    assert image["state"] == "done" and image["reason"] is None and image["job_key"] == JOB_IMAGE
+    assert image["manifest_key"] == f"derivatives/{JOB_IMAGE}/manifest.json"
+    assert image["outputs"] == [
+        {"key": f"derivatives/{JOB_IMAGE}/thumb.webp", "format": "webp", "width": 320, "height": 240, "bytes": 9123},
+        {"key": f"derivatives/{JOB_IMAGE}/large.avif", "format": "avif", "width": 1600, "height": 1200, "bytes": 81234},
+    ]
+    assert body["recipes"]["image-placeholder@1"]["outputs"] == []
+
+
+def test_a_processing_asset_answers_the_progress_of_its_job():
+    assets, key, seq = uploaded()
+    assets.record(BUCKET, key, seq, jobs((AssetJobState.PROCESSING, {}), (AssetJobState.PENDING, {})), now_s=110)
+    assets.progress(BUCKET, key, seq, JOB_IMAGE, 0.4, now_s=115)
+    status, body, _ = get(assets, key)
+    assert status == 200 and body["state"] == "processing" and body["reason"] is None
+    assert body["recipes"]["web-image@1"]["state"] == "processing"
+    assert body["recipes"]["web-image@1"]["progress"] == 0.4
+    assert body["recipes"]["image-placeholder@1"] == {
+        "job_key": JOB_PLACEHOLDER, "state": "pending", "reason": None, "progress": None,
+        "manifest_key": None, "outputs": [],
+    }  # fmt: skip
+
+
+def test_a_failed_asset_answers_its_reason():
+    assets, key, seq = uploaded()
+    failed = {"reason": "too_many_pixels", "detail": "60000000 pixels > 50000000"}
+    assets.record(BUCKET, key, seq, jobs((AssetJobState.FAILED, failed), (AssetJobState.DONE, {})), now_s=120)
+    status, body, _ = get(assets, key)
+    assert status == 200 and body["state"] == "failed"
+    assert (body["reason"], body["detail"]) == ("too_many_pixels", "60000000 pixels > 50000000")
+    assert body["recipes"]["web-image@1"]["reason"] == "too_many_pixels"
+
+
+def test_an_original_refused_before_any_job_answers_failed_with_its_reason():
+    assets = FakeAssets()
+    key = "originals/empty.jpg"
+    v = version()
+    assets.make_current(BUCKET, key, v, sha256=None, media=None, jobs=None, now_s=100)
+    assets.record(BUCKET, key, v.sequencer, [], now_s=101, failure=("empty_file", ""))
+    status, body, _ = get(assets, key)
+    assert (status, body["state"], body["reason"], body["recipes"]) == (200, "failed", "empty_file", {})
+
+
+def test_a_deleted_asset_answers_deleted():
+    assets, key, _ = uploaded()
+    assets.delete(BUCKET, key, version("0055AED6DCD90281F0"), now_s=200)
+    status, body, _ = get(assets, key)
+    assert status == 200 and body["state"] == "deleted" and body["recipes"] == {}
+    assert body["version"]["sequencer"] == "55AED6DCD90281F0"
+
+
+def test_an_unknown_key_is_404_with_a_message():
+    status, body, headers = get(FakeAssets(), "originals/never/uploaded.jpg")
+    assert status == 404 and headers["Content-Type"] == "application/json"
+    assert body == {"message": "no asset for this key", "key": "originals/never/uploaded.jpg"}
+
+
+class NoReads(FakeAssets):
+    def get(self, bucket, key):
+        raise AssertionError("the table is read for a key that cannot be an original")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "key=" + urllib.parse.quote("derivatives/" + "a" * 64 + "/thumb.webp", safe=""),
+        "key=" + urllib.parse.quote("users/42/avatar.jpg", safe=""),
+        "key=originals%2F",  # the prefix itself
+        "key=" + urllib.parse.quote("originals/" + "x" * 1015, safe=""),  # 1,025 bytes
+        "key=originals%2Fa.jpg&key=originals%2Fb.jpg",  # two keys
+        "key=",
+        "",  # no key
+        "name=originals%2Fa.jpg",
+    ],
+)
+def test_a_missing_repeated_or_outside_key_is_400_without_reading_the_table(raw):
+    response = make_status_app(NoReads(), SETTINGS).resolve(function_url_event(raw), None)
+    body = json.loads(response["body"])
+    assert response["statusCode"] == 400 and body["message"]
+
+
+def test_the_longest_key_s3_allows_is_read():
+    key = "originals/" + "é" * 507  # 10 + 1,014 bytes
+    assert len(key.encode()) == 1024
+    assert get(FakeAssets(), key)[0] == 404
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "originals/users/42/My Photo (1).jpg",
+        "originals/a+b=c&d,e.jpg",  # '+', '&', '=' and ',' quoted by the signer
+        "originals/фото/日本語 ü.png",
+        "originals/100%/real.jpg",
+    ],
+)
+def test_a_url_encoded_key_names_its_asset(key):
+    assets, _, _ = uploaded(key)
+    status, body, _ = get(assets, key)
+    assert (status, body["key"]) == (200, key)
+
+
+def test_a_space_sent_as_plus_is_a_space():
+    assets, key, _ = uploaded("originals/My Photo.jpg")
+    response = make_status_app(assets, SETTINGS).resolve(function_url_event("key=originals/My+Photo.jpg"), None)
+    assert json.loads(response["body"])["key"] == key
+
+
+def test_the_key_comes_from_the_raw_query_string_not_the_comma_joined_parameters():
+    assert key_of("key=originals%2Fa%2Cb.jpg") == ["originals/a,b.jpg"]
+    assert key_of("key=originals%2Fa.jpg&key=b") == ["originals/a.jpg", "b"]
+    assert key_of("other=1") == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("POST", "/assets"), ("DELETE", "/assets"), ("GET", "/"), ("GET", "/jobs")]
+)
+def test_other_methods_and_paths_get_powertools_404(method, path):
+    response = make_status_app(NoReads(), SETTINGS).resolve(
+        function_url_event("key=originals%2Fa.jpg", method=method, path=path), None
+    )
+    assert response["statusCode"] == 404
+
+
+def test_the_app_needs_the_stacks_bucket():
+    with pytest.raises(ValueError, match="MEDIA_BUCKET"):
+        make_status_app(FakeAssets(), Settings())
+
+
+def test_answer_reads_the_stacks_bucket_only_for_a_checked_key():
+    seen: list[str] = []
+    assert answer(["originals/a.jpg"], lambda k: seen.append(k), "originals/")[0] == 404
+    assert answer(["other/a.jpg"], lambda k: seen.append(k), "originals/")[0] == 400
+    assert seen == ["originals/a.jpg"]
+
+
+# The template's status function and its role.
+
+TEMPLATE = load_template(REPO / "template.yaml")
+RESOURCES = TEMPLATE["Resources"]
+
+
+def test_the_status_function_reads_the_stacks_bucket_and_assets_table():
+    function = RESOURCES["StatusFunction"]["Properties"]
+    env = function["Environment"]["Variables"]
+    assert env["MEDIA_BUCKET"] == {"Ref": "MediaBucket"}
+    assert env["ASSETS_TABLE_NAME"] == {"Ref": "AssetsTable"}
+    assert function["Handler"] == "app.lambda_handler" and function["CodeUri"] == "functions/status"
+    assert (REPO / "functions" / "status" / "app.py").read_text().count("from mediajobs.entrypoints.status import") == 1
+
+
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+STATUS_STATEMENTS = [
+    st for p in RESOURCES["StatusRole"]["Properties"]["Policies"] for st in p["PolicyDocument"]["Statement"]
+]
+
+
+def allowed_by_status_role(action: str, resource: str, table_arn: str, log_group: str = "log-group") -> bool:
+    def arn(value: Any) -> str:
+        name = value["Fn::GetAtt"][0]
+        return {"AssetsTable": table_arn, "StatusLogGroup": log_group}[name]
+
+    return any(
+        st["Effect"] == "Allow"
+        and action in _as_list(st["Action"])
+        and any(fnmatch.fnmatchcase(resource, arn(r)) for r in _as_list(st["Resource"]))
+        for st in STATUS_STATEMENTS
+    )
+
+
+def test_every_call_of_the_status_handler_is_allowed_by_its_role(local_session, monkeypatch):
+    """Each AWS call the real handler (its default adapter, on the embedded AWS) makes for a
+    known key, an unknown key and a refused key is recorded at botocore and checked against
+    StatusRole: GetItem on the assets table, nothing else."""
+    import botocore.client
+
+    adapters = pytest.importorskip("mediajobs.adapters.assets", reason="the DynamoDB assets adapter")
+    from mediajobs.entrypoints import status
+
+    stack = local_session.stack
+    settings = stack.settings(media_bucket=stack.bucket)
+    # The adapter the deployed handler builds, signing with the stack's credentials.
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", stack.credentials["aws_access_key_id"]),
+        ("AWS_SECRET_ACCESS_KEY", stack.credentials["aws_secret_access_key"]),
+        ("AWS_SESSION_TOKEN", stack.credentials["aws_session_token"]),
+    ):
+        monkeypatch.setenv(name, value)
+    assets = status.default_assets(settings)
+    key = "originals/least-privilege/a b.jpg"
+    v = version()
+    assets.make_current(
+        stack.bucket, key, v, sha256="c" * 64, media="image",
+        jobs=jobs((AssetJobState.PENDING, {}), (AssetJobState.PENDING, {})), now_s=100,
+    )  # fmt: skip
+    assert isinstance(assets, adapters.DynamoAssets)
+
+    calls: list[tuple[str, str]] = []
+    real = botocore.client.BaseClient._make_api_call
+
+    def recording(client, operation, params):
+        service = client.meta.service_model.service_name
+        calls.append((f"{service}:{operation}", str(params.get("TableName", "?"))))
+        return real(client, operation, params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
+    app = make_status_app(assets, settings)
+    answers = [
+        app.resolve(function_url_event("key=" + urllib.parse.quote(k, safe="")), None)["statusCode"]
+        for k in (key, "originals/least-privilege/unknown.jpg", "elsewhere/x.jpg")
+    ]
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", real)
+    assert answers == [200, 404, 400]
+    table_arn = f"arn:aws:dynamodb:{stack.region}:123456789012:table/{stack.assets_table_name}"
+    assert calls and all(table == stack.assets_table_name for _, table in calls)
+    assert {action for action, _ in calls} == {"dynamodb:GetItem"}
+    assert all(allowed_by_status_role(action, table_arn, table_arn) for action, _ in calls)
