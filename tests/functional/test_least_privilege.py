@@ -228,8 +228,10 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
 
     deployed = samtranslator.transform(template, {}, NoManagedPolicies())["Resources"]
     roles = {name: r["Properties"] for name, r in deployed.items() if r["Type"] == "AWS::IAM::Role"}
-    assert list(roles) == ["WorkerRole"]
-    assert "ManagedPolicyArns" not in roles["WorkerRole"]
+    # The status function's role: test_status.py. SAM makes the Collect schedule's role
+    # (EventBridge Scheduler invoking the worker).
+    assert sorted(roles) == ["StatusRole", "WorkerFunctionCollectRole", "WorkerRole"]
+    assert "ManagedPolicyArns" not in roles["WorkerRole"] and "ManagedPolicyArns" not in roles["StatusRole"]
     assert not [n for n, r in deployed.items() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")]
     statements = [st for p in roles["WorkerRole"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
     assert [st["Sid"] for st in statements if "*" in _as_list(st["Resource"])] == []
