@@ -294,6 +294,9 @@ def test_the_status_function_reads_the_stacks_bucket_and_assets_table():
     assert env["ASSETS_TABLE_NAME"] == {"Ref": "AssetsTable"}
     assert function["Handler"] == "app.lambda_handler" and function["CodeUri"] == "functions/status"
     assert (REPO / "functions" / "status" / "app.py").read_text().count("from mediajobs.entrypoints.status import") == 1
+    from mediajobs.settings import _ENV_NAMES
+
+    assert set(env) <= set(_ENV_NAMES.values())  # every variable is a setting it reads
 
 
 def _as_list(value: Any) -> list:
@@ -365,3 +368,124 @@ def test_every_call_of_the_status_handler_is_allowed_by_its_role(local_session, 
     assert calls and all(table == stack.assets_table_name for _, table in calls)
     assert {action for action, _ in calls} == {"dynamodb:GetItem"}
     assert all(allowed_by_status_role(action, table_arn, table_arn) for action, _ in calls)
+
+
+# The CLI's status and delete, against a served stack (the module's embedded AWS, reached
+# by its endpoint as `mediajobs status --endpoint` reaches a running `mediajobs serve`).
+
+
+def test_the_served_stack_names_what_the_embedded_aws_created(local_session):
+    from mediajobs.local.cli import _served_stack
+
+    stack, served = local_session.stack, _served_stack(local_session.stack.endpoint_url)
+    for name in ("bucket", "queue_url", "queue_arn", "dlq_url", "events_dlq_url", "table_name", "assets_table_name"):
+        assert getattr(served, name) == getattr(stack, name), name
+    assert served.sources_table_name == stack.sources_table_name
+    assert (served.batch_size, served.timeout_s) == (stack.batch_size, stack.timeout_s)
+    assert served.function_env == stack.function_env
+    settings = served.settings()
+    assert (settings.endpoint_url, settings.assets_table_name) == (stack.endpoint_url, stack.assets_table_name)
+
+
+def test_the_served_stack_says_when_nothing_answers():
+    from mediajobs.local.cli import InternalError, _served_stack
+
+    with pytest.raises(InternalError, match="mediajobs serve"):
+        _served_stack("http://127.0.0.1:9")  # the discard port: nothing listens
+
+
+def _cli(argv: list[str]) -> tuple[Any, Any]:
+    from mediajobs.local.cli import build_parser
+
+    parser = build_parser()
+    return parser.parse_args(argv), parser
+
+
+def test_status_json_prints_exactly_the_status_document(local_session, capsys):
+    from mediajobs.domain.assets import status_document
+    from mediajobs.local.cli import cmd_status
+
+    bucket = local_session.stack.bucket
+    assets = FakeAssets()
+    key = "originals/cli/My Photo.jpg"
+    assets.make_current(bucket, key, version(), sha256="c" * 64, media="image", jobs=jobs(
+        (AssetJobState.DONE, {"outputs": OUTPUTS, "manifest_key": f"derivatives/{JOB_IMAGE}/manifest.json"}),
+        (AssetJobState.PENDING, {}),
+    ), now_s=5)  # fmt: skip
+    args, parser = _cli(["status", key, "--json", "--endpoint", local_session.stack.endpoint_url])
+    assert cmd_status(args, parser, lambda stack: assets) == 0
+    assert json.loads(capsys.readouterr().out) == status_document(assets.get(bucket, key))
+
+    args, parser = _cli(["status", key, "--endpoint", local_session.stack.endpoint_url])
+    assert cmd_status(args, parser, lambda stack: assets) == 0
+    out = capsys.readouterr().out
+    assert f"{key}  pending" in out and "c" * 64 in out and "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY" in out
+    assert "web-image@1" in out and "done" in out and f"derivatives/{JOB_IMAGE}/large.avif  avif 1600x1200" in out
+
+
+def test_status_of_an_unknown_key_exits_1_and_of_a_key_outside_originals_is_a_usage_error(local_session, capsys):
+    from mediajobs.local.cli import cmd_status
+
+    endpoint = local_session.stack.endpoint_url
+    args, parser = _cli(["status", "originals/nothing.jpg", "--endpoint", endpoint])
+    assert cmd_status(args, parser, lambda stack: FakeAssets()) == 1
+    assert "no asset for originals/nothing.jpg" in capsys.readouterr().err
+    args, parser = _cli(["status", "derivatives/x/y.webp", "--endpoint", endpoint])
+    with pytest.raises(SystemExit) as exit_:
+        cmd_status(args, parser, lambda stack: NoReads())
+    assert exit_.value.code == 2
+
+
+def test_delete_puts_a_delete_marker_on_the_original(local_session, capsys):
+    from mediajobs.local.cli import cmd_delete
+
+    s3, bucket = local_session.s3, local_session.stack.bucket
+    key = "originals/cli/to-delete.png"
+    s3.put_object(Bucket=bucket, Key=key, Body=b"bytes")
+    args, parser = _cli(["delete", key, "--endpoint", local_session.stack.endpoint_url])
+    assert cmd_delete(args, parser) == 0
+    versions = s3.list_object_versions(Bucket=bucket, Prefix=key)
+    (marker,) = versions["DeleteMarkers"]
+    assert marker["IsLatest"] is True and len(versions["Versions"]) == 1  # the bytes stay, noncurrent
+    assert marker["VersionId"] in capsys.readouterr().out
+    args, parser = _cli(["delete", "derivatives/x/manifest.json", "--endpoint", local_session.stack.endpoint_url])
+    with pytest.raises(SystemExit) as exit_:
+        cmd_delete(args, parser)
+    assert exit_.value.code == 2
+
+
+def test_serve_has_a_worker_flag_and_status_and_delete_an_endpoint():
+    from mediajobs.local.cli import DEFAULT_ENDPOINT
+
+    assert _cli(["serve", "--worker"])[0].worker is True and _cli(["serve"])[0].worker is False
+    assert _cli(["status", "originals/a.jpg"])[0].endpoint == DEFAULT_ENDPOINT == "http://127.0.0.1:5000"
+    assert _cli(["delete", "originals/a.jpg", "--endpoint", "http://127.0.0.1:5001"])[0].endpoint.endswith(":5001")
+
+
+@pytest.mark.subprocess  # the worker renders in its bounded child process
+def test_the_served_worker_processes_what_reaches_the_served_queue(local_session):
+    from mediajobs.local.cli import _serve_worker, _served_stack
+    from tests.functional.test_worker import unique_png
+
+    stack = _served_stack(local_session.stack.endpoint_url)
+    key = "originals/cli/served-worker.png"
+    local_session.s3.put_object(Bucket=stack.bucket, Key=key, Body=unique_png())
+    _serve_worker(local_session.stack, "ERROR", polls=2)
+    listed = local_session.s3.list_objects_v2(Bucket=stack.bucket, Prefix="derivatives/")
+    assert any(o["Key"].endswith("/manifest.json") for o in listed.get("Contents", []))
+
+
+def test_status_reads_the_served_assets_table_with_the_stacks_credentials(local_session, capsys):
+    pytest.importorskip("mediajobs.adapters.assets", reason="the DynamoDB assets adapter")
+    from mediajobs.local.cli import _served_assets, _served_stack, cmd_status
+
+    stack = _served_stack(local_session.stack.endpoint_url)
+    key = "originals/cli/served-status.jpg"
+    pending = jobs((AssetJobState.PENDING, {}), (AssetJobState.PENDING, {}))
+    _served_assets(stack).make_current(
+        stack.bucket, key, version(), sha256="c" * 64, media="image", jobs=pending, now_s=7
+    )
+    args, parser = _cli(["status", key, "--json", "--endpoint", stack.endpoint_url])
+    assert cmd_status(args, parser) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert (document["key"], document["state"], document["updated_at_s"]) == (key, "pending", 7)
