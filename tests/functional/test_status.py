@@ -489,3 +489,42 @@ def test_status_reads_the_served_assets_table_with_the_stacks_credentials(local_
     assert cmd_status(args, parser) == 0
     document = json.loads(capsys.readouterr().out)
     assert (document["key"], document["state"], document["updated_at_s"]) == (key, "pending", 7)
+
+
+# The gallery's badge of each asset's state.
+
+
+def test_the_gallery_badges_each_state_from_the_status_document(tmp_path, local_session):
+    from mediajobs.domain.assets import status_document
+    from mediajobs.local.cli import asset_document
+    from mediajobs.local.gallery import GalleryEntry, status_badge, write_gallery
+
+    assets, key, seq = uploaded()
+    assert status_badge(status_document(assets.get(BUCKET, key))) == '<span class="badge pending">pending</span>'
+    assets.record(BUCKET, key, seq, jobs((AssetJobState.PROCESSING, {}), (AssetJobState.PENDING, {})), now_s=1)
+    assets.progress(BUCKET, key, seq, JOB_IMAGE, 0.4, now_s=2)
+    assert ">processing 40%<" in status_badge(status_document(assets.get(BUCKET, key)))
+    failed = {"reason": "too_many_pixels", "detail": "60000000 > 50000000 <px>"}
+    assets.record(BUCKET, key, seq, jobs((AssetJobState.FAILED, failed), (AssetJobState.DONE, {})), now_s=3)
+    badge = status_badge(status_document(assets.get(BUCKET, key)))
+    assert (
+        badge == '<span class="badge failed" title="60000000 &gt; 50000000 &lt;px&gt;">failed: too_many_pixels</span>'
+    )
+    ready_assets, ready_key, ready_seq = uploaded("originals/ready.jpg")
+    ready_assets.record(BUCKET, ready_key, ready_seq, jobs((AssetJobState.DONE, {}), (AssetJobState.DONE, {})), now_s=4)
+    assert (
+        status_badge(status_document(ready_assets.get(BUCKET, ready_key))) == '<span class="badge ready">ready</span>'
+    )
+    assets.delete(BUCKET, key, version("0055AED6DCD90281F0"), now_s=5)
+    deleted = status_document(assets.get(BUCKET, key))
+    assert status_badge(deleted) == '<span class="badge deleted">deleted</span>'
+    assert status_badge(None) == ""
+
+    page = write_gallery(tmp_path, [GalleryEntry("avatar", None, None, status=deleted)]).read_text()
+    assert '<span class="badge deleted">deleted</span>' in page and ".badge.deleted" in page
+
+    stack = local_session.stack
+    fake = FakeAssets()
+    fake.make_current(stack.bucket, key, version(), sha256=None, media=None, jobs=None, now_s=9)
+    assert asset_document(stack, key, lambda s: fake)["state"] == "pending"
+    assert asset_document(stack, "originals/none.jpg", lambda s: fake) is None

@@ -526,6 +526,19 @@ def _served_assets(stack: LocalStack) -> Assets:
     return DynamoAssets(AssetModels(*(credentialed(model, stack.credentials) for model in models)))
 
 
+def asset_document(
+    stack: LocalStack, key: str, assets_of: Callable[[LocalStack], Assets] | None = None
+) -> dict[str, Any] | None:
+    """The status document of ``key``'s asset on ``stack`` (a session's or a served one), or
+    ``None`` when it has none: what the gallery's badge shows (``GalleryEntry.status``)."""
+    view = (assets_of or _served_assets)(stack).get(stack.bucket, key)
+    if view is None:
+        return None
+    from mediajobs.domain.assets import status_document
+
+    return status_document(view)
+
+
 def _print_status(document: dict[str, Any]) -> None:
     """The human form of a :func:`~mediajobs.domain.assets.status_document`."""
     version = document["version"]
