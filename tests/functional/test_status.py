@@ -322,31 +322,25 @@ def allowed_by_status_role(action: str, resource: str, table_arn: str, log_group
 
 
 def test_every_call_of_the_status_handler_is_allowed_by_its_role(local_session, monkeypatch):
-    """Each AWS call the real handler (its default adapter, on the embedded AWS) makes for a
-    known key, an unknown key and a refused key is recorded at botocore and checked against
+    """Each AWS call the deployed handler (``lambda_handler``, building its default adapter
+    from the environment the template gives it, on the embedded AWS) makes for a known
+    key, an unknown key and a refused key is recorded at botocore and checked against
     StatusRole: GetItem on the assets table, nothing else."""
     import botocore.client
 
     adapters = pytest.importorskip("mediajobs.adapters.assets", reason="the DynamoDB assets adapter")
     from mediajobs.entrypoints import status
+    from mediajobs.local.runner import LocalLambdaContext
 
     stack = local_session.stack
-    settings = stack.settings(media_bucket=stack.bucket)
-    # The adapter the deployed handler builds, signing with the stack's credentials.
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", stack.credentials["aws_access_key_id"]),
-        ("AWS_SECRET_ACCESS_KEY", stack.credentials["aws_secret_access_key"]),
-        ("AWS_SESSION_TOKEN", stack.credentials["aws_session_token"]),
-    ):
-        monkeypatch.setenv(name, value)
-    assets = status.default_assets(settings)
+    # The function's environment as the template sets it (the stack's exported already).
+    monkeypatch.setenv("MEDIA_BUCKET", stack.bucket)
+    monkeypatch.setenv("ASSETS_TABLE_NAME", stack.assets_table_name)
     key = "originals/least-privilege/a b.jpg"
-    v = version()
-    assets.make_current(
-        stack.bucket, key, v, sha256="c" * 64, media="image",
-        jobs=jobs((AssetJobState.PENDING, {}), (AssetJobState.PENDING, {})), now_s=100,
-    )  # fmt: skip
-    assert isinstance(assets, adapters.DynamoAssets)
+    pending = jobs((AssetJobState.PENDING, {}), (AssetJobState.PENDING, {}))
+    writer = status.default_assets(stack.settings())
+    assert isinstance(writer, adapters.DynamoAssets)
+    writer.make_current(stack.bucket, key, version(), sha256="c" * 64, media="image", jobs=pending, now_s=100)
 
     calls: list[tuple[str, str]] = []
     real = botocore.client.BaseClient._make_api_call
@@ -356,13 +350,18 @@ def test_every_call_of_the_status_handler_is_allowed_by_its_role(local_session, 
         calls.append((f"{service}:{operation}", str(params.get("TableName", "?"))))
         return real(client, operation, params)
 
+    status._default_app.cache_clear()
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
-    app = make_status_app(assets, settings)
-    answers = [
-        app.resolve(function_url_event("key=" + urllib.parse.quote(k, safe="")), None)["statusCode"]
-        for k in (key, "originals/least-privilege/unknown.jpg", "elsewhere/x.jpg")
-    ]
-    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", real)
+    try:
+        answers = [
+            status.lambda_handler(
+                function_url_event("key=" + urllib.parse.quote(k, safe="")), LocalLambdaContext(timeout_s=10)
+            )["statusCode"]
+            for k in (key, "originals/least-privilege/unknown.jpg", "elsewhere/x.jpg")
+        ]
+    finally:
+        monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", real)
+        status._default_app.cache_clear()
     assert answers == [200, 404, 400]
     table_arn = f"arn:aws:dynamodb:{stack.region}:123456789012:table/{stack.assets_table_name}"
     assert calls and all(table == stack.assets_table_name for _, table in calls)
