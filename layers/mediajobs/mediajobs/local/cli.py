@@ -378,6 +378,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"embedded AWS at {stack.endpoint_url}: bucket {stack.bucket}, table {stack.table_name}, "
             f"queue {stack.queue_url}"
         )
+        print(
+            f"assets table {stack.assets_table_name}: `mediajobs status KEY --endpoint {stack.endpoint_url}`"
+            f"{'' if args.worker else ' (add --worker to process uploads and deletes here)'}"
+        )
         print("press Ctrl-C to stop", flush=True)
         try:
             if args.worker:
