@@ -523,11 +523,9 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
 def _served_assets(stack: LocalStack) -> Assets:
     """The served stack's asset records: the DynamoDB adapter on its assets table, signing
     with the stack's credentials (never the user's)."""
-    from mediajobs.adapters.assets import AssetModels, DynamoAssets, asset_models
-    from mediajobs.local.embedded import credentialed
+    from mediajobs.adapters.assets import DynamoAssets
 
-    models = asset_models(stack.assets_table_name, stack.region, stack.endpoint_url)
-    return DynamoAssets(AssetModels(*(credentialed(model, stack.credentials) for model in models)))
+    return DynamoAssets(stack.asset_models())
 
 
 def asset_document(
