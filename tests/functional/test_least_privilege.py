@@ -345,7 +345,7 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
     roles = {name: r["Properties"] for name, r in deployed.items() if r["Type"] == "AWS::IAM::Role"}
     # SAM makes one more role: EventBridge Scheduler's, for the collection schedule
     # (ScheduleV2), which may invoke the worker and do nothing else.
-    assert sorted(roles) == ["WorkerFunctionCollectRole", "WorkerRole"]
+    assert sorted(roles) == ["StatusRole", "WorkerFunctionCollectRole", "WorkerRole"]  # StatusRole: test_status.py
     scheduler = roles["WorkerFunctionCollectRole"]
     assert [st["Principal"] for st in scheduler["AssumeRolePolicyDocument"]["Statement"]] == [
         {"Service": ["scheduler.amazonaws.com"]}
@@ -355,7 +355,7 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
         for p in scheduler["Policies"]
         for st in p["PolicyDocument"]["Statement"]
     ] == [("Allow", "lambda:InvokeFunction", {"Fn::GetAtt": ["WorkerFunction", "Arn"]})]
-    assert "ManagedPolicyArns" not in roles["WorkerRole"]
+    assert "ManagedPolicyArns" not in roles["WorkerRole"] and "ManagedPolicyArns" not in roles["StatusRole"]
     assert not [n for n, r in deployed.items() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")]
     statements = [st for p in roles["WorkerRole"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
     assert [st["Sid"] for st in statements if "*" in _as_list(st["Resource"])] == []

@@ -142,6 +142,21 @@ class _KeyAsS3Sends:
         return getattr(self._key, attribute)
 
 
+#: Called with every "Object Created" and "Object Deleted" event the embedded S3 sends
+#: (:func:`listen_to_s3_events`): a storm keeps the real bodies to deliver them again.
+_LISTENERS: list[Callable[[dict[str, Any]], None]] = []
+
+
+def listen_to_s3_events(listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+    """Call ``listener`` with each "Object Created" and "Object Deleted" event this
+    process's embedded S3 sends (the EventBridge event, as put on the rules), before it is
+    delivered; returns the function that stops it. ``mediajobs simulate`` keeps the real
+    events so that a duplicate it sends is the same event (same sequencer), and a late one
+    is the real older event."""
+    _LISTENERS.append(listener)
+    return lambda: _LISTENERS.remove(listener)
+
+
 def _publish(account_id: str, bucket: Any, event: dict[str, Any]) -> None:
     """Put an S3 ``event`` on every rule of moto's EventBridge in the bucket's region, as
     moto's own S3 does (the rules match their patterns), when the bucket sends its events
@@ -152,6 +167,8 @@ def _publish(account_id: str, bucket: Any, event: dict[str, Any]) -> None:
     config = bucket.notification_configuration
     if config is None or config.event_bridge is None:
         return
+    for listener in list(_LISTENERS):
+        listener(event)
     as_moto_takes = {
         **event,
         "time": datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp(),
