@@ -5,8 +5,10 @@ One run (:meth:`Collector.run`) looks at a bounded batch of candidates
 to a job, or when a job fails leaving outputs without a manifest) and follows the
 protocol of docs/assets.md, "Collection", in its order:
 
-1. A candidate younger than the grace period waits (it is not even read: the query asks
-   only for older ones).
+1. A candidate younger than the grace period waits. So does an older one whose job has
+   a younger candidate too (released again since: the grace runs from its last release),
+   as far as one bounded page of the newest candidates shows (the ``Assets`` port has no
+   query by job).
 2. A job still referenced (a re-upload of the same bytes revived it) keeps its
    derivatives: the candidate is dropped.
 3. Otherwise the job row goes ``done`` -> ``collecting`` under the collector's lease; the
