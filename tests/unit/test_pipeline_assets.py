@@ -19,9 +19,9 @@ from mediajobs.domain.assets import (
     reference_id,
     sequencer_order,
 )
-from mediajobs.domain.errors import EMPTY_FILE, TOO_MANY_PIXELS, UNSUPPORTED_FORMAT, PermanentFailure
+from mediajobs.domain.errors import EMPTY_FILE, TOO_MANY_PIXELS, UNSUPPORTED_FORMAT, PermanentFailure, TransientFailure
 from mediajobs.domain.jobs import ClaimOutcome, ObjectRef, SourceState
-from mediajobs.domain.keys import encode_event_key, sha256_hex
+from mediajobs.domain.keys import encode_event_key, job_key, sha256_hex
 from mediajobs.entrypoints.records import ObjectEventRecord, is_deleted, parses, to_deleted, to_object_ref
 from mediajobs.entrypoints.worker import make_handler
 from mediajobs.local.events import object_created_event, sqs_event
@@ -183,11 +183,12 @@ def test_the_reference_is_in_place_before_the_job_rows_are_read(tmp_path):
     assert rig.image_step.calls == 1
 
 
-def test_a_duplicate_of_a_ready_asset_writes_nothing_and_costs_one_read_beyond_the_jobs(tmp_path):
+@pytest.mark.parametrize("checksums", [True, False], ids=["checksum", "no-checksum"])
+def test_a_duplicate_of_a_ready_asset_writes_nothing_and_costs_one_read_beyond_the_jobs(tmp_path, checksums):
     reads: list[str] = []
     rig = make(
         tmp_path,
-        checksums=True,
+        checksums=checksums,
         wrap={"assets": lambda a: Wrapping(a, get=lambda b, k: reads.append("get") or a.get(b, k))},
     )
     rig.created(FIRST)
@@ -197,7 +198,8 @@ def test_a_duplicate_of_a_ready_asset_writes_nothing_and_costs_one_read_beyond_t
     assert result.state == SourceState.DONE and all(j.reused for j in result.jobs)
     assert rig.view() == before and rig.image_step.calls == renders
     assert rig.asset_calls() == []  # nothing moves it back, nothing is written
-    # DynamoDB requests: the asset's read and the jobs' read (S3: one HeadObject, 0 bytes).
+    # DynamoDB requests: the asset's read (which knows the hash of this version: no source
+    # index lookup without a checksum) and the jobs' read. S3: one HeadObject, 0 bytes.
     assert reads == ["get"] and [e for e in rig.log if e[0] != "head"] == [("find", 2)]
 
 
@@ -350,7 +352,7 @@ def test_a_claim_taking_over_an_interrupted_collection_sweeps_the_prefix_before_
         return dataclasses.replace(found, sweep=True) if found.outcome is ClaimOutcome.RUN else found
 
     rig = make(tmp_path, wrap={"ledger": lambda ledger: Wrapping(ledger, claim=claim)})
-    web_key = rig.pipeline._jobs(ObjectRef(BUCKET, KEY), sha256_hex(b"photo"), "image")[0].spec.job_key
+    web_key = job_key(sha256_hex(b"photo"), WEB.sha256, Settings().policy_version)
     prefix = f"derivatives/{web_key}/"
     rig.store.objects[prefix + "manifest.json"] = b'{"old": true}'
     rig.store.objects[prefix + "stale.webp"] = b"stale"
@@ -493,3 +495,25 @@ def test_the_handler_routes_deletes_and_acknowledges_superseded_and_deleted_reco
     assert handler(_lambda_event(older, marker), LocalLambdaContext()) == {"batchItemFailures": []}
     assert [outcome for _, _, outcome in seen] == ["superseded", "deleted"]
     assert rig.view().state == AssetState.DELETED
+
+
+def test_a_delete_redelivered_after_it_made_the_older_version_current_finishes_that_version(tmp_path):
+    throttled = [False]
+
+    def find(job_keys):
+        if throttled[0]:  # the first delivery of the delete stops after making v1 current
+            throttled[0] = False
+            raise TransientFailure("throttled")
+        return rig.ledger.find(job_keys)
+
+    rig = make(tmp_path, wrap={"ledger": lambda ledger: Wrapping(ledger, find=find)})
+    rig.created(FIRST, b"old photo", version_id="v1")
+    rig.created(SECOND, b"new photo", version_id="v2")
+    rig.store.objects[KEY], rig.store.versions[KEY] = b"old photo", "v1"
+    delete = Deleted(BUCKET, KEY, "v2", "Permanently Deleted", THIRD, "DeleteObject")
+    throttled[0] = True
+    with pytest.raises(TransientFailure):
+        rig.pipeline.remove(delete)
+    assert (rig.view().state, rig.view().version.version_id) == (AssetState.PENDING, "v1")
+    assert rig.pipeline.remove(delete).state == SourceState.DONE  # redelivered: not superseded by itself
+    assert (rig.view().state, rig.view().version.version_id) == (AssetState.READY, "v1")

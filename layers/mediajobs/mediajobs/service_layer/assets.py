@@ -41,6 +41,7 @@ from mediajobs.domain.assets import (
     may_move,
     merge_jobs,
     placeholder_of,
+    same_version,
     sequencer_order,
     summarize,
 )
@@ -111,6 +112,10 @@ class AssetKeeper:
         with the event's sequencer in :func:`~mediajobs.domain.assets.sequencer_order`
         form. Without assets kept: ``DELETED``.
 
+        A live asset at this very sequencer is a previous version this event made current
+        again (a delivery that did not finish: busy, crashed): ``LOOK_AGAIN``, so that it
+        is finished, not acknowledged as superseded half done.
+
         Raises
         ------
         ValueError
@@ -120,6 +125,8 @@ class AssetKeeper:
         if self.assets is None:
             return DeletionEffect.DELETED, sequencer
         view = self.assets.get(deleted.bucket, deleted.key)
+        if view is not None and view.version.sequencer == sequencer and view.state != AssetState.DELETED:
+            return DeletionEffect.LOOK_AGAIN, sequencer
         effect = deletion_effect(
             view, version_id=deleted.version_id, deletion_type=deleted.deletion_type, sequencer=sequencer
         )
@@ -170,6 +177,16 @@ class KeptAsset:
         if view.version.sequencer == self.sequencer and view.state != AssetState.DELETED and view.jobs:
             self.attached = True
 
+    def content_of(self, version_id: str | None, etag: str, size_bytes: int | None) -> tuple[str | None, str | None]:
+        """The SHA-256 and media type the stored asset knows of this object version
+        (:func:`~mediajobs.domain.assets.same_version`), or ``(None, None)``."""
+        view = self.view
+        if view is None or view.sha256 is None or view.state == AssetState.DELETED:
+            return None, None
+        if not same_version(view.version, AssetVersion(version_id, etag, size_bytes, self.sequencer)):
+            return None, None
+        return view.sha256, view.media
+
     def media_of(self, sha256: str) -> str | None:
         """The media type the stored asset knows for content ``sha256`` (``None``: unknown)."""
         view = self.view
@@ -199,7 +216,14 @@ class KeptAsset:
         EventSuperseded
             A greater sequencer is current (nothing was written).
         """
-        if self._assets is None or self.attached:
+        if self._assets is None:
+            return False
+        if self.attached:
+            if jobs is not None and self.view is not None and not {k for _, k in jobs} <= self.view.job_keys:
+                log.warning(
+                    "the asset's version holds the jobs of other content: job states are not recorded",
+                    extra={"source_key": self.key, "sequencer": self.sequencer.lstrip("0")},
+                )
             return False
         view = self.view
         if jobs is None and view is not None and view.version.sequencer == self.sequencer:

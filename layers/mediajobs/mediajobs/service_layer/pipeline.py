@@ -413,7 +413,7 @@ class Pipeline:
     def _process(self, ref: ObjectRef, delivery: Delivery | None, asset: KeptAsset) -> SourceResult:
         """The order of operations (the module docstring's); a refusal raises
         :class:`_Refused`, a greater sequencer found current :class:`EventSuperseded`."""
-        original = self._identify(ref, delivery)
+        original = self._identify(ref, delivery, asset)
         plan = self._plan(original, original.sha256, original.media, asset)
         if not asset.attached:  # the version is pending (its jobs attached once its bytes are known)
             self._current(original, asset)
@@ -456,9 +456,10 @@ class Pipeline:
 
     # ------------------------------------------------------------------ identify
 
-    def _identify(self, ref: ObjectRef, delivery: Delivery | None) -> Identified:
+    def _identify(self, ref: ObjectRef, delivery: Delivery | None, asset: KeptAsset) -> Identified:
         """Size checks, ``HeadObject`` (with the key fallback), and the hash when it is known
-        without reading: the full-object checksum, else the source index.
+        without reading: the full-object checksum, else the asset (when its version is this
+        one: a duplicate costs no lookup), else the source index.
 
         Raises
         ------
@@ -481,6 +482,8 @@ class Pipeline:
             ref.bucket, ref.key, version_id=head.version_id, etag=head.etag, size_bytes=head.size_bytes
         )
         sha256, media = head.sha256, None
+        if sha256 is None:
+            sha256, media = asset.content_of(head.version_id, head.etag, head.size_bytes)
         if sha256 is None and source_id is not None:
             match self._sources.lookup(source_id, now_s=self._now()):
                 case KnownSource() as known:
