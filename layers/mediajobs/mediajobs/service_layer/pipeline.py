@@ -1,12 +1,19 @@
 """The use case: what happens to one original, in order (:meth:`Pipeline.process`).
 
+0. **Order**: the asset of the key is read (:mod:`mediajobs.service_layer.assets`): an
+   event whose sequencer is lower than the stored one is *superseded* -- acknowledged with
+   nothing read, rendered or counted.
 1. **Identify** the original without reading it: refuse what is certainly bad (0 bytes,
    over the size limit) from the event, then from ``HeadObject`` (the URL-decoded key
    first, the key as the event spelled it only when that names no object); learn its
-   SHA-256 from the object's full-object checksum or from the source index.
+   SHA-256 from the object's full-object checksum, from its asset (the same version), or
+   from the source index.
 2. **Plan** its jobs: one :class:`~mediajobs.domain.jobs.JobSpec` per active recipe of its
-   media type (job key = SHA-256 of the bytes + recipe hash + policy version), and read
-   their rows in one ``BatchGetItem``.
+   media type (job key = SHA-256 of the bytes + recipe hash + policy version); make the
+   version its asset's current one *with those jobs* (their references), then read their
+   rows in one ``BatchGetItem`` -- the reference is in place before the rows are read, so a
+   re-upload racing the collection of a job is safe. Content not known yet: the version
+   is made current (``pending``) now and its jobs attached once its bytes are read.
 3. **Settle** what the ledger already knows: when every job is done or failed, the
    duplicate is answered without reading a byte (at most 2 DynamoDB requests); a job
    running elsewhere sends the message back until its lease ends.
@@ -21,7 +28,12 @@
    register -> write with ``If-None-Match`` -> stage the manifest -> write
    ``manifest.json`` -> done), the only code that writes derivatives. A permanent failure
    is recorded in the job's row; anything else gives the claim back and is raised.
-6. The work folder is removed, whatever happened.
+6. The work folder is removed, whatever happened. The asset records each job's claim
+   (``processing``, with a video's progress) and end (``done`` with its outputs and the
+   placeholder, or ``failed`` with the reason), writing only what changes; a refusal before
+   any job fails the version itself.
+
+``Object Deleted`` events go to :meth:`Pipeline.remove`.
 
 The caller (the Lambda handler) acknowledges the SQS message only after this returns:
 nothing is acknowledged before its commit.
@@ -348,14 +360,24 @@ class Pipeline:
                 # value derived from this input (``unstorable_input``). Retrying cannot help.
                 result = self._refusal(ref, failure.reason, failure.detail).result
             if result.state is SourceState.PERMANENT_FAILURE and not result.jobs:
-                source = result.source
-                reason = result.reason or ""
-                asset.refused(source.version_id, source.etag, source.size_bytes, reason=reason, detail=result.detail)
+                self._refused(asset, result)
         except EventSuperseded as superseded:
             log.info("superseded: %s", superseded, extra={"source_key": ref.key})
             result = SourceResult(ref, SourceState.SUPERSEDED)
         self.observer.source_finished(result)
         return result
+
+    @staticmethod
+    def _refused(asset: KeptAsset, result: SourceResult) -> None:
+        """Fail the asset's version with the reason of a refusal before any job (an asset
+        that cannot be stored is logged: the refusal stands)."""
+        source = result.source
+        try:
+            asset.refused(
+                source.version_id, source.etag, source.size_bytes, reason=result.reason or "", detail=result.detail
+            )
+        except PermanentFailure as failure:
+            log.warning("the refusal is not recorded in the asset: %s", failure, extra={"source_key": source.key})
 
     def remove(self, deleted: Deleted, delivery: Delivery | None = None) -> SourceResult:
         """Apply an ``Object Deleted`` event to its asset (``docs/assets.md``, "Deletes as
