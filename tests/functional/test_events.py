@@ -43,6 +43,8 @@ def test_every_event_file_is_covered():
         "empty-object-permanent-failure.json",
         "object-created-encoded-key.json",
         "object-created.json",
+        "object-deleted-marker.json",
+        "object-deleted-version.json",
     ]
 
 

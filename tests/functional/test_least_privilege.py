@@ -18,7 +18,9 @@ from typing import Any
 import botocore.client
 import pytest
 
+from mediajobs.adapters.assets import DynamoAssets
 from mediajobs.bootstrap import active_recipes, build_service
+from mediajobs.domain.assets import AssetJob, AssetJobState, AssetVersion, sequencer_order
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.local.session import Collector, local_adapters
 from mediajobs.local.template import load_template
@@ -37,6 +39,14 @@ _SQS_ACTIONS = {
     "ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
 }
 
+#: IAM action of each kind of item of a TransactWriteItems.
+_TRANSACT_ACTIONS = {
+    "Put": "dynamodb:PutItem",
+    "Update": "dynamodb:UpdateItem",
+    "Delete": "dynamodb:DeleteItem",
+    "ConditionCheck": "dynamodb:ConditionCheckItem",
+}
+
 
 def _as_list(value: Any) -> list:
     return value if isinstance(value, list) else [value]
@@ -50,7 +60,11 @@ class Recorder:
         self.stack = stack
         self.on = False
         self.calls: list[tuple[str, str]] = []
-        self.tables = {stack.table_name: "JobsTable", stack.sources_table_name: "SourcesTable"}
+        self.tables = {
+            stack.table_name: "JobsTable",
+            stack.sources_table_name: "SourcesTable",
+            stack.assets_table_name: "AssetsTable",
+        }
 
     def record(self, client: Any, operation: str, params: dict[str, Any]) -> None:
         if not self.on:
@@ -65,6 +79,12 @@ class Recorder:
                 "s3:GetObjectVersion" if params.get("VersionId") else "s3:GetObject"
             )
             self.calls.append((action, f"arn:aws:s3:::{params['Bucket']}/{key}"))
+        elif service == "dynamodb" and operation == "TransactWriteItems":
+            # Each item needs its own action on its table ("Using IAM with DynamoDB
+            # transactions", DynamoDB developer guide); there is no TransactWriteItems action.
+            for item in params["TransactItems"]:
+                [(kind, body)] = item.items()
+                self.calls.append((_TRANSACT_ACTIONS[kind], f"table/{body['TableName']}"))
         elif service == "dynamodb":
             tables = params["RequestItems"].keys() if "RequestItems" in params else [params["TableName"]]
             for table in tables:
@@ -91,6 +111,7 @@ class Recorder:
                 "MediaBucket": bucket_arn,
                 "JobsTable": f"table/{self.stack.table_name}",
                 "SourcesTable": f"table/{self.stack.sources_table_name}",
+                "AssetsTable": f"table/{self.stack.assets_table_name}",
                 "JobsQueue": self.stack.queue_arn,
                 "WorkerLogGroup": "log-group",
             }[name]
@@ -174,6 +195,36 @@ def test_every_call_of_real_deliveries_is_allowed_by_the_role(local_session, rec
     assert reads and all(f":::{bucket}/originals/" in arn for arn in reads)
 
 
+def test_every_call_of_the_assets_adapter_is_allowed_by_the_role(local_session, recorder):
+    """Transactions (each item's action on its table), the reference queries, the
+    candidates' queries and conditional deletes, the progress update."""
+    assets = DynamoAssets(local_session.stack.asset_models())
+    bucket, key = local_session.stack.bucket, "originals/iam/asset.jpg"
+    image, other = "a" * 64, "b" * 64
+    recorder.on = True
+    try:
+        for n, job in enumerate((image, other)):
+            version = AssetVersion(f"v{n}", f"e{n}", 10, sequencer_order(f"{n + 1:X}"))
+            assets.make_current(bucket, key, version, sha256=job, media="image", jobs=None, now_s=1)
+            assets.make_current(bucket, key, version, sha256=job, media="image", jobs=[AssetJob("r@1", job)], now_s=1)
+        seq = sequencer_order("2")
+        assets.record(bucket, key, seq, [AssetJob("r@1", other, AssetJobState.PROCESSING)], now_s=2)
+        assets.progress(bucket, key, seq, other, 0.5, now_s=3)
+        failed = AssetJob("r@1", other, AssetJobState.FAILED, reason="attempts_exhausted")
+        assets.record(bucket, key, seq, [failed], now_s=4)
+        assets.delete(bucket, key, AssetVersion("dm", "", None, sequencer_order("3")), now_s=5)
+        assert (assets.referenced(image), assets.references(other)) == (False, 0)
+        for candidate in assets.candidates(released_before_s=10, limit=10):
+            assets.drop_candidate(candidate)
+    finally:
+        recorder.on = False
+    assert sorted({call for call in recorder.calls if not recorder.allowed(*call)}) == []
+    table = f"table/{local_session.stack.assets_table_name}"
+    used = {action for action, arn in recorder.calls if arn == table}
+    assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"} <= used
+    assert "dynamodb:DeleteItem" in used
+
+
 def _visible(session) -> int:
     attrs = session.sqs.get_queue_attributes(
         QueueUrl=session.stack.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
@@ -204,8 +255,12 @@ def test_the_role_grants_s3_reads_on_originals_and_writes_on_derivatives_only():
     assert all(grants[a] == {"JobsQueue.Arn"} for a in sqs)
     assert grants["logs:PutLogEvents"] == grants["logs:CreateLogStream"] == {"WorkerLogGroup.Arn"}
     assert {a for a in grants if a.startswith("dynamodb:")} and all(
-        grants[a] <= {"JobsTable.Arn", "SourcesTable.Arn"} for a in grants if a.startswith("dynamodb:")
+        grants[a] <= {"JobsTable.Arn", "SourcesTable.Arn", "AssetsTable.Arn"}
+        for a in grants
+        if a.startswith("dynamodb:")
     )
+    # The collection deletes derivative sets, nothing else.
+    assert grants["s3:DeleteObject"] == {"${MediaBucket.Arn}/derivatives/*"}
     assert not any(a.endswith("*") for a in grants)  # no wildcard actions either
 
 
@@ -228,8 +283,19 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
 
     deployed = samtranslator.transform(template, {}, NoManagedPolicies())["Resources"]
     roles = {name: r["Properties"] for name, r in deployed.items() if r["Type"] == "AWS::IAM::Role"}
-    assert list(roles) == ["WorkerRole"]
-    assert "ManagedPolicyArns" not in roles["WorkerRole"]
+    # SAM makes one more role: EventBridge Scheduler's, for the collection schedule
+    # (ScheduleV2), which may invoke the worker and do nothing else.
+    assert sorted(roles) == ["StatusRole", "WorkerFunctionCollectRole", "WorkerRole"]  # StatusRole: test_status.py
+    scheduler = roles["WorkerFunctionCollectRole"]
+    assert [st["Principal"] for st in scheduler["AssumeRolePolicyDocument"]["Statement"]] == [
+        {"Service": ["scheduler.amazonaws.com"]}
+    ]
+    assert [
+        (st["Effect"], st["Action"], st["Resource"])
+        for p in scheduler["Policies"]
+        for st in p["PolicyDocument"]["Statement"]
+    ] == [("Allow", "lambda:InvokeFunction", {"Fn::GetAtt": ["WorkerFunction", "Arn"]})]
+    assert "ManagedPolicyArns" not in roles["WorkerRole"] and "ManagedPolicyArns" not in roles["StatusRole"]
     assert not [n for n, r in deployed.items() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")]
     statements = [st for p in roles["WorkerRole"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
     assert [st["Sid"] for st in statements if "*" in _as_list(st["Resource"])] == []

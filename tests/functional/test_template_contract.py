@@ -156,7 +156,8 @@ def test_the_bucket_is_encrypted_private_tls_only_and_drops_abandoned_uploads():
     assert lifecycle["Status"] == "Enabled" and lifecycle["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 7
     policy = RESOURCES["MediaBucketPolicy"]["Properties"]
     assert policy["Bucket"] == {"Ref": "MediaBucket"}
-    (deny,) = policy["PolicyDocument"]["Statement"]
+    # The other statement, CloudFront's read of derivatives/: test_template_serving.py.
+    (deny,) = [st for st in policy["PolicyDocument"]["Statement"] if st.get("Effect") == "Deny"]
     assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 

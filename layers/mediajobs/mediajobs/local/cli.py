@@ -1,12 +1,16 @@
 """The ``mediajobs`` command: ``demo`` and ``process``, through the embedded AWS.
 
+``serve`` holds an embedded AWS on a port (``--worker``: with the worker behind its event
+source mapping); ``status`` and ``delete`` reach a running ``serve`` (``--endpoint``).
+
 Exit codes: 0 success (also when inputs fail permanently: that is a result, reported),
-1 internal error, 2 usage error.
+1 internal error (or, for ``status``, no asset for the key), 2 usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -16,7 +20,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
 from mediajobs.domain.jobs import JobResult, SourceResult
@@ -32,6 +36,17 @@ from mediajobs.local.session import AdapterWrapper, LocalSession
 from mediajobs.local.simulate import StormConfig
 from mediajobs.local.template import FUNCTION_ID
 from mediajobs.settings import _ENV_NAMES, Settings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mediajobs.local.embedded import LocalStack
+    from mediajobs.service_layer.ports import Assets
+
+#: Where ``mediajobs serve`` listens unless told otherwise (its ``--port`` default).
+DEFAULT_ENDPOINT = "http://127.0.0.1:5000"
+#: The prefix of the names a ``serve``'s stack has (:class:`~mediajobs.local.embedded.EmbeddedAws`).
+SERVED_NAME = "mediajobs-local"
 
 #: Real photographs that scikit-image's wheel ships (BSD-3; see skimage/data/README.txt).
 DEMO_PHOTOS = (
@@ -363,12 +378,234 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"embedded AWS at {stack.endpoint_url}: bucket {stack.bucket}, table {stack.table_name}, "
             f"queue {stack.queue_url}"
         )
+        print(
+            f"assets table {stack.assets_table_name}: `mediajobs status KEY --endpoint {stack.endpoint_url}`"
+            f"{'' if args.worker else ' (add --worker to process uploads and deletes here)'}"
+        )
         print("press Ctrl-C to stop", flush=True)
         try:
+            if args.worker:
+                _serve_worker(stack, args.log_level)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
             pass
+    return 0
+
+
+def _serve_worker(stack: LocalStack, log_level: str, *, polls: int | None = None) -> None:
+    """Run the real worker handler behind the local event source mapping on ``stack``'s
+    queue (as ``demo`` does), long-polling until interrupted (or ``polls`` receives: tests).
+    Uploads, ``mediajobs delete`` and re-uploads to the served bucket are processed as
+    they arrive."""
+    from mediajobs.bootstrap import build_service
+    from mediajobs.entrypoints import worker
+    from mediajobs.local.runner import EventSourceMapping
+    from mediajobs.local.session import configure_worker_logs, local_adapters, local_handler
+
+    settings = stack.settings()
+    configure_worker_logs(worker, log_level)
+    service = build_service(settings, adapters=local_adapters(stack, settings))
+    esm = EventSourceMapping(
+        stack.client("sqs"),
+        stack.queue_url,
+        stack.queue_arn,
+        local_handler(worker.make_handler(service), worker.metrics),
+        batch_size=stack.batch_size,
+        timeout_s=stack.timeout_s,
+        region=stack.region,
+    )
+    print("worker: processing the jobs queue", flush=True)
+    done = 0
+    while polls is None or done < polls:
+        esm.poll_once(wait_s=1)
+        done += 1
+
+
+def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
+    """The :class:`~mediajobs.local.embedded.LocalStack` of a running ``mediajobs serve`` at
+    ``endpoint``: the names :class:`~mediajobs.local.embedded.EmbeddedAws` gives its
+    resources (``<name>-media``, ``<name>-jobs`` ...), the queues' URLs and ARNs asked of the
+    server, the worker's environment resolved from the template as ``serve`` resolved it.
+    Its :attr:`~mediajobs.local.embedded.LocalStack.worker_env` has no ``WORK_DIR``: it is
+    for reading and writing the served stack (``status``, ``delete``, ``collect``), not for
+    rendering (``serve --worker`` renders, in the serving process).
+
+    Raises
+    ------
+    InternalError
+        If nothing answers at ``endpoint`` or it holds no such stack.
+    """
+    import botocore.exceptions
+
+    from mediajobs.local.embedded import CREDENTIALS, LOCAL_DEFAULTS, LocalStack
+    from mediajobs.local.events import ACCOUNT_ID, REGION
+    from mediajobs.local.template import (
+        ASSETS_TABLE_ID,
+        BUCKET_ID,
+        FUNCTION_ID,
+        SOURCES_TABLE_ID,
+        TABLE_ID,
+        find_template,
+        load_template,
+        parameter_defaults,
+        resolve,
+    )
+
+    template = load_template(find_template())
+    view = LocalStack(
+        endpoint_url=endpoint,
+        bucket=f"{name}-media",
+        rule_name=f"{name}-object-created",
+        queue_url="",
+        queue_arn="",
+        dlq_url="",
+        dlq_arn="",
+        events_dlq_url="",
+        events_dlq_arn="",
+        table_name=f"{name}-jobs",
+        sources_table_name=f"{name}-sources",
+        assets_table_name=f"{name}-assets",
+        function_env={},
+        batch_size=1,
+        timeout_s=1,
+        region=REGION,
+        credentials=dict(CREDENTIALS),
+    )
+    sqs = view.client("sqs")
+    queues: dict[str, tuple[str, str]] = {}
+    try:
+        view.client("s3").head_bucket(Bucket=view.bucket)
+        for suffix in ("jobs", "dlq", "events-dlq"):
+            url = sqs.get_queue_url(QueueName=f"{name}-{suffix}")["QueueUrl"]
+            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            queues[suffix] = (url, arn)
+    except botocore.exceptions.EndpointConnectionError as exc:
+        raise InternalError(f"nothing answers at {endpoint}: start `mediajobs serve` first") from exc
+    except botocore.exceptions.ClientError as exc:
+        raise InternalError(f"{endpoint} holds no mediajobs stack ({exc}): is it `mediajobs serve`?") from exc
+    refs = {BUCKET_ID: view.bucket, TABLE_ID: view.table_name, SOURCES_TABLE_ID: view.sources_table_name}
+    refs[ASSETS_TABLE_ID] = view.assets_table_name
+    arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table"
+    attrs = {(BUCKET_ID, "Arn"): f"arn:aws:s3:::{view.bucket}", (TABLE_ID, "Arn"): f"{arn}/{view.table_name}"}
+    params = parameter_defaults(template)
+    function = resolve(template["Resources"][FUNCTION_ID]["Properties"], refs, attrs, params)
+    globals_env = (template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get("Variables", {})
+    env = {
+        k: str(v)
+        for k, v in {
+            **resolve(globals_env, refs, attrs, params),
+            **function.get("Environment", {}).get("Variables", {}),
+        }.items()
+    }
+    sqs_event = next(e["Properties"] for e in function["Events"].values() if e["Type"] == "SQS")
+    return dataclasses.replace(
+        view,
+        queue_url=queues["jobs"][0],
+        queue_arn=queues["jobs"][1],
+        dlq_url=queues["dlq"][0],
+        dlq_arn=queues["dlq"][1],
+        events_dlq_url=queues["events-dlq"][0],
+        events_dlq_arn=queues["events-dlq"][1],
+        function_env=env,
+        batch_size=int(sqs_event.get("BatchSize", 10)),
+        timeout_s=int(function.get("Timeout", 3)),
+        worker_env={
+            **env,
+            **LOCAL_DEFAULTS,
+            _ENV_NAMES["endpoint_url"]: endpoint,
+            _ENV_NAMES["region"]: REGION,
+            _ENV_NAMES["media_bucket"]: view.bucket,
+        },
+    )
+
+
+def _served_assets(stack: LocalStack) -> Assets:
+    """The served stack's asset records: the DynamoDB adapter on its assets table, signing
+    with the stack's credentials (never the user's)."""
+    from mediajobs.adapters.assets import DynamoAssets
+
+    return DynamoAssets(stack.asset_models())
+
+
+def asset_document(
+    stack: LocalStack, key: str, assets_of: Callable[[LocalStack], Assets] | None = None
+) -> dict[str, Any] | None:
+    """The status document of ``key``'s asset on ``stack`` (a session's or a served one), or
+    ``None`` when it has none: what the gallery's badge shows (``GalleryEntry.status``)."""
+    view = (assets_of or _served_assets)(stack).get(stack.bucket, key)
+    if view is None:
+        return None
+    from mediajobs.domain.assets import status_document
+
+    return status_document(view)
+
+
+def _print_status(document: dict[str, Any]) -> None:
+    """The human form of a :func:`~mediajobs.domain.assets.status_document`."""
+    version = document["version"]
+    state = document["state"]
+    if document.get("reason"):
+        state += f": {document['reason']}{_because(document.get('detail'))}"
+    print(f"{document['key']}  {state}")
+    print(f"  version   {version['version_id'] or '-'} (etag {version['etag'] or '-'}, {version['size_bytes']} bytes)")
+    print(f"  sha256    {document['sha256'] or '-'}")
+    if document.get("placeholder"):
+        placeholder = document["placeholder"]
+        print(f"  placeholder  {placeholder.get('placeholder')} {placeholder.get('dominant_colour', '')}")
+    for recipe, job in document["recipes"].items():
+        line = f"  {recipe:<22} {job['state']}"
+        if job.get("reason"):
+            line += f": {job['reason']}"
+        if job.get("progress") is not None and job["state"] == "processing":
+            line += f" {job['progress']:.0%}"
+        print(line + f"  {job['job_key'][:12]}")
+        for out in job["outputs"]:
+            print(f"    {out['key']}  {out['format']} {out['width']}x{out['height']} {_human(out['bytes'])}")
+
+
+def cmd_status(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    assets_of: Callable[[LocalStack], Assets] | None = None,
+) -> int:
+    """Print the asset of an original key of a running ``mediajobs serve``, as the status
+    function answers it (``--json``: exactly its document). A key outside ``originals/`` is
+    a usage error; an unknown one exits 1.
+
+    Parameters
+    ----------
+    assets_of: builds the Assets port for the served stack (default :func:`_served_assets`;
+        tests pass a fake).
+    """
+    from mediajobs.entrypoints.status import answer
+
+    stack = _served_stack(args.endpoint)
+    assets = (assets_of or _served_assets)(stack)
+    status, body = answer([args.key], lambda key: assets.get(stack.bucket, key), stack.settings().originals_prefix)
+    if status == 400:
+        parser.error(f"{args.key!r}: {body['message']}")
+    if status == 404:
+        print(f"mediajobs: no asset for {args.key} in {stack.bucket}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(body), flush=True)
+    else:
+        _print_status(body)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Delete an original of a running ``mediajobs serve``'s bucket as an app would:
+    ``DeleteObject`` without a version, so the versioned bucket keeps the bytes under a
+    delete marker and S3 (the embedded AWS) sends ``Object Deleted`` ("Delete Marker
+    Created") to the worker (``serve --worker`` processes it)."""
+    stack = _served_stack(args.endpoint)
+    if not args.key.startswith(stack.settings().originals_prefix):
+        parser.error(f"{args.key!r}: only originals are deleted (keys under {stack.settings().originals_prefix})")
+    s3 = stack.client("s3")
+    marker = s3.delete_object(Bucket=stack.bucket, Key=args.key)
+    print(f"deleted {args.key}: delete marker {marker.get('VersionId') or '(unversioned)'}", flush=True)
     return 0
 
 
@@ -408,16 +645,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         lease_s=args.lease_seconds,
         visibility_s=args.visibility_seconds,
         max_seconds=args.max_seconds,
+        overwrite_rate=args.overwrite_rate,
+        delete_rate=args.delete_rate,
+        grace_s=args.grace_seconds,
         seed=args.seed,
         log_level=args.log_level,
     )
     summary = run_storm(cfg)
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=2), flush=True)
+    changes = cfg.overwrite_rate > 0 or cfg.delete_rate > 0
     held = (
-        summary["lost"] == 0
-        and summary["dlq"] == 0
-        and summary["duplicate_renders"] == 0
-        and summary["renders_committed"] == summary["unique_jobs"]
+        all(value == 0 for value in summary["checks"].values())
+        # Without overwrites or deletes, every content's jobs are committed exactly once.
+        and (changes or summary["renders_committed"] == summary["unique_jobs"])
         and summary["s3_bytes_read_for_duplicates"] == 0
         # 2 (the asset's read, the jobs' read), and 2 more for a redelivery that records the
         # asset a crash left unrecorded after the commit.
@@ -466,6 +706,24 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"byte-identical copies under other keys (default {storm.identical_share})",
     )
     sim.add_argument(
+        "--overwrite-rate",
+        type=share,
+        default=storm.overwrite_rate,
+        help=f"uploads written again later with other bytes, some events out of order (default {storm.overwrite_rate})",
+    )
+    sim.add_argument(
+        "--delete-rate",
+        type=share,
+        default=storm.delete_rate,
+        help=f"uploads deleted later, shared bytes first, some re-uploaded (default {storm.delete_rate})",
+    )
+    sim.add_argument(
+        "--grace-seconds",
+        type=int,
+        default=storm.grace_s,
+        help=f"the storm's collection grace period, seconds (default {storm.grace_s})",
+    )
+    sim.add_argument(
         "--duplicate-share",
         type=share,
         default=storm.duplicate_share,
@@ -510,6 +768,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=5000)
     serve.add_argument("--docker-host", default="host.docker.internal", help="how the function's container reaches it")
     serve.add_argument("--env-vars", metavar="FILE", help="write the function's environment for --env-vars")
+    serve.add_argument(
+        "--worker",
+        action="store_true",
+        help="also run the worker on the jobs queue (uploads and deletes are processed)",
+    )
+    status = sub.add_parser(
+        "status", help="an original's asset on a running `mediajobs serve`, as GET /assets?key=... answers it"
+    )
+    status.add_argument("key", metavar="KEY", help="the original's key (originals/...)")
+    status.add_argument("--json", action="store_true", help="print the status document (the status function's JSON)")
+    status.add_argument(
+        "--endpoint", default=DEFAULT_ENDPOINT, help=f"the serve's endpoint (default {DEFAULT_ENDPOINT})"
+    )
+    delete = sub.add_parser("delete", help="delete an original on a running `mediajobs serve` (a delete marker)")
+    delete.add_argument("key", metavar="KEY", help="the original's key (originals/...)")
+    delete.add_argument(
+        "--endpoint", default=DEFAULT_ENDPOINT, help=f"the serve's endpoint (default {DEFAULT_ENDPOINT})"
+    )
     return parser
 
 
@@ -540,6 +816,10 @@ def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None 
             return cmd_serve(args)
         if args.command == "simulate":
             return cmd_simulate(args)
+        if args.command == "status":
+            return cmd_status(args, parser)
+        if args.command == "delete":
+            return cmd_delete(args, parser)
         return cmd_process(args, parser, wrap_adapters)
     except InternalError as exc:
         print(f"mediajobs: {exc}", file=sys.stderr)

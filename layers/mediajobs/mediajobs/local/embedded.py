@@ -7,10 +7,11 @@ visibility timeout, both dead-letter queues, the tables with the PynamoDB models
 schemas), under local names.
 
 Where moto's events are not AWS's in a way the worker depends on, the embedded AWS makes
-them so: S3's EventBridge events carry the object key URL-encoded
-(:func:`encode_event_bridge_keys`). Each embedded AWS gives the workers of its process a
-work folder of their own (``WORK_DIR``), since a worker empties its work folder when it
-starts.
+them so (:func:`send_s3_events_as_aws`): the object key URL-encoded, sequencers that
+order the events of a key, and deletes as S3 sends them; lifecycle expirations of
+noncurrent versions happen on demand (:meth:`EmbeddedAws.expire_noncurrent`). Each
+embedded AWS gives the workers of its process a work folder of their own (``WORK_DIR``),
+since a worker empties its work folder when it starts.
 
 Nothing is written into ``os.environ``: what a worker needs (endpoint, credentials,
 region, the function's environment from the template) is data on :class:`LocalStack`
@@ -20,6 +21,7 @@ and every client is built with the endpoint and credentials explicitly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -30,6 +32,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -40,18 +43,30 @@ from pynamodb.models import Model
 from werkzeug.serving import BaseWSGIServer, make_server
 from werkzeug.wsgi import get_input_stream
 
+from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, ReferenceModel
 from mediajobs.adapters.ledger import JobModel, bind_model
 from mediajobs.adapters.sources import SourceModel
 from mediajobs.domain.keys import encode_event_key
-from mediajobs.local.events import ACCOUNT_ID, REGION
+from mediajobs.local.events import (
+    ACCOUNT_ID,
+    DELETE_MARKER_CREATED,
+    DELETE_MARKER_ETAG,
+    DELETE_OBJECT,
+    LIFECYCLE_EXPIRATION,
+    PERMANENTLY_DELETED,
+    REGION,
+    Sequencers,
+    object_created_event,
+    object_deleted_event,
+)
 from mediajobs.local.template import (
+    ASSETS_TABLE_ID,
     BUCKET_ID,
     DLQ_ID,
     EVENTS_DLQ_ID,
     FUNCTION_ID,
     QUEUE_ID,
     RULE_ID,
-    ASSETS_TABLE_ID,
     SOURCES_TABLE_ID,
     TABLE_ID,
     find_template,
@@ -103,6 +118,19 @@ LOCAL_DEFAULTS: Final[dict[str, str]] = {_ENV_NAMES["retry_base_s"]: "1"}
 LOCAL_WORK_DIR_PREFIX = "mediajobs.local-"
 
 
+#: Every S3 event this process's moto sends gets its sequencer here (process-wide, like
+#: moto's backends): the events of one key get increasing sequencers, of varying lengths.
+SEQUENCERS: Final = Sequencers()
+
+#: S3's ``reason`` of an "Object Created" event, by moto's notification event name.
+_CREATED_REASONS: Final = {
+    "s3:ObjectCreated:Put": "PutObject",
+    "s3:ObjectCreated:Post": "POST Object",
+    "s3:ObjectCreated:Copy": "CopyObject",
+    "s3:ObjectCreated:CompleteMultipartUpload": "CompleteMultipartUpload",
+}
+
+
 class _KeyAsS3Sends:
     """moto's object (``FakeKey``) with ``name`` URL-encoded, as S3 spells it in events."""
 
@@ -114,27 +142,230 @@ class _KeyAsS3Sends:
         return getattr(self._key, attribute)
 
 
-def encode_event_bridge_keys() -> None:
-    """Make moto's S3 put the object key URL-encoded in the events it sends to EventBridge,
-    as S3 does (:func:`mediajobs.domain.keys.encode_event_key`); moto (5.x) sends it as it
-    is, so an upload named ``My Photo (1).jpg`` reached the worker as the real key and hid
-    the worker's missing decoding. Done here, where moto builds the event, so everything
-    downstream holds what AWS would: the rule matches the encoded key, the jobs queue and
-    its dead-letter queue hold AWS's body, and re-sent or redelivered bodies stay as they
-    were (encoding at the event source mapping instead would encode again the bodies that
-    ``simulate`` and tests send, which are AWS's already). Idempotent.
+#: Called with every "Object Created" and "Object Deleted" event the embedded S3 sends
+#: (:func:`listen_to_s3_events`): a storm keeps the real bodies to deliver them again.
+_LISTENERS: list[Callable[[dict[str, Any]], None]] = []
+
+
+def listen_to_s3_events(listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+    """Call ``listener`` with each "Object Created" and "Object Deleted" event this
+    process's embedded S3 sends (the EventBridge event, as put on the rules), before it is
+    delivered; returns the function that stops it. ``mediajobs simulate`` keeps the real
+    events so that a duplicate it sends is the same event (same sequencer), and a late one
+    is the real older event."""
+    _LISTENERS.append(listener)
+    return lambda: _LISTENERS.remove(listener)
+
+
+def _publish(account_id: str, bucket: Any, event: dict[str, Any]) -> None:
+    """Put an S3 ``event`` on every rule of moto's EventBridge in the bucket's region, as
+    moto's own S3 does (the rules match their patterns), when the bucket sends its events
+    to EventBridge. moto's rules take the ``time`` as Unix seconds (and write it ISO 8601
+    into an SQS target's message), so the event's ISO time goes in as such."""
+    from moto.events.models import events_backends
+
+    config = bucket.notification_configuration
+    if config is None or config.event_bridge is None:
+        return
+    for listener in list(_LISTENERS):
+        listener(event)
+    as_moto_takes = {
+        **event,
+        "time": datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp(),
+    }
+    backend = events_backends[account_id][bucket.region_name]
+    for event_bus in list(backend.event_buses.values()):
+        for rule in list(event_bus.rules.values()):
+            rule.send_to_targets(as_moto_takes, transform_input=False)  # type: ignore[arg-type]  # moto's TypedDict
+
+
+def _version_of(key: Any, bucket: Any) -> str | None:
+    """The ``version-id`` an event names for moto's object ``key``: none on an unversioned
+    bucket (moto says ``"null"``)."""
+    version = getattr(key, "version_id", None)
+    return None if not bucket.is_versioned or version in (None, "null") else str(version)
+
+
+def _object_created(account_id: str, bucket: Any, event_name: str, key: Any) -> None:
+    """Send the "Object Created" event S3 sends for moto's new object ``key``."""
+    event = object_created_event(
+        bucket.name,
+        key.name,
+        size=int(key.size),
+        etag=key.etag,
+        version_id=_version_of(key, bucket),
+        region=bucket.region_name,
+        sequencer=SEQUENCERS.next(),
+        source_ip="127.0.0.1",
+        reason=_CREATED_REASONS.get(event_name, "PutObject"),
+    )
+    _publish(account_id, bucket, event)
+
+
+def _object_deleted(
+    account_id: str, bucket: Any, key_name: str, *, deletion_type: str, version: Any, reason: str
+) -> None:
+    """Send the "Object Deleted" event S3 sends when ``version`` (moto's object or delete
+    marker) of ``key_name`` is deleted (Permanently Deleted), or is the delete marker just
+    created (Delete Marker Created)."""
+    from moto.s3.models import FakeDeleteMarker
+
+    is_marker = isinstance(version, FakeDeleteMarker)
+    event = object_deleted_event(
+        bucket.name,
+        key_name,
+        deletion_type=deletion_type,
+        version_id=_version_of(version, bucket),
+        etag=DELETE_MARKER_ETAG if is_marker else version.etag,
+        reason=reason,
+        region=bucket.region_name,
+        sequencer=SEQUENCERS.next(),
+        source_ip="127.0.0.1",
+    )
+    _publish(account_id, bucket, event)
+
+
+def send_s3_events_as_aws() -> None:
+    """Make moto's S3 (5.x) send to EventBridge the events AWS's S3 sends, where the worker
+    depends on the difference. Process-wide (moto's backends are), idempotent.
+
+    * Every "Object Created" and "Object Deleted" event is built by the one factory
+      (:func:`~mediajobs.local.events.object_created_event`,
+      :func:`~mediajobs.local.events.object_deleted_event`): the key URL-encoded as S3
+      spells it (moto sends it raw, which once hid the worker's missing decoding),
+      ``etag`` (moto: ``eTag``), the API's ``reason`` (moto: ``ObjectCreated``), no
+      ``version-id`` on an unversioned bucket (moto: ``"null"``), an ISO time.
+    * A sequencer from :data:`SEQUENCERS` (moto: one constant): increasing in the order of
+      the writes, since the event is built inside the write, and the embedded server runs
+      S3 writes one at a time (:attr:`AtomicWrites.S3_WRITES`).
+    * Deletes (``DeleteObject``, and each object of ``DeleteObjects``, which moto applies
+      through ``delete_object``): a delete marker created gives "Delete Marker Created"
+      with the marker's version id (moto sends nothing); a version deleted gives
+      "Permanently Deleted" with that version's id (moto sends an event only when the last
+      version goes, naming the current one, without ``deletion-type``); an object of an
+      unversioned bucket gives "Permanently Deleted" without a version. Nothing is sent
+      when nothing was deleted.
+    * A completed multipart upload gives one "Object Created" (``CompleteMultipartUpload``);
+      moto sends a ``PutObject`` one before it too.
+    * Other events (moto's "Object Tags Added" on every put, ...) keep moto's shape, with
+      the key encoded; the template's rule takes none of them.
+
+    Done where moto builds the event, so everything downstream holds what AWS would: the
+    rule matches the encoded key, the jobs queue and its dead-letter queue hold AWS's body,
+    and re-sent or redelivered bodies stay as they were.
     """
-    from moto.s3 import notifications
+    from moto.s3 import models, notifications
 
     send = notifications._send_event_bridge_message
-    if getattr(send, "_mediajobs_encodes_keys", False):
+    if getattr(send, "_mediajobs_as_aws", False):
         return
 
-    def send_encoded(account_id: str, bucket: Any, event_name: str, key: Any) -> None:
-        send(account_id, bucket, event_name, _KeyAsS3Sends(key))
+    def send_as_aws(account_id: str, bucket: Any, event_name: str, key: Any) -> None:
+        if event_name.startswith("s3:ObjectRemoved:"):
+            return  # sent by delete_object below, as S3 sends it
+        if event_name == "s3:ObjectCreated:Put" and getattr(key, "multipart", None) is not None:
+            return  # the put inside CompleteMultipartUpload: its own event follows
+        if event_name in _CREATED_REASONS:
+            _object_created(account_id, bucket, event_name, key)
+        else:
+            send(account_id, bucket, event_name, _KeyAsS3Sends(key))
 
-    send_encoded._mediajobs_encodes_keys = True  # type: ignore[attr-defined]
-    notifications._send_event_bridge_message = send_encoded
+    send_as_aws._mediajobs_as_aws = True  # type: ignore[attr-defined]
+    notifications._send_event_bridge_message = send_as_aws
+
+    delete_object = models.S3Backend.delete_object
+
+    def delete_object_as_aws(
+        self: Any, bucket_name: str, key_name: str, version_id: str | None = None, bypass: bool = False
+    ) -> tuple[bool, dict[str, Any]]:
+        bucket = self.get_bucket(bucket_name)
+        before = list(bucket.keys.getlist(key_name, []))
+        deleted, meta = delete_object(self, bucket_name, key_name, version_id=version_id, bypass=bypass)
+        if deleted:
+            _event_of_delete(self.account_id, bucket, key_name, version_id, before, reason=DELETE_OBJECT)
+        return deleted, meta
+
+    delete_object_as_aws._mediajobs_original = delete_object  # type: ignore[attr-defined]
+    models.S3Backend.delete_object = delete_object_as_aws  # type: ignore[method-assign]
+
+
+def _event_of_delete(
+    account_id: str, bucket: Any, key_name: str, version_id: str | None, before: list[Any], *, reason: str
+) -> None:
+    """Send the event of a delete moto applied: ``before`` are the key's versions (oldest
+    first) before it; ``version_id`` the version the request named, if any."""
+    if not bucket.is_versioned:
+        if before:
+            _object_deleted(
+                account_id, bucket, key_name, deletion_type=PERMANENTLY_DELETED, version=before[-1], reason=reason
+            )
+        return
+    if version_id is None:
+        after = bucket.keys.getlist(key_name, [])
+        if after and all(after[-1] is not v for v in before):
+            _object_deleted(
+                account_id, bucket, key_name, deletion_type=DELETE_MARKER_CREATED, version=after[-1], reason=reason
+            )
+        return
+    gone = next((v for v in before if str(v.version_id) == str(version_id)), None)
+    if gone is not None:
+        _object_deleted(account_id, bucket, key_name, deletion_type=PERMANENTLY_DELETED, version=gone, reason=reason)
+
+
+def expire_noncurrent_versions(
+    bucket_name: str, *, prefix: str, noncurrent_older_than_s: float, now: datetime | None = None
+) -> list[tuple[str, str]]:
+    """Apply a ``NoncurrentVersionExpiration`` lifecycle rule now (moto stores lifecycle
+    rules but never applies them): delete every noncurrent version of the objects under
+    ``prefix`` that became noncurrent (its successor was written) at least
+    ``noncurrent_older_than_s`` ago, each with the "Permanently Deleted" event S3 sends,
+    ``reason`` "Lifecycle Expiration" (S3 user guide, "Expiring objects"; "EventBridge event
+    message structure"). Current versions and delete markers stay.
+
+    Runs in the process of the embedded AWS (moto's backend is there), holding
+    :attr:`AtomicWrites.S3_WRITES` like every S3 write.
+
+    Parameters
+    ----------
+    bucket_name: the bucket (versioned; an unversioned bucket has no noncurrent versions).
+    prefix: the rule's key prefix (``originals/``).
+    noncurrent_older_than_s: seconds a version must have been noncurrent (the rule's
+        ``NoncurrentDays`` times 86,400; 0 expires every noncurrent version).
+    now: the time to measure from (default: now, UTC).
+
+    Returns
+    -------
+    list of (str, str)
+        The (key, version id) expired, in the order of their events.
+
+    Raises
+    ------
+    moto.s3.exceptions.MissingBucket
+        If the bucket does not exist.
+    """
+    from moto.s3.models import FakeKey, s3_backends
+
+    send_s3_events_as_aws()
+    backend = s3_backends[ACCOUNT_ID]["aws"]
+    original = getattr(type(backend).delete_object, "_mediajobs_original", type(backend).delete_object)
+    moment = (now or datetime.now(UTC)).replace(tzinfo=None)  # moto's times are naive UTC
+    expired: list[tuple[str, str]] = []
+    with AtomicWrites.S3_WRITES:
+        bucket = backend.get_bucket(bucket_name)
+        for key_name in [k for k in list(bucket.keys) if k.startswith(prefix)]:
+            versions = list(bucket.keys.getlist(key_name, []))
+            for version, successor in zip(versions, versions[1:], strict=False):
+                age_s = (moment - successor.last_modified).total_seconds()
+                if not isinstance(version, FakeKey) or age_s < noncurrent_older_than_s:
+                    continue
+                before = list(bucket.keys.getlist(key_name, []))
+                deleted, _ = original(backend, bucket_name, key_name, version_id=str(version.version_id))
+                if deleted:
+                    _event_of_delete(
+                        ACCOUNT_ID, bucket, key_name, str(version.version_id), before, reason=LIFECYCLE_EXPIRATION
+                    )
+                    expired.append((key_name, str(version.version_id)))
+    return expired
 
 
 def _cache_moto_module_list() -> None:
@@ -330,6 +561,14 @@ class LocalStack:
         """The source index's model (:meth:`model`)."""
         return self.model(SourceModel, self.sources_table_name)
 
+    def asset_models(self) -> AssetModels:
+        """The assets table's three models (:meth:`model` each)."""
+        return AssetModels(
+            self.model(AssetModel, self.assets_table_name),
+            self.model(ReferenceModel, self.assets_table_name),
+            self.model(CandidateModel, self.assets_table_name),
+        )
+
 
 class EmbeddedAws:
     """Start a moto server on 127.0.0.1 (a free port) and create the stack in it.
@@ -371,7 +610,7 @@ class EmbeddedAws:
     def __enter__(self) -> LocalStack:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's request log
         _cache_moto_module_list()
-        encode_event_bridge_keys()
+        send_s3_events_as_aws()
         self._server = EmbeddedServer(self._host, self._port)
         self._server.start()
         endpoint = f"http://127.0.0.1:{self._server.port}"
@@ -412,6 +651,61 @@ class EmbeddedAws:
         """A boto3 client for the embedded server (:meth:`LocalStack.client`)."""
         assert self.stack is not None
         return self.stack.client(service)
+
+    def noncurrent_expirations(self) -> dict[str, int]:
+        """The template's enabled lifecycle rules that expire noncurrent versions: their
+        ``NoncurrentDays`` (parameters resolved to their defaults), by key prefix."""
+        params = parameter_defaults(self.template)
+        props = resolve(self._resource(BUCKET_ID).get("Properties", {}), {}, {}, params)
+        rules = props.get("LifecycleConfiguration", {}).get("Rules", [])
+        return {
+            str(rule.get("Prefix", "")): int(rule["NoncurrentVersionExpiration"]["NoncurrentDays"])
+            for rule in rules
+            if rule.get("Status") == "Enabled" and "NoncurrentVersionExpiration" in rule
+        }
+
+    def expire_noncurrent(
+        self,
+        prefix: str = "originals/",
+        *,
+        noncurrent_older_than_s: float | None = None,
+        bucket: str | None = None,
+        now: datetime | None = None,
+    ) -> list[tuple[str, str]]:
+        """Apply now the template's lifecycle rule that expires noncurrent versions under
+        ``prefix`` (``expire-noncurrent-originals`` for ``originals/``), which moto never
+        applies: :func:`expire_noncurrent_versions`, each with S3's "Permanently Deleted"
+        event, ``reason`` "Lifecycle Expiration".
+
+        Parameters
+        ----------
+        prefix: the rule's prefix, or a narrower one under it (a test's own folder).
+        noncurrent_older_than_s: how long a version must have been noncurrent, seconds;
+            default the rule's ``NoncurrentDays`` (its parameter's default) times 86,400.
+            0 expires every noncurrent version (what a test or the storm wants).
+        bucket: default the stack's bucket.
+        now: the time to measure from (default now).
+
+        Returns
+        -------
+        list of (str, str)
+            The (key, version id) expired.
+
+        Raises
+        ------
+        KeyError
+            If no enabled noncurrent-version rule of the template covers ``prefix``.
+        """
+        assert self.stack is not None, "the embedded AWS is not open"
+        rules = self.noncurrent_expirations()
+        covering = [rule for rule in rules if prefix.startswith(rule)]
+        if not covering:
+            raise KeyError(f"no lifecycle rule of the template expires noncurrent versions under {prefix!r}")
+        days = rules[max(covering, key=len)]
+        older_than_s = days * 86400 if noncurrent_older_than_s is None else noncurrent_older_than_s
+        return expire_noncurrent_versions(
+            bucket or self.stack.bucket, prefix=prefix, noncurrent_older_than_s=older_than_s, now=now
+        )
 
     def _resource(self, logical_id: str) -> dict[str, Any]:
         resource: dict[str, Any] = self.template["Resources"][logical_id]
@@ -492,15 +786,13 @@ class EmbeddedAws:
         # Like the models' create_table, a table this process's moto already has is kept.
         assets_props = self._resource(ASSETS_TABLE_ID)["Properties"]
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)
-        try:
+        with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
             dynamodb.create_table(
                 TableName=assets_table_name,
                 AttributeDefinitions=assets_props["AttributeDefinitions"],
                 KeySchema=assets_props["KeySchema"],
                 BillingMode="PAY_PER_REQUEST",
             )
-        except dynamodb.exceptions.ResourceInUseException:
-            pass
 
         function = resolve(self._resource(FUNCTION_ID)["Properties"], refs, attrs, params)
         globals_env = (self.template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get(

@@ -1,5 +1,7 @@
-"""The one event factory of the local tools and tests: S3 "Object Created" events as
-EventBridge puts them in SQS, and the Lambda SQS event a batch of messages becomes.
+"""The one event factory of the local tools and tests: S3's "Object Created" and "Object
+Deleted" events as EventBridge puts them in SQS, and the Lambda SQS event a batch of
+messages becomes. The embedded AWS builds the events its S3 sends here too
+(:func:`mediajobs.local.embedded.send_s3_events_as_aws`).
 
 Used by the local event source mapping (:mod:`mediajobs.local.runner` turns received
 messages into records here), ``simulate`` (duplicated events), the tests, and the sample
@@ -7,12 +9,17 @@ files under ``events/`` (:data:`SAMPLE_EVENTS`, written by :func:`write_samples`
 regenerates each file and compares).
 
 Every event made here spells the object key as S3 does: URL-encoded
-(:func:`mediajobs.domain.keys.encode_event_key`).
+(:func:`mediajobs.domain.keys.encode_event_key`). Shapes: Amazon S3 user guide,
+"EventBridge event message structure" (its examples "Object created", "Object deleted
+(using DeleteObject)", "Object deleted (using lifecycle expiration)" and the detail
+field's ``reason`` and ``deletion-type``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +33,58 @@ from mediajobs.domain.keys import encode_event_key
 ACCOUNT_ID: Final = "123456789012"
 #: The embedded AWS's region.
 REGION: Final = "us-east-1"
+
+#: The sequencer of an event made without one (a hand-made event, the sample files): real
+#: looking (S3's are hex strings of 16 to 20 digits, leading zeros included). Two events
+#: made with it have the same sequencer: the same event again, for the assets. Lower than
+#: every sequencer the embedded S3 sends (:class:`Sequencers`).
+DEFAULT_SEQUENCER: Final = "00674A3B2C1D0E0F00"
+
+#: ``reason`` of an "Object Created" event of ``PutObject``; of an "Object Deleted" event
+#: of ``DeleteObject``/``DeleteObjects`` (AWS sends ``DeleteObject`` for both) and of an
+#: S3 Lifecycle expiration (S3 user guide, "EventBridge event message structure").
+PUT_OBJECT: Final = "PutObject"
+DELETE_OBJECT: Final = "DeleteObject"
+LIFECYCLE_EXPIRATION: Final = "Lifecycle Expiration"
+#: ``deletion-type`` values (the same as :class:`mediajobs.domain.assets.Deletion`).
+DELETE_MARKER_CREATED: Final = "Delete Marker Created"
+PERMANENTLY_DELETED: Final = "Permanently Deleted"
+#: ``requester`` of the events of S3 Lifecycle actions (they have no ``source-ip-address``).
+LIFECYCLE_REQUESTER: Final = "s3.amazonaws.com"
+#: The ETag S3 puts in the event of a delete marker: the MD5 of no bytes (S3 user guide,
+#: the "Object deleted" examples).
+DELETE_MARKER_ETAG: Final = "d41d8cd98f00b204e9800998ecf8427e"
+
+
+class Sequencers:
+    """S3-like event sequencers: hex strings whose values increase with every call, and
+    whose lengths vary (16, 20 or 18 digits, left-padded with zeros), as S3's do, so that a
+    consumer comparing them as strings instead of as hex numbers (S3 user guide, "Event
+    message structure": left-pad the shorter with zeros, then compare) is caught: the
+    20-digit ``"0000692F08299329D18A"`` is greater than the 16-digit ``"692F08299329D189"``
+    before it. Thread-safe; one instance per process gives every key increasing sequencers.
+
+    Parameters
+    ----------
+    start: the first value. The default is greater than :data:`DEFAULT_SEQUENCER` and the
+        sample files' sequencers: a hand-made event (a duplicate ``simulate`` sends, a
+        test's replay) is then never newer than a real one, so it can never hide a later
+        overwrite or delete of its key.
+    """
+
+    #: The lengths, hex digits, that successive sequencers cycle through.
+    WIDTHS: Final = (16, 20, 18)
+
+    def __init__(self, start: int = 0x692F08299329D189) -> None:
+        self._values = itertools.count(start)
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        """The next sequencer: upper-case hex, greater than every one before it."""
+        with self._lock:
+            value = next(self._values)
+        width = self.WIDTHS[value % len(self.WIDTHS)]
+        return f"{value:0{width}X}"
 
 
 def object_created_event(
@@ -41,6 +100,7 @@ def object_created_event(
     sequencer: str | None = None,
     request_id: str | None = None,
     source_ip: str | None = None,
+    reason: str = PUT_OBJECT,
 ) -> dict[str, Any]:
     """The EventBridge event S3 sends when ``key`` is created in ``bucket`` (S3 user guide,
     "EventBridge event message structure", "Object created").
@@ -51,25 +111,26 @@ def object_created_event(
     key: the object's real key; the event carries it URL-encoded, as S3's do.
     size: the object's size, bytes.
     etag: its ETag (quotes are removed), ``""`` when unknown.
-    version_id: its version id, ``None`` for an unversioned bucket.
+    version_id: its version id, ``None`` for an unversioned bucket (the event then has no
+        ``version-id``).
     region: the bucket's region.
-    event_id, time, sequencer, request_id: fixed values (the sample files); by default a
-        fresh UUID, now (``YYYY-MM-DDTHH:MM:SSZ``), and random hex of S3's lengths.
+    event_id, time, request_id: fixed values (the sample files); by default a fresh UUID,
+        now (``YYYY-MM-DDTHH:MM:SSZ``), and random hex of S3's length.
+    sequencer: the event's sequencer (S3's orders the events of one key), by default
+        :data:`DEFAULT_SEQUENCER`.
     source_ip: the requester's address (``source-ip-address``), left out when ``None``.
+    reason: the API that created the object: ``PutObject``, ``POST Object``,
+        ``CopyObject`` or ``CompleteMultipartUpload``.
 
     Raises
     ------
     UnicodeEncodeError
         If ``key`` is not valid Unicode text (no S3 key is).
     """
-    obj: dict[str, Any] = {
-        "key": encode_event_key(key),
-        "size": size,
-        "etag": etag.strip('"'),
-        "sequencer": sequencer or uuid.uuid4().hex[:18].upper(),
-    }
+    obj: dict[str, Any] = {"key": encode_event_key(key), "size": size, "etag": etag.strip('"')}
     if version_id:
         obj["version-id"] = version_id
+    obj["sequencer"] = sequencer or DEFAULT_SEQUENCER
     detail: dict[str, Any] = {
         "version": "0",
         "bucket": {"name": bucket},
@@ -79,11 +140,83 @@ def object_created_event(
     }
     if source_ip is not None:
         detail["source-ip-address"] = source_ip
-    detail["reason"] = "PutObject"
+    detail["reason"] = reason
+    return _envelope("Object Created", bucket, detail, region=region, event_id=event_id, time=time)
+
+
+def object_deleted_event(
+    bucket: str,
+    key: str,
+    *,
+    deletion_type: str,
+    version_id: str | None = None,
+    etag: str = DELETE_MARKER_ETAG,
+    reason: str = DELETE_OBJECT,
+    region: str = REGION,
+    event_id: str | None = None,
+    time: str | None = None,
+    sequencer: str | None = None,
+    request_id: str | None = None,
+    source_ip: str | None = None,
+) -> dict[str, Any]:
+    """The EventBridge event S3 sends when ``key`` is deleted from ``bucket`` (S3 user
+    guide, "EventBridge event message structure": "Object deleted (using DeleteObject)",
+    "Object deleted (using lifecycle expiration)", and the detail field).
+
+    Parameters
+    ----------
+    bucket: the bucket's name.
+    key: the object's real key; the event carries it URL-encoded, as S3's do.
+    deletion_type: :data:`DELETE_MARKER_CREATED` (a ``DeleteObject`` without a version on
+        a versioned bucket) or :data:`PERMANENTLY_DELETED` (a version deleted, or any
+        object of an unversioned bucket).
+    version_id: the delete marker's id (Delete Marker Created), the version deleted
+        (Permanently Deleted), ``None`` on an unversioned bucket (no ``version-id``).
+    etag: the ETag of what was deleted: :data:`DELETE_MARKER_ETAG` for a delete marker
+        (as AWS's examples), the version's for a version. The event has no ``size``.
+    reason: :data:`DELETE_OBJECT` or :data:`LIFECYCLE_EXPIRATION`. A lifecycle event's
+        requester is :data:`LIFECYCLE_REQUESTER` and it has no ``source-ip-address``.
+    region, event_id, time, sequencer, request_id: as :func:`object_created_event`.
+    source_ip: the requester's address, left out when ``None`` (always for lifecycle).
+
+    Raises
+    ------
+    ValueError
+        If ``deletion_type`` or ``reason`` is not one S3 sends.
+    UnicodeEncodeError
+        If ``key`` is not valid Unicode text.
+    """
+    if deletion_type not in (DELETE_MARKER_CREATED, PERMANENTLY_DELETED):
+        raise ValueError(f"not an S3 deletion-type: {deletion_type!r}")
+    if reason not in (DELETE_OBJECT, LIFECYCLE_EXPIRATION):
+        raise ValueError(f"not the reason of an S3 Object Deleted event: {reason!r}")
+    obj: dict[str, Any] = {"key": encode_event_key(key), "etag": etag.strip('"')}
+    if version_id:
+        obj["version-id"] = version_id
+    obj["sequencer"] = sequencer or DEFAULT_SEQUENCER
+    lifecycle = reason == LIFECYCLE_EXPIRATION
+    detail: dict[str, Any] = {
+        "version": "0",
+        "bucket": {"name": bucket},
+        "object": obj,
+        "request-id": request_id or uuid.uuid4().hex[:16].upper(),
+        "requester": LIFECYCLE_REQUESTER if lifecycle else ACCOUNT_ID,
+    }
+    if source_ip is not None and not lifecycle:
+        detail["source-ip-address"] = source_ip
+    detail["reason"] = reason
+    detail["deletion-type"] = deletion_type
+    return _envelope("Object Deleted", bucket, detail, region=region, event_id=event_id, time=time)
+
+
+def _envelope(
+    detail_type: str, bucket: str, detail: dict[str, Any], *, region: str, event_id: str | None, time: str | None
+) -> dict[str, Any]:
+    """The EventBridge envelope of an S3 event's ``detail``."""
     return {
         "version": "0",
         "id": event_id or str(uuid.uuid4()),
-        "detail-type": "Object Created",
+        "detail-type": detail_type,
         "source": "aws.s3",
         "account": ACCOUNT_ID,
         "time": time or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -93,10 +226,50 @@ def object_created_event(
     }
 
 
-def object_created_body(bucket: str, key: str, *, size: int, etag: str = "", version_id: str | None = None) -> str:
+def object_created_body(
+    bucket: str,
+    key: str,
+    *,
+    size: int,
+    etag: str = "",
+    version_id: str | None = None,
+    sequencer: str | None = None,
+) -> str:
     """:func:`object_created_event` as the JSON text of an SQS message body (what the
     rule's target puts in the jobs queue)."""
-    return json.dumps(object_created_event(bucket, key, size=size, etag=etag, version_id=version_id))
+    return json.dumps(
+        object_created_event(bucket, key, size=size, etag=etag, version_id=version_id, sequencer=sequencer)
+    )
+
+
+def object_deleted_body(
+    bucket: str,
+    key: str,
+    *,
+    deletion_type: str,
+    version_id: str | None = None,
+    etag: str = DELETE_MARKER_ETAG,
+    reason: str = DELETE_OBJECT,
+    sequencer: str | None = None,
+) -> str:
+    """:func:`object_deleted_event` as the JSON text of an SQS message body.
+
+    Raises
+    ------
+    ValueError
+        If ``deletion_type`` or ``reason`` is not one S3 sends.
+    """
+    return json.dumps(
+        object_deleted_event(
+            bucket,
+            key,
+            deletion_type=deletion_type,
+            version_id=version_id,
+            etag=etag,
+            reason=reason,
+            sequencer=sequencer,
+        )
+    )
 
 
 def sqs_record(message: Mapping[str, Any], queue_arn: str, region: str = REGION) -> dict[str, Any]:
@@ -173,13 +346,22 @@ class SampleRecord:
     ----------
     message_id: the SQS message id (the receipt handle is ``AQEB-<message_id>``).
     event_id: the EventBridge event id.
-    key: the object's real key; size_bytes: its size.
+    key: the object's real key; size_bytes: its size (not in an "Object Deleted" event).
+    deletion_type: ``None`` for "Object Created", else the "Object Deleted" event's
+        ``deletion-type``.
+    version_id: the version the event names (``None``: none, as an unversioned bucket's).
+    etag: the ETag the event carries ("Object Deleted" only).
+    sequencer: the event's sequencer.
     """
 
     message_id: str
     event_id: str
     key: str
     size_bytes: int
+    deletion_type: str | None = None
+    version_id: str | None = None
+    etag: str = DELETE_MARKER_ETAG
+    sequencer: str = DEFAULT_SEQUENCER
 
 
 #: The files under ``events/``, by name (their meaning: ``events/README.md``).
@@ -225,12 +407,37 @@ SAMPLE_EVENTS: Final[dict[str, tuple[SampleRecord, ...]]] = {
             0,
         ),
     ),
+    # After object-created.json's photo: a greater sequencer, 16 digits against its 18.
+    "object-deleted-marker.json": (
+        SampleRecord(
+            "0d4f5a9e-5555-4c1b-8d6e-000000000001",
+            "2ee9cc15-d022-49ea-9fb8-1b1bac4850f9",
+            "originals/events/photo.jpg",
+            0,
+            deletion_type=DELETE_MARKER_CREATED,
+            version_id="1QW9g1Z99LUNbvaaYVpW9xDlOLU.qxgF",
+            sequencer="674A3B2C1D0E2B00",
+        ),
+    ),
+    "object-deleted-version.json": (
+        SampleRecord(
+            "0d4f5a9e-6666-4c1b-8d6e-000000000001",
+            "ad1de317-e409-4ba2-9552-30113f8d88e3",
+            "originals/events/photo.jpg",
+            0,
+            deletion_type=PERMANENTLY_DELETED,
+            version_id="mtB0cV.jejK63XkRNceanNMC.qXPWLeK",
+            etag="3858f62230ac3c915f300c664312c63f",
+            sequencer="0000674A3B2C1D0E3C00",
+        ),
+    ),
 }
 
 
 def sample_event(name: str) -> dict[str, Any]:
-    """The Lambda SQS event of the sample file ``events/<name>``: fixed ids, time, sequencer
-    and request id, so the file can be regenerated byte for byte.
+    """The Lambda SQS event of the sample file ``events/<name>`` ("Object Created", or
+    "Object Deleted" for a record with a ``deletion_type``): fixed ids, time, sequencer and
+    request id, so the file can be regenerated byte for byte.
 
     Raises
     ------
@@ -239,16 +446,26 @@ def sample_event(name: str) -> dict[str, Any]:
     """
     messages = []
     for record in SAMPLE_EVENTS[name]:
-        event = object_created_event(
-            SAMPLE_BUCKET,
-            record.key,
-            size=record.size_bytes,
-            event_id=record.event_id,
-            time="2026-11-29T10:00:00Z",
-            sequencer="00674A3B2C1D0E0F00",
-            request_id="N4N7GDK58NMKJ12R",
-            source_ip="203.0.113.10",
-        )
+        fixed: dict[str, Any] = {
+            "event_id": record.event_id,
+            "time": "2026-11-29T10:00:00Z",
+            "sequencer": record.sequencer,
+            "request_id": "N4N7GDK58NMKJ12R",
+            "source_ip": "203.0.113.10",
+        }
+        if record.deletion_type is None:
+            event = object_created_event(
+                SAMPLE_BUCKET, record.key, size=record.size_bytes, version_id=record.version_id, **fixed
+            )
+        else:
+            event = object_deleted_event(
+                SAMPLE_BUCKET,
+                record.key,
+                deletion_type=record.deletion_type,
+                version_id=record.version_id,
+                etag=record.etag,
+                **fixed,
+            )
         messages.append(
             {
                 "MessageId": record.message_id,

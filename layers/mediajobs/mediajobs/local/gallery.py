@@ -6,6 +6,11 @@ Where the original has a placeholder (the ``decisions`` of an ``image-placeholde
 is drawn on it until it loads: the ThumbHash decoded here (thash's decoder, at 32 px on the
 long side) to a PNG data URL, stretched over the box, on the dominant colour, in a box of the
 display size's aspect ratio; and a first cell shows the placeholder alone.
+
+Where the entry has its asset's status (:func:`mediajobs.domain.assets.status_document`,
+what ``GET /assets?key=...`` answers), a badge beside its title says the state: ready,
+processing (with the progress of a job that reports one), failed (with the reason code) or
+deleted (:func:`status_badge`).
 """
 
 from __future__ import annotations
@@ -103,6 +108,33 @@ class GalleryEntry:
     variants: list[GalleryVariant] = field(default_factory=list)
     failure: str | None = None
     placeholder: GalleryPlaceholder | None = None
+    #: The asset's status document, when known (:func:`status_badge` draws it).
+    status: Mapping[str, Any] | None = None
+
+
+#: States a badge has a colour for (``docs/assets.md``); any other is drawn plain.
+BADGE_STATES = ("pending", "processing", "ready", "failed", "deleted")
+
+
+def status_badge(document: Mapping[str, Any] | None) -> str:
+    """The HTML badge of an asset's status document: ``<span class="badge ready">ready</span>``;
+    ``processing`` with the largest progress any job reports (``processing 40%``), ``failed``
+    with the reason code (``failed: too_many_pixels``, the detail in its title); ``""`` for
+    no document."""
+    if not document:
+        return ""
+    state = str(document.get("state", ""))
+    text, title = state, ""
+    if state == "processing":
+        progress = [j["progress"] for j in (document.get("recipes") or {}).values() if j.get("progress") is not None]
+        if progress:
+            text += f" {max(progress):.0%}"
+    if state == "failed" and document.get("reason"):
+        text += f": {document['reason']}"
+        title = str(document.get("detail") or "")
+    css = state if state in BADGE_STATES else "other"
+    shown_title = f' title="{html.escape(title)}"' if title else ""
+    return f'<span class="badge {css}"{shown_title}>{html.escape(text)}</span>'
 
 
 def _under(placeholder: GalleryPlaceholder | None, width: int, height: int) -> str:
@@ -153,7 +185,8 @@ def write_gallery(out_dir: Path, entries: list[GalleryEntry], title: str = "medi
             cells.append(f'<p class="failure">{html.escape(entry.failure)}</p>')
         key = f"<code>{html.escape(entry.job_key[:12])}</code>" if entry.job_key else ""
         rows.append(
-            f"<section><h2>{html.escape(entry.title)} {key}</h2><div class=row>{''.join(cells)}</div></section>"
+            f"<section><h2>{html.escape(entry.title)} {key} {status_badge(entry.status)}</h2>"
+            f"<div class=row>{''.join(cells)}</div></section>"
         )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -166,6 +199,10 @@ img {{ max-width: 320px; max-height: 320px;
 figcaption {{ font-size: .85rem; color: #444; }}
 .rendition a {{ display: block; padding: 1rem 1.5rem; background: #222; color: #fff; text-decoration: none; }}
 .failure {{ color: #a00; }}
+.badge {{ font-size: .8rem; font-weight: normal; padding: .1rem .5rem; border-radius: .6rem;
+          color: #fff; background: #666; vertical-align: middle; }}
+.badge.ready {{ background: #2a7a2a; }} .badge.processing, .badge.pending {{ background: #a87000; }}
+.badge.failed {{ background: #a00; }} .badge.deleted {{ background: #555; text-decoration: line-through; }}
 </style></head><body><h1>{html.escape(title)}</h1>
 {"".join(rows)}
 </body></html>

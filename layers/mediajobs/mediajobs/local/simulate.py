@@ -74,6 +74,16 @@ class StormConfig:
     visibility_s: the queue's visibility timeout, seconds (how long the unstarted
         records of a crashed worker's batch stay hidden).
     max_seconds: give up after this long.
+    overwrite_rate: share of uploads whose key is written again later with other bytes.
+    late_share: share of overwrites whose replaced version's event is delivered again after
+        the new version's (out of order: the late one must be superseded).
+    delete_rate: share of uploads deleted later (a delete marker), originals whose bytes
+        another key shares first.
+    reupload_share: share of deletes followed by an upload of the same bytes under another
+        key (during the grace period: the job revives without a render).
+    grace_s: the collection's grace period in the storm, seconds (the parent runs a
+        collection every ``collect_every_s``, and a last one with no grace at the end).
+    collect_every_s: how often the parent runs a collection, seconds.
     seed: fixes every random choice the storm makes: contents, copies, duplicated events,
         crash points (:func:`crash_point`) and lost acknowledgements.
     log_level: the workers' log level (their logs go to stderr).
@@ -90,6 +100,12 @@ class StormConfig:
     timeout_s: int = 30
     visibility_s: int = 20
     max_seconds: float = 1800.0  # 2,000 uploads of two jobs each: 1,269 s on a loaded 2-core machine
+    overwrite_rate: float = 0.0
+    late_share: float = 0.5
+    delete_rate: float = 0.0
+    reupload_share: float = 0.5
+    grace_s: int = 3
+    collect_every_s: float = 2.0
     seed: int = 1
     log_level: str = "ERROR"
 
@@ -316,11 +332,17 @@ def _worker_main(
 
 @dataclasses.dataclass
 class _Upload:
+    """One write of the storm: a put of ``contents[data_index]`` under ``key`` (``kind``
+    ``put``, ``overwrite`` or ``reupload``), or a delete of ``key`` (``delete``)."""
+
     key: str
     data_index: int
     checksum: bool
-    #: Its event is sent a second time.
+    #: Its event is sent a second time (the same event: same sequencer).
     twice: bool = False
+    kind: str = "put"
+    #: An overwrite whose replaced version's event is delivered again after its own.
+    late: bool = False
 
 
 def _plan(cfg: StormConfig) -> tuple[list[_Upload], list[bytes]]:
@@ -342,7 +364,32 @@ def _plan(cfg: StormConfig) -> tuple[list[_Upload], list[bytes]]:
     duplicates = random.Random(cfg.seed + 7)
     for u in uploads:
         u.twice = duplicates.random() < cfg.duplicate_share
+    _plan_changes(cfg, uploads, contents)
     return uploads, contents
+
+
+def _plan_changes(cfg: StormConfig, uploads: list[_Upload], contents: list[bytes]) -> None:
+    """Insert the overwrites, deletes and re-uploads into ``uploads``, each after the write
+    it changes (new contents for overwrites appended to ``contents``)."""
+    rng = random.Random(f"{cfg.seed}-changes")
+    originals = [u for u in uploads if u.kind == "put"]
+    overwrites = round(len(originals) * cfg.overwrite_rate)
+    for i, target in enumerate(rng.sample(originals, min(overwrites, len(originals)))):
+        contents.append(_jpeg(cfg.seed * 1_000_003 + 500_000 + i))
+        change = _Upload(target.key, len(contents) - 1, target.checksum, kind="overwrite")
+        change.late = rng.random() < cfg.late_share
+        at = uploads.index(target)
+        uploads.insert(rng.randrange(at + 1, len(uploads) + 1), change)
+    # Deletes: first the originals whose bytes another key shares (the shared set must stay).
+    shared = {u.data_index for u in originals if sum(v.data_index == u.data_index for v in originals) > 1}
+    ordered = sorted(originals, key=lambda u: (u.data_index not in shared, rng.random()))
+    for j, target in enumerate(ordered[: round(len(originals) * cfg.delete_rate)]):
+        at = max(i for i, u in enumerate(uploads) if u.key == target.key)  # after its last write
+        position = rng.randrange(at + 1, len(uploads) + 1)
+        uploads.insert(position, _Upload(target.key, target.data_index, target.checksum, kind="delete"))
+        if rng.random() < cfg.reupload_share:
+            again = _Upload(f"originals/storm/again {j:05d}.jpg", target.data_index, target.checksum, kind="reupload")
+            uploads.insert(position + 1, again)
 
 
 def _read_logs(folder: Path) -> Iterator[dict[str, Any]]:
@@ -359,10 +406,11 @@ def _copies(records: list[dict[str, Any]], uploads: list[_Upload]) -> dict[int, 
     """The records that first answered a key holding the same bytes as another upload's
     without rendering (a new asset of content rendered for another key), as ``{id(record):
     its DynamoDB requests}``."""
+    puts = [u for u in uploads if u.kind != "delete"]
     shared: dict[int, int] = {}
-    for u in uploads:
+    for u in puts:
         shared[u.data_index] = shared.get(u.data_index, 0) + 1
-    copy_keys = {u.key for u in uploads if shared[u.data_index] > 1}
+    copy_keys = {u.key for u in puts if shared[u.data_index] > 1}
     seen: set[str] = set()
     copies: dict[int, int] = {}
     for r in sorted(records, key=lambda r: r["t"]):
@@ -394,18 +442,170 @@ def _duplicate_renders(events: list[dict[str, Any]]) -> int:
         elif kind == "committed":
             committed.add(e["job_key"])
             holders[e["job_key"]].pop(pid, None)
+        elif kind == "collected":  # its derivatives are gone: the next render is no duplicate
+            committed.discard(e["job_key"])
         elif kind in ("crash", "record"):
             for held in holders.values():
                 held.pop(pid, None)
     return duplicates
 
 
+def _rerenders_after_collection(events: list[dict[str, Any]]) -> int:
+    """Commits of a job after its collection (a re-upload of its bytes once they were gone)."""
+    collected: set[str] = set()
+    again = 0
+    for e in events:
+        if e["event"] == "collected":
+            collected.add(e["job_key"])
+        elif e["event"] == "committed" and e["job_key"] in collected:
+            again += 1
+            collected.discard(e["job_key"])
+    return again
+
+
+class _Collections:
+    """The storm's collection: a run every ``collect_every_s`` with the storm's short grace
+    while uploads, overwrites and deletes go on, in the parent process, through the real
+    collector and adapters; each job it collects is an event (``collected``) for the
+    duplicate-render accounting."""
+
+    def __init__(self, stack: LocalStack, settings: Settings, cfg: StormConfig) -> None:
+        from mediajobs.local.session import local_adapters
+
+        self._cfg = cfg
+        self._settings = settings
+        adapters = local_adapters(stack, settings)
+        self._adapters = dataclasses.replace(adapters, store=_RecordingDeletes(adapters.store, self._collected))
+        self._stopped = threading.Event()
+        self.events: list[dict[str, Any]] = []
+        self.report: dict[str, int] = defaultdict(int)
+        self.failed_runs = 0
+
+    def _collected(self, prefix: str) -> None:
+        job = prefix.rstrip("/").rsplit("/", 1)[-1]
+        self.events.append({"event": "collected", "job_key": job, "t": time.time(), "pid": os.getpid()})
+
+    def run(self, *, grace_s: int) -> None:
+        """One collection run; a transient failure is counted and the next run goes on."""
+        from mediajobs.entrypoints.collector import run_collection
+
+        try:
+            report = run_collection(self._settings, self._adapters, grace_s=grace_s, limit=10_000)
+        except Exception:  # noqa: BLE001 - counted: the storm goes on, the end checks judge
+            self.failed_runs += 1
+            return
+        for name, value in report.to_json().items():
+            self.report[name] += value
+
+    def every(self, period_s: float, feeder: threading.Thread) -> None:
+        """Run every ``period_s`` until :meth:`stop`."""
+        while not self._stopped.wait(period_s):
+            self.run(grace_s=self._cfg.grace_s)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
+class _RecordingDeletes:
+    """An object store whose ``delete_prefix`` also tells ``on_delete`` the prefix."""
+
+    def __init__(self, inner: ObjectStore, on_delete: Any) -> None:
+        self._inner = inner
+        self._on_delete = on_delete
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def delete_prefix(self, bucket: str, prefix: str, *, first: str | None = None) -> int:
+        deleted = self._inner.delete_prefix(bucket, prefix, first=first)
+        self._on_delete(prefix)
+        return deleted
+
+
+def _end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """What must hold once the storm is over, counted (0 each when it holds), and the end
+    state of every live asset's jobs:
+
+    * ``assets_not_current``: live keys whose asset's version is not S3's current version;
+    * ``assets_not_ready``: live keys whose asset is not ``ready``;
+    * ``assets_not_deleted``: deleted keys whose asset is not ``deleted``;
+    * ``missing_manifests``: jobs a live asset references whose manifest is not there;
+    * ``count_mismatches``: jobs whose references differ from the live assets using them;
+    * ``unreferenced_prefixes``: prefixes under ``derivatives/`` no live asset references
+      (the last collection ran with no grace).
+    """
+    from collections import Counter
+
+    from mediajobs.adapters.assets import DynamoAssets
+    from mediajobs.domain.assets import AssetState
+
+    s3 = stack.client("s3")
+    assets = DynamoAssets(stack.asset_models())
+    checks = dict.fromkeys(
+        (
+            "assets_not_current",
+            "assets_not_ready",
+            "assets_not_deleted",
+            "missing_manifests",
+            "count_mismatches",
+            "unreferenced_prefixes",
+        ),
+        0,
+    )
+    end_states: dict[str, int] = defaultdict(int)
+    used: Counter[str] = Counter()
+    jobs = stack.job_model()
+    for key in sorted(keys):
+        view = assets.get(stack.bucket, key)
+        try:
+            head = s3.head_object(Bucket=stack.bucket, Key=key)
+        except s3.exceptions.ClientError:
+            checks["assets_not_deleted"] += view is not None and view.state != AssetState.DELETED
+            continue
+        if view is None or view.version.version_id != head.get("VersionId"):
+            checks["assets_not_current"] += 1
+        if view is None or view.state != AssetState.READY:
+            checks["assets_not_ready"] += 1
+        for entry in view.jobs if view is not None else ():
+            used[entry.job_key] += 1
+            try:
+                row = jobs.get(entry.job_key, consistent_read=True)
+                end_states[str(row.failure_reason or row.state)] += 1
+            except jobs.DoesNotExist:
+                end_states["no_job"] += 1
+    for job_key in used:
+        try:
+            s3.head_object(Bucket=stack.bucket, Key=f"derivatives/{job_key}/manifest.json")
+        except s3.exceptions.ClientError:
+            checks["missing_manifests"] += 1
+    prefixes: set[str] = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=stack.bucket, Prefix="derivatives/"):
+        prefixes.update(item["Key"].split("/")[1] for item in page.get("Contents", ()))
+    referenced: set[str] = set()  # every job some reference row names, live asset or not
+    for page in (
+        stack.client("dynamodb")
+        .get_paginator("scan")
+        .paginate(
+            TableName=stack.assets_table_name,
+            FilterExpression="begins_with(pk, :job)",
+            ExpressionAttributeValues={":job": {"S": "job#"}},
+            ProjectionExpression="pk",
+            ConsistentRead=True,
+        )
+    ):
+        referenced.update(item["pk"]["S"].removeprefix("job#") for item in page["Items"])
+    for job_key in prefixes | set(used) | referenced:
+        if assets.references(job_key) != used[job_key]:
+            checks["count_mismatches"] += 1
+    checks["unreferenced_prefixes"] = len(prefixes - set(used))
+    return checks, dict(sorted(end_states.items()))
+
+
 def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, Any]:
     """Run the storm; returns the summary (see the module docstring and the README)."""
     from mediajobs.bootstrap import active_recipes
-    from mediajobs.domain.keys import job_key, sha256_hex
-    from mediajobs.local.embedded import EmbeddedAws
-    from mediajobs.local.events import object_created_body
+    from mediajobs.domain.keys import encode_event_key, job_key, sha256_hex
+    from mediajobs.local.embedded import EmbeddedAws, listen_to_s3_events
     from mediajobs.local.runner import QUEUE_DEPTH_ATTRIBUTES
 
     started = time.monotonic()
@@ -418,21 +618,43 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
         s3, sqs = stack.client("s3"), stack.client("sqs")
         sqs.set_queue_attributes(QueueUrl=stack.queue_url, Attributes={"VisibilityTimeout": str(cfg.visibility_s)})
         uploads, contents = _plan(cfg)
-        duplicated_events = 0
+        duplicated_events = late_events = 0
         lock = threading.Lock()
+        # The events S3 sent, by key, in the order sent: a duplicate is the same event
+        # again (its sequencer too), a late event the replaced version's real one.
+        sent: dict[str, list[dict[str, Any]]] = defaultdict(list)
+
+        def keep(event: dict[str, Any]) -> None:
+            if event.get("detail-type") == "Object Created":
+                with lock:
+                    sent[event["detail"]["object"]["key"]].append(json.loads(json.dumps(event)))
+
+        stop_listening = listen_to_s3_events(keep)
+
+        def created_events(key: str) -> list[dict[str, Any]]:
+            with lock:
+                return list(sent[encode_event_key(key)])
 
         def upload(u: _Upload) -> None:
-            nonlocal duplicated_events
+            nonlocal duplicated_events, late_events
+            if u.kind == "delete":
+                s3.delete_object(Bucket=stack.bucket, Key=u.key)  # a delete marker
+                return
             data = contents[u.data_index]
             extra = {"ChecksumAlgorithm": "SHA256"} if u.checksum else {}
             put = s3.put_object(Bucket=stack.bucket, Key=u.key, Body=data, **extra)
-            if u.twice:
-                body = object_created_body(
-                    stack.bucket, u.key, size=len(data), etag=put["ETag"], version_id=put.get("VersionId")
-                )
-                sqs.send_message(QueueUrl=stack.queue_url, MessageBody=body)
+            events_of_key = created_events(u.key)
+            mine = [e for e in events_of_key if e["detail"]["object"].get("version-id") == put.get("VersionId")]
+            if u.twice and mine:
+                sqs.send_message(QueueUrl=stack.queue_url, MessageBody=json.dumps(mine[-1]))
                 with lock:
                     duplicated_events += 1
+            if u.late and mine:
+                before = events_of_key[: events_of_key.index(mine[-1])]
+                if before:  # the replaced version's event, delivered again after this one
+                    sqs.send_message(QueueUrl=stack.queue_url, MessageBody=json.dumps(before[-1]))
+                    with lock:
+                        late_events += 1
 
         ctx = multiprocessing.get_context("spawn")
         procs: dict[int, Any] = {}
@@ -470,6 +692,11 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
         deadline = time.monotonic() + cfg.max_seconds
         feeder = threading.Thread(target=feed, name="uploads", daemon=True)
         feeder.start()
+        collections = _Collections(stack, settings, cfg)
+        collector = threading.Thread(
+            target=collections.every, args=(cfg.collect_every_s, feeder), name="collection", daemon=True
+        )
+        collector.start()
 
         def queue_depth() -> int:
             attrs = sqs.get_queue_attributes(QueueUrl=stack.queue_url, AttributeNames=list(QUEUE_DEPTH_ATTRIBUTES))[
@@ -496,30 +723,18 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
+        collections.stop()
+        collector.join(timeout=60)
+        stop_listening()
+        # Everything is settled: the last collection has no grace (nothing can revive now).
+        collections.run(grace_s=0)
 
-        events = list(_read_logs(folder))
-        # Every job of every upload: one per active image recipe.
+        events = sorted([*_read_logs(folder), *collections.events], key=lambda e: e["t"])
+        # Every job of every content uploaded: one per active image recipe.
         recipes = active_recipes()["image"]
         unique_keys = {job_key(sha256_hex(c), recipe.sha256) for c in contents for recipe in recipes}
-        jobs = stack.job_model()
-        lost = 0
-        end_states: dict[str, int] = defaultdict(int)
-        for u in uploads:
-            for recipe in recipes:
-                key = job_key(sha256_hex(contents[u.data_index]), recipe.sha256)
-                try:
-                    row = jobs.get(key, consistent_read=True)
-                    state = str(row.failure_reason or row.state)
-                except jobs.DoesNotExist:
-                    state = "no_job"
-                end_states[state] += 1
-                manifest = f"derivatives/{key}/manifest.json"
-                try:
-                    s3.head_object(Bucket=stack.bucket, Key=manifest)
-                except s3.exceptions.ClientError:
-                    state = "no_manifest"
-                if state != "done":
-                    lost += 1
+        checks, end_states = _end_checks(stack, {u.key for u in uploads})
+        lost = checks["assets_not_ready"]
         dlq = int(
             sqs.get_queue_attributes(QueueUrl=stack.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])[
                 "Attributes"
@@ -557,10 +772,21 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             "worker_processes": spawned,
             "end_states": dict(sorted(end_states.items())),
             "timed_out": timed_out,
+            "overwrites": sum(1 for u in uploads if u.kind == "overwrite"),
+            "deletes": sum(1 for u in uploads if u.kind == "delete"),
+            "reuploads": sum(1 for u in uploads if u.kind == "reupload"),
+            "late_events": late_events,
+            "superseded": sum(1 for r in records if r["outcome"] == "superseded"),
+            "collections": collections.report,
+            "rerenders_after_collection": _rerenders_after_collection(events),
             # The first answer of a copy under another key: a new asset of content already
             # rendered (its asset written: made current, then recorded ready), not a duplicate.
             "ddb_requests_per_copy": round(sum(copies.values()) / len(copies), 3) if copies else 0.0,
         }
+        checks["dead_letters"] = dlq
+        checks["duplicate_renders"] = summary["duplicate_renders"]
+        checks["lost"] = lost
+        summary["checks"] = checks
         return summary
     finally:
         aws.__exit__(None, None, None)
