@@ -66,7 +66,10 @@ def test_a_crash_heavy_storm_loses_nothing_and_renders_each_job_once(tmp_path):
     assert summary["crashes"] > 0 and summary["takeovers"] > 0
     assert summary["renders_started"] >= summary["renders_committed"]
     assert summary["s3_bytes_read_for_duplicates"] == 0
-    assert 0 < summary["ddb_requests_per_duplicate"] <= 2
+    # 2 each (the asset's read, the jobs' read), 4 for a redelivery that records the asset
+    # a crash left unrecorded after the commit; a copy under another key writes its asset.
+    assert 0 < summary["ddb_requests_per_duplicate"] <= 2.5
+    assert summary["ddb_requests_per_copy"] > 0
 
 
 @pytest.mark.slow
@@ -88,9 +91,9 @@ def test_without_checksums_duplicates_use_the_source_index(tmp_path):
     )
     assert code == 0
     assert summary["s3_bytes_read_for_duplicates"] == 0
-    if summary["busy_resent"] == 0:  # every duplicate answered: source index lookup + one BatchGetItem
+    if summary["busy_resent"] == 0:  # every duplicate answered: the asset (which knows the hash) + one BatchGetItem
         assert summary["ddb_requests_per_duplicate"] == 2.0, summary
-    else:  # a copy that came while the first was being read went back after its lookup alone (1 request)
+    else:  # a copy that came while the first was being read went back after the asset and the lookup
         assert 1.0 <= summary["ddb_requests_per_duplicate"] <= 2.0, summary
 
 

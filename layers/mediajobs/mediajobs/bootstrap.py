@@ -36,7 +36,7 @@ from mediajobs.domain import recipes as domain_recipes
 from mediajobs.domain.inspections.containers import looks_like_video
 from mediajobs.domain.recipes import Recipe
 from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver, remove_work_folders
-from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources, Step
+from mediajobs.service_layer.ports import Assets, Ledger, ObjectStore, Queue, Sources, Step
 from mediajobs.settings import Settings
 from mediajobs.steps.image_variants import ImageVariantsStep
 from mediajobs.steps.placeholder import ImagePlaceholder, VideoPlaceholder
@@ -169,6 +169,7 @@ class Adapters:
     queue: the SQS queue records come from (``None``: no SQS delivery).
     steps: the recipe steps by name (:func:`steps`).
     clock: Unix time in seconds.
+    assets: the asset records (DynamoDB; ``None``: no asset kept).
     """
 
     store: ObjectStore
@@ -177,10 +178,13 @@ class Adapters:
     queue: Queue | None
     steps: Mapping[str, Step]
     clock: Callable[[], float] = time.time
+    assets: Assets | None = None
 
 
 def default_adapters(settings: Settings, *, s3: Any = None) -> Adapters:
     """The real adapters for ``settings`` (``s3``: a boto3 S3 client to use instead of a new one)."""
+    from mediajobs.adapters.assets import DynamoAssets, asset_models
+
     jobs = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
     sources = bind_model(SourceModel, settings.sources_table_name, settings.region, settings.endpoint_url)
     return Adapters(
@@ -189,6 +193,7 @@ def default_adapters(settings: Settings, *, s3: Any = None) -> Adapters:
         sources=SourceIndex(sources),
         queue=SqsQueue(sqs_client(settings)),
         steps=steps(settings),
+        assets=DynamoAssets(asset_models(settings.assets_table_name, settings.region, settings.endpoint_url)),
     )
 
 
@@ -224,5 +229,6 @@ def build_service(
         detect_media=detect_media,
         observer=observer,
         clock=adapters.clock,
+        assets=adapters.assets,
     )
 

@@ -1,14 +1,16 @@
-"""The records the worker receives: SQS messages whose body is an EventBridge S3 event,
-parsed with Powertools' models, and what the service needs of them."""
+"""The records the worker receives: SQS messages whose body is an EventBridge S3 event
+("Object Created" or "Object Deleted"), parsed with Powertools' models, and what the
+service needs of them (:func:`to_object_ref`, :func:`to_deleted`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel, SqsRecordModel
-from pydantic import Json, ValidationError
+from pydantic import Field, Json, ValidationError
 
+from mediajobs.domain.assets import Deleted
 from mediajobs.domain.jobs import Delivery, ObjectRef
 from mediajobs.domain.keys import event_key_candidates
 
@@ -16,23 +18,44 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
-class ObjectCreatedRecord(SqsRecordModel):
-    """An SQS record whose body is an EventBridge S3 "Object Created" event."""
+#: The ``detail-type`` of the events the worker takes (the template's rules send no other).
+OBJECT_CREATED: Final = "Object Created"
+OBJECT_DELETED: Final = "Object Deleted"
 
-    body: Json[S3EventNotificationEventBridgeModel]  # type: ignore[assignment]
+
+class S3ObjectEvent(S3EventNotificationEventBridgeModel):
+    """An EventBridge S3 event of an object created or deleted (S3 user guide, "EventBridge
+    event message structure"): any other ``detail-type`` does not parse."""
+
+    detail_type: Literal["Object Created", "Object Deleted"] = Field(alias="detail-type")  # type: ignore[assignment]
+
+
+class ObjectEventRecord(SqsRecordModel):
+    """An SQS record whose body is an EventBridge S3 "Object Created" or "Object Deleted" event."""
+
+    body: Json[S3ObjectEvent]  # type: ignore[assignment]
+
+
+#: The name this model had while the worker took "Object Created" events only.
+ObjectCreatedRecord = ObjectEventRecord
 
 
 def parses(raw: Mapping[str, Any]) -> bool:
-    """Whether a raw record of the event parses as an :class:`ObjectCreatedRecord` (one that
+    """Whether a raw record of the event parses as an :class:`ObjectEventRecord` (one that
     does not is the batch processor's to report as failed)."""
     try:
-        ObjectCreatedRecord.model_validate(raw)
+        ObjectEventRecord.model_validate(raw)
     except ValidationError:
         return False
     return True
 
 
-def delivery_of(record: ObjectCreatedRecord, context: LambdaContext | None) -> Delivery:
+def is_deleted(record: ObjectEventRecord) -> bool:
+    """Whether ``record`` is an "Object Deleted" event (else "Object Created")."""
+    return record.body.detail_type == OBJECT_DELETED
+
+
+def delivery_of(record: ObjectEventRecord, context: LambdaContext | None) -> Delivery:
     """The SQS delivery ``record`` came with, and the invocation's clock (900 s without a
     Lambda context: a replayed event)."""
     remaining = (lambda: context.get_remaining_time_in_millis() / 1000) if context is not None else (lambda: 900.0)
@@ -44,11 +67,11 @@ def delivery_of(record: ObjectCreatedRecord, context: LambdaContext | None) -> D
     )
 
 
-def to_object_ref(record: ObjectCreatedRecord) -> ObjectRef:
+def to_object_ref(record: ObjectEventRecord) -> ObjectRef:
     """The object an event names. S3 URL-encodes the key in its events (Powertools' parser
     model passes it on as received): ``key`` is the key decoded, ``raw_key`` the key as
     received when that differs (:func:`~mediajobs.domain.keys.event_key_candidates`). S3
-    reports ``"null"`` as the version of unversioned objects."""
+    reports ``"null"`` as the version of unversioned objects. ``sequencer`` as sent."""
     detail = record.body.detail
     version = detail.object.version_id
     decoded, *as_received = event_key_candidates(detail.object.key)
@@ -59,4 +82,24 @@ def to_object_ref(record: ObjectCreatedRecord) -> ObjectRef:
         size_bytes=None if detail.object.size is None else int(detail.object.size),
         etag=detail.object.etag,
         raw_key=as_received[0] if as_received else None,
+        sequencer=detail.object.sequencer,
+    )
+
+
+def to_deleted(record: ObjectEventRecord) -> Deleted:
+    """The deletion an "Object Deleted" event reports: the key URL-decoded as in
+    :func:`to_object_ref` (no object is left to try the key as received on), the version
+    deleted or the delete marker's id (``"null"``: ``None``), S3's ``deletion-type``
+    (``Delete Marker Created``, ``Permanently Deleted``; ``None`` when absent, as moto's)
+    and ``reason`` (``DeleteObject``, ``Lifecycle Expiration``)."""
+    detail = record.body.detail
+    version = detail.object.version_id
+    decoded, *_ = event_key_candidates(detail.object.key)
+    return Deleted(
+        bucket=detail.bucket.name,
+        key=decoded,
+        version_id=None if version in (None, "", "null") else version,
+        deletion_type=detail.deletion_type,
+        sequencer=detail.object.sequencer,
+        reason=detail.reason,
     )

@@ -1,4 +1,6 @@
-"""The worker Lambda: an SQS batch of EventBridge "Object Created" events.
+"""The worker Lambda: an SQS batch of EventBridge "Object Created" and "Object Deleted"
+events (the service's :meth:`~mediajobs.service_layer.pipeline.Pipeline.process` and
+:meth:`~mediajobs.service_layer.pipeline.Pipeline.remove`).
 
 Thin: parse each record (Powertools parser model), hand over the records whose receives
 run low, process the batch (``process_partial_response``), return the failed records with
@@ -32,8 +34,24 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from mediajobs.bootstrap import build_service
 from mediajobs.domain.errors import JobBusy
 from mediajobs.domain.jobs import SourceResult, SourceState
-from mediajobs.entrypoints.records import ObjectCreatedRecord, delivery_of, parses, to_object_ref
-from mediajobs.service_layer.delivery import Batch, HandOver, Outcome, Policy, ReturnAfter, outcome_of
+from mediajobs.entrypoints.records import (
+    ObjectEventRecord,
+    delivery_of,
+    is_deleted,
+    parses,
+    to_deleted,
+    to_object_ref,
+)
+from mediajobs.service_layer.delivery import (
+    Acknowledge,
+    Batch,
+    HandOver,
+    Outcome,
+    Policy,
+    ReturnAfter,
+    outcome_of,
+    outcome_of_result,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -66,8 +84,8 @@ def make_handler(service: Pipeline, *, on_record: Callable[[str, int, str], None
     ----------
     service: the pipeline records are processed by.
     on_record: called after each record with its message id, its receive count and its
-        outcome: the source's state (``done``, ``permanent_failure``, ``ignored``),
-        ``handed_over``, ``busy_resent``, or the class name of the exception that sent it
+        outcome: the source's state (``done``, ``permanent_failure``, ``ignored``,
+        ``superseded``, ``deleted``), ``handed_over``, ``busy_resent``, or the class name of the exception that sent it
         back (``JobBusy``, ``TransientFailure`` ...).
 
     Returns
@@ -83,7 +101,7 @@ def make_handler(service: Pipeline, *, on_record: Callable[[str, int, str], None
         for made in batch.hand_over_running_low(parses):
             logger.info("receives running low: handed over to a fresh copy", extra={"handovers": made.handovers})
 
-        def record_handler(record: ObjectCreatedRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
+        def record_handler(record: ObjectEventRecord, lambda_context: LambdaContext | None = None) -> dict[str, Any]:
             outcome = "error"
             try:
                 result = _work(service, batch, record, lambda_context)
@@ -98,7 +116,7 @@ def make_handler(service: Pipeline, *, on_record: Callable[[str, int, str], None
 
         # A processor per invocation: it holds the batch's state, so invocations never share it.
         processor = BatchProcessor(
-            event_type=EventType.SQS, model=ObjectCreatedRecord, raise_on_entire_batch_failure=False
+            event_type=EventType.SQS, model=ObjectEventRecord, raise_on_entire_batch_failure=False
         )
         response = process_partial_response(
             event=event, record_handler=record_handler, processor=processor, context=context
@@ -121,19 +139,21 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
     return default_handler()(event, context)
 
 
-def _work(
-    service: Pipeline, batch: Batch, record: ObjectCreatedRecord, context: LambdaContext | None
-) -> dict[str, Any]:
-    """Process one record; raising reports it as a batch item failure (after the delivery
-    policy chose when it comes back)."""
+def _work(service: Pipeline, batch: Batch, record: ObjectEventRecord, context: LambdaContext | None) -> dict[str, Any]:
+    """Process one record (an "Object Deleted" one with ``remove``); raising reports it as a
+    batch item failure (after the delivery policy chose when it comes back)."""
     if batch.handed_over(record.messageId):
         return {"state": "handed_over"}
+    deleted = to_deleted(record) if is_deleted(record) else None
     ref = to_object_ref(record)
     logger.set_correlation_id(record.body.id)
     logger.append_keys(source_key=ref.key, message_id=record.messageId)
     started = time.monotonic()
     try:
-        result = service.process(ref, delivery_of(record, context))
+        delivery = delivery_of(record, context)
+        result = service.remove(deleted, delivery) if deleted is not None else service.process(ref, delivery)
+        # Every state a record returns with is acknowledged (superseded and deleted too).
+        assert isinstance(batch.settle(record.messageId, outcome_of_result(result.state)), Acknowledge)
         _report(result)
         logger.info(
             "record done",
@@ -176,6 +196,10 @@ def _work(
 
 
 def _report(result: SourceResult) -> None:
+    if result.state is SourceState.SUPERSEDED:
+        metrics.add_metric(name="EventsSuperseded", unit=MetricUnit.Count, value=1)
+    elif result.state is SourceState.DELETED:
+        metrics.add_metric(name="OriginalsDeleted", unit=MetricUnit.Count, value=1)
     for job in result.jobs:
         if job.reused:
             metrics.add_metric(name="JobsReused", unit=MetricUnit.Count, value=1)

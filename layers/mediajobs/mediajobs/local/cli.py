@@ -659,7 +659,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         # Without overwrites or deletes, every content's jobs are committed exactly once.
         and (changes or summary["renders_committed"] == summary["unique_jobs"])
         and summary["s3_bytes_read_for_duplicates"] == 0
-        and summary["ddb_requests_per_duplicate"] <= 2
+        # 2 (the asset's read, the jobs' read), and 2 more for a redelivery that records the
+        # asset a crash left unrecorded after the commit.
+        and summary["ddb_requests_per_duplicate"] <= 2.5
         and not summary["timed_out"]
     )
     return 0 if held else 1

@@ -113,14 +113,18 @@ AdapterWrapper = Callable[[Adapters], Adapters]
 def local_adapters(stack: LocalStack, settings: Settings) -> Adapters:
     """The real adapters (:func:`~mediajobs.bootstrap.default_adapters`), every AWS one
     reaching the embedded AWS with its credentials: S3 and SQS clients from
-    :meth:`LocalStack.client`, the tables' models from :meth:`LocalStack.job_model` and
-    :meth:`LocalStack.source_model`, so nothing reads credentials from the environment."""
+    :meth:`LocalStack.client`, the tables' models from :meth:`LocalStack.job_model`,
+    :meth:`LocalStack.source_model` and :meth:`LocalStack.asset_models`, so nothing reads
+    credentials from the environment."""
+    from mediajobs.adapters.assets import DynamoAssets
+
     adapters = default_adapters(settings, s3=stack.client("s3", config=RETRY_CONFIG))
     return dataclasses.replace(
         adapters,
         ledger=DynamoLedger(stack.job_model(), max_attempts=settings.max_attempts),
         sources=SourceIndex(stack.source_model()),
         queue=SqsQueue(stack.client("sqs", config=RETRY_CONFIG)),
+        assets=DynamoAssets(stack.asset_models()),
     )
 
 

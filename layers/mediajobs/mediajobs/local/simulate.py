@@ -224,6 +224,7 @@ def _worker_main(
     adapters = dataclasses.replace(adapters, store=store)
 
     renders = [0]
+    finished_key: list[str | None] = [None]  # the original of the record being handled, once it is answered
     armed: dict[str, str] = {}  # job key -> the crash point chosen for this claim
     done_in_batch: list[str] = []
 
@@ -238,6 +239,9 @@ def _worker_main(
             point = crash_point(cfg.seed, claim.job_key, claim.attempts, cfg.crash_rate)
             if point is not None:
                 armed[claim.job_key] = point
+
+        def source_finished(self, result: Any) -> None:
+            finished_key[0] = result.source.key
 
         def render_started(self, job_key: str, source: Any) -> None:
             renders[0] += 1
@@ -274,7 +278,9 @@ def _worker_main(
             rendered=spent["renders"] > 0,  # started a render or committed a job
             ddb_requests=spent["ddb"],
             s3_bytes=spent["s3_bytes"],
+            key=finished_key[0],
         )
+        finished_key[0] = None
 
     handler = local_handler(worker.make_handler(service, on_record=on_record), worker.metrics)
 
@@ -394,6 +400,27 @@ def _read_logs(folder: Path) -> Iterator[dict[str, Any]]:
                     yield json.loads(line)
                 except json.JSONDecodeError:  # a line cut by a crash mid-write
                     continue
+
+
+def _copies(records: list[dict[str, Any]], uploads: list[_Upload]) -> dict[int, int]:
+    """The records that first answered a key holding the same bytes as another upload's
+    without rendering (a new asset of content rendered for another key), as ``{id(record):
+    its DynamoDB requests}``."""
+    puts = [u for u in uploads if u.kind != "delete"]
+    shared: dict[int, int] = {}
+    for u in puts:
+        shared[u.data_index] = shared.get(u.data_index, 0) + 1
+    copy_keys = {u.key for u in puts if shared[u.data_index] > 1}
+    seen: set[str] = set()
+    copies: dict[int, int] = {}
+    for r in sorted(records, key=lambda r: r["t"]):
+        key = r.get("key")
+        if key is None or key in seen:
+            continue
+        seen.add(key)
+        if key in copy_keys and not r["rendered"] and r["outcome"] == "done":
+            copies[id(r)] = r["ddb_requests"]
+    return copies
 
 
 def _duplicate_renders(events: list[dict[str, Any]]) -> int:
@@ -555,12 +582,16 @@ def _end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=stack.bucket, Prefix="derivatives/"):
         prefixes.update(item["Key"].split("/")[1] for item in page.get("Contents", ()))
     referenced: set[str] = set()  # every job some reference row names, live asset or not
-    for page in stack.client("dynamodb").get_paginator("scan").paginate(
-        TableName=stack.assets_table_name,
-        FilterExpression="begins_with(pk, :job)",
-        ExpressionAttributeValues={":job": {"S": "job#"}},
-        ProjectionExpression="pk",
-        ConsistentRead=True,
+    for page in (
+        stack.client("dynamodb")
+        .get_paginator("scan")
+        .paginate(
+            TableName=stack.assets_table_name,
+            FilterExpression="begins_with(pk, :job)",
+            ExpressionAttributeValues={":job": {"S": "job#"}},
+            ProjectionExpression="pk",
+            ConsistentRead=True,
+        )
     ):
         referenced.update(item["pk"]["S"].removeprefix("job#") for item in page["Items"])
     for job_key in prefixes | set(used) | referenced:
@@ -710,7 +741,12 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             ]["ApproximateNumberOfMessages"]
         )
         records = [e for e in events if e["event"] == "record"]
-        duplicates = [r for r in records if not r["rendered"] and r["outcome"] in ("done", "JobBusy", "busy_resent")]
+        copies = _copies(records, uploads)
+        duplicates = [
+            r
+            for r in records
+            if not r["rendered"] and r["outcome"] in ("done", "JobBusy", "busy_resent") and id(r) not in copies
+        ]
         summary: dict[str, Any] = {
             "uploads": len(uploads),
             "unique_jobs": len(unique_keys),
@@ -743,6 +779,9 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             "superseded": sum(1 for r in records if r["outcome"] == "superseded"),
             "collections": collections.report,
             "rerenders_after_collection": _rerenders_after_collection(events),
+            # The first answer of a copy under another key: a new asset of content already
+            # rendered (its asset written: made current, then recorded ready), not a duplicate.
+            "ddb_requests_per_copy": round(sum(copies.values()) / len(copies), 3) if copies else 0.0,
         }
         checks["dead_letters"] = dlq
         checks["duplicate_renders"] = summary["duplicate_renders"]

@@ -5,8 +5,9 @@ the others invisible until their visibility timeout ends (90 minutes in the temp
 never shortens it). Every receive counts toward the queue's ``maxReceiveCount``, after
 which SQS moves the message to the dead-letter queue. So the worker decides, per record:
 
-* **acknowledge** -- a committed job, a recorded permanent failure, an ignored key: the
-  record is reported a success and SQS deletes it;
+* **acknowledge** -- a committed job, a recorded permanent failure, an ignored key, an
+  event superseded by a greater sequencer of its key, a deletion applied to its asset:
+  the record is reported a success and SQS deletes it (:func:`outcome_of_result`);
 * **return after N s** -- the record is reported failed and its visibility set to N s: a
   transient failure (a superseded claim, an unexpected error) after an exponential
   backoff on its receive count, a record stopped by the invocation's deadline at once
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, JobBusy, Superseded, TransientFailure
+from mediajobs.domain.jobs import SourceState
 from mediajobs.domain.retry import busy_delay_s, transient_delay_s
 from mediajobs.service_layer.ports import Queue
 from mediajobs.settings import Settings
@@ -63,6 +65,8 @@ class Outcome(enum.StrEnum):
     COMMITTED = "committed"  #: the jobs are done (or were already)
     FAILED = "failed"  #: a permanent failure, recorded in the ledger
     IGNORED = "ignored"  #: not an original (outside the originals prefix)
+    OUTDATED = "outdated"  #: the event was superseded: a greater sequencer of its key is current
+    DELETED = "deleted"  #: an "Object Deleted" event, applied to its asset
     BUSY = "busy"  #: another worker holds the job's lease (until ``busy_until_s``)
     TRANSIENT = "transient"  #: a failure that may pass
     DEADLINE = "deadline"  #: the invocation's end came before the work did
@@ -141,6 +145,22 @@ def outcome_of(error: BaseException) -> Outcome:
     return Outcome.UNEXPECTED
 
 
+#: The outcome each state a processed record returns with stands for.
+_RESULT_OUTCOMES: Final[Mapping[SourceState, Outcome]] = {
+    SourceState.DONE: Outcome.COMMITTED,
+    SourceState.PERMANENT_FAILURE: Outcome.FAILED,
+    SourceState.IGNORED: Outcome.IGNORED,
+    SourceState.SUPERSEDED: Outcome.OUTDATED,
+    SourceState.DELETED: Outcome.DELETED,
+}
+
+
+def outcome_of_result(state: SourceState) -> Outcome:
+    """The outcome of a record the service returned from with ``state`` (every one is
+    acknowledged: :func:`decide`)."""
+    return _RESULT_OUTCOMES[state]
+
+
 def before_work(*, receive_count: int, handovers: int, policy: Policy) -> HandOver | None:
     """Before any record of a batch is worked on: hand over a record on its last receive
     but one (one more lost receive would dead-letter it, though its own work may never
@@ -193,7 +213,7 @@ def decide(
     ValueError
         ``BUSY`` without ``busy_until_s``.
     """
-    if outcome in (Outcome.COMMITTED, Outcome.FAILED, Outcome.IGNORED):
+    if outcome in (Outcome.COMMITTED, Outcome.FAILED, Outcome.IGNORED, Outcome.OUTDATED, Outcome.DELETED):
         return Acknowledge()
     if outcome is Outcome.BUSY:
         if busy_until_s is None:

@@ -1,12 +1,19 @@
 """The use case: what happens to one original, in order (:meth:`Pipeline.process`).
 
+0. **Order**: the asset of the key is read (:mod:`mediajobs.service_layer.assets`): an
+   event whose sequencer is lower than the stored one is *superseded* -- acknowledged with
+   nothing read, rendered or counted.
 1. **Identify** the original without reading it: refuse what is certainly bad (0 bytes,
    over the size limit) from the event, then from ``HeadObject`` (the URL-decoded key
    first, the key as the event spelled it only when that names no object); learn its
-   SHA-256 from the object's full-object checksum or from the source index.
+   SHA-256 from the object's full-object checksum, from its asset (the same version), or
+   from the source index.
 2. **Plan** its jobs: one :class:`~mediajobs.domain.jobs.JobSpec` per active recipe of its
-   media type (job key = SHA-256 of the bytes + recipe hash + policy version), and read
-   their rows in one ``BatchGetItem``.
+   media type (job key = SHA-256 of the bytes + recipe hash + policy version); make the
+   version its asset's current one *with those jobs* (their references), then read their
+   rows in one ``BatchGetItem`` -- the reference is in place before the rows are read, so a
+   re-upload racing the collection of a job is safe. Content not known yet: the version
+   is made current (``pending``) now and its jobs attached once its bytes are read.
 3. **Settle** what the ledger already knows: when every job is done or failed, the
    duplicate is answered without reading a byte (at most 2 DynamoDB requests); a job
    running elsewhere sends the message back until its lease ends.
@@ -21,7 +28,12 @@
    register -> write with ``If-None-Match`` -> stage the manifest -> write
    ``manifest.json`` -> done), the only code that writes derivatives. A permanent failure
    is recorded in the job's row; anything else gives the claim back and is raised.
-6. The work folder is removed, whatever happened.
+6. The work folder is removed, whatever happened. The asset records each job's claim
+   (``processing``, with a video's progress) and end (``done`` with its outputs and the
+   placeholder, or ``failed`` with the reason), writing only what changes; a refusal before
+   any job fails the version itself.
+
+``Object Deleted`` events go to :meth:`Pipeline.remove`.
 
 The caller (the Lambda handler) acknowledges the SQS message only after this returns:
 nothing is acknowledged before its commit.
@@ -31,6 +43,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import json
 import logging
 import shutil
 import tempfile
@@ -40,6 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from mediajobs.domain.assets import Deleted, DeletionEffect
 from mediajobs.domain.errors import (
     EMPTY_FILE,
     SOURCE_MISSING,
@@ -76,13 +91,17 @@ from mediajobs.domain.jobs import (
 from mediajobs.domain.keys import content_id, job_key, source_version_id
 from mediajobs.domain.manifest import derivative_prefix
 from mediajobs.domain.recipes import Recipe
+from mediajobs.service_layer.assets import AssetKeeper, EventSuperseded, KeptAsset
 from mediajobs.service_layer.commit import Commit
 from mediajobs.service_layer.lease import LeaseKeeper, lease_until
-from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Sources, Step
+from mediajobs.service_layer.ports import Assets, Ledger, ObjectStore, Queue, Sources, Step
 from mediajobs.settings import Settings
 
 log = logging.getLogger(__name__)
 
+
+#: What a held job's work returns: the outputs committed and the decisions of its manifest.
+_Committed = tuple[list[OutputRecord], Mapping[str, Any] | None]
 
 #: Progress of a long render is logged at most this often, seconds (Lambda's logs are the
 #: only progress bar there).
@@ -266,6 +285,7 @@ class Pipeline:
     clock: returns Unix time in seconds.
     observer: optional hooks.
     disk_usage: sizes of the disk holding a folder (:func:`shutil.disk_usage`).
+    assets: the asset records (``None``: none kept; :mod:`mediajobs.service_layer.assets`).
     """
 
     def __init__(
@@ -282,6 +302,7 @@ class Pipeline:
         clock: Callable[[], float] = time.time,
         observer: PipelineObserver | None = None,
         disk_usage: Callable[[str], DiskUsage] = shutil.disk_usage,
+        assets: Assets | None = None,
     ) -> None:
         self.settings = settings
         self._store = store
@@ -297,6 +318,7 @@ class Pipeline:
         self._clock = clock
         self.observer = observer or PipelineObserver()
         self._disk_usage = disk_usage
+        self._assets = AssetKeeper(assets, clock)
         self._media_of_recipe = {r.id: media for media, rs in recipes.items() for r in rs}
 
     def process(self, ref: ObjectRef, delivery: Delivery | None = None) -> SourceResult:
@@ -310,7 +332,9 @@ class Pipeline:
         Returns
         -------
         SourceResult
-            ``done``, ``permanent_failure`` (with its reason) or ``ignored``.
+            ``done``, ``permanent_failure`` (with its reason), ``ignored``, or
+            ``superseded`` (a greater sequencer of the key is current: nothing was read,
+            rendered or counted).
 
         Raises
         ------
@@ -326,29 +350,104 @@ class Pipeline:
             log.info("ignoring key outside %s", self.settings.originals_prefix, extra={"source_key": ref.key})
             return SourceResult(ref, SourceState.IGNORED)
         try:
-            result = self._process(ref, delivery)
-        except _Refused as refused:
-            result = refused.result
-        except PermanentFailure as failure:
-            # Raised outside a job's own handling: the ledger or the source index refused a
-            # value derived from this input (``unstorable_input``). Retrying cannot help.
-            result = self._refusal(ref, failure.reason, failure.detail).result
+            asset = self._assets.track(ref)  # before HeadObject: a late event reads nothing
+            try:
+                result = self._process(ref, delivery, asset)
+            except _Refused as refused:
+                result = refused.result
+            except PermanentFailure as failure:
+                # Raised outside a job's own handling: the ledger or the source index refused a
+                # value derived from this input (``unstorable_input``). Retrying cannot help.
+                result = self._refusal(ref, failure.reason, failure.detail).result
+            if result.state is SourceState.PERMANENT_FAILURE and not result.jobs:
+                self._refused(asset, result)
+        except EventSuperseded as superseded:
+            log.info("superseded: %s", superseded, extra={"source_key": ref.key})
+            result = SourceResult(ref, SourceState.SUPERSEDED)
         self.observer.source_finished(result)
         return result
 
-    def _process(self, ref: ObjectRef, delivery: Delivery | None) -> SourceResult:
-        """The order of operations (the module docstring's); a refusal raises :class:`_Refused`."""
-        original = self._identify(ref, delivery)
-        plan = self._plan(original.ref, original.sha256, original.media, original.head.size_bytes)
+    @staticmethod
+    def _refused(asset: KeptAsset, result: SourceResult) -> None:
+        """Fail the asset's version with the reason of a refusal before any job (an asset
+        that cannot be stored is logged: the refusal stands)."""
+        source = result.source
+        try:
+            asset.refused(
+                source.version_id, source.etag, source.size_bytes, reason=result.reason or "", detail=result.detail
+            )
+        except PermanentFailure as failure:
+            log.warning("the refusal is not recorded in the asset: %s", failure, extra={"source_key": source.key})
+
+    def remove(self, deleted: Deleted, delivery: Delivery | None = None) -> SourceResult:
+        """Apply an ``Object Deleted`` event to its asset (``docs/assets.md``, "Deletes as
+        S3 sends them"; :func:`~mediajobs.domain.assets.deletion_effect` decides).
+
+        A delete marker, or the object of an unversioned bucket deleted, makes the asset
+        ``deleted`` (its references dropped in one transaction); a noncurrent version
+        deleted changes nothing; the current version of a versioned object deleted for
+        good makes S3 serve the previous one: the key is looked at again (``HeadObject``
+        without a version) and that version processed as if created by this event (its
+        jobs exist: no render), or, with nothing left, the asset is ``deleted``.
+
+        Returns
+        -------
+        SourceResult
+            ``deleted``, ``superseded`` (a greater sequencer is current), ``ignored``
+            (outside ``originals/``), or -- a previous version made current again -- what
+            :meth:`process` returns for it.
+
+        Raises
+        ------
+        TransientFailure
+            As :meth:`process` (the asset transaction, ``HeadObject``).
+        """
+        ref = ObjectRef(deleted.bucket, deleted.key, deleted.version_id, sequencer=deleted.sequencer)
+        if not ref.key.startswith(self.settings.originals_prefix):
+            return SourceResult(ref, SourceState.IGNORED)
+        effect, _ = self._assets.deletion(deleted)
+        extra = {"source_key": ref.key, "deletion_type": deleted.deletion_type, "effect": str(effect)}
+        log.info("object deleted: %s", effect, extra=extra)
+        state = SourceState.DELETED
+        if effect is DeletionEffect.SUPERSEDED:
+            state = SourceState.SUPERSEDED
+        elif effect is DeletionEffect.LOOK_AGAIN and (head := self._head_current(ref)) is not None:
+            again = ObjectRef(
+                ref.bucket, ref.key, head.version_id, head.size_bytes, head.etag, sequencer=deleted.sequencer
+            )
+            return self.process(again, delivery)
+        elif effect in (DeletionEffect.DELETED, DeletionEffect.LOOK_AGAIN) and not self._assets.delete(deleted):
+            state = SourceState.SUPERSEDED
+        result = SourceResult(ref, state)
+        self.observer.source_finished(result)
+        return result
+
+    def _head_current(self, ref: ObjectRef) -> ObjectHead | None:
+        """``HeadObject`` of the key without a version (what S3 serves now), ``None`` when
+        nothing is there."""
+        try:
+            return self._store.head(ObjectRef(ref.bucket, ref.key))
+        except PermanentFailure as missing:
+            if missing.reason != SOURCE_MISSING:
+                raise
+            return None
+
+    def _process(self, ref: ObjectRef, delivery: Delivery | None, asset: KeptAsset) -> SourceResult:
+        """The order of operations (the module docstring's); a refusal raises
+        :class:`_Refused`, a greater sequencer found current :class:`EventSuperseded`."""
+        original = self._identify(ref, delivery, asset)
+        plan = self._plan(original, original.sha256, original.media, asset)
+        if not asset.attached:  # the version is pending (its jobs attached once its bytes are known)
+            self._current(original, asset)
         claims: list[Claim] = []
         if plan is not None and plan.media is not None:
-            if (settled := self._settle(plan, delivery)) is not None:
+            if (settled := self._settle(plan, delivery, asset)) is not None:
                 return settled
             self._ensure_space(original, plan)
             # Claim before reading: a delivery that loses the claim reads nothing.
-            claims = self._claim_all(plan, delivery)
+            claims = self._claim_all(plan, delivery, asset)
             if not any(_needs_original(claim) for claim in claims):
-                return self._run_jobs(plan, claims, delivery, work=None)  # settled elsewhere, or adopted
+                return self._run_jobs(plan, claims, delivery, None, asset)  # settled elsewhere, or adopted
         else:
             self._ensure_space(original, plan)
         # The bytes are needed: mark the source as being read, so that duplicates wait.
@@ -356,8 +455,8 @@ class Pipeline:
         if found is not None:
             # Another delivery read it meanwhile (and claims its jobs right after
             # remembering it): look again before reading the same bytes.
-            plan = self._plan(original.ref, found.sha256, found.media, original.head.size_bytes)
-            if plan is not None and (settled := self._settle(plan, delivery)) is not None:
+            plan = self._plan(original, found.sha256, found.media, asset)
+            if plan is not None and (settled := self._settle(plan, delivery, asset)) is not None:
                 return settled
         try:
             with self._work_folder() as folder:
@@ -367,20 +466,22 @@ class Pipeline:
                     plan, claims = None, []
                 self._check_size(work.ref, work.size_bytes, sha256=work.sha256, bytes_read=work.size_bytes)
                 plan = self._plan_read(original, work, plan, mark)
+                self._current(original, asset, plan, claims)  # the jobs attached before they are claimed
                 # Claim every job before telling duplicates what the content is: one that
                 # learns it from the index then finds the jobs claimed, and waits.
-                claims = claims or self._claim_all(plan, delivery)
+                claims = claims or self._claim_all(plan, delivery, asset)
                 self._remember(original, work, plan.media, mark)
-                return self._run_jobs(plan, claims, delivery, work)
+                return self._run_jobs(plan, claims, delivery, work, asset)
         finally:
             if mark is not None:
                 mark.end()
 
     # ------------------------------------------------------------------ identify
 
-    def _identify(self, ref: ObjectRef, delivery: Delivery | None) -> Identified:
+    def _identify(self, ref: ObjectRef, delivery: Delivery | None, asset: KeptAsset) -> Identified:
         """Size checks, ``HeadObject`` (with the key fallback), and the hash when it is known
-        without reading: the full-object checksum, else the source index.
+        without reading: the full-object checksum, else the asset (when its version is this
+        one: a duplicate costs no lookup), else the source index.
 
         Raises
         ------
@@ -403,6 +504,8 @@ class Pipeline:
             ref.bucket, ref.key, version_id=head.version_id, etag=head.etag, size_bytes=head.size_bytes
         )
         sha256, media = head.sha256, None
+        if sha256 is None:
+            sha256, media = asset.content_of(head.version_id, head.etag, head.size_bytes)
         if sha256 is None and source_id is not None:
             match self._sources.lookup(source_id, now_s=self._now()):
                 case KnownSource() as known:
@@ -448,14 +551,61 @@ class Pipeline:
 
     # ------------------------------------------------------------------ plan
 
-    def _plan(self, ref: ObjectRef, sha256: str | None, media: str | None, size_bytes: int) -> Plan | None:
+    def _plan(self, original: Identified, sha256: str | None, media: str | None, asset: KeptAsset) -> Plan | None:
         """The jobs of a content whose hash is known, and their rows (one ``BatchGetItem``);
-        an unknown media type is learnt from a row's recipe. ``None`` without a hash."""
+        an unknown media type is learnt from the asset, else from a row's recipe. ``None``
+        without a hash.
+
+        The asset's version is made current with the jobs before their rows are read (the
+        reference in place first: ``docs/assets.md``, "Collection"); when the media type
+        is learnt from the rows, the rows are read again after that.
+
+        Raises
+        ------
+        EventSuperseded
+            A greater sequencer of the key is current.
+        """
         if sha256 is None:
             return None
-        views = self._ledger.find([job.spec.job_key for job in self._jobs(ref, sha256, media)])
-        media = media or next((self._media_of_recipe.get(v.recipe_id) for v in views.values()), None)
-        return Plan(ref, sha256, media, size_bytes, self._jobs(ref, sha256, media), views)
+        ref = original.ref
+        media = media or asset.media_of(sha256)
+        jobs = self._jobs(ref, sha256, media)
+        if media is not None:
+            self._current(original, asset, Plan(ref, sha256, media, original.head.size_bytes, jobs, {}))
+        views = self._ledger.find([job.spec.job_key for job in jobs])
+        if media is None:
+            media = next((self._media_of_recipe.get(v.recipe_id) for v in views.values()), None)
+            jobs = self._jobs(ref, sha256, media)
+            learnt = Plan(ref, sha256, media, original.head.size_bytes, jobs, {})
+            if media is not None and self._current(original, asset, learnt):
+                views = self._ledger.find([job.spec.job_key for job in jobs])  # after the reference
+        return Plan(ref, sha256, media, original.head.size_bytes, jobs, views)
+
+    def _current(
+        self, original: Identified, asset: KeptAsset, plan: Plan | None = None, claims: Iterable[Claim] = ()
+    ) -> bool:
+        """Make the original's version its asset's current one, with ``plan``'s jobs
+        (``None``: the content not known yet); whether the jobs were attached by this call.
+
+        Raises
+        ------
+        EventSuperseded
+            A greater sequencer is current (``claims`` held are given back first).
+        """
+        head = original.head
+        jobs = None if plan is None else [(job.recipe.ref, job.spec.job_key) for job in plan.jobs]
+        try:
+            return asset.current(
+                head.version_id,
+                head.etag,
+                head.size_bytes,
+                sha256=plan.sha256 if plan is not None else None,
+                media=plan.media if plan is not None else None,
+                jobs=jobs,
+            )
+        except EventSuperseded as superseded:
+            self._release_all(claims, superseded)
+            raise
 
     def _plan_read(self, original: Identified, work: _Work, plan: Plan | None, mark: _ReadingMark | None) -> Plan:
         """The jobs of the bytes read: their media type is the plan's, else detected from them.
@@ -505,7 +655,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------ settle
 
-    def _settle(self, plan: Plan, delivery: Delivery | None) -> SourceResult | None:
+    def _settle(self, plan: Plan, delivery: Delivery | None, asset: KeptAsset) -> SourceResult | None:
         """Answer a duplicate from the ledger alone, when none of its jobs needs the bytes.
 
         Returns ``None`` when some job must run (missing, or can be taken over). A job past
@@ -538,7 +688,7 @@ class Pipeline:
             for job in plan.jobs
             for view in [plan.views[job.spec.job_key]]
         )
-        return self._run_jobs(plan, claims, delivery, work=None)
+        return self._run_jobs(plan, claims, delivery, None, asset)
 
     def _settled(self, recipe: Recipe, claim: Claim) -> JobResult:
         """The result of a job this delivery found finished (or just ended exhausted).
@@ -558,6 +708,7 @@ class Pipeline:
                 reused=True,
                 manifest_key=claim.manifest_key,
                 outputs=claim.outputs,
+                decisions=claim.decisions,
             )
         if claim.outcome is ClaimOutcome.FAILED:
             log.info("job failed permanently: %s", claim.failure_reason, extra=extra)
@@ -574,8 +725,9 @@ class Pipeline:
 
     # ------------------------------------------------------------------ claim
 
-    def _claim_all(self, plan: Plan, delivery: Delivery | None) -> list[Claim]:
-        """Claim every job of a content (none is started without time for all of them).
+    def _claim_all(self, plan: Plan, delivery: Delivery | None, asset: KeptAsset) -> list[Claim]:
+        """Claim every job of a content (none is started without time for all of them), and
+        record what the claims found in the asset (held: ``processing``).
 
         When one claim fails, the claims made before it are given back first, so none waits
         for its lease to end.
@@ -587,6 +739,7 @@ class Pipeline:
             for job in plan.jobs:
                 seen = plan.views.get(job.spec.job_key)
                 claims.append(self._ledger.claim(job.spec, now_s=now, lease_until_s=until, seen=seen))
+            asset.claimed(claims)
         except (PermanentFailure, TransientFailure) as exc:
             self._release_all(claims, exc)
             raise
@@ -691,10 +844,11 @@ class Pipeline:
     # ------------------------------------------------------------------ run
 
     def _run_jobs(
-        self, plan: Plan, claims: Iterable[Claim], delivery: Delivery | None, work: _Work | None
+        self, plan: Plan, claims: Iterable[Claim], delivery: Delivery | None, work: _Work | None, asset: KeptAsset
     ) -> SourceResult:
-        """Run each claimed job (``work``: the original read, ``None`` when it was not), and
-        summarise: the first failed job's reason is the original's."""
+        """Run each claimed job (``work``: the original read, ``None`` when it was not),
+        record their ends in the asset, and summarise: the first failed job's reason is the
+        original's."""
         result = SourceResult(
             plan.ref,
             SourceState.DONE,
@@ -713,10 +867,11 @@ class Pipeline:
                 self._release_all([claim], interrupted)
                 continue
             try:
-                result.jobs.append(self._run_job(plan.ref, job, claim, delivery, work))
+                result.jobs.append(self._run_job(plan.ref, job, claim, delivery, work, asset))
             except (TransientFailure, Superseded, JobBusy) as exc:
                 if interrupted is None or isinstance(exc, DeadlineReached | DeliveryLost):
                     interrupted = exc
+        asset.finished(result.jobs)
         if interrupted is not None:
             raise interrupted
         failed = [j for j in result.jobs if j.state != JobState.DONE]
@@ -726,7 +881,13 @@ class Pipeline:
         return result
 
     def _run_job(
-        self, ref: ObjectRef, job: PlannedJob, claim: Claim, delivery: Delivery | None, work: _Work | None
+        self,
+        ref: ObjectRef,
+        job: PlannedJob,
+        claim: Claim,
+        delivery: Delivery | None,
+        work: _Work | None,
+        asset: KeptAsset,
     ) -> JobResult:
         """One job: what its claim found, or -- held -- adopt its staged manifest, or run its
         step on the original and commit."""
@@ -755,20 +916,27 @@ class Pipeline:
             return self._under_lease(job, commit, extra, lambda: self._adopt(commit, staged, extra))
         if work is None:
             return self._under_lease(job, commit, extra, _original_needed)
-        return self._under_lease(job, commit, extra, lambda: self._render_and_commit(job, work, commit, extra))
+        render = functools.partial(self._render_and_commit, job, work, commit, extra, claim.sweep, asset)
+        return self._under_lease(job, commit, extra, render)
 
-    def _adopt(self, commit: Commit, staged: str, extra: dict[str, str]) -> list[OutputRecord]:
+    def _adopt(self, commit: Commit, staged: str, extra: dict[str, str]) -> _Committed:
         """A lost holder stored every output and staged the manifest: write that body (it
         may be there already) instead of rendering again."""
         log.info("adopting the manifest a lost holder staged", extra=extra)
-        return commit.adopt(staged)
+        return commit.adopt(staged), json.loads(staged).get("decisions")
 
     def _render_and_commit(
-        self, job: PlannedJob, work: _Work, commit: Commit, extra: dict[str, str]
-    ) -> list[OutputRecord]:
+        self, job: PlannedJob, work: _Work, commit: Commit, extra: dict[str, str], sweep: bool, asset: KeptAsset
+    ) -> _Committed:
         """Run the recipe's step on the original into the job's folder (a bounded step stops its
-        child at the invocation's deadline: ``DeadlineReached``), then commit its files."""
+        child at the invocation's deadline: ``DeadlineReached``), then commit its files.
+
+        ``sweep``: the claim took over an interrupted collection: what is left under the
+        job's prefix (its old manifest first) is deleted before the render."""
         key = job.spec.job_key
+        if sweep:
+            removed = self._store.delete_prefix(work.ref.bucket, job.spec.output_prefix, first=commit.manifest_key)
+            log.info("swept %d objects an interrupted collection left", removed, extra=extra)
         log.info("processing started", extra=extra)
         self.observer.render_started(key, work.ref)
         out_dir = work.folder / key
@@ -776,13 +944,13 @@ class Pipeline:
         context = RenderContext(
             check=commit.keeper.check,
             remaining_s=(work.delivery.remaining_s if work.delivery is not None else lambda: None),
-            progress=self._progress_sink(key, work.ref),
+            progress=self._progress_sink(key, work.ref, asset),
         )
         step = self._steps[job.recipe.step].run(work.original, job.recipe.params, context, out_dir)
-        return commit.rendered(step.files, step.decisions, input_bytes=work.size_bytes)
+        return commit.rendered(step.files, step.decisions, input_bytes=work.size_bytes), step.decisions
 
     def _under_lease(
-        self, job: PlannedJob, commit: Commit, extra: dict[str, str], work: Callable[[], list[OutputRecord]]
+        self, job: PlannedJob, commit: Commit, extra: dict[str, str], work: Callable[[], _Committed]
     ) -> JobResult:
         """Do a held job's ``work`` (which ends with its commit) with its heartbeat running,
         and classify what went wrong: a permanent failure is recorded in the job's row; any
@@ -792,7 +960,7 @@ class Pipeline:
         try:
             self.observer.step("claimed", key)
             with keeper:
-                outputs = work()
+                outputs, decisions = work()
             self.observer.step("done", key)
         except PermanentFailure as failure:
             log.warning("permanent failure: %s (%s)", failure.reason, failure.detail, extra=extra)
@@ -829,16 +997,23 @@ class Pipeline:
             manifest_key=commit.manifest_key,
             outputs=tuple(outputs),
             seconds=seconds,
+            decisions=decisions,
         )
 
     # ------------------------------------------------------------------ steps
 
-    def _progress_sink(self, key: str, ref: ObjectRef) -> Callable[[tuple[str, ...], float, float], None]:
-        """Passes progress to the observer, and logs it at most every :data:`PROGRESS_LOG_EVERY_S`."""
+    def _progress_sink(
+        self, key: str, ref: ObjectRef, asset: KeptAsset
+    ) -> Callable[[tuple[str, ...], float, float], None]:
+        """Passes progress to the observer and the asset (at most every
+        :data:`~mediajobs.service_layer.assets.PROGRESS_EVERY_S`), and logs it at most every
+        :data:`PROGRESS_LOG_EVERY_S`."""
         last_logged = [self._clock()]
+        to_asset = asset.progress_sink(key)
 
         def sink(names: tuple[str, ...], done_s: float, total_s: float) -> None:
             self.observer.progress(key, names, done_s, total_s)
+            to_asset(done_s, total_s)
             now = self._clock()
             if now - last_logged[0] >= PROGRESS_LOG_EVERY_S:
                 last_logged[0] = now
@@ -943,7 +1118,7 @@ def _needs_original(claim: Claim) -> bool:
     return claim.outcome is ClaimOutcome.RUN and claim.staged_manifest is None
 
 
-def _original_needed() -> list[OutputRecord]:
+def _original_needed() -> _Committed:
     """The work of a held job whose original was not read (a claim that was to adopt a
     staged manifest found none): the claim is given back and the message redelivered."""
     raise TransientFailure("the original was not read: only a staged manifest commits without it")

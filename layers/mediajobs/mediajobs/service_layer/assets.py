@@ -1,0 +1,374 @@
+"""The pipeline's asset keeping: its phases turned into writes of the asset record
+(``docs/assets.md``; the :class:`~mediajobs.service_layer.ports.Assets` port).
+
+:class:`AssetKeeper` is the pipeline's collaborator; :meth:`AssetKeeper.track` starts one
+event's :class:`KeptAsset`, which the pipeline tells what it found, in order:
+
+1. **the pre-check** (:meth:`AssetKeeper.track`, before ``HeadObject``): a greater
+   sequencer stored for the key supersedes the event (:class:`EventSuperseded`: nothing
+   read, rendered or counted). The asset read there stands in for :meth:`KeptAsset.current`
+   when it already shows the event's sequencer with its jobs attached (a duplicate).
+2. **current** (:meth:`KeptAsset.current`): the version made current -- with its jobs when
+   the content is known, and always before the job rows are read (the reference is in
+   place before the worker reads the rows, so a re-upload racing the collection is safe);
+   a lost race raises :class:`EventSuperseded`.
+3. **claimed** and **finished** (:meth:`KeptAsset.claimed`, :meth:`KeptAsset.finished`):
+   the job states, forward only, written only when they change what is stored (a ready
+   asset's duplicate writes nothing).
+4. **refused** (:meth:`KeptAsset.refused`): a refusal before any job fails the version
+   itself with its reason.
+
+Without an ``Assets`` adapter (``None``) every method does nothing: the pipeline then
+keeps jobs only, as before assets existed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from mediajobs.domain.assets import (
+    AssetJob,
+    AssetJobState,
+    AssetState,
+    AssetVersion,
+    AssetView,
+    Deleted,
+    DeletionEffect,
+    deletion_effect,
+    may_move,
+    merge_jobs,
+    placeholder_of,
+    same_version,
+    sequencer_order,
+    summarize,
+)
+from mediajobs.domain.jobs import Claim, ClaimOutcome, JobResult, JobState, ObjectRef
+from mediajobs.service_layer.ports import Assets
+
+log = logging.getLogger(__name__)
+
+#: A job's progress is written to its asset at most this often, seconds (it is advice: an
+#: app polling the status sees it move; a write per ffmpeg report would cost more than it tells).
+PROGRESS_EVERY_S: Final = 5.0
+
+
+class EventSuperseded(Exception):
+    """A greater sequencer of the event's key is current: the event renders nothing,
+    changes no reference and is acknowledged.
+
+    Attributes
+    ----------
+    bucket, key: the original.
+    sequencer: the event's, in :func:`~mediajobs.domain.assets.sequencer_order` form.
+    """
+
+    def __init__(self, bucket: str, key: str, sequencer: str) -> None:
+        super().__init__(f"s3://{bucket}/{key}: a greater sequencer than {sequencer.lstrip('0') or '0'} is current")
+        self.bucket = bucket
+        self.key = key
+        self.sequencer = sequencer
+
+
+class AssetKeeper:
+    """Keeps the asset records as the pipeline processes events.
+
+    Parameters
+    ----------
+    assets: the asset records, or ``None`` to keep none.
+    clock: Unix time in seconds.
+    progress_every_s: least seconds between two progress writes of one job.
+    """
+
+    def __init__(
+        self, assets: Assets | None, clock: Callable[[], float], *, progress_every_s: float = PROGRESS_EVERY_S
+    ) -> None:
+        self.assets = assets
+        self._clock = clock
+        self._progress_every_s = progress_every_s
+
+    def track(self, ref: ObjectRef) -> KeptAsset:
+        """Start keeping the asset of an ``Object Created`` event: the pre-check (one
+        strongly consistent read).
+
+        Raises
+        ------
+        EventSuperseded
+            A greater sequencer is stored for the key (a newer version, or a delete).
+        ValueError
+            If the event's sequencer is not hexadecimal.
+        """
+        kept = KeptAsset(self, ref.bucket, ref.key, sequencer_order(ref.sequencer))
+        if self.assets is not None:
+            kept.view = self.assets.get(ref.bucket, ref.key)
+            kept.check()
+        return kept
+
+    def deletion(self, deleted: Deleted) -> tuple[DeletionEffect, str]:
+        """What an ``Object Deleted`` event does to its asset
+        (:func:`~mediajobs.domain.assets.deletion_effect`; one strongly consistent read),
+        with the event's sequencer in :func:`~mediajobs.domain.assets.sequencer_order`
+        form. Without assets kept: ``DELETED``.
+
+        A live asset at this very sequencer is a previous version this event made current
+        again (a delivery that did not finish: busy, crashed): ``LOOK_AGAIN``, so that it
+        is finished, not acknowledged as superseded half done.
+
+        Raises
+        ------
+        ValueError
+            If the event's sequencer is not hexadecimal.
+        """
+        sequencer = sequencer_order(deleted.sequencer)
+        if self.assets is None:
+            return DeletionEffect.DELETED, sequencer
+        view = self.assets.get(deleted.bucket, deleted.key)
+        if view is not None and view.version.sequencer == sequencer and view.state != AssetState.DELETED:
+            return DeletionEffect.LOOK_AGAIN, sequencer
+        effect = deletion_effect(
+            view, version_id=deleted.version_id, deletion_type=deleted.deletion_type, sequencer=sequencer
+        )
+        return effect, sequencer
+
+    def delete(self, deleted: Deleted) -> bool:
+        """Record the asset ``deleted`` by ``deleted`` (its references dropped, in one
+        transaction); ``False`` when a greater sequencer was current (nothing written)."""
+        if self.assets is None:
+            return True
+        version = AssetVersion(deleted.version_id, "", None, sequencer_order(deleted.sequencer))
+        return self.assets.delete(deleted.bucket, deleted.key, version, now_s=self.now_s()) is not None
+
+    def now_s(self) -> int:
+        """The clock, whole Unix seconds."""
+        return int(self._clock())
+
+
+class KeptAsset:
+    """One ``Object Created`` event's asset, as far as this delivery knows it.
+
+    Attributes
+    ----------
+    bucket, key: the original.
+    sequencer: the event's, in :func:`~mediajobs.domain.assets.sequencer_order` form.
+    view: the asset as last read or written by this delivery (``None``: never seen, or
+        no assets kept).
+    attached: whether the version is current with its jobs (and their references).
+    """
+
+    def __init__(self, keeper: AssetKeeper, bucket: str, key: str, sequencer: str) -> None:
+        self._keeper = keeper
+        self._assets = keeper.assets
+        self.bucket = bucket
+        self.key = key
+        self.sequencer = sequencer
+        self.view: AssetView | None = None
+        self.attached = False
+
+    def check(self) -> None:
+        """Raise :class:`EventSuperseded` when :attr:`view` holds a greater sequencer; note
+        a view of this very event with its jobs attached (a duplicate)."""
+        view = self.view
+        if view is None:
+            return
+        if view.version.sequencer > self.sequencer:
+            raise EventSuperseded(self.bucket, self.key, self.sequencer)
+        if view.version.sequencer == self.sequencer and view.state != AssetState.DELETED and view.jobs:
+            self.attached = True
+
+    def content_of(self, version_id: str | None, etag: str, size_bytes: int | None) -> tuple[str | None, str | None]:
+        """The SHA-256 and media type the stored asset knows of this object version
+        (:func:`~mediajobs.domain.assets.same_version`), or ``(None, None)``."""
+        view = self.view
+        if view is None or view.sha256 is None or view.state == AssetState.DELETED:
+            return None, None
+        if not same_version(view.version, AssetVersion(version_id, etag, size_bytes, self.sequencer)):
+            return None, None
+        return view.sha256, view.media
+
+    def media_of(self, sha256: str) -> str | None:
+        """The media type the stored asset knows for content ``sha256`` (``None``: unknown)."""
+        view = self.view
+        return view.media if view is not None and view.sha256 == sha256 else None
+
+    def current(
+        self,
+        version_id: str | None,
+        etag: str,
+        size_bytes: int | None,
+        *,
+        sha256: str | None = None,
+        media: str | None = None,
+        jobs: Sequence[tuple[str, str]] | None = None,
+    ) -> bool:
+        """Make the version current (``jobs``: its ``(recipe ref, job key)`` pairs when the
+        content is known, ``None`` before), unless this delivery knows it is already.
+
+        Returns
+        -------
+        bool
+            Whether this call attached the jobs (their references were not in place
+            before: job rows read before it must be read again).
+
+        Raises
+        ------
+        EventSuperseded
+            A greater sequencer is current (nothing was written).
+        """
+        if self._assets is None:
+            return False
+        if self.attached:
+            if jobs is not None and self.view is not None and not {k for _, k in jobs} <= self.view.job_keys:
+                log.warning(
+                    "the asset's version holds the jobs of other content: job states are not recorded",
+                    extra={"source_key": self.key, "sequencer": self.sequencer.lstrip("0")},
+                )
+            return False
+        view = self.view
+        if jobs is None and view is not None and view.version.sequencer == self.sequencer:
+            return False  # current already, the jobs not known yet
+        stored = self._assets.make_current(
+            self.bucket,
+            self.key,
+            AssetVersion(version_id, etag, size_bytes, self.sequencer),
+            sha256=sha256,
+            media=media,
+            jobs=None if jobs is None else [AssetJob(recipe, job_key) for recipe, job_key in jobs],
+            now_s=self._keeper.now_s(),
+        )
+        if stored is None:
+            raise EventSuperseded(self.bucket, self.key, self.sequencer)
+        self.view = stored
+        if jobs is None:
+            return False
+        self.attached = True
+        if not {job_key for _, job_key in jobs} <= stored.job_keys:
+            log.warning(
+                "the asset's version at this sequencer holds other jobs: job states are not recorded",
+                extra={"source_key": self.key, "sequencer": self.sequencer.lstrip("0")},
+            )
+        return True
+
+    def claimed(self, claims: Iterable[Claim]) -> None:
+        """The jobs' claims were made: held ones are ``processing``, settled ones ``done``
+        or ``failed`` (a busy one is left as it is)."""
+        updates = [job for job in (_claimed(claim) for claim in claims) if job is not None]
+        self._record(updates)
+
+    def finished(self, results: Iterable[JobResult]) -> None:
+        """The jobs' final states (with manifest and outputs, or the reason), and the
+        placeholder among their decisions."""
+        results = list(results)
+        updates = [_finished(result) for result in results]
+        placeholder = next((p for r in results if (p := placeholder_of(r.decisions)) is not None), None)
+        self._record(updates, placeholder=placeholder)
+
+    def refused(self, version_id: str | None, etag: str, size_bytes: int | None, *, reason: str, detail: str) -> None:
+        """The original was refused before any job (``empty_file``, ``unsupported_format``
+        ...): its version, current with no jobs unless it has some, fails with ``reason``.
+
+        Raises
+        ------
+        EventSuperseded
+            A greater sequencer is current.
+        """
+        if self._assets is None:
+            return
+        if self.view is None or self.view.version.sequencer != self.sequencer:
+            self.current(version_id, etag, size_bytes, jobs=())
+        view = self.view
+        if view is None or (view.state == AssetState.FAILED and view.reason == reason):
+            return
+        self._write([], failure=(reason, detail))
+
+    def progress_sink(self, job_key: str) -> Callable[[float, float], None]:
+        """A sink of a job's progress (``done_s`` of ``total_s`` seconds) that writes the
+        fraction at most every ``progress_every_s``; failures are logged, never raised."""
+        last_s = [-math.inf]
+
+        def sink(done_s: float, total_s: float) -> None:
+            if self._assets is None or total_s <= 0:
+                return
+            now = self._keeper._clock()
+            if now - last_s[0] < self._keeper._progress_every_s:
+                return
+            last_s[0] = now
+            try:
+                self._assets.progress(
+                    self.bucket, self.key, self.sequencer, job_key, min(1.0, done_s / total_s), now_s=int(now)
+                )
+            except Exception as exc:  # advice only: never stops the job
+                log.warning("could not record progress: %r", exc, extra={"job_key": job_key, "source_key": self.key})
+
+        return sink
+
+    def _record(self, updates: Sequence[AssetJob], placeholder: Mapping[str, Any] | None = None) -> None:
+        """Write ``updates`` (and ``placeholder``) unless the stored asset holds them already."""
+        if self._assets is None or self.view is None or not self.attached:
+            return
+        view = self.view
+        merged = merge_jobs(view.jobs, updates)
+        state, _, _ = summarize(merged)
+        moves = state != view.state and may_move(view.state, state)
+        new_placeholder = placeholder is not None and dict(placeholder) != dict(view.placeholder or {})
+        if merged == view.jobs and not moves and not new_placeholder:
+            return
+        self._write(updates, placeholder=placeholder)
+
+    def _write(
+        self,
+        updates: Sequence[AssetJob],
+        *,
+        failure: tuple[str, str] | None = None,
+        placeholder: Mapping[str, Any] | None = None,
+    ) -> None:
+        assert self._assets is not None
+        stored = self._assets.record(
+            self.bucket,
+            self.key,
+            self.sequencer,
+            updates,
+            now_s=self._keeper.now_s(),
+            failure=failure,
+            placeholder=placeholder,
+        )
+        if stored is None:
+            # Superseded meanwhile: a committed job stays (its reference is gone with the
+            # version; the collection takes it).
+            log.info("the asset moved on meanwhile: job states not recorded", extra={"source_key": self.key})
+            return
+        self.view = stored
+
+
+def _claimed(claim: Claim) -> AssetJob | None:
+    """The asset's entry of a job as its claim found it (``None``: busy, left as stored)."""
+    match claim.outcome:
+        case ClaimOutcome.RUN:
+            return AssetJob("", claim.job_key, AssetJobState.PROCESSING)
+        case ClaimOutcome.DONE:
+            return AssetJob(
+                "", claim.job_key, AssetJobState.DONE, manifest_key=claim.manifest_key, outputs=claim.outputs
+            )
+        case ClaimOutcome.FAILED:
+            return AssetJob(
+                "",
+                claim.job_key,
+                AssetJobState.FAILED,
+                reason=claim.failure_reason,
+                detail=claim.failure_detail or "",
+            )
+    return None
+
+
+def _finished(result: JobResult) -> AssetJob:
+    """The asset's entry of a job this delivery ended or found ended."""
+    if result.state == JobState.DONE:
+        return AssetJob(
+            result.recipe,
+            result.job_key,
+            AssetJobState.DONE,
+            manifest_key=result.manifest_key,
+            outputs=tuple(result.outputs),
+        )
+    return AssetJob(result.recipe, result.job_key, AssetJobState.FAILED, reason=result.reason, detail=result.detail)
