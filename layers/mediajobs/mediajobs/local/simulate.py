@@ -470,7 +470,10 @@ class _Collections:
     duplicate-render accounting."""
 
     def __init__(self, stack: LocalStack, settings: Settings, cfg: StormConfig) -> None:
-        from mediajobs.local.session import local_adapters
+        from mediajobs.entrypoints import collector
+        from mediajobs.local.session import configure_worker_logs, local_adapters
+
+        configure_worker_logs(collector, cfg.log_level)  # stderr: stdout holds the one JSON object
 
         self._cfg = cfg
         self._settings = settings
