@@ -245,9 +245,7 @@ def _reupload_race(local_session, content: bytes, name: str, interleave: str) ->
 
         store = Wrapping(store, delete_prefix=delete_prefix)
     settings = local_session.stack.settings()
-    # The collection runs ten seconds on: the candidates (released in this second) are past
-    # the grace of 0 s (whole seconds).
-    Collector(assets, ledger, store, settings, clock=lambda: plain.clock() + 10).run(grace_s=0)
+    Collector(assets, ledger, store, settings, clock=plain.clock).run(grace_s=0)
     assert outcomes or interleave == "after", "the interleaving was not reached"
     reupload()  # "after" (a no-op when it ran during the collection)
     if outcomes == ["busy"]:  # it found the job collecting: it comes back, as SQS redelivers it

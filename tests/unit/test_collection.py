@@ -97,6 +97,21 @@ def test_a_candidate_within_the_grace_period_waits(world):
     assert world.assets.candidate_rows and world.ledger.rows[job].state == JobState.DONE
 
 
+@pytest.mark.parametrize(("age_s", "collected"), [(GRACE_S - 1, 0), (GRACE_S, 1)])
+def test_a_job_is_due_once_the_whole_grace_period_has_passed(world, age_s, collected):
+    job = key_of(1)
+    world.job(job)
+    world.release(job, age_s=age_s)
+    assert world.collector().run().collected == collected
+
+
+def test_a_grace_of_zero_takes_a_job_released_this_very_second(world):
+    job = key_of(1)
+    world.job(job)
+    world.release(job, age_s=0)
+    assert world.collector().run(grace_s=0).collected == 1
+
+
 def test_a_job_released_again_within_the_grace_period_waits_for_its_last_release(world):
     job = key_of(1)
     world.job(job)

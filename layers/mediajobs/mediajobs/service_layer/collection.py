@@ -140,9 +140,11 @@ class Collector:
         grace_s = self._settings.collect_grace_s if grace_s is None else grace_s
         now_s = int(self._clock())
         report = CollectionReport()
-        due = self._assets.candidates(released_before_s=now_s - grace_s, limit=limit)
+        # Due once ``grace_s`` whole seconds have passed since the release (so a grace of 0
+        # takes what was released this very second too).
+        due = self._assets.candidates(released_before_s=now_s - grace_s + 1, limit=limit)
         recent = self._assets.candidates(released_before_s=now_s + 1, limit=limit)
-        young = {c.job_key for c in recent if c.released_at_s >= now_s - grace_s}
+        young = {c.job_key for c in recent if c.released_at_s > now_s - grace_s}
         by_job: dict[str, list[Candidate]] = {}
         for candidate in due:
             by_job.setdefault(candidate.job_key, []).append(candidate)
