@@ -284,10 +284,60 @@ def cmd_demo(
             entry = _gallery_entry(title, preview, result, fetched)
             entry.placeholder = _placeholder(session, result, folder)
             entries.append(entry)
+        # The first photo and its copy share one derivative set: delete them one by one.
+        collected = _delete_and_collect(session, uploads[0][2], uploads[-1][2])
+        for entry, (_, _, key) in zip(entries, uploads, strict=True):
+            entry.status = asset_document(session.stack, key)
         index = write_gallery(out_dir, entries)
     print(f"\nderivatives and gallery written to {out_dir}")
     print(f"open {index}")
-    return 0 if renders_second == 0 else 1
+    return 0 if renders_second == 0 and collected else 1
+
+
+def _delete_and_collect(session: LocalSession, first: str, copy: str) -> bool:
+    """The demo's deletes: two originals share a derivative set; deleting one leaves it
+    (the other still references it), deleting the second leaves it unreferenced, and the
+    collection (with no grace, here) deletes it. Prints each step; whether it went so."""
+    from mediajobs.adapters.assets import DynamoAssets
+    from mediajobs.entrypoints.collector import run_collection
+    from mediajobs.local.session import local_adapters
+
+    stack = session.stack
+    assets = DynamoAssets(stack.asset_models())
+    s3 = stack.client("s3")
+    view = assets.get(stack.bucket, first)
+    if view is None or not view.jobs:
+        print("\nno asset to delete")
+        return False
+    shared = sorted(view.jobs, key=lambda job: job.recipe)
+    manifests = [job.manifest_key for job in shared if job.manifest_key]
+
+    def present() -> int:
+        found = 0
+        for manifest in manifests:
+            try:
+                s3.head_object(Bucket=stack.bucket, Key=manifest)
+                found += 1
+            except s3.exceptions.ClientError:
+                pass
+        return found
+
+    def line(key: str) -> str:
+        document = asset_document(stack, key)
+        state = document["state"] if document else "unknown"
+        refs = ", ".join(f"{job.recipe} {assets.references(job.job_key)}" for job in shared)
+        return f"{key}: {state}; references {refs}; manifests {present()}/{len(manifests)}"
+
+    print("\nassets: delete two originals that share one derivative set, then collect it")
+    print(f"  both there          {line(first)}")
+    for step, key in (("first deleted", first), ("second deleted", copy)):
+        s3.delete_object(Bucket=stack.bucket, Key=key)  # a delete marker: S3 sends Object Deleted
+        session.run()
+        print(f"  {step:<19} {line(key)}")
+    report = run_collection(session.settings, local_adapters(stack, session.settings), grace_s=0)
+    print(f"  collection          {report.collected} jobs collected, {report.deleted_objects} objects deleted")
+    print(f"  after it            manifests {present()}/{len(manifests)} left")
+    return present() == 0 and report.collected == len(shared)
 
 
 def _job_json(job: JobResult, fetched: dict[str, Any] | None) -> dict[str, Any]:
