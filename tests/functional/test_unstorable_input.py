@@ -81,7 +81,9 @@ def test_the_handler_acknowledges_a_record_whose_source_id_dynamodb_refuses(loca
     """The source index keyed as it was (the JSON itself) meets a 1,000-byte key of quotes:
     the record ends ``unstorable_input`` and is deleted, where it was retried as transient
     until the dead-letter queue, from which a redrive could never succeed."""
-    key = "originals/" + '"' * 990
+    # Its own folder: test_event_keys uploads the same quotes, and an asset it left there
+    # (the embedded AWS is the process's) would supersede this hand-made event.
+    key = "originals/unstorable/" + '"' * 990
     data = unique_png(64, 48)
     put(local_session, key, data)
     bucket, settings = local_session.stack.bucket, Settings.from_env()

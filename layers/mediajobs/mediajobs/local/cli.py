@@ -698,6 +698,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         overwrite_rate=args.overwrite_rate,
         delete_rate=args.delete_rate,
         grace_s=args.grace_seconds,
+        conflict_hold_ms=args.conflict_hold_ms,
         seed=args.seed,
         log_level=args.log_level,
     )
@@ -800,6 +801,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=storm.grace_s,
         help=f"the storm's collection grace period, seconds (default {storm.grace_s})",
+    )
+    sim.add_argument(
+        "--conflict-hold-ms",
+        type=float,
+        default=storm.conflict_hold_ms,
+        help="emulate DynamoDB's transaction conflicts, each transaction holding its items this long "
+        f"(0: off; default {storm.conflict_hold_ms:g})",
     )
     sim.add_argument(
         "--duplicate-share",

@@ -107,11 +107,11 @@ class TransactionConflicts:
         self.conflicts = 0
         self.single_conflicts = 0
 
-    def hottest(self) -> tuple[ItemId | None, int]:
-        """The item written most, and how often."""
+    def hottest(self) -> tuple[ItemId, int]:
+        """The item written most, and how often (``("", "{}")`` and 0 before any write)."""
         with self._lock:
             if not self.writes:
-                return None, 0
+                return ("", "{}"), 0
             return self.writes.most_common(1)[0]
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

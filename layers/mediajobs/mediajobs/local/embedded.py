@@ -47,6 +47,7 @@ from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, R
 from mediajobs.adapters.ledger import JobModel, bind_model
 from mediajobs.adapters.sources import SourceModel
 from mediajobs.domain.keys import encode_event_key
+from mediajobs.local.conflicts import TransactionConflicts
 from mediajobs.local.events import (
     ACCOUNT_ID,
     DELETE_MARKER_CREATED,
@@ -450,10 +451,18 @@ class EmbeddedServer:
     Parameters
     ----------
     host: address to listen on; port: TCP port, 0 for a free one.
+    transaction_hold_s: when set, DynamoDB's transaction conflicts are emulated in front
+        of moto (:class:`~mediajobs.local.conflicts.TransactionConflicts`), each
+        transaction holding its items this long.
     """
 
-    def __init__(self, host: str, port: int) -> None:
-        self.app = AtomicWrites(DomainDispatcherApplication(create_backend_app))
+    def __init__(self, host: str, port: int, *, transaction_hold_s: float | None = None) -> None:
+        self.app: Callable[..., Iterable[bytes]] = AtomicWrites(DomainDispatcherApplication(create_backend_app))
+        #: DynamoDB's transaction conflicts, when asked for (``transaction_hold_s``).
+        self.conflicts: TransactionConflicts | None = None
+        if transaction_hold_s is not None:
+            self.conflicts = TransactionConflicts(self.app, hold_s=transaction_hold_s)
+            self.app = self.conflicts
         self._server: BaseWSGIServer = make_server(
             host, port, self.app, threaded=True, request_handler=MotoRequestHandler
         )
@@ -586,6 +595,8 @@ class EmbeddedAws:
     host, port: where the server listens (default 127.0.0.1 and a free port).
     environ: the user's environment, read for the :data:`USER_TUNABLE` limits and
         ``WORK_DIR`` (default ``os.environ``; never written).
+    transaction_hold_s: emulate DynamoDB's transaction conflicts (:class:`EmbeddedServer`);
+        the counts are then on :attr:`conflicts` while open.
     """
 
     def __init__(
@@ -595,12 +606,17 @@ class EmbeddedAws:
         host: str = "127.0.0.1",
         port: int = 0,
         environ: Mapping[str, str] | None = None,
+        *,
+        transaction_hold_s: float | None = None,
     ) -> None:
         self._host, self._port = host, port
         self.template_path = template_path or find_template()
         self.template = load_template(self.template_path)
         self.name = name
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
+        self._transaction_hold_s = transaction_hold_s
+        #: The emulated transaction conflicts' counts (with ``transaction_hold_s``).
+        self.conflicts: TransactionConflicts | None = None
         self._server: EmbeddedServer | None = None
         self.stack: LocalStack | None = None
         #: The workers' ``WORK_DIR`` while open.
@@ -611,7 +627,8 @@ class EmbeddedAws:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's request log
         _cache_moto_module_list()
         send_s3_events_as_aws()
-        self._server = EmbeddedServer(self._host, self._port)
+        self._server = EmbeddedServer(self._host, self._port, transaction_hold_s=self._transaction_hold_s)
+        self.conflicts = self._server.conflicts
         self._server.start()
         endpoint = f"http://127.0.0.1:{self._server.port}"
         stack = self._create(endpoint)

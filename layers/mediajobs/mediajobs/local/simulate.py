@@ -34,6 +34,7 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
 
 #: Where a simulated worker can die, in the order a job reaches them.
 CRASH_POINTS: Final = ("claimed", "output_stored", "manifest_stored", "done", "before_ack")
+#: Where it can die after an asset write (the pipeline observer's asset points).
+ASSET_CRASH_POINTS: Final = ("asset_current", "asset_recorded", "asset_deleted")
 #: Exit status of a worker that crashed on purpose.
 CRASH_EXIT: Final = 70
 #: Uploads are sent in waves of FEED_WAVE while at most BACKLOG messages wait visible.
@@ -84,6 +87,11 @@ class StormConfig:
     grace_s: the collection's grace period in the storm, seconds (the parent runs a
         collection every ``collect_every_s``, and a last one with no grace at the end).
     collect_every_s: how often the parent runs a collection, seconds.
+    conflict_hold_ms: when above 0, the embedded DynamoDB has transaction conflicts, each
+        transaction holding its items this long (:mod:`mediajobs.local.conflicts`); the
+        summary then counts the conflicts and the writes of the hottest item. With
+        ``identical_share`` near 1 this is the hot-content storm: many workers uploading
+        the same bytes under distinct keys at once.
     seed: fixes every random choice the storm makes: contents, copies, duplicated events,
         crash points (:func:`crash_point`) and lost acknowledgements.
     log_level: the workers' log level (their logs go to stderr).
@@ -106,6 +114,7 @@ class StormConfig:
     reupload_share: float = 0.5
     grace_s: int = 3
     collect_every_s: float = 2.0
+    conflict_hold_ms: float = 0.0
     seed: int = 1
     log_level: str = "ERROR"
 
@@ -153,6 +162,14 @@ def crash_point(seed: int, job_key: str, attempt: int, crash_rate: float) -> str
     if rng.random() < crash_rate:
         return rng.choice(CRASH_POINTS)
     return None
+
+
+def asset_crash(seed: int, point: str, asset: str, receive_count: int, crash_rate: float) -> bool:
+    """Whether the worker dies right after the asset write ``point`` of ``asset`` (its id),
+    made by a delivery on its ``receive_count``-th receive: a pure function of the storm's
+    seed and those, so a redelivery (a greater receive count) decides afresh and a crash is
+    never repeated for ever."""
+    return random.Random(f"{seed}-asset-{point}-{asset}-{receive_count}").random() < crash_rate
 
 
 class CountingStore:
@@ -248,6 +265,12 @@ def _worker_main(
             emit("render_started", job_key=job_key)
 
         def step(self, point: str, job_key: str) -> None:
+            if point in ASSET_CRASH_POINTS:
+                # ``job_key`` is the asset's id here; the record's receive count decides.
+                receives = receive_counts.get(job_key, 1)
+                if asset_crash(cfg.seed, point, job_key, receives, cfg.crash_rate):
+                    crash(point, job_key)
+                return
             if point == "done":
                 renders[0] += 1  # committed work (a takeover may adopt a manifest without rendering)
                 emit("committed", job_key=job_key)
@@ -284,8 +307,16 @@ def _worker_main(
 
     handler = local_handler(worker.make_handler(service, on_record=on_record), worker.metrics)
 
+    receive_counts: dict[str, int] = {}  # asset id -> receive count of the batch's record naming it
+
     def marked_handler(event: dict[str, Any], context: Any) -> Any:
         take_mark()
+        receive_counts.clear()
+        for record in event.get("Records", ()):
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                detail = json.loads(record["body"])["detail"]
+                asset = f"{detail['bucket']['name']}/{urllib.parse.unquote_plus(detail['object']['key'])}"
+                receive_counts[asset] = int(record["attributes"]["ApproximateReceiveCount"])
         return handler(event, context)
 
     sqs = stack.client("sqs")
@@ -612,7 +643,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
     from mediajobs.local.runner import QUEUE_DEPTH_ATTRIBUTES
 
     started = time.monotonic()
-    aws = EmbeddedAws(template_path)
+    hold_s = cfg.conflict_hold_ms / 1000 if cfg.conflict_hold_ms > 0 else None
+    aws = EmbeddedAws(template_path, transaction_hold_s=hold_s)
     folder = Path(tempfile.mkdtemp(prefix="mediajobs.storm-"))  # never mediajobs-*, a work folder's name
     try:
         stack = aws.__enter__()
@@ -786,6 +818,10 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             # rendered (its asset written: made current, then recorded ready), not a duplicate.
             "ddb_requests_per_copy": round(sum(copies.values()) / len(copies), 3) if copies else 0.0,
         }
+        if aws.conflicts is not None:
+            (table, item), writes = aws.conflicts.hottest()
+            summary["transaction_conflicts"] = aws.conflicts.conflicts + aws.conflicts.single_conflicts
+            summary["hottest_item"] = {"table": table, "key": json.loads(item), "writes": writes}
         checks["dead_letters"] = dlq
         checks["duplicate_renders"] = summary["duplicate_renders"]
         checks["lost"] = lost

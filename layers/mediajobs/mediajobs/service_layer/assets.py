@@ -37,6 +37,7 @@ from mediajobs.domain.assets import (
     AssetView,
     Deleted,
     DeletionEffect,
+    asset_id,
     deletion_effect,
     may_move,
     merge_jobs,
@@ -80,14 +81,23 @@ class AssetKeeper:
     assets: the asset records, or ``None`` to keep none.
     clock: Unix time in seconds.
     progress_every_s: least seconds between two progress writes of one job.
+    on_write: called with (point, asset id) after each durable asset write: ``asset_current``
+        (a version made current or its jobs attached), ``asset_recorded`` (job states),
+        ``asset_deleted`` (the pipeline observer's ``step``: crash injection hooks there).
     """
 
     def __init__(
-        self, assets: Assets | None, clock: Callable[[], float], *, progress_every_s: float = PROGRESS_EVERY_S
+        self,
+        assets: Assets | None,
+        clock: Callable[[], float],
+        *,
+        progress_every_s: float = PROGRESS_EVERY_S,
+        on_write: Callable[[str, str], None] = lambda point, asset: None,
     ) -> None:
         self.assets = assets
         self._clock = clock
         self._progress_every_s = progress_every_s
+        self.on_write = on_write
 
     def track(self, ref: ObjectRef) -> KeptAsset:
         """Start keeping the asset of an ``Object Created`` event: the pre-check (one
@@ -138,7 +148,10 @@ class AssetKeeper:
         if self.assets is None:
             return True
         version = AssetVersion(deleted.version_id, "", None, sequencer_order(deleted.sequencer))
-        return self.assets.delete(deleted.bucket, deleted.key, version, now_s=self.now_s()) is not None
+        written = self.assets.delete(deleted.bucket, deleted.key, version, now_s=self.now_s()) is not None
+        if written:
+            self.on_write("asset_deleted", asset_id(deleted.bucket, deleted.key))
+        return written
 
     def now_s(self) -> int:
         """The clock, whole Unix seconds."""
@@ -240,6 +253,7 @@ class KeptAsset:
         if stored is None:
             raise EventSuperseded(self.bucket, self.key, self.sequencer)
         self.view = stored
+        self._keeper.on_write("asset_current", asset_id(self.bucket, self.key))
         if jobs is None:
             return False
         self.attached = True
@@ -338,6 +352,7 @@ class KeptAsset:
             # version; the collection takes it).
             log.info("the asset moved on meanwhile: job states not recorded", extra={"source_key": self.key})
             return
+        self._keeper.on_write("asset_recorded", asset_id(self.bucket, self.key))
         self.view = stored
 
 

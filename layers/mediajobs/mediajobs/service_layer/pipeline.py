@@ -120,7 +120,10 @@ class PipelineObserver:
     def step(self, point: str, job_key: str) -> None:
         """Called at each step boundary of a claimed job, after the step is durable:
         ``claimed``, ``output_stored`` (after each derivative), ``manifest_stored``,
-        ``done``. Crash injection hooks here (``mediajobs simulate``, crash-point tests)."""
+        ``done``; and after each asset write, with the asset's id
+        (:func:`~mediajobs.domain.assets.asset_id`) for ``job_key``: ``asset_current``,
+        ``asset_recorded``, ``asset_deleted``. Crash injection hooks here (``mediajobs
+        simulate``, crash-point tests)."""
 
     def source_finished(self, result: SourceResult) -> None:
         """Called with each original's result (not for busy or transient outcomes, which raise)."""
@@ -318,7 +321,7 @@ class Pipeline:
         self._clock = clock
         self.observer = observer or PipelineObserver()
         self._disk_usage = disk_usage
-        self._assets = AssetKeeper(assets, clock)
+        self._assets = AssetKeeper(assets, clock, on_write=self.observer.step)
         self._media_of_recipe = {r.id: media for media, rs in recipes.items() for r in rs}
 
     def process(self, ref: ObjectRef, delivery: Delivery | None = None) -> SourceResult:
