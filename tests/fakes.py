@@ -245,7 +245,8 @@ class FakeLedger:
         self.log.append(("begin_collection", job_key))
         row = self.rows.get(job_key)
         startable = row is not None and (
-            row.state == JobState.DONE or (row.state == JobState.COLLECTING and row.lease_expires_at_s <= now_s)
+            row.state in (JobState.DONE, JobState.TRANSIENT_FAILURE)
+            or (row.state in (JobState.COLLECTING, JobState.RUNNING) and row.lease_expires_at_s <= now_s)
         )
         if startable:
             self.rows[job_key] = dataclasses.replace(

@@ -167,3 +167,22 @@ def test_a_render_and_a_collector_racing_an_expired_collection_give_one_winner(l
 
         assert sorted(run_together(one, 6)) == [False] * 5 + [True]
         assert view(ledger, key).state in (JobState.RUNNING, JobState.COLLECTING)
+
+
+def test_an_abandoned_render_is_taken_for_collection_once_its_lease_ended_and_its_holder_is_fenced(ledger):
+    key = uuid.uuid4().hex * 2
+    claim = ledger.claim(spec(key), now_s=NOW_S - 100, lease_until_s=NOW_S + 20)
+    assert not ledger.begin_collection(key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)  # lease running
+    assert ledger.begin_collection(key, "c1", lease_until_s=NOW_S + 30 + LEASE_S, now_s=NOW_S + 30)
+    with pytest.raises(Superseded):  # the holder that came back finds its claim gone
+        ledger.renew(key, str(claim.lease_token), lease_until_s=NOW_S + 200, now_s=NOW_S + 31)
+    ledger.end_collection(key, "c1", collected=True, now_s=NOW_S + 40)
+    assert view(ledger, key).state == JobState.COLLECTED
+
+
+def test_a_job_given_back_after_a_transient_failure_is_taken_for_collection(ledger):
+    key = uuid.uuid4().hex * 2
+    claim = ledger.claim(spec(key), now_s=NOW_S - 100, lease_until_s=NOW_S + 20)
+    ledger.release_transient(key, str(claim.lease_token), detail="S3 500", now_s=NOW_S - 50)
+    assert ledger.begin_collection(key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+    assert view(ledger, key).state == JobState.COLLECTING

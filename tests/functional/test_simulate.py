@@ -73,6 +73,49 @@ def test_a_crash_heavy_storm_loses_nothing_and_renders_each_job_once(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_storm_of_overwrites_deletes_and_reuploads_keeps_every_asset_current_and_every_count_exact(tmp_path):
+    """Overwrites (some replaced versions' events delivered late), deletes of shared
+    originals, re-uploads within the grace, a collection every 2 s, crashes after asset
+    writes too: every end check holds (fixed seed)."""
+    code, summary = run(
+        tmp_path,
+        "--uploads",
+        "60",
+        "--workers",
+        "3",
+        "--crash-rate",
+        "0.15",
+        "--identical-share",
+        "0.2",
+        "--overwrite-rate",
+        "0.2",
+        "--delete-rate",
+        "0.2",
+        "--seed",
+        "5",
+        "--visibility-seconds",
+        "6",
+    )
+    assert code == 0, json.dumps(summary)
+    assert summary["checks"] == dict.fromkeys(summary["checks"], 0), summary["checks"]
+    assert set(summary["checks"]) >= {
+        "assets_not_current",
+        "assets_not_ready",
+        "assets_not_deleted",
+        "missing_manifests",
+        "count_mismatches",
+        "unreferenced_prefixes",
+        "lost",
+        "duplicate_renders",
+        "dead_letters",
+    }
+    assert summary["overwrites"] > 0 and summary["deletes"] > 0 and summary["reuploads"] > 0
+    assert summary["late_events"] > 0 and summary["superseded"] > 0
+    assert summary["collections"]["collected"] > 0
+    assert summary["crashes"] > 0
+
+
+@pytest.mark.slow
 def test_without_checksums_duplicates_use_the_source_index(tmp_path):
     """No full-object checksums: identical copies are read once to be hashed (they render
     nothing), every redelivery is answered from the source index and the ledger."""

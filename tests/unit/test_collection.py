@@ -206,14 +206,40 @@ def test_a_failed_job_swept_already_only_loses_its_candidate(world):
     assert world.assets.candidate_rows == {}
 
 
-@pytest.mark.parametrize("state", [JobState.RUNNING, JobState.TRANSIENT_FAILURE])
-def test_a_job_a_render_holds_is_kept_for_a_later_run(world, state):
+def test_a_job_a_render_holds_is_kept_for_a_later_run(world):
     job = key_of(1)
-    world.job(job, state, lease_expires_at_s=NOW_S + 60)
+    world.job(job, JobState.RUNNING, lease_expires_at_s=NOW_S + 60)
     world.release(job)
     report = world.collector().run()
     assert (report.busy, report.collected, report.deleted_objects) == (1, 0, 0)
-    assert len(world.assets.candidate_rows) == 1 and world.ledger.rows[job].state == state
+    assert len(world.assets.candidate_rows) == 1 and world.ledger.rows[job].state == JobState.RUNNING
+    assert world.files(job) == {"thumb.webp", "large.webp"}
+
+
+@pytest.mark.parametrize(
+    ("state", "lease_expires_at_s"), [(JobState.RUNNING, NOW_S - 1), (JobState.TRANSIENT_FAILURE, NOW_S + 60)]
+)
+def test_an_abandoned_render_nothing_references_is_collected_with_its_manifestless_outputs(
+    world, state, lease_expires_at_s
+):
+    """A render whose event was superseded or deleted since (its holder died, or gave the
+    claim back): no delivery will ever finish it, and its outputs have no manifest."""
+    job = key_of(1)
+    world.job(job, state, lease_expires_at_s=lease_expires_at_s)
+    world.release(job)
+    report = world.collector().run()
+    assert (report.abandoned, report.collected, report.deleted_objects) == (1, 1, 2)
+    assert world.files(job) == set() and not world.assets.candidate_rows
+    assert world.ledger.rows[job].state == JobState.COLLECTED
+
+
+def test_an_abandoned_render_an_asset_references_again_is_left_to_that_delivery(world):
+    job = key_of(1)
+    world.job(job, JobState.TRANSIENT_FAILURE)
+    world.release(job)
+    world.reference(job)
+    report = world.collector().run()
+    assert (report.revived, report.collected, report.abandoned) == (1, 0, 0)
     assert world.files(job) == {"thumb.webp", "large.webp"}
 
 

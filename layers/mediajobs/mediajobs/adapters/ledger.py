@@ -657,8 +657,11 @@ class DynamoLedger:
     def begin_collection(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> bool:
         """Start collecting a job: ``done`` -> ``collecting`` held by ``token`` until
         ``lease_until_s``. A ``collecting`` row whose lease expired (a collector that died
-        mid-way) is taken over the same way, to be finished. One update, conditional on
-        ``state = done OR (state = collecting AND lease_expires_at_s <= now_s)``.
+        mid-way) is taken over the same way, to be finished; so is an abandoned render (a
+        ``running`` row whose lease expired, a ``transient_failure``: nothing references
+        the job, so no delivery will finish it, and its prefix may hold outputs without a
+        manifest). One update, conditional on ``state = done OR (state IN (collecting,
+        running) AND lease_expires_at_s <= now_s) OR state = transient_failure``.
 
         Parameters
         ----------
@@ -679,8 +682,10 @@ class DynamoLedger:
             As :meth:`complete`.
         """
         m = self._model
-        startable = (m.state == JobState.DONE.value) | (
-            (m.state == JobState.COLLECTING.value) & (m.lease_expires_at_s <= now_s)
+        startable = (
+            (m.state == JobState.DONE.value)
+            | (m.state.is_in(JobState.COLLECTING.value, JobState.RUNNING.value) & (m.lease_expires_at_s <= now_s))
+            | (m.state == JobState.TRANSIENT_FAILURE.value)
         )
         try:
             m(job_key).update(

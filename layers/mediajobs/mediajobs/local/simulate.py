@@ -761,7 +761,10 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
         collections.stop()
         collector.join(timeout=60)
         stop_listening()
-        # Everything is settled: the last collection has no grace (nothing can revive now).
+        # Everything is settled: the last collection has no grace (nothing can revive now),
+        # once the leases of workers that died holding a claim have run out (their renders
+        # were abandoned: an unreferenced job whose lease is live is left for a later run).
+        time.sleep(cfg.lease_s + 1)
         collections.run(grace_s=0)
 
         events = sorted([*_read_logs(folder), *collections.events], key=lambda e: e["t"])

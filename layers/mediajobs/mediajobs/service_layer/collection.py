@@ -62,6 +62,9 @@ class CollectionReport:
     revived: jobs still referenced: their candidates dropped, nothing deleted.
     collected: jobs whose prefix was deleted and whose row is now ``collected``.
     resumed: of ``collected``, those finished after a collector that died mid-way.
+    abandoned: of ``collected``, renders nothing references any more that no delivery will
+        finish (a ``running`` row whose lease expired, a ``transient_failure``): their
+        manifest-less prefix deleted.
     swept_failed: failed jobs whose manifest-less prefix was deleted.
     busy: jobs a render holds (or another collector): kept for a later run.
     already_gone: jobs collected already, or with no row: candidates dropped.
@@ -76,6 +79,7 @@ class CollectionReport:
     revived: int = 0
     collected: int = 0
     resumed: int = 0
+    abandoned: int = 0
     swept_failed: int = 0
     busy: int = 0
     already_gone: int = 0
@@ -186,10 +190,27 @@ class Collector:
             # releases that reference writes a new candidate.
             report.revived += 1
             self._drop(candidates)
+        elif row.state == JobState.TRANSIENT_FAILURE or (
+            row.state == JobState.RUNNING and row.lease_expires_at_s <= int(self._clock())
+        ):
+            # An abandoned render: the event that wanted it was superseded or deleted since,
+            # so no delivery will finish it. Collected like a dead collection (finished
+            # whatever references it by then: a reference that comes meanwhile waits, and
+            # renders it again once it is collected).
+            report.abandoned += 1
+            self._collect(row, candidates, report, resumed=False, look_again=False)
         else:
             report.busy += 1
 
-    def _collect(self, row: JobView, candidates: list[Candidate], report: CollectionReport, *, resumed: bool) -> None:
+    def _collect(
+        self,
+        row: JobView,
+        candidates: list[Candidate],
+        report: CollectionReport,
+        *,
+        resumed: bool,
+        look_again: bool | None = None,
+    ) -> None:
         """Steps 3 and 4: under the collector's lease, look again, delete, mark collected."""
         job_key, lease_s = row.job_key, self._settings.lease_s
         token = uuid.uuid4().hex
@@ -197,7 +218,7 @@ class Collector:
         if not self._ledger.begin_collection(job_key, token, lease_until_s=began_s + lease_s, now_s=began_s):
             report.busy += 1  # a render or another collector got there since the row was read
             return
-        if not resumed:
+        if (not resumed) if look_again is None else look_again:
             try:
                 referenced = self._assets.referenced(job_key)
             except TransientFailure:
