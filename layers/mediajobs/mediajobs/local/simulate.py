@@ -434,9 +434,10 @@ def _read_logs(folder: Path) -> Iterator[dict[str, Any]]:
 
 
 def _copies(records: list[dict[str, Any]], uploads: list[_Upload]) -> dict[int, int]:
-    """The records that first answered a key holding the same bytes as another upload's
-    without rendering (a new asset of content rendered for another key), as ``{id(record):
-    its DynamoDB requests}``."""
+    """The first record of each key holding the same bytes as another upload's, when it did
+    not render: a new asset of content rendered (or being rendered) for another key, which
+    writes its own asset -- answered (``done``) or sent back while the render runs (busy) --
+    as ``{id(record): its DynamoDB requests}``. Not duplicates: no one asked for it before."""
     puts = [u for u in uploads if u.kind != "delete"]
     shared: dict[int, int] = {}
     for u in puts:
@@ -449,7 +450,7 @@ def _copies(records: list[dict[str, Any]], uploads: list[_Upload]) -> dict[int, 
         if key is None or key in seen:
             continue
         seen.add(key)
-        if key in copy_keys and not r["rendered"] and r["outcome"] == "done":
+        if key in copy_keys and not r["rendered"] and r["outcome"] in ("done", "JobBusy", "busy_resent"):
             copies[id(r)] = r["ddb_requests"]
     return copies
 
