@@ -32,11 +32,9 @@ from mediajobs.domain.assets import (
     AssetState,
     AssetView,
     Candidate,
-    may_move,
-    merge_jobs,
+    recorded,
     reference_id,
     same_version,
-    summarize,
 )
 from mediajobs.domain.errors import (
     ATTEMPTS_EXHAUSTED,
@@ -487,25 +485,12 @@ class FakeAssets:
 
     def record(self, bucket, key, sequencer, jobs, *, now_s, failure=None, placeholder=None):
         self.log.append(("record", key, tuple(str(j.state) for j in jobs)))
-        old = self.assets.get((bucket, key))
-        if old is None or old.version.sequencer != sequencer or old.state == AssetState.DELETED:
-            return None
-        merged = merge_jobs(old.jobs, jobs)
-        state, reason, detail = summarize(merged)
-        if failure is not None:
-            state, (reason, detail) = AssetState.FAILED, failure
-        if not may_move(old.state, state):
-            state, reason, detail = old.state, old.reason, old.detail
-        new = dataclasses.replace(
-            old,
-            state=state,
-            jobs=merged,
-            reason=reason,
-            detail=detail,
-            placeholder=placeholder if placeholder is not None else old.placeholder,
-            updated_at_s=now_s,
+        new = recorded(
+            self.assets.get((bucket, key)), sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder
         )
-        for job in merged:
+        if new is None:
+            return None
+        for job in new.jobs:
             if job.state == AssetJobState.FAILED and job.reason in (ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT):
                 self.candidate_rows.setdefault((job.job_key, FAILED_PREFIX), now_s)
         self.assets[(bucket, key)] = new

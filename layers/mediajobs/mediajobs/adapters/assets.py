@@ -52,11 +52,9 @@ from mediajobs.domain.assets import (
     AssetView,
     Candidate,
     asset_id,
-    may_move,
-    merge_jobs,
+    recorded,
     reference_id,
     same_version,
-    summarize,
 )
 from mediajobs.domain.errors import (
     ATTEMPTS_EXHAUSTED,
@@ -301,24 +299,10 @@ def plan_record(
     and its state summarised (never moving back), and the job keys that get a ``failed``
     candidate (failed ``attempts_exhausted`` or ``output_conflict``); ``None`` when
     ``sequencer`` is not the current one or the asset is deleted. Pure."""
-    if old is None or old.version.sequencer != sequencer or old.state == AssetState.DELETED:
+    new = recorded(old, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
+    if new is None:
         return None
-    merged = merge_jobs(old.jobs, jobs)
-    state, reason, detail = summarize(merged)
-    if failure is not None:
-        state, (reason, detail) = AssetState.FAILED, failure
-    if not may_move(old.state, state):
-        state, reason, detail = old.state, old.reason, old.detail
-    new = dataclasses.replace(
-        old,
-        state=state,
-        jobs=merged,
-        reason=reason,
-        detail=detail,
-        placeholder=placeholder if placeholder is not None else old.placeholder,
-        updated_at_s=now_s,
-    )
-    failed = tuple(j.job_key for j in merged if j.state == AssetJobState.FAILED and j.reason in _MANIFESTLESS)
+    failed = tuple(j.job_key for j in new.jobs if j.state == AssetJobState.FAILED and j.reason in _MANIFESTLESS)
     return new, failed
 
 

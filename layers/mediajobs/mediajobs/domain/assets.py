@@ -250,6 +250,40 @@ def merge_jobs(current: Sequence[AssetJob], updates: Iterable[AssetJob]) -> tupl
     return tuple(merged)
 
 
+def recorded(
+    old: AssetView | None,
+    sequencer: str,
+    jobs: Sequence[AssetJob],
+    *,
+    now_s: int,
+    failure: tuple[str, str] | None = None,
+    placeholder: Mapping[str, Any] | None = None,
+) -> AssetView | None:
+    """The asset once job states ``jobs`` are recorded for the version ``sequencer`` made
+    current: merged forward only (:func:`merge_jobs`), the state summarised
+    (:func:`summarize`; ``failure``, a (reason, detail), fails the version itself) but
+    never moved back (:func:`may_move`), ``placeholder`` kept when given. ``None`` when
+    ``sequencer`` is not the current one or the asset is deleted: nothing to record. Pure;
+    the one rule of the ``Assets`` port's ``record``."""
+    if old is None or old.version.sequencer != sequencer or old.state == AssetState.DELETED:
+        return None
+    merged = merge_jobs(old.jobs, jobs)
+    state, reason, detail = summarize(merged)
+    if failure is not None:
+        state, (reason, detail) = AssetState.FAILED, failure
+    if not may_move(old.state, state):
+        state, reason, detail = old.state, old.reason, old.detail
+    return replace(
+        old,
+        state=state,
+        jobs=merged,
+        reason=reason,
+        detail=detail,
+        placeholder=placeholder if placeholder is not None else old.placeholder,
+        updated_at_s=now_s,
+    )
+
+
 def placeholder_of(decisions: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The placeholder in a job's decisions (``"placeholder": "thumbhash"``), or ``None``."""
     if isinstance(decisions, Mapping) and decisions.get("placeholder") == "thumbhash":
