@@ -239,9 +239,11 @@ class FakeLedger:
             raise Superseded(job_key)
         self.rows[job_key] = dataclasses.replace(row, lease_expires_at_s=lease_until_s)
 
-    def begin_collection(self, job_key, token, *, lease_until_s, now_s):
+    def begin_collection(self, job_key, token, *, lease_until_s, now_s, seen=None):
         self.log.append(("begin_collection", job_key))
         row = self.rows.get(job_key)
+        if seen is not None and row is not None and (row.state, row.lease_token) != (seen.state, seen.lease_token):
+            return False
         startable = row is not None and (
             row.state in (JobState.DONE, JobState.TRANSIENT_FAILURE)
             or (row.state in (JobState.COLLECTING, JobState.RUNNING) and row.lease_expires_at_s <= now_s)
@@ -529,6 +531,9 @@ class FakeAssets:
         rows = sorted(self.candidate_rows.items(), key=lambda item: item[0])
         found = [Candidate(j, by, at) for (j, by), at in rows if at < released_before_s]
         return found[:limit]
+
+    def candidates_of(self, job_key):
+        return [Candidate(j, by, at) for (j, by), at in sorted(self.candidate_rows.items()) if j == job_key]
 
     def drop_candidate(self, candidate):
         if self.candidate_rows.get((candidate.job_key, candidate.released_by)) == candidate.released_at_s:

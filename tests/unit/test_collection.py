@@ -92,7 +92,7 @@ def test_a_candidate_within_the_grace_period_waits(world):
     world.job(job)
     world.release(job, age_s=GRACE_S - 10)
     report = world.collector().run()
-    assert (report.waiting, report.looked, report.collected) == (1, 0, 0)
+    assert (report.waiting, report.looked, report.collected) == (0, 0, 0)  # not due: not looked at
     assert world.files(job) == {"manifest.json", "thumb.webp", "large.webp"}
     assert world.assets.candidate_rows and world.ledger.rows[job].state == JobState.DONE
 
@@ -387,3 +387,41 @@ def test_a_claim_on_a_live_collecting_row_is_busy_until_the_lease_ends(world):
     claim = world.ledger.claim(spec(job), now_s=NOW_S, lease_until_s=NOW_S + 60)
     assert (claim.outcome, claim.lease_expires_at_s, claim.lease_token) == (ClaimOutcome.BUSY, NOW_S + 30, None)
     assert world.ledger.rows[job].state == JobState.COLLECTING
+
+
+def test_a_job_released_again_within_the_grace_waits_however_many_other_candidates_there_are(world):
+    """The batch is full of other jobs' young candidates: the later release of this job is
+    still seen (its candidates are read whole), so it waits for the grace from that one."""
+    for n in range(1, 11):
+        world.job(key_of(n))
+        world.release(key_of(n), age_s=60)
+    job = "f" * 64
+    world.job(job)
+    world.release(job, "asset-a", age_s=GRACE_S + 10)
+    world.release(job, "asset-b", age_s=60)
+    report = world.collector().run(limit=10)
+    assert (report.waiting, report.collected) == (1, 0)
+    assert world.ledger.rows[job].state == JobState.DONE and "manifest.json" in world.files(job)
+
+
+def test_an_abandoned_render_that_finished_after_the_collector_read_its_row_is_not_collected(world):
+    """The row read was transient_failure, nothing referencing it; right after the
+    collector's look at the references, a re-upload references the job, takes it over and
+    commits it. The mark is fenced on the row read: nothing is deleted."""
+    job = key_of(3)
+    world.job(job, JobState.TRANSIENT_FAILURE)
+    world.release(job)
+
+    def referenced(job_key):
+        answer = world.assets.referenced(job_key)
+        if job_key == job and world.ledger.rows[job].state == JobState.TRANSIENT_FAILURE:
+            world.reference(job)  # the re-upload's asset, then its render and commit
+            world.ledger.rows[job] = dataclasses.replace(
+                world.ledger.rows[job], state=JobState.DONE, lease_token="t2", manifest_key=manifest(job)
+            )
+            world.store.objects[manifest(job)] = b"{}"
+        return answer
+
+    report = world.collector(assets=Wrapping(world.assets, referenced=referenced)).run()
+    assert report.collected == 0 and "manifest.json" in world.files(job)
+    assert world.ledger.rows[job].state == JobState.DONE

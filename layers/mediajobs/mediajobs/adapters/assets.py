@@ -487,6 +487,22 @@ class DynamoAssets:
             raise dynamo_failure(exc, "candidates query") from exc
         return found
 
+    def candidates_of(self, job_key: str) -> list[Candidate]:
+        """Every candidate of ``job_key``: one ``Query`` of its ``collect#<hex>`` partition
+        for the sort keys beginning ``<job key>#`` (strongly consistent).
+
+        Raises
+        ------
+        TransientFailure
+            The query failed.
+        """
+        model = self._models.candidate
+        try:
+            rows = model.query(candidate_pk(job_key), model.sk.startswith(f"{job_key}#"), consistent_read=True)
+            return [Candidate(r.job_key, r.released_by, int(r.released_at_s)) for r in rows]
+        except QueryError as exc:
+            raise dynamo_failure(exc, "candidates query") from exc
+
     def drop_candidate(self, candidate: Candidate) -> None:
         """Delete the candidate if its ``released_at_s`` is still the one given (a newer
         release of the job by the same asset stays).

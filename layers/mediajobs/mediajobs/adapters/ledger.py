@@ -188,6 +188,15 @@ def _view(row: JobModel) -> JobView:
 _RESTARTS: Final = frozenset({JobState.COLLECTING, JobState.COLLECTED})
 
 
+def _as_seen(model: type[JobModel], seen: JobView | None) -> Condition:
+    """The row is still in ``seen``'s state under ``seen``'s token (true when ``seen`` is
+    ``None``)."""
+    if seen is None:
+        return model.job_key.exists()
+    token = model.lease_token.does_not_exist() if seen.lease_token is None else model.lease_token == seen.lease_token
+    return (model.state == str(seen.state)) & token
+
+
 def takeover_condition(
     model: type[JobModel], seen: JobView, decision: Decision, *, now_s: int, max_attempts: int
 ) -> Condition:
@@ -654,7 +663,9 @@ class DynamoLedger:
             ],
         )
 
-    def begin_collection(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> bool:
+    def begin_collection(
+        self, job_key: str, token: str, *, lease_until_s: int, now_s: int, seen: JobView | None = None
+    ) -> bool:
         """Start collecting a job: ``done`` -> ``collecting`` held by ``token`` until
         ``lease_until_s``. A ``collecting`` row whose lease expired (a collector that died
         mid-way) is taken over the same way, to be finished; so is an abandoned render (a
@@ -669,6 +680,10 @@ class DynamoLedger:
         token: the collector's fencing token (every later write of the collection is
             conditional on it).
         lease_until_s, now_s: Unix epoch seconds.
+        seen: the row the collector decided on: the update is then also conditional on
+            ``state`` and ``lease_token`` being still what it read (fenced, as a takeover
+            is), so a row that changed since -- a render that ended ``done`` meanwhile,
+            taken up by a path that does not look at the references again -- is left.
 
         Returns
         -------
@@ -695,7 +710,7 @@ class DynamoLedger:
                     m.lease_expires_at_s.set(lease_until_s),
                     m.updated_at_s.set(now_s),
                 ],
-                condition=m.job_key.exists() & startable,
+                condition=m.job_key.exists() & startable & _as_seen(m, seen),
             )
         except UpdateError as exc:
             if _lost_race(exc):

@@ -309,10 +309,10 @@ class DeletionEffect(enum.StrEnum):
     SUPERSEDED = "superseded"
     #: The current version is gone: the asset becomes ``deleted`` and drops its references.
     DELETED = "deleted"
-    #: A noncurrent version was deleted: nothing visible changes.
-    NONCURRENT = "noncurrent"
-    #: The current version of a versioned bucket was deleted for good: S3 makes the
-    #: previous version current (no event says so), so the key must be looked at again.
+    #: A version of a versioned bucket was deleted for good: if it was the current one (or
+    #: the delete marker: an undelete), S3 now serves the previous version (no event says
+    #: so); if not, nothing visible changes. Which it was, only S3 knows now -- the asset
+    #: may not have seen every event before this one -- so the key is looked at again.
     LOOK_AGAIN = "look_again"
 
 
@@ -325,21 +325,21 @@ def deletion_effect(
     A delete older than the current state is superseded. A delete marker, or the permanent
     deletion of an unversioned object, deletes the current version (an unknown asset is
     recorded ``deleted`` too, so that a late ``Object Created`` of an older version is then
-    superseded). Permanently deleting a version that is not the current one changes
-    nothing visible; permanently deleting the current version of a versioned object (or
-    the delete marker a deleted asset records: an undelete) makes S3 serve the previous
-    version, so the key is looked at again (as for an asset never seen). An event without
+    superseded). Permanently deleting a version of a versioned object is looked at again,
+    whichever version it names: the asset cannot tell a noncurrent version from the
+    current one -- events come out of order, so a version it does not hold may be the one
+    S3 served until this delete (a create not delivered yet), and one it holds may have
+    been replaced already. The key's current version is then made the asset's with this
+    event's sequencer: for a noncurrent version that is the version already current (only
+    the sequencer moves: nothing visible changes); after an undelete or the current
+    version's deletion, the previous version; none left: ``deleted``. An event without
     ``deletion-type`` (moto sends none) is taken as a permanent deletion.
     """
     if view is not None and sequencer <= view.version.sequencer:
         return DeletionEffect.SUPERSEDED
     if deletion_type == Deletion.DELETE_MARKER_CREATED or version_id is None:
         return DeletionEffect.DELETED
-    if view is None or view.version.version_id == version_id:
-        # The current version (or, on a deleted asset, its delete marker: an undelete) is
-        # gone for good: S3 now serves the previous version, if any.
-        return DeletionEffect.LOOK_AGAIN
-    return DeletionEffect.NONCURRENT
+    return DeletionEffect.LOOK_AGAIN
 
 
 @dataclass(frozen=True)

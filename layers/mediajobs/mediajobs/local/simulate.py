@@ -417,7 +417,10 @@ def _plan_changes(cfg: StormConfig, uploads: list[_Upload], contents: list[bytes
     for j, target in enumerate(ordered[: round(len(originals) * cfg.delete_rate)]):
         at = max(i for i, u in enumerate(uploads) if u.key == target.key)  # after its last write
         position = rng.randrange(at + 1, len(uploads) + 1)
-        uploads.insert(position, _Upload(target.key, target.data_index, target.checksum, kind="delete"))
+        # A third delete the current version for good (S3 then serves the one before, if
+        # any: no event says so); the others create a delete marker.
+        kind = "delete_version" if rng.random() < 1 / 3 else "delete"
+        uploads.insert(position, _Upload(target.key, target.data_index, target.checksum, kind=kind))
         if rng.random() < cfg.reupload_share:
             again = _Upload(f"originals/storm/again {j:05d}.jpg", target.data_index, target.checksum, kind="reupload")
             uploads.insert(position + 1, again)
@@ -438,7 +441,7 @@ def _copies(records: list[dict[str, Any]], uploads: list[_Upload]) -> dict[int, 
     not render: a new asset of content rendered (or being rendered) for another key, which
     writes its own asset -- answered (``done``) or sent back while the render runs (busy) --
     as ``{id(record): its DynamoDB requests}``. Not duplicates: no one asked for it before."""
-    puts = [u for u in uploads if u.kind != "delete"]
+    puts = [u for u in uploads if u.kind not in ("delete", "delete_version")]
     shared: dict[int, int] = {}
     for u in puts:
         shared[u.data_index] = shared.get(u.data_index, 0) + 1
@@ -595,7 +598,7 @@ def _end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict
         try:
             head = s3.head_object(Bucket=stack.bucket, Key=key)
         except s3.exceptions.ClientError:
-            checks["assets_not_deleted"] += view is not None and view.state != AssetState.DELETED
+            checks["assets_not_deleted"] += view is None or view.state != AssetState.DELETED
             continue
         if view is None or view.version.version_id != head.get("VersionId"):
             checks["assets_not_current"] += 1
@@ -675,6 +678,11 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             nonlocal duplicated_events, late_events
             if u.kind == "delete":
                 s3.delete_object(Bucket=stack.bucket, Key=u.key)  # a delete marker
+                return
+            if u.kind == "delete_version":  # the current version, for good
+                with contextlib.suppress(s3.exceptions.ClientError):  # nothing current (a marker)
+                    current = s3.head_object(Bucket=stack.bucket, Key=u.key)["VersionId"]
+                    s3.delete_object(Bucket=stack.bucket, Key=u.key, VersionId=current)
                 return
             data = contents[u.data_index]
             extra = {"ChecksumAlgorithm": "SHA256"} if u.checksum else {}
@@ -812,7 +820,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
             "end_states": dict(sorted(end_states.items())),
             "timed_out": timed_out,
             "overwrites": sum(1 for u in uploads if u.kind == "overwrite"),
-            "deletes": sum(1 for u in uploads if u.kind == "delete"),
+            "deletes": sum(1 for u in uploads if u.kind in ("delete", "delete_version")),
+            "version_deletes": sum(1 for u in uploads if u.kind == "delete_version"),
             "reuploads": sum(1 for u in uploads if u.kind == "reupload"),
             "late_events": late_events,
             "superseded": sum(1 for r in records if r["outcome"] == "superseded"),

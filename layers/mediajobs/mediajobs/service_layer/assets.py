@@ -179,6 +179,21 @@ class KeptAsset:
         self.view: AssetView | None = None
         self.attached = False
 
+    def rekey(self, key: str) -> None:
+        """Keep the asset of ``key`` instead: the object the event names is under the key as
+        the event spelled it, not the URL-decoded one (the pipeline's ``_head`` fallback).
+        Read and checked as :meth:`AssetKeeper.track` does.
+
+        Raises
+        ------
+        EventSuperseded
+            A greater sequencer is stored for ``key``.
+        """
+        self.key, self.view, self.attached = key, None, False
+        if self._assets is not None:
+            self.view = self._assets.get(self.bucket, key)
+            self.check()
+
     def check(self) -> None:
         """Raise :class:`EventSuperseded` when :attr:`view` holds a greater sequencer; note
         a view of this very event with its jobs attached (a duplicate)."""

@@ -57,8 +57,8 @@ class CollectionReport:
     Attributes
     ----------
     looked: jobs whose candidates were past the grace period.
-    waiting: jobs left alone because a candidate of theirs is younger than the grace
-        period (seen among the run's newest candidates; at least this many).
+    waiting: jobs with a candidate past the grace period left alone because another asset
+        released them later, within it (the grace runs from the last release).
     revived: jobs still referenced: their candidates dropped, nothing deleted.
     collected: jobs whose prefix was deleted and whose row is now ``collected``.
     resumed: of ``collected``, those finished after a collector that died mid-way.
@@ -147,12 +147,16 @@ class Collector:
         # Due once ``grace_s`` whole seconds have passed since the release (so a grace of 0
         # takes what was released this very second too).
         due = self._assets.candidates(released_before_s=now_s - grace_s + 1, limit=limit)
-        recent = self._assets.candidates(released_before_s=now_s + 1, limit=limit)
-        young = {c.job_key for c in recent if c.released_at_s > now_s - grace_s}
         by_job: dict[str, list[Candidate]] = {}
         for candidate in due:
-            by_job.setdefault(candidate.job_key, []).append(candidate)
-        # A job is released when its last reference goes: one released again since waits too.
+            by_job[candidate.job_key] = []
+        # A job is released when its last reference goes: one released again since waits
+        # too. Its candidates are read whole (a page of them would miss the young ones).
+        young = set()
+        for job_key in by_job:
+            by_job[job_key] = self._assets.candidates_of(job_key)
+            if any(c.released_at_s > now_s - grace_s for c in by_job[job_key]):
+                young.add(job_key)
         report.waiting = len(young)
         ready = [job_key for job_key in by_job if job_key not in young]
         report.looked = len(ready)
@@ -215,7 +219,7 @@ class Collector:
         job_key, lease_s = row.job_key, self._settings.lease_s
         token = uuid.uuid4().hex
         began_s = int(self._clock())
-        if not self._ledger.begin_collection(job_key, token, lease_until_s=began_s + lease_s, now_s=began_s):
+        if not self._ledger.begin_collection(job_key, token, lease_until_s=began_s + lease_s, now_s=began_s, seen=row):
             report.busy += 1  # a render or another collector got there since the row was read
             return
         if (not resumed) if look_again is None else look_again:

@@ -387,11 +387,12 @@ class Pipeline:
         S3 sends them"; :func:`~mediajobs.domain.assets.deletion_effect` decides).
 
         A delete marker, or the object of an unversioned bucket deleted, makes the asset
-        ``deleted`` (its references dropped in one transaction); a noncurrent version
-        deleted changes nothing; the current version of a versioned object deleted for
-        good makes S3 serve the previous one: the key is looked at again (``HeadObject``
-        without a version) and that version processed as if created by this event (its
-        jobs exist: no render), or, with nothing left, the asset is ``deleted``.
+        ``deleted`` (its references dropped in one transaction). A version deleted for good
+        -- noncurrent, current, or a delete marker -- has the key looked at again
+        (``HeadObject`` without a version: the asset cannot tell which it was) and what S3
+        serves now processed as if created by this event: the version current already
+        (only the sequencer moves), or the previous one (its jobs exist: no render); with
+        nothing left, the asset is ``deleted``.
 
         Returns
         -------
@@ -500,6 +501,8 @@ class Pipeline:
             ref, head = self._head(ref)
         except PermanentFailure as failure:
             raise self._refusal(ref, failure.reason, failure.detail) from None
+        if ref.key != asset.key:  # the key as the event spelled it names the object: its asset
+            asset.rekey(ref.key)
         if ref.version_id is None and head.version_id:
             ref = dataclasses.replace(ref, version_id=head.version_id)
         self._check_size(ref, head.size_bytes)

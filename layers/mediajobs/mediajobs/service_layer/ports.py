@@ -106,11 +106,15 @@ class CollectionLedger(LeaseLedger, Protocol):
 
     def find(self, job_keys: list[str]) -> dict[str, JobView]: ...
 
-    def begin_collection(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> bool:
+    def begin_collection(
+        self, job_key: str, token: str, *, lease_until_s: int, now_s: int, seen: JobView | None = None
+    ) -> bool:
         """``done`` -> ``collecting`` held by ``token`` until ``lease_until_s`` (a
-        ``collecting`` row whose lease ended, a dead collector's, is taken over the same
-        way, to be finished); ``False`` otherwise (a render holds it, another collector
-        does, it is collected already ...)."""
+        ``collecting`` row whose lease ended, a dead collector's, and an abandoned render
+        are taken over the same way, to be finished); ``False`` otherwise (a render holds
+        it, another collector does, it is collected already ...). With ``seen``, only if
+        the row is still in the state, and under the token, the collector decided on: a
+        render that finished since (``done`` now) is never collected unlooked-at."""
         ...
 
     def end_collection(self, job_key: str, token: str, *, collected: bool, now_s: int) -> None:
@@ -240,6 +244,11 @@ class Assets(Protocol):
 
     def candidates(self, *, released_before_s: int, limit: int) -> list[Candidate]:
         """Up to ``limit`` collection candidates released before ``released_before_s``."""
+        ...
+
+    def candidates_of(self, job_key: str) -> list[Candidate]:
+        """Every candidate of ``job_key`` (strongly consistent): the collection waits for the
+        last release of a job, not the first."""
         ...
 
     def drop_candidate(self, candidate: Candidate) -> None:
