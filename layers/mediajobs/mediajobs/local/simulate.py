@@ -164,12 +164,15 @@ def crash_point(seed: int, job_key: str, attempt: int, crash_rate: float) -> str
     return None
 
 
-def asset_crash(seed: int, point: str, asset: str, receive_count: int, crash_rate: float) -> bool:
-    """Whether the worker dies right after the asset write ``point`` of ``asset`` (its id),
-    made by a delivery on its ``receive_count``-th receive: a pure function of the storm's
-    seed and those, so a redelivery (a greater receive count) decides afresh and a crash is
-    never repeated for ever."""
-    return random.Random(f"{seed}-asset-{point}-{asset}-{receive_count}").random() < crash_rate
+def asset_crash_point(seed: int, asset: str, delivery: str, crash_rate: float) -> str | None:
+    """Where a delivery dies after an asset write of ``asset`` (its id), or ``None``: one of
+    :data:`ASSET_CRASH_POINTS` with probability ``crash_rate`` per delivery, a pure function
+    of the storm's seed, the asset and the ``delivery`` (its hand-overs and receive count:
+    every redelivery and every fresh copy decides afresh, so no crash repeats for ever)."""
+    rng = random.Random(f"{seed}-asset-{asset}-{delivery}")
+    if rng.random() < crash_rate:
+        return rng.choice(ASSET_CRASH_POINTS)
+    return None
 
 
 class CountingStore:
@@ -266,9 +269,9 @@ def _worker_main(
 
         def step(self, point: str, job_key: str) -> None:
             if point in ASSET_CRASH_POINTS:
-                # ``job_key`` is the asset's id here; the record's receive count decides.
-                receives = receive_counts.get(job_key, 1)
-                if asset_crash(cfg.seed, point, job_key, receives, cfg.crash_rate):
+                # ``job_key`` is the asset's id here; the record's delivery decides.
+                delivery = deliveries.get(job_key, "0.1")
+                if asset_crash_point(cfg.seed, job_key, delivery, cfg.crash_rate) == point:
                     crash(point, job_key)
                 return
             if point == "done":
@@ -307,16 +310,20 @@ def _worker_main(
 
     handler = local_handler(worker.make_handler(service, on_record=on_record), worker.metrics)
 
-    receive_counts: dict[str, int] = {}  # asset id -> receive count of the batch's record naming it
+    # Asset id -> "<hand-overs>.<receive count>" of the batch's record naming it.
+    deliveries: dict[str, str] = {}
 
     def marked_handler(event: dict[str, Any], context: Any) -> Any:
+        from mediajobs.service_layer.delivery import HANDOVERS_ATTRIBUTE
+
         take_mark()
-        receive_counts.clear()
+        deliveries.clear()
         for record in event.get("Records", ()):
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 detail = json.loads(record["body"])["detail"]
                 asset = f"{detail['bucket']['name']}/{urllib.parse.unquote_plus(detail['object']['key'])}"
-                receive_counts[asset] = int(record["attributes"]["ApproximateReceiveCount"])
+                handovers = (record.get("messageAttributes") or {}).get(HANDOVERS_ATTRIBUTE, {}).get("stringValue", "0")
+                deliveries[asset] = f"{handovers}.{record['attributes']['ApproximateReceiveCount']}"
         return handler(event, context)
 
     sqs = stack.client("sqs")
