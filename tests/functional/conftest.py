@@ -29,6 +29,7 @@ CHILDREN: dict[str, tuple[str, ...]] = {
     "test_template_contract.py": ("test_only_originals_reach_the_queue",),
     "test_embedded_aws.py": ("test_a_local_session_neither_writes_nor_needs_the_environment",),
     "test_placeholder.py": (),
+    "test_collection_embedded.py": ("test_mediajobs_collect_prints_one_json_object_on_stdout",),
 }
 
 __all__ = ["forbid_unmarked_children"]

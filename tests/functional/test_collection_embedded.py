@@ -7,6 +7,7 @@ renders it again; a set two originals share stays until the second is deleted;
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from typing import Any
@@ -22,6 +23,7 @@ from mediajobs.local.cli import main
 from mediajobs.service_layer.collection import Collector
 from mediajobs.settings import Settings
 from tests.fakes import FakeAssets, FakeClock
+from tests.functional.test_cli import CLI
 
 NOW_S = 2_000_000_000
 GRACE_S = 600
@@ -139,6 +141,27 @@ def test_mediajobs_collect_runs_one_collection_against_the_served_aws(world, cap
     delete(stack, assets, key, int(time.time()) - 100)  # the command runs on the real clock
 
     assert main(["collect", "--endpoint", stack.endpoint_url, "--grace-seconds", "0", "--json"]) == 0
-    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out = capsys.readouterr().out
+    counts = json.loads(out)  # one JSON object: the collection's logs go to stderr
     assert counts["collected"] >= 1 and counts["errors"] == 0
+    assert ledger.find([job_key])[job_key].state == JobState.COLLECTED
+
+
+def test_mediajobs_collect_prints_one_json_object_on_stdout(world):
+    """The command as a user runs it (a process of its own): its logs go to stderr, so its
+    stdout parses as one JSON object (the collection's INFO lines once came first)."""
+    stack, s3, _, ledger = world
+    assets = DynamoAssets(stack.asset_models(), sleep=lambda _: None)
+    key = f"originals/{uuid.uuid4().hex}/a.jpg"
+    job_key = shared_job(stack, s3, ledger, assets, [key])
+    delete(stack, assets, key, int(time.time()) - 100)
+    done = subprocess.run(
+        [*CLI, "--log-level", "INFO", "collect", "--endpoint", stack.endpoint_url, "--grace-seconds", "0", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout)
+    assert counts["collected"] >= 1 and "collection run" in done.stderr
     assert ledger.find([job_key])[job_key].state == JobState.COLLECTED

@@ -598,7 +598,8 @@ def _print_status(document: dict[str, Any]) -> None:
     if document.get("reason"):
         state += f": {document['reason']}{_because(document.get('detail'))}"
     print(f"{document['key']}  {state}")
-    print(f"  version   {version['version_id'] or '-'} (etag {version['etag'] or '-'}, {version['size_bytes']} bytes)")
+    size = "size unknown" if version["size_bytes"] is None else f"{version['size_bytes']} bytes"
+    print(f"  version   {version['version_id'] or '-'} (etag {version['etag'] or '-'}, {size})")
     print(f"  sha256    {document['sha256'] or '-'}")
     if document.get("placeholder"):
         placeholder = document["placeholder"]
@@ -655,7 +656,12 @@ def cmd_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         parser.error(f"{args.key!r}: only originals are deleted (keys under {stack.settings().originals_prefix})")
     s3 = stack.client("s3")
     marker = s3.delete_object(Bucket=stack.bucket, Key=args.key)
-    print(f"deleted {args.key}: delete marker {marker.get('VersionId') or '(unversioned)'}", flush=True)
+    what = (
+        f"delete marker {marker['VersionId']}"
+        if marker.get("VersionId")
+        else "deleted (no version: unversioned bucket, or nothing there)"
+    )
+    print(f"deleted {args.key}: {what}", flush=True)
     return 0
 
 
@@ -721,9 +727,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_collect(args: argparse.Namespace) -> int:
     """One collection run against a running ``mediajobs serve``; prints its counts; exit 1
     when a job could not be collected (it is kept for the next run)."""
+    from mediajobs.entrypoints import collector
     from mediajobs.entrypoints.collector import run_collection
-    from mediajobs.local.session import local_adapters
+    from mediajobs.local.session import configure_worker_logs, local_adapters
 
+    configure_worker_logs(collector, args.log_level)  # stderr: stdout is the counts
     stack = _served_stack(args.endpoint)
     settings = stack.settings()
     assets = _served_assets(stack)
