@@ -33,7 +33,7 @@ demo: ffmpeg
 test: ffmpeg
 	$(BIN)/pytest
 
-# The fast subset, under a minute: unit and functional tests that start no child process
+# The fast subset, about two minutes: unit and functional tests that start no child process
 # (no render child, ffmpeg, CLI run, storm or layer build; markers in pyproject.toml).
 test-fast: ffmpeg
 	$(BIN)/pytest -m "(unit or functional) and not subprocess" tests/unit tests/functional
