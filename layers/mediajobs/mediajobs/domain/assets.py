@@ -30,7 +30,7 @@ import enum
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from mediajobs.domain.jobs import OutputRecord
@@ -436,4 +436,3 @@ class Deleted:
     deletion_type: str | None
     sequencer: str | None
     reason: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
