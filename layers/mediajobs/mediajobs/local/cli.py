@@ -863,9 +863,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"give up after this long (default {storm.max_seconds:g})",
     )
     sim.add_argument("--json", action="store_true", help="print the JSON object on one line")
-    serve = sub.add_parser("serve", help="run the embedded AWS with the stack until Ctrl-C (for sam local invoke)")
+    serve = sub.add_parser(
+        "serve",
+        help="run the embedded AWS with the stack until Ctrl-C (for sam local invoke; with --worker, for "
+        "mediajobs status, delete and collect)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for Docker)")
-    serve.add_argument("--port", type=int, default=5000)
+    serve.add_argument("--port", type=int, default=5000, help="port to listen on (default 5000)")
     serve.add_argument("--docker-host", default="host.docker.internal", help="how the function's container reaches it")
     serve.add_argument("--env-vars", metavar="FILE", help="write the function's environment for --env-vars")
     serve.add_argument(
