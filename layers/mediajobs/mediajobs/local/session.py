@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
@@ -89,6 +89,20 @@ def local_handler(handler: Any, metrics: Any = None) -> Any:
     return run
 
 
+class _CurrentStderr:
+    """``sys.stderr`` as it is when written to: a caller that replaces it for a while (a
+    test's capture, later closed) leaves no handler holding a closed stream."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+_STDERR: Final = _CurrentStderr()
+
+
 def configure_worker_logs(worker: Any, level: str, stream: IO[str] | None = None) -> None:
     """Set the level of the worker's Powertools logger and of the package's loggers it
     configures, on the loggers (not through ``POWERTOOLS_LOG_LEVEL``), and send their
@@ -102,7 +116,7 @@ def configure_worker_logs(worker: Any, level: str, stream: IO[str] | None = None
     worker.logger.setLevel(level)
     for handler in logging.getLogger(worker.logger.name).handlers:
         if isinstance(handler, logging.StreamHandler):
-            handler.setStream(stream or sys.stderr)
+            handler.setStream(stream or _STDERR)  # type: ignore[arg-type]  # a text stream's write and flush
     copy_config_to_registered_loggers(source_logger=worker.logger, include={"mediajobs"}, log_level=level)
 
 
