@@ -674,3 +674,45 @@ def test_at_the_deadline_the_jobs_left_are_given_back_not_run(tmp_path):
         "web-image": "transient_failure",
         "other-image": "transient_failure",
     }
+
+
+class TakingOverTheNextJob(FakeImageStep):
+    """While the first job renders, the clock passes its lease and another worker takes the
+    content's second job over (its row's token changes): what a long first render on a
+    slow worker meets."""
+
+    def __init__(self, ledger, clock):
+        super().__init__()
+        self.ledger, self.clock = ledger, clock
+
+    def run(self, source, params, context, out_dir):
+        if self.calls == 0:
+            self.clock[0] += 200  # past the lease of every claim made with this one
+            for key, row in self.ledger.rows.items():
+                if row.recipe_id == "other-image":
+                    self.ledger.rows[key] = dataclasses.replace(row, lease_token="theirs", attempts=2)
+        return super().run(source, params, context, out_dir)
+
+
+def test_a_job_taken_over_while_the_jobs_before_it_ran_is_not_rendered(tmp_path):
+    """The second job's claim ran down while the first rendered and another worker took it
+    over: this worker stops before rendering it (the work would be fenced off at its first
+    write anyway), and the job stays the other worker's."""
+    now = [1000.0]
+    started: list[str] = []
+    step = TakingOverTheNextJob(None, now)
+    rig = make(tmp_path, recipes=TWO_JOBS, clock=lambda: now[0], image_step=step)
+    step.ledger = rig.ledger
+
+    class Watching(PipelineObserver):
+        def render_started(self, job_key, source):
+            started.append(job_key)
+
+    rig.pipeline.observer = Watching()
+    with pytest.raises(Superseded):
+        rig.pipeline.process(REF)
+    rows = {row.recipe_id: row for row in rig.ledger.rows.values()}
+    assert step.calls == 1 and started == [rows["web-image"].job_key]
+    assert (rows["web-image"].state, rows["other-image"].state) == ("done", "running")
+    assert rows["other-image"].lease_token == "theirs"
+    assert not [e for e in rig.log if e[0] == "put" and rows["other-image"].job_key in str(e)]

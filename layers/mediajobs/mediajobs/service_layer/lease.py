@@ -119,7 +119,7 @@ class LeaseKeeper:
         until = lease_until(now, self._lease_s, self._delivery)
         try:
             self._ledger.renew(self.job_key, self._token, lease_until_s=until, now_s=int(now))
-        except Superseded as lost:  # raised at the first check, before any write
+        except Superseded as lost:  # raised by the check before the job's work starts
             log.warning("lease lost before the job started: taken over", extra={"job_key": self.job_key})
             self.problem = lost
         except TransientFailure as exc:  # the heartbeat tries again

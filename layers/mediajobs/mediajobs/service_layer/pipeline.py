@@ -966,6 +966,10 @@ class Pipeline:
         try:
             self.observer.step("claimed", key)
             with keeper:
+                # A claim made with the others of its content can run down while the jobs
+                # before it run: entering renewed it, or found it taken over -- then this
+                # worker stops here, before any work, not at its first write.
+                keeper.check()
                 outputs, decisions = work()
             self.observer.step("done", key)
         except PermanentFailure as failure:
