@@ -95,6 +95,8 @@ def test_a_storm_of_overwrites_deletes_and_reuploads_keeps_every_asset_current_a
         "5",
         "--visibility-seconds",
         "6",
+        "--events-log",
+        "events.jsonl",
     )
     assert code == 0, json.dumps(summary)
     assert summary["checks"] == dict.fromkeys(summary["checks"], 0), summary["checks"]
@@ -113,6 +115,13 @@ def test_a_storm_of_overwrites_deletes_and_reuploads_keeps_every_asset_current_a
     assert summary["late_events"] > 0 and summary["superseded"] > 0
     assert summary["collections"]["collected"] > 0
     assert summary["crashes"] > 0
+    # What the summary counted, event by event, for a post-mortem.
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["t"] for e in events] == sorted(e["t"] for e in events)
+    counted = {"render_started": "renders_started", "committed": "renders_committed", "crash": "crashes"}
+    for kind, field in counted.items():
+        assert sum(e["event"] == kind for e in events) == summary[field], kind
+    assert sum(e["event"] == "collected" for e in events) > 0
 
 
 @pytest.mark.slow

@@ -712,7 +712,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         seed=args.seed,
         log_level=args.log_level,
     )
-    summary = run_storm(cfg)
+    summary = run_storm(cfg, events_log=args.events_log)
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=2), flush=True)
     changes = cfg.overwrite_rate > 0 or cfg.delete_rate > 0
     held = (
@@ -861,6 +861,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_seconds,
         default=storm.max_seconds,
         help=f"give up after this long (default {storm.max_seconds:g})",
+    )
+    sim.add_argument(
+        "--events-log",
+        type=Path,
+        metavar="FILE",
+        help="also write every event the workers and the collection logged to FILE, one JSON object per "
+        "line in time order (to find out why a check failed)",
     )
     sim.add_argument("--json", action="store_true", help="print the JSON object on one line")
     serve = sub.add_parser(

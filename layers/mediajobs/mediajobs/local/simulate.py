@@ -107,7 +107,9 @@ class StormConfig:
     lease_s: int = 4
     timeout_s: int = 30
     visibility_s: int = 20
-    max_seconds: float = 1800.0  # 2,000 uploads of two jobs each: 1,269 s on a loaded 2-core machine
+    # A guard against a hang, not a budget: 2,000 uploads of two jobs each took 1,269 s on
+    # a loaded 2-core machine before assets; with them every record also writes its asset.
+    max_seconds: float = 7200.0
     overwrite_rate: float = 0.0
     late_share: float = 0.5
     delete_rate: float = 0.0
@@ -646,8 +648,13 @@ def _end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict
     return checks, dict(sorted(end_states.items()))
 
 
-def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, Any]:
-    """Run the storm; returns the summary (see the module docstring and the README)."""
+def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: Path | None = None) -> dict[str, Any]:
+    """Run the storm; returns the summary (see the module docstring and the README).
+
+    ``events_log``: where to write every event the workers and the collection logged
+    (``claimed``, ``render_started``, ``committed``, ``crash``, ``record``, ``collected``
+    ...), one JSON object per line in time order, to find out why a check failed.
+    """
     from mediajobs.bootstrap import active_recipes
     from mediajobs.domain.keys import encode_event_key, job_key, sha256_hex
     from mediajobs.local.embedded import EmbeddedAws, listen_to_s3_events
@@ -784,6 +791,9 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None) -> dict[str, 
         collections.run(grace_s=0)
 
         events = sorted([*_read_logs(folder), *collections.events], key=lambda e: e["t"])
+        if events_log is not None:
+            with open(events_log, "w", encoding="utf-8") as log_out:
+                log_out.writelines(json.dumps(e) + "\n" for e in events)
         # Every job of every content uploaded: one per active image recipe.
         recipes = active_recipes()["image"]
         unique_keys = {job_key(sha256_hex(c), recipe.sha256) for c in contents for recipe in recipes}
