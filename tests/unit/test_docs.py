@@ -189,7 +189,7 @@ def test_the_simulate_flag_table_gives_the_cli_defaults():
         if isinstance(default, float):  # 900 and 900.0 are one default
             assert float(row[1]) == default, row[0]
         else:
-            assert row[1] == ("off" if default is False else str(default)), row[0]
+            assert row[1] == ("off" if default is False else "none" if default is None else str(default)), row[0]
 
 
 def test_every_named_event_file_and_template_resource_exists():
