@@ -17,6 +17,7 @@ _ENV_NAMES: Final = {
     "jobs_table_name": "JOBS_TABLE_NAME",
     "sources_table_name": "SOURCES_TABLE_NAME",
     "assets_table_name": "ASSETS_TABLE_NAME",
+    "outbox_table_name": "OUTBOX_TABLE_NAME",
     "media_bucket": "MEDIA_BUCKET",
     "region": "AWS_REGION",
     "endpoint_url": "AWS_ENDPOINT_URL",
@@ -66,6 +67,8 @@ class Settings:
     sources_table_name: DynamoDB table of the source index (env ``SOURCES_TABLE_NAME``).
     assets_table_name: DynamoDB table of the assets, their references and the collection
         candidates (env ``ASSETS_TABLE_NAME``).
+    outbox_table_name: DynamoDB table of the notifications the asset writes owe, whose
+        stream feeds the dispatcher (env ``OUTBOX_TABLE_NAME``).
     media_bucket: the stack's bucket, whose assets the status function answers for (env
         ``MEDIA_BUCKET``; empty when unset: the worker takes the bucket from each event).
     region: AWS region (env ``AWS_REGION``).
@@ -127,6 +130,7 @@ class Settings:
     jobs_table_name: str = "mediajobs-jobs"
     sources_table_name: str = "mediajobs-sources"
     assets_table_name: str = "mediajobs-assets"
+    outbox_table_name: str = "mediajobs-outbox"
     media_bucket: str = ""
     region: str = "us-east-1"
     endpoint_url: str | None = None

@@ -494,6 +494,7 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         ASSETS_TABLE_ID,
         BUCKET_ID,
         FUNCTION_ID,
+        OUTBOX_TABLE_ID,
         SOURCES_TABLE_ID,
         TABLE_ID,
         find_template,
@@ -516,6 +517,7 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         table_name=f"{name}-jobs",
         sources_table_name=f"{name}-sources",
         assets_table_name=f"{name}-assets",
+        outbox_table_name=f"{name}-outbox",
         function_env={},
         batch_size=1,
         timeout_s=1,
@@ -536,6 +538,7 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         raise InternalError(f"{endpoint} holds no mediajobs stack ({exc}): is it `mediajobs serve`?") from exc
     refs = {BUCKET_ID: view.bucket, TABLE_ID: view.table_name, SOURCES_TABLE_ID: view.sources_table_name}
     refs[ASSETS_TABLE_ID] = view.assets_table_name
+    refs[OUTBOX_TABLE_ID] = view.outbox_table_name
     arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table"
     attrs = {(BUCKET_ID, "Arn"): f"arn:aws:s3:::{view.bucket}", (TABLE_ID, "Arn"): f"{arn}/{view.table_name}"}
     params = parameter_defaults(template)

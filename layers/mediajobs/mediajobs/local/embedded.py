@@ -45,6 +45,7 @@ from werkzeug.wsgi import get_input_stream
 
 from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, ReferenceModel
 from mediajobs.adapters.ledger import JobModel, bind_model
+from mediajobs.adapters.outbox import OutboxModel
 from mediajobs.adapters.sources import SourceModel
 from mediajobs.domain.keys import encode_event_key
 from mediajobs.local.conflicts import TransactionConflicts
@@ -66,6 +67,7 @@ from mediajobs.local.template import (
     DLQ_ID,
     EVENTS_DLQ_ID,
     FUNCTION_ID,
+    OUTBOX_TABLE_ID,
     QUEUE_ID,
     RULE_ID,
     SOURCES_TABLE_ID,
@@ -505,7 +507,8 @@ class LocalStack:
     queue_url, queue_arn, dlq_url, dlq_arn: the jobs queue and its dead-letter queue.
     events_dlq_url, events_dlq_arn: the rule's dead-letter queue (events it could not deliver).
     table_name: jobs table; sources_table_name: the source index; assets_table_name:
-        the assets, references and collection candidates.
+        the assets, references and collection candidates; outbox_table_name: the
+        notifications owed (its stream feeds the dispatcher).
     function_env: the worker's environment, resolved from the template.
     batch_size: the SQS event source's BatchSize.
     timeout_s: the worker's Timeout, seconds.
@@ -533,6 +536,7 @@ class LocalStack:
     function_env: dict[str, str]
     batch_size: int
     timeout_s: int
+    outbox_table_name: str = "mediajobs-outbox"
     worker_env: dict[str, str] = field(default_factory=dict)
     region: str = REGION
     credentials: dict[str, str] = field(default_factory=lambda: dict(CREDENTIALS))
@@ -571,12 +575,17 @@ class LocalStack:
         return self.model(SourceModel, self.sources_table_name)
 
     def asset_models(self) -> AssetModels:
-        """The assets table's three models (:meth:`model` each)."""
+        """The assets table's three models and the outbox's (:meth:`model` each)."""
         return AssetModels(
             self.model(AssetModel, self.assets_table_name),
             self.model(ReferenceModel, self.assets_table_name),
             self.model(CandidateModel, self.assets_table_name),
+            self.outbox_model(),
         )
+
+    def outbox_model(self) -> type[OutboxModel]:
+        """The outbox table's model (:meth:`model`)."""
+        return self.model(OutboxModel, self.outbox_table_name)
 
 
 class EmbeddedAws:
@@ -738,12 +747,14 @@ class EmbeddedAws:
         table_name = f"{self.name}-jobs"
         sources_table_name = f"{self.name}-sources"
         assets_table_name = f"{self.name}-assets"
+        outbox_table_name = f"{self.name}-outbox"
         rule_name = f"{self.name}-object-created"
         refs: dict[str, str] = {
             BUCKET_ID: bucket,
             TABLE_ID: table_name,
             SOURCES_TABLE_ID: sources_table_name,
             ASSETS_TABLE_ID: assets_table_name,
+            OUTBOX_TABLE_ID: outbox_table_name,
             RULE_ID: rule_name,
         }
         attrs: dict[tuple[str, str], str] = {
@@ -751,6 +762,7 @@ class EmbeddedAws:
             (TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{table_name}",
             (SOURCES_TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{sources_table_name}",
             (ASSETS_TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{assets_table_name}",
+            (OUTBOX_TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{outbox_table_name}",
         }
         params = parameter_defaults(self.template)
 
@@ -810,6 +822,16 @@ class EmbeddedAws:
                 KeySchema=assets_props["KeySchema"],
                 BillingMode="PAY_PER_REQUEST",
             )
+        # The outbox as the template declares it, with its stream (the dispatcher's source).
+        outbox_props = self._resource(OUTBOX_TABLE_ID)["Properties"]
+        with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
+            dynamodb.create_table(
+                TableName=outbox_table_name,
+                AttributeDefinitions=outbox_props["AttributeDefinitions"],
+                KeySchema=outbox_props["KeySchema"],
+                BillingMode="PAY_PER_REQUEST",
+                StreamSpecification={"StreamEnabled": True, **outbox_props["StreamSpecification"]},
+            )
 
         function = resolve(self._resource(FUNCTION_ID)["Properties"], refs, attrs, params)
         globals_env = (self.template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get(
@@ -830,6 +852,7 @@ class EmbeddedAws:
             table_name=table_name,
             sources_table_name=sources_table_name,
             assets_table_name=assets_table_name,
+            outbox_table_name=outbox_table_name,
             function_env={k: str(v) for k, v in env.items()},
             batch_size=int(sqs_event.get("BatchSize", 10)),
             timeout_s=int(function.get("Timeout", 3)),

@@ -41,6 +41,7 @@ EVENTS_DLQ_ID: Final = "EventsDeadLetterQueue"
 TABLE_ID: Final = "JobsTable"
 SOURCES_TABLE_ID: Final = "SourcesTable"
 ASSETS_TABLE_ID: Final = "AssetsTable"
+OUTBOX_TABLE_ID: Final = "OutboxTable"
 FUNCTION_ID: Final = "WorkerFunction"
 
 #: Logical ids the local runner needs; a template without them is not ours.
