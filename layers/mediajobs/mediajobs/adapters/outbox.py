@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from pynamodb.attributes import MapAttribute, NumberAttribute, UnicodeAttribute
@@ -22,6 +21,7 @@ from pynamodb.models import Model
 
 from mediajobs.adapters.ledger import bind_model, dynamo_failure
 from mediajobs.domain.notifications import Notification, NotificationType
+from mediajobs.service_layer.dispatch import OutboxRecord
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,9 @@ class OutboxModel(Model):
     """A notification: ``id`` (64 hex characters, :func:`~mediajobs.domain.notifications.notification_id`),
     ``type`` (``Asset Ready`` ...), the original, ``payload`` (the JSON an app receives, as
     a string), ``created_at_s``, and ``deliveries``: destination name -> what delivered it
-    (``{"at_s": int, ...}``), a destination missing until it has. ``expires_at_s`` (TTL) is
-    set once every destination is marked."""
+    (``{"at_s": int, ...}``), a destination missing until it has; ``not_before_s``:
+    destination name -> the earliest its next try may be. ``expires_at_s`` (TTL) is set
+    once every destination is marked."""
 
     class Meta:
         table_name = "mediajobs-outbox"
@@ -49,6 +50,7 @@ class OutboxModel(Model):
     payload = UnicodeAttribute()
     created_at_s = NumberAttribute()
     deliveries = MapAttribute[str, Any](default=dict)
+    not_before_s = MapAttribute[str, Any](null=True)
     expires_at_s = NumberAttribute(null=True)
 
 
@@ -67,35 +69,31 @@ def outbox_item(model: type[OutboxModel], notification: Notification, *, now_s: 
         payload=json.dumps(notification.payload, sort_keys=True, separators=(",", ":")),
         created_at_s=now_s,
         deliveries={},
+        not_before_s={},
     )
-
-
-@dataclass(frozen=True)
-class OutboxRecord:
-    """An outbox item as read: the notification and what delivered it so far.
-
-    Attributes
-    ----------
-    notification: the notification (its payload parsed).
-    deliveries: destination name -> its mark (``{"at_s": int, ...}``).
-    created_at_s: when the asset's transaction wrote it (Unix seconds).
-    """
-
-    notification: Notification
-    deliveries: Mapping[str, Mapping[str, Any]]
-    created_at_s: int
 
 
 def _record(item: OutboxModel) -> OutboxRecord:
     notification = Notification(
         item.id, NotificationType(item.type), item.bucket, item.object_key, json.loads(item.payload)
     )
-    deliveries = {name: dict(mark) for name, mark in (item.deliveries or {}).items()}
-    return OutboxRecord(notification, deliveries, int(item.created_at_s))
+    marks = item.deliveries.as_dict() if item.deliveries is not None else {}
+    deliveries = {name: {k: _plain(v) for k, v in mark.items()} for name, mark in marks.items()}
+    waits = item.not_before_s.as_dict() if item.not_before_s is not None else {}
+    not_before = {name: float(at_s) for name, at_s in waits.items()}
+    return OutboxRecord(notification, deliveries, not_before, int(item.created_at_s))
+
+
+def _plain(value: Any) -> Any:
+    """A number read back from a raw map is a ``Decimal``-free int or float."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 class DynamoOutbox:
-    """The dispatcher's side of the outbox: read an item, mark a destination delivered.
+    """The dispatcher's side of the outbox (the ``Outbox`` port of
+    ``service_layer/dispatch.py``): read an item, mark a destination done, defer one.
 
     Parameters
     ----------
@@ -148,3 +146,22 @@ class DynamoOutbox:
                 return False
             raise dynamo_failure(exc, "outbox mark") from exc
         return True
+
+    def defer(self, notification_id: str, destination: str, *, not_before_s: float) -> None:
+        """Note the earliest next try of ``destination``: one ``UpdateItem`` of
+        ``not_before_s.<destination>`` (the item is put with the map, empty).
+
+        Raises
+        ------
+        TransientFailure
+            DynamoDB failed.
+        """
+        model = self._model
+        try:
+            model(notification_id).update(
+                actions=[model.not_before_s[destination].set(float(not_before_s))], condition=model.id.exists()
+            )
+        except UpdateError as exc:
+            if exc.cause_response_code == _CONDITION_FAILED:
+                return  # gone (expired): nothing to defer
+            raise dynamo_failure(exc, "outbox defer") from exc
