@@ -180,7 +180,7 @@ def webhook(receiver, policy=None):
         "https://example.test/hook",
         receiver,
         Signer(),
-        policy=policy,
+        policy=policy or WebhookPolicy(),
         clock=clock,
         sleep=clock.sleep,
         jitter=lambda: 0.5,
