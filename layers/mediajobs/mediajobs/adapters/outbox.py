@@ -118,9 +118,7 @@ class DynamoOutbox:
         except GetError as exc:
             raise dynamo_failure(exc, "outbox get") from exc
 
-    def mark(
-        self, notification_id: str, destination: str, mark: Mapping[str, Any], *, now_s: int, last: bool
-    ) -> bool:
+    def mark(self, notification_id: str, destination: str, mark: Mapping[str, Any], *, now_s: int, last: bool) -> bool:
         """Record that ``destination`` delivered (or gave up on) the notification: one
         ``UpdateItem`` of ``deliveries.<destination>``, conditional on it not being set yet
         (two dispatchers racing one record mark it once). ``last``: every destination is

@@ -1,0 +1,104 @@
+"""Webhooks: one HTTPS POST (:class:`UrllibTransport`, the standard library's client) and
+its Standard Webhooks signature (:class:`StandardWebhooksSigner`, the ``standardwebhooks``
+package: ``webhook-signature`` = ``v1,`` + base64 HMAC-SHA256 of ``id.timestamp.body``
+under the secret, https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md).
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+import logging
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from typing import Final
+
+from standardwebhooks import Webhook
+
+from mediajobs.service_layer.dispatch import WebhookAnswer
+
+log = logging.getLogger(__name__)
+
+#: How much of an answer's body is read (the on-failure destination keeps the first bytes).
+ANSWER_BYTES: Final = 4096
+#: Hosts a plain-HTTP webhook may name: a receiver on this machine (``mediajobs webhook listen``).
+LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def checked_webhook_url(url: str) -> str:
+    """``url`` if a webhook may be sent there: ``https://``, or ``http://`` to a loopback
+    host (a local receiver); never ``file:`` or another scheme ``urllib`` would open.
+
+    Raises
+    ------
+    ValueError
+        Any other URL.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and parts.hostname in LOOPBACK_HOSTS:
+        return url
+    raise ValueError(f"a webhook URL is https:// (or http:// to 127.0.0.1), not {url!r}")
+
+
+class UrllibTransport:
+    """POST with ``urllib.request``; every answer (and a timeout or a refused connection)
+    is a :class:`~mediajobs.service_layer.dispatch.WebhookAnswer`, never an exception.
+    Redirects are not followed (a 3xx is an answer: refused)."""
+
+    def __init__(self) -> None:
+        self._opener = urllib.request.build_opener(_NoRedirects())
+
+    def post(self, url: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float) -> WebhookAnswer:
+        """POST ``body`` to ``url`` with ``headers``, waiting at most ``timeout_s`` seconds.
+
+        Raises
+        ------
+        ValueError
+            A URL :func:`checked_webhook_url` refuses (settings are checked when built).
+        """
+        # Checked: https, or http to a loopback host -- never file: or a custom scheme.
+        request = urllib.request.Request(checked_webhook_url(url), data=body, headers=dict(headers), method="POST")  # noqa: S310
+        try:
+            with self._opener.open(request, timeout=timeout_s) as answer:
+                return WebhookAnswer(answer.status, dict(answer.headers.items()), answer.read(ANSWER_BYTES))
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return WebhookAnswer(exc.code, dict(exc.headers.items()), exc.read(ANSWER_BYTES))
+        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
+            log.warning("webhook POST failed: %s", exc)
+            return WebhookAnswer(None)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+class StandardWebhooksSigner:
+    """Signs as the Standard Webhooks libraries verify.
+
+    Parameters
+    ----------
+    secret: the signing secret, ``whsec_`` + base64 (as Standard Webhooks spells it), or
+        the raw bytes.
+
+    Raises
+    ------
+    ValueError
+        An empty or undecodable secret.
+    """
+
+    def __init__(self, secret: str | bytes) -> None:
+        try:
+            self._webhook = Webhook(secret)
+        except Exception as exc:  # noqa: BLE001 - the library raises bare errors for a bad secret
+            raise ValueError(f"the webhook secret is not a Standard Webhooks secret: {exc}") from exc
+
+    def signature(self, msg_id: str, timestamp_s: int, body: str) -> str:
+        """The ``webhook-signature`` header of ``body`` sent as ``msg_id`` at ``timestamp_s``."""
+        when = datetime.datetime.fromtimestamp(timestamp_s, tz=datetime.UTC)
+        return self._webhook.sign(msg_id=msg_id, timestamp=when, data=body)
