@@ -64,8 +64,10 @@ from mediajobs.local.events import (
 from mediajobs.local.template import (
     ASSETS_TABLE_ID,
     BUCKET_ID,
+    BUS_ID,
     DLQ_ID,
     EVENTS_DLQ_ID,
+    FAILURES_QUEUE_ID,
     FUNCTION_ID,
     OUTBOX_TABLE_ID,
     QUEUE_ID,
@@ -509,6 +511,9 @@ class LocalStack:
     table_name: jobs table; sources_table_name: the source index; assets_table_name:
         the assets, references and collection candidates; outbox_table_name: the
         notifications owed (its stream feeds the dispatcher).
+    notification_bus_name: the notification bus; notification_failures_queue_url: the
+        dispatcher's on-failure queue; notifications_seen_queue_url: a local queue a rule
+        on the bus copies every event to (to see what EventBridge was given).
     function_env: the worker's environment, resolved from the template.
     batch_size: the SQS event source's BatchSize.
     timeout_s: the worker's Timeout, seconds.
@@ -537,6 +542,9 @@ class LocalStack:
     batch_size: int
     timeout_s: int
     outbox_table_name: str = "mediajobs-outbox"
+    notification_bus_name: str = ""
+    notification_failures_queue_url: str = ""
+    notifications_seen_queue_url: str = ""
     worker_env: dict[str, str] = field(default_factory=dict)
     region: str = REGION
     credentials: dict[str, str] = field(default_factory=lambda: dict(CREDENTIALS))
@@ -586,6 +594,20 @@ class LocalStack:
     def outbox_model(self) -> type[OutboxModel]:
         """The outbox table's model (:meth:`model`)."""
         return self.model(OutboxModel, self.outbox_table_name)
+
+    def outbox_stream_arn(self) -> str:
+        """The outbox table's stream (``LatestStreamArn``)."""
+        table = self.client("dynamodb").describe_table(TableName=self.outbox_table_name)["Table"]
+        return str(table["LatestStreamArn"])
+
+    def dispatcher_settings(self, **overrides: Any) -> Settings:
+        """The dispatcher's settings on this stack: the outbox, the bus, the failures
+        queue (``webhook_url`` and ``webhook_secret_arn`` among ``overrides``)."""
+        return self.settings(
+            notification_bus_name=self.notification_bus_name,
+            notification_failures_queue_url=self.notification_failures_queue_url,
+            **overrides,
+        )
 
 
 class EmbeddedAws:
@@ -822,6 +844,19 @@ class EmbeddedAws:
                 KeySchema=assets_props["KeySchema"],
                 BillingMode="PAY_PER_REQUEST",
             )
+        # The notification bus, the dispatcher's failures queue, and (local only) a rule
+        # copying every event of the bus to a queue, to see what EventBridge was given.
+        bus_name = f"{self.name}-notifications"
+        bus_arn = events.create_event_bus(Name=bus_name)["EventBusArn"]
+        refs[BUS_ID], attrs[(BUS_ID, "Arn")], attrs[(BUS_ID, "Name")] = bus_name, bus_arn, bus_name
+        failures_url = sqs.create_queue(QueueName=f"{self.name}-notification-failures")["QueueUrl"]
+        seen_url = sqs.create_queue(QueueName=f"{self.name}-notifications-seen")["QueueUrl"]
+        seen_arn = sqs.get_queue_attributes(QueueUrl=seen_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        refs[FAILURES_QUEUE_ID] = failures_url
+        events.put_rule(
+            Name=f"{self.name}-seen", EventBusName=bus_name, EventPattern=json.dumps({"source": ["mediajobs"]})
+        )
+        events.put_targets(Rule=f"{self.name}-seen", EventBusName=bus_name, Targets=[{"Id": "seen", "Arn": seen_arn}])
         # The outbox as the template declares it, with its stream (the dispatcher's source).
         outbox_props = self._resource(OUTBOX_TABLE_ID)["Properties"]
         with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
@@ -853,6 +888,9 @@ class EmbeddedAws:
             sources_table_name=sources_table_name,
             assets_table_name=assets_table_name,
             outbox_table_name=outbox_table_name,
+            notification_bus_name=bus_name,
+            notification_failures_queue_url=failures_url,
+            notifications_seen_queue_url=seen_url,
             function_env={k: str(v) for k, v in env.items()},
             batch_size=int(sqs_event.get("BatchSize", 10)),
             timeout_s=int(function.get("Timeout", 3)),
