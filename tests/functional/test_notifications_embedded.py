@@ -1,90 +1,164 @@
-"""Notifications end to end on the embedded AWS: an upload's asset ends ready, its
-transaction puts one outbox item, the stream feeds the real dispatcher, and a receiver on
-127.0.0.1 and the bus each get the notification once, under the one id; delivering the
-upload again sends nothing new."""
+"""Notifications end to end on the embedded AWS, the acceptance test the outbox exists
+for: with a verifying receiver on 127.0.0.1, the same upload delivered twice, a worker
+killed after its commit and before its acknowledgement, a dispatcher killed after the
+POST and before its mark -- the receiver sees exactly one notification id per asset
+version (repeats carry the same id); a 429 with ``Retry-After: 2`` is retried no sooner
+than 2 s later; a 400 lands in the failures queue and is not retried; two dispatchers
+racing one record send it at most twice and mark it once."""
 
 from __future__ import annotations
 
-import http.server
+import dataclasses
 import threading
+import uuid
 from collections.abc import Iterator
 
 import pytest
-from standardwebhooks import Webhook
 
-from mediajobs.local.notifications import failures, local_dispatcher, new_webhook_secret, seen_events
+from mediajobs.local.notifications import LocalDispatcher, failures, local_dispatcher, new_webhook_secret, seen_events
+from mediajobs.local.receiver import Answer, WebhookReceiver
 from tests.conftest import REPO
 
 PHOTO = REPO / "tests" / "media" / "photos" / "canon-40d-small.jpg"
-
-
-class Receiver(http.server.ThreadingHTTPServer):
-    """Verifies each POST with the Standard Webhooks library; answers from ``answers``
-    (the last one repeats), keeping (time, id, payload) of each verified delivery."""
-
-    def __init__(self, secret: str, answers: list[tuple[int, dict[str, str]]]):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.webhook = Webhook(secret)
-        self.answers = answers
-        self.deliveries: list[tuple[str, dict]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hooks/mediajobs"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 - the standard library's name
-        body = self.rfile.read(int(self.headers["content-length"]))
-        payload = self.server.webhook.verify(body, dict(self.headers.items()))
-        self.server.deliveries.append((self.headers["webhook-id"], payload))
-        status, headers = self.server.answers.pop(0) if len(self.server.answers) > 1 else self.server.answers[0]
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
+OTHER = REPO / "tests" / "media" / "photos" / "camera-gps-nikon.jpg"
 
 
 @pytest.fixture()
-def receiver() -> Iterator[tuple[Receiver, str]]:
-    secret = new_webhook_secret()
-    server = Receiver(secret, [(200, {})])
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server, secret
-    server.shutdown()
-    server.server_close()
+def secret() -> str:
+    return new_webhook_secret()
 
 
-def test_a_ready_upload_is_told_once_to_the_webhook_and_the_bus(local_session, receiver):
-    server, secret = receiver
+@pytest.fixture()
+def receiver(secret) -> Iterator[WebhookReceiver]:
+    server = WebhookReceiver(secret).start()
+    yield server
+    server.stop()
+
+
+def fresh(local_session, receiver, secret, **settings) -> LocalDispatcher:
+    """A dispatcher on the module's stack, with what earlier tests left delivered first."""
     stack = local_session.stack
-    seen_events(stack)  # what earlier tests of the module put on the bus
-    dispatcher = local_dispatcher(stack, webhook_url=server.url, webhook_secret=secret)
-    dispatcher.mapping.drain()  # earlier tests' notifications: delivered before this one's
-    server.deliveries.clear()
+    dispatcher = local_dispatcher(stack, webhook_url=receiver.url, webhook_secret=secret, **settings)
+    dispatcher.mapping.drain()
+    receiver.received.deliveries.clear()
     seen_events(stack)
+    failures(stack)
+    return dispatcher
 
-    local_session.upload(PHOTO, "originals/notify/one.jpg")
+
+def upload(local_session, path=PHOTO) -> str:
+    key = f"originals/notify/{uuid.uuid4().hex}.jpg"
+    local_session.upload(path, key)
+    return key
+
+
+def test_a_ready_upload_delivered_twice_is_told_once_to_the_webhook_and_the_bus(local_session, receiver, secret):
+    dispatcher = fresh(local_session, receiver, secret)
+    stack = local_session.stack
+    key = upload(local_session)
     local_session.run()
     dispatcher.mapping.drain()
 
-    ((nid, payload),) = server.deliveries
-    assert payload["id"] == nid and payload["type"] == "Asset Ready"
-    assert (payload["asset"]["key"], payload["asset"]["state"]) == ("originals/notify/one.jpg", "ready")
-    assert set(payload["asset"]["recipes"]) == {"web-image@1", "image-placeholder@1"}
+    (delivery,) = receiver.received.deliveries
+    assert delivery.payload["id"] == delivery.id and delivery.payload["type"] == "Asset Ready"
+    assert (delivery.payload["asset"]["key"], delivery.payload["asset"]["state"]) == (key, "ready")
+    assert set(delivery.payload["asset"]["recipes"]) == {"web-image@1", "image-placeholder@1"}
     (event,) = seen_events(stack)
-    assert (event["source"], event["detail-type"], event["detail"]["id"]) == ("mediajobs", "Asset Ready", nid)
-    item = stack.outbox_model().get(nid, consistent_read=True)
+    assert (event["source"], event["detail-type"], event["detail"]["id"]) == ("mediajobs", "Asset Ready", delivery.id)
+    item = stack.outbox_model().get(delivery.id, consistent_read=True)
     assert set(item.deliveries.as_dict()) == {"eventbridge", "webhook"} and item.expires_at_s is not None
 
-    # Every event delivered again: the asset is ready already, no new notification.
-    local_session.redeliver(local_session.esm.stats.bodies[-1:])
+    local_session.redeliver(local_session.esm.stats.bodies[-1:])  # the same upload event again
     local_session.run()
     dispatcher.mapping.drain()
-    assert [n for n, _ in server.deliveries] == [nid]
+    assert receiver.received.ids() == [delivery.id] and receiver.received.repeats() == 0
     assert seen_events(stack) == [] and failures(stack) == []
+
+
+def test_a_dispatcher_killed_after_the_post_sends_again_under_the_same_id_and_marks_once(
+    local_session, receiver, secret
+):
+    killed: list[str] = []
+
+    class DiesBeforeMarking:
+        def __init__(self, outbox):
+            self._outbox = outbox
+
+        def __getattr__(self, name):
+            return getattr(self._outbox, name)
+
+        def mark(self, notification_id, destination, mark, *, now_s, last):
+            if destination == "webhook" and not killed:
+                killed.append(notification_id)
+                raise RuntimeError("killed after the POST, before the mark")
+            return self._outbox.mark(notification_id, destination, mark, now_s=now_s, last=last)
+
+    dispatcher = fresh(local_session, receiver, secret)
+    wrapped = local_dispatcher(
+        local_session.stack,
+        webhook_url=receiver.url,
+        webhook_secret=secret,
+        wrap=lambda a: dataclasses.replace(a, outbox=DiesBeforeMarking(a.outbox)),
+    )
+    upload(local_session)
+    local_session.run()
+    wrapped.mapping.drain()
+    assert wrapped.mapping.stats.retried == 1  # the record came back
+    deliveries = receiver.received.deliveries
+    assert [d.id for d in deliveries] == [killed[0], killed[0]]  # sent again, the same id
+    assert receiver.received.ids() == killed and receiver.received.repeats() == 1
+    item = local_session.stack.outbox_model().get(killed[0], consistent_read=True)
+    assert set(item.deliveries.as_dict()) == {"eventbridge", "webhook"}
+    assert len(seen_events(local_session.stack)) == 1  # marked before the kill: not sent again
+    dispatcher.mapping.drain()  # the first dispatcher, reading the same records: nothing left to send
+    assert len(receiver.received.deliveries) == 2
+
+
+def test_a_429_with_retry_after_is_retried_no_sooner_than_it_says(local_session, receiver, secret):
+    dispatcher = fresh(local_session, receiver, secret)
+    receiver.answers = [Answer(429, 2), Answer(200)]
+    upload(local_session)
+    local_session.run()
+    dispatcher.mapping.drain()
+    first, second = receiver.received.deliveries
+    assert (first.id, first.status, second.status) == (second.id, 429, 200)
+    assert second.at_s - first.at_s >= 2.0
+
+
+def test_a_400_lands_in_the_failures_queue_and_is_not_retried(local_session, receiver, secret):
+    dispatcher = fresh(local_session, receiver, secret)
+    receiver.answers = [Answer(400)]
+    upload(local_session, OTHER)
+    local_session.run()
+    dispatcher.mapping.drain()
+    (refused,) = receiver.received.deliveries
+    (kept,) = failures(local_session.stack)
+    assert (kept["notification_id"], kept["destination"], kept["status"]) == (refused.id, "webhook", 400)
+    assert kept["detail"] == '{"status": 400}'
+    dispatcher.mapping.drain()
+    assert len(receiver.received.deliveries) == 1
+    item = local_session.stack.outbox_model().get(refused.id, consistent_read=True)
+    assert item.deliveries.as_dict()["webhook"]["refused"] is True
+
+
+def test_two_dispatchers_racing_one_record_send_it_at_most_twice_and_mark_it_once(local_session, receiver, secret):
+    first = fresh(local_session, receiver, secret)
+    second = local_dispatcher(local_session.stack, webhook_url=receiver.url, webhook_secret=secret)
+    second.mapping.drain()
+    receiver.received.deliveries.clear()
+    seen_events(local_session.stack)
+    upload(local_session)
+    local_session.run()
+    # Both read the same record before either marks it: each delivers, one mark wins.
+    record_one, record_two = first.mapping, second.mapping
+    go = threading.Barrier(2)
+    threads = [threading.Thread(target=lambda m=m: (go.wait(), m.drain())) for m in (record_one, record_two)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = receiver.received.ids()
+    assert len(ids) == 1 and len(receiver.received.deliveries) <= 2
+    raced = [d for d in first.dispatched + second.dispatched if d.notification_id == ids[0]]
+    marked = sum("webhook" in d.delivered and "webhook" not in d.raced for d in raced)
+    assert marked == 1
