@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -756,6 +757,48 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+def cmd_webhook_listen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``mediajobs webhook listen``: verify and print each delivery until Ctrl-C (or
+    ``--count`` deliveries); exit 0."""
+    from mediajobs.local.receiver import Delivery, WebhookReceiver, parse_answers
+
+    try:
+        answers = parse_answers(args.answer)
+        receiver = WebhookReceiver(args.secret, host=args.host, port=args.port, answers=answers)
+    except ValueError as exc:
+        parser.error(str(exc))
+    except OSError as exc:
+        raise InternalError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - standardwebhooks refuses a bad secret with bare errors
+        parser.error(f"--secret is not a Standard Webhooks secret (whsec_ + base64): {exc}")
+    done = threading.Event()
+
+    def show(delivery: Delivery) -> None:
+        seen = sum(d.id == delivery.id for d in receiver.received.deliveries)
+        asset = delivery.payload.get("asset", {})
+        line = {
+            "webhook_id": delivery.id,
+            "type": delivery.payload.get("type"),
+            "key": asset.get("key"),
+            "state": asset.get("state"),
+            "answered": delivery.status,
+            "repeat": seen > 1,
+        }
+        print(json.dumps(line), flush=True)
+        accepted = {d.id for d in receiver.received.deliveries if 200 <= d.status < 300}
+        if args.count and len(accepted) >= args.count:
+            done.set()
+
+    receiver.on_delivery = show
+    receiver.start()
+    print(f"listening on {receiver.url} (answers {args.answer}); Ctrl-C to stop", file=sys.stderr, flush=True)
+    try:
+        done.wait()
+    finally:
+        receiver.stop()
+    return 0
+
+
 def non_negative_seconds(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -900,6 +943,25 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument(
         "--endpoint", default=DEFAULT_ENDPOINT, help=f"the serve's endpoint (default {DEFAULT_ENDPOINT})"
     )
+    webhook = sub.add_parser("webhook", help="a local webhook receiver that verifies what the dispatcher sends")
+    webhook_sub = webhook.add_subparsers(dest="webhook_command", required=True)
+    listen = webhook_sub.add_parser(
+        "listen",
+        help="verify each delivery (Standard Webhooks) and print it as one JSON line",
+        description="Listen for the dispatcher's webhooks, verify each signature with the secret, print one "
+        "JSON line per verified delivery (its webhook-id, type, key, state, the status answered, whether the "
+        "id was seen before). A delivery that does not verify is answered 401.",
+    )
+    listen.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    listen.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    listen.add_argument("--secret", required=True, help="the signing secret (whsec_ + base64)")
+    listen.add_argument(
+        "--answer",
+        default="200",
+        metavar="LIST",
+        help="statuses to answer in turn, the last repeating; 429:2 is a 429 with Retry-After: 2 (default 200)",
+    )
+    listen.add_argument("--count", type=int, default=0, help="stop once this many distinct ids were answered 2xx (default: never)")
     collect = sub.add_parser(
         "collect",
         help="one collection run against `mediajobs serve`: delete the derivatives no asset references",
@@ -950,6 +1012,8 @@ def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None 
             return cmd_delete(args, parser)
         if args.command == "collect":
             return cmd_collect(args)
+        if args.command == "webhook":
+            return cmd_webhook_listen(args, parser)
         return cmd_process(args, parser, wrap_adapters)
     except InternalError as exc:
         print(f"mediajobs: {exc}", file=sys.stderr)
