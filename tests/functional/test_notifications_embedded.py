@@ -162,3 +162,39 @@ def test_two_dispatchers_racing_one_record_send_it_at_most_twice_and_mark_it_onc
     raced = [d for d in first.dispatched + second.dispatched if d.notification_id == ids[0]]
     marked = sum("webhook" in d.delivered and "webhook" not in d.raced for d in raced)
     assert marked == 1
+
+
+class Crash(BaseException):
+    """The worker process dies here (escapes every ``except Exception``)."""
+
+
+def test_a_worker_killed_after_its_commit_and_before_its_ack_is_told_once(local_session, receiver, secret):
+    """The first delivery commits the jobs and the asset (with its notification) and dies
+    before its acknowledgement; the redelivery finds the asset ready: one id."""
+    from mediajobs.bootstrap import build_service, default_adapters
+    from mediajobs.entrypoints import worker
+    from mediajobs.local.runner import EventSourceMapping
+    from mediajobs.settings import Settings
+
+    dispatcher = fresh(local_session, receiver, secret)
+    local_session.run()
+    stack = local_session.stack
+    settings = Settings.from_env()
+    service = build_service(settings, adapters=default_adapters(settings, s3=local_session.s3))
+
+    def die_before_ack(messages):
+        raise Crash("before_ack")
+
+    dying = EventSourceMapping(
+        local_session.sqs, stack.queue_url, stack.queue_arn, worker.make_handler(service), before_ack=die_before_ack
+    )
+    upload(local_session)
+    with pytest.raises(Crash):
+        dying.poll_once()
+    dispatcher.mapping.drain()
+    (told,) = receiver.received.ids()  # committed with the asset, before the acknowledgement
+    dying.expire(dying.current_batch)  # its visibility timeout ran out: delivered again
+    assert local_session.run().received == 1
+    dispatcher.mapping.drain()
+    assert receiver.received.ids() == [told] and receiver.received.repeats() == 0
+    assert [e["detail"]["id"] for e in seen_events(stack)] == [told]
