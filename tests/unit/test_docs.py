@@ -218,7 +218,9 @@ def test_relative_links_resolve(page, target):
 
 
 def test_the_readme_stays_short():
-    assert len((ROOT / "README.md").read_text().splitlines()) <= 160
+    """What a user needs first (commands, deploy, what an app calls and is told); the rest
+    is in docs/."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 170
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_id)
