@@ -21,6 +21,7 @@ from typing import Any, Final
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import (
     DynamoDBRecord,
     DynamoDBRecordEventName,
@@ -134,7 +135,7 @@ def make_handler(dispatcher: Dispatcher, *, on_dispatched: Callable[[Dispatched]
         if on_dispatched is not None:
             on_dispatched(done)
 
-    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    def handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
         def remaining_s() -> float | None:
             if context is None or not hasattr(context, "get_remaining_time_in_millis"):
                 return None
@@ -156,10 +157,10 @@ _handler: Any = None
 
 @logger.inject_lambda_context
 @metrics.log_metrics
-def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def lambda_handler(event: dict[str, Any], context: Any) -> PartialItemFailureResponse:
     """The deployed entry point: built once per execution environment from the environment."""
     global _handler
     if _handler is None:
         _handler = make_handler(make_dispatcher(real_dispatcher_adapters(Settings.from_env())))
-    result: dict[str, Any] = _handler(event, context)
+    result: PartialItemFailureResponse = _handler(event, context)
     return result

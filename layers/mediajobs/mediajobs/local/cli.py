@@ -232,11 +232,15 @@ def cmd_demo(
     files, out_dir = _checked_inputs(args, parser)
     files = files or sample_photos() + _videos_if_ffmpeg()
     out_dir = out_dir.resolve()
-    with LocalSession(log_level=args.log_level, bars=ProgressBars(), wrap_adapters=wrap_adapters) as session:
+    with (
+        LocalSession(log_level=args.log_level, bars=ProgressBars(), wrap_adapters=wrap_adapters) as session,
+        _DemoNotifications(session) as told,
+    ):
         print(
             f"embedded AWS at {session.stack.endpoint_url}: bucket {session.stack.bucket}, "
             f"queue {session.stack.queue_url.rsplit('/', 1)[-1]}, table {session.stack.table_name}"
         )
+        print(f"webhook receiver at {told.receiver.url}, verifying Standard Webhooks signatures")
         uploads: list[tuple[str, Path, str]] = []
         for i, path in enumerate(files):
             uploads.append((path.name, path, f"originals/demo/{i:02d}-{_key_name(path.name)}"))
@@ -261,6 +265,7 @@ def cmd_demo(
         )
         rows = [(title, _first_result(session, key)) for title, _, key in uploads]
         _print_table(rows)
+        told.deliver("notifications")
 
         session.redeliver(first_bodies)
         second_received = session.run().received - first_received
@@ -271,6 +276,7 @@ def cmd_demo(
             f"{renders_second} renders, {reused} jobs reused"
             f"{' - no render ran twice' if renders_second == 0 else ' - UNEXPECTED RENDERS'}"
         )
+        no_new_ids = told.deliver("notifications after the second delivery") == 0
         print(f"dead-letter queue: {session.dead_letters()} messages")
 
         entries = []
@@ -287,12 +293,51 @@ def cmd_demo(
             entries.append(entry)
         # The first photo and its copy share one derivative set: delete them one by one.
         collected = _delete_and_collect(session, uploads[0][2], uploads[-1][2])
+        told.deliver("notifications of the deletes")
         for entry, (_, _, key) in zip(entries, uploads, strict=True):
             entry.status = asset_document(session.stack, key)
         index = write_gallery(out_dir, entries)
     print(f"\nderivatives and gallery written to {out_dir}")
     print(f"open {index}")
-    return 0 if renders_second == 0 and collected else 1
+    return 0 if renders_second == 0 and collected and no_new_ids else 1
+
+
+class _DemoNotifications:
+    """The demo's receiver and dispatcher: a verifying webhook receiver on 127.0.0.1 and
+    the real dispatcher on the outbox stream; :meth:`deliver` runs the dispatcher and
+    prints what reached the receiver and the bus since the last call."""
+
+    def __init__(self, session: LocalSession) -> None:
+        self.session = session
+
+    def __enter__(self) -> _DemoNotifications:
+        from mediajobs.local.notifications import local_dispatcher, new_webhook_secret
+        from mediajobs.local.receiver import WebhookReceiver
+
+        secret = new_webhook_secret()
+        self.receiver = WebhookReceiver(secret).start()
+        self.dispatcher = local_dispatcher(self.session.stack, webhook_url=self.receiver.url, webhook_secret=secret)
+        self._seen = 0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.receiver.stop()
+
+    def deliver(self, title: str) -> int:
+        """Dispatch what the outbox holds; print the new notification ids; return how many."""
+        from mediajobs.local.notifications import seen_events
+
+        self.dispatcher.mapping.drain()
+        deliveries = self.receiver.received.deliveries[self._seen :]
+        self._seen = len(self.receiver.received.deliveries)
+        known = {d.id for d in self.receiver.received.deliveries[: self._seen - len(deliveries)]}
+        new = [d for d in deliveries if d.id not in known]
+        events = seen_events(self.session.stack)
+        print(f"\n{title}: {len(new)} new ids at the webhook ({len(deliveries)} deliveries), {len(events)} bus events")
+        for d in new:
+            asset = d.payload.get("asset", {})
+            print(f"  {d.payload.get('type'):<14} {asset.get('key')}  id {d.id[:12]}")
+        return len(new)
 
 
 def _delete_and_collect(session: LocalSession, first: str, copy: str) -> bool:
@@ -961,7 +1006,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="statuses to answer in turn, the last repeating; 429:2 is a 429 with Retry-After: 2 (default 200)",
     )
-    listen.add_argument("--count", type=int, default=0, help="stop once this many distinct ids were answered 2xx (default: never)")
+    listen.add_argument(
+        "--count", type=int, default=0, help="stop once this many distinct ids were answered 2xx (default: never)"
+    )
     collect = sub.add_parser(
         "collect",
         help="one collection run against `mediajobs serve`: delete the derivatives no asset references",

@@ -118,7 +118,8 @@ class WebhookReceiver(http.server.ThreadingHTTPServer):
     def url(self) -> str:
         """Where to send (``http://127.0.0.1:<port>/``)."""
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        return f"http://{name}:{port}/"
 
     def start(self) -> WebhookReceiver:
         """Serve on a thread of this process."""
