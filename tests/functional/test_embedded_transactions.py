@@ -162,3 +162,23 @@ def test_a_put_without_its_key_is_a_validation_error(ddb):
         "ValidationException",
         "One or more parameter values were invalid: Missing the key pk in the item",
     ), f"a Put without its key answered {error['Code']}: {error['Message'][:120]}"
+
+
+def test_a_condition_moto_cannot_evaluate_is_a_client_error_not_a_server_error(ddb):
+    """moto's own code made an exception while evaluating a condition a cancellation reason
+    (a 400 the SDK does not retry); the pre-check must not turn it into a 500 (which the
+    SDK retries, and DynamoDB never answers for a request's own content)."""
+    client, table, _ = ddb
+    op = {
+        "TableName": table,
+        "Item": {"pk": {"S": uuid.uuid4().hex}},
+        "ConditionExpression": "size(pk) > :v",  # moto 5.x raises ValueError evaluating it
+        "ExpressionAttributeValues": {":v": {"S": "x"}},
+    }
+    with pytest.raises(ClientError) as raised:
+        client.transact_write_items(TransactItems=[{"Put": op}])
+    response = raised.value.response
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 400, (
+        f"a condition moto cannot evaluate answered {response['ResponseMetadata']['HTTPStatusCode']} "
+        f"{response['Error']['Code']}"
+    )
