@@ -147,7 +147,7 @@ def test_a_failure_while_applying_puts_nothing_in_the_stream(ddb):
     with pytest.raises(ClientError):
         client.transact_write_items(TransactItems=[put(table, a), bad_update])
     after = stream_keys(client, streams, table)
-    assert after == before, f"a failed transaction streamed {after[len(before):]} (a: {a}, b: {b})"
+    assert after == before, f"a failed transaction streamed {after[len(before) :]} (a: {a}, b: {b})"
 
 
 def test_a_put_without_its_key_is_a_validation_error(ddb):

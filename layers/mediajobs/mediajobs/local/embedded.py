@@ -405,7 +405,8 @@ def _transaction_key(backend: Any, op_type: str, op: dict[str, Any]) -> dict[str
         if name is None:
             continue
         if name not in op["Item"]:
-            raise MockValidationException(f"One or more parameter values were invalid: Missing the key {name} in the item")
+            missing = f"One or more parameter values were invalid: Missing the key {name} in the item"
+            raise MockValidationException(missing)
         key[name] = op["Item"][name]
     return key
 
@@ -433,7 +434,11 @@ def _transactions_without_table_copies() -> None:
     """
     from moto.dynamodb import models as ddb_models
     from moto.dynamodb.comparisons import get_filter_expression
-    from moto.dynamodb.exceptions import MultipleTransactionsException, TransactionCanceledException
+    from moto.dynamodb.exceptions import (
+        MockValidationException,
+        MultipleTransactionsException,
+        TransactionCanceledException,
+    )
 
     backend_class = ddb_models.DynamoDBBackend
     if getattr(backend_class.transact_write_items, "_mediajobs", False):
@@ -444,7 +449,7 @@ def _transactions_without_table_copies() -> None:
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         if len(transact_items) > 100 or any(len(item) != 1 for item in transact_items):
             return original(self, transact_items)  # moto's own errors for malformed requests
-        actions: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        actions: list[tuple[dict[str, Any], dict[str, Any]]] = []
         targets: set[tuple[str, str]] = set()
         for item in transact_items:  # the request's form first: DynamoDB refuses it before any condition
             op_type, op = next(iter(item.items()))
@@ -455,16 +460,23 @@ def _transactions_without_table_copies() -> None:
             if target in targets:  # "no two actions can target the same item"
                 raise MultipleTransactionsException()
             targets.add(target)
-            actions.append((op_type, op, key))
+            actions.append((op, key))
         errors: list[tuple[Any, Any, Any]] = []
         touched: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
-        for op_type, op, key in actions:
+        for op, key in actions:
             current = self.get_item(op["TableName"], key)
             touched.append((op["TableName"], key, current.to_json()["Attributes"] if current else None))
             condition = op.get("ConditionExpression")
-            if condition is not None and not get_filter_expression(
-                condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
-            ).expr(current):
+            try:
+                held = condition is None or get_filter_expression(
+                    condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+                ).expr(current)
+            except MockValidationException:
+                raise  # a ValidationException, as moto's own code raises it
+            except Exception as exc:  # noqa: BLE001 - moto's own code makes it a cancellation reason
+                errors.append((type(exc).__name__, str(exc), None))
+                continue
+            if not held:
                 old = (
                     current.to_json()["Attributes"]
                     if current and op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
