@@ -395,12 +395,23 @@ class _CopyWithoutTables:
 
 
 def _transaction_key(backend: Any, op_type: str, op: dict[str, Any]) -> dict[str, Any]:
+    """The key of the item a transaction's action targets (a ``Put``'s, from its item).
+
+    Raises moto's ``ValidationException`` for a ``Put`` whose item lacks a key attribute,
+    with DynamoDB's message ("Missing the key pk in the item")."""
+    from moto.dynamodb.exceptions import MockValidationException
+
     if op_type != "Put":
         return dict(op["Key"])
     table = backend.get_table(op["TableName"])
-    key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
-    if table.range_key_attr is not None:
-        key[table.range_key_attr] = op["Item"][table.range_key_attr]
+    key = {}
+    for name in (table.hash_key_attr, table.range_key_attr):
+        if name is None:
+            continue
+        if name not in op["Item"]:
+            missing = f"One or more parameter values were invalid: Missing the key {name} in the item"
+            raise MockValidationException(missing)
+        key[name] = op["Item"][name]
     return key
 
 
@@ -417,15 +428,21 @@ def _transactions_without_table_copies() -> None:
     every condition first and writes nothing, streams nothing, when one fails
     ("TransactWriteItems", DynamoDB API reference).
 
-    Here the conditions are checked first, against the items as they are (every
-    DynamoDB request of the embedded server runs alone: :class:`AtomicWrites`); a failed
-    one cancels the transaction with moto's own reasons before anything is written. When
-    all hold, moto's code applies the transaction without its table copies; a write that
-    still fails (a validation error) is undone item by item.
+    Here the request's form is checked first, as DynamoDB does before any condition (two
+    actions on one item, a ``Put`` without its key: ``ValidationException``); then the
+    conditions, against the items as they are (every DynamoDB request of the embedded
+    server runs alone: :class:`AtomicWrites`); a failed one cancels the transaction with
+    moto's own reasons before anything is written. When all hold, moto's code applies the
+    transaction without its table copies; a write that still fails (a validation error) is
+    undone item by item, and the stream records of the writes and of their undo dropped.
     """
     from moto.dynamodb import models as ddb_models
     from moto.dynamodb.comparisons import get_filter_expression
-    from moto.dynamodb.exceptions import TransactionCanceledException
+    from moto.dynamodb.exceptions import (
+        MockValidationException,
+        MultipleTransactionsException,
+        TransactionCanceledException,
+    )
 
     backend_class = ddb_models.DynamoDBBackend
     if getattr(backend_class.transact_write_items, "_mediajobs", False):
@@ -436,19 +453,34 @@ def _transactions_without_table_copies() -> None:
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         if len(transact_items) > 100 or any(len(item) != 1 for item in transact_items):
             return original(self, transact_items)  # moto's own errors for malformed requests
-        errors: list[tuple[Any, Any, Any]] = []
-        touched: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
-        for item in transact_items:
+        actions: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        targets: set[tuple[str, str]] = set()
+        for item in transact_items:  # the request's form first: DynamoDB refuses it before any condition
             op_type, op = next(iter(item.items()))
             if op_type not in {"ConditionCheck", "Put", "Delete", "Update"} or "TableName" not in op:
                 return original(self, transact_items)
             key = _transaction_key(self, op_type, op)
+            target = (str(op["TableName"]), str(dict(sorted(key.items()))))  # as moto's check_unicity
+            if target in targets:  # "no two actions can target the same item"
+                raise MultipleTransactionsException()
+            targets.add(target)
+            actions.append((op, key))
+        errors: list[tuple[Any, Any, Any]] = []
+        touched: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
+        for op, key in actions:
             current = self.get_item(op["TableName"], key)
             touched.append((op["TableName"], key, current.to_json()["Attributes"] if current else None))
             condition = op.get("ConditionExpression")
-            if condition is not None and not get_filter_expression(
-                condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
-            ).expr(current):
+            try:
+                held = condition is None or get_filter_expression(
+                    condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+                ).expr(current)
+            except MockValidationException:
+                raise  # a ValidationException, as moto's own code raises it
+            except Exception as exc:  # noqa: BLE001 - moto's own code makes it a cancellation reason
+                errors.append((type(exc).__name__, str(exc), None))
+                continue
+            if not held:
                 old = (
                     current.to_json()["Attributes"]
                     if current and op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
@@ -459,6 +491,10 @@ def _transactions_without_table_copies() -> None:
                 errors.append((None, None, None))
         if any(code is not None for code, _, _ in errors):
             raise TransactionCanceledException(errors)
+        # Each stream's length before: a transaction that fails while applied streams nothing,
+        # neither its writes nor their undo (moto's table copies took the stream back too).
+        streams = {name: self.get_table(name).stream_shard for name, _, _ in touched}
+        streamed = {name: len(shard.items) for name, shard in streams.items() if shard is not None}
         _APPLYING.active = True
         try:
             return original(self, transact_items)
@@ -469,6 +505,8 @@ def _transactions_without_table_copies() -> None:
                         self.delete_item(table_name, key)
                 else:
                     self.put_item(table_name, attributes)
+            for name, length in streamed.items():
+                del streams[name].items[length:]
             raise
         finally:
             _APPLYING.active = False
