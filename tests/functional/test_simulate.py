@@ -186,3 +186,19 @@ def test_the_cli_defaults_are_the_storms():
         "log_level": args.log_level,
     }
     assert dataclasses.replace(storm, **given) == storm
+
+
+def test_a_delivery_that_held_a_claim_is_not_a_duplicate_even_when_it_rendered_nothing():
+    """Under load a claim's lease can run out while its holder reads the original; another
+    worker takes the job over and the holder stops before rendering (busy). It read the
+    bytes for work it held: not a duplicate's cost."""
+    from mediajobs.local.simulate import _duplicate_deliveries
+
+    def record(outcome, *, rendered=False, claimed=False):
+        return {"outcome": outcome, "rendered": rendered, "claimed": claimed, "s3_bytes": 5262}
+
+    held = record("busy_resent", claimed=True)
+    answered, waited, rendered = record("done"), record("JobBusy"), record("done", rendered=True)
+    copy = record("done")
+    found = _duplicate_deliveries([held, answered, waited, rendered, copy, record("superseded")], {id(copy): 6})
+    assert [id(r) for r in found] == [id(answered), id(waited)]

@@ -246,6 +246,7 @@ def _worker_main(
     adapters = dataclasses.replace(adapters, store=store)
 
     renders = [0]
+    claims = [0]  # claims held: work this delivery did, even when a takeover stopped it
     finished_key: list[str | None] = [None]  # the original of the record being handled, once it is answered
     armed: dict[str, str] = {}  # job key -> the crash point chosen for this claim
     done_in_batch: list[str] = []
@@ -257,6 +258,7 @@ def _worker_main(
 
     class StormObserver(PipelineObserver):
         def claimed(self, claim: Any, source: Any) -> None:
+            claims[0] += 1
             emit("claimed", job_key=claim.job_key, took_over=claim.took_over, attempts=claim.attempts)
             point = crash_point(cfg.seed, claim.job_key, claim.attempts, cfg.crash_rate)
             if point is not None:
@@ -288,10 +290,10 @@ def _worker_main(
     service = build_service(settings, adapters=adapters, observer=StormObserver())
     # What a record cost: the counters' change since the previous record of the batch
     # (records of a batch are handled one after the other).
-    mark = {"ddb": 0, "s3_bytes": 0, "renders": 0}
+    mark = {"ddb": 0, "s3_bytes": 0, "renders": 0, "claims": 0}
 
     def take_mark() -> dict[str, int]:
-        now = {"ddb": ddb_requests[0], "s3_bytes": store.bytes_read, "renders": renders[0]}
+        now = {"ddb": ddb_requests[0], "s3_bytes": store.bytes_read, "renders": renders[0], "claims": claims[0]}
         spent = {k: now[k] - mark[k] for k in now}
         mark.update(now)
         return spent
@@ -304,6 +306,7 @@ def _worker_main(
             receive_count=receive_count,
             outcome=outcome,
             rendered=spent["renders"] > 0,  # started a render or committed a job
+            claimed=spent["claims"] > 0,  # held a job's claim (it read the bytes for it)
             ddb_requests=spent["ddb"],
             s3_bytes=spent["s3_bytes"],
             key=finished_key[0],
@@ -465,6 +468,21 @@ def _copies(records: list[dict[str, Any]], uploads: list[_Upload]) -> dict[int, 
         if key in copy_keys and not r["rendered"] and r["outcome"] in ("done", "JobBusy", "busy_resent"):
             copies[id(r)] = r["ddb_requests"]
     return copies
+
+
+def _duplicate_deliveries(records: list[dict[str, Any]], copies: dict[int, int]) -> list[dict[str, Any]]:
+    """The records that were duplicates: answered (``done``) or sent back while another
+    worker held the job (busy), without rendering or holding a claim of their own, and not
+    a copy's first record (:func:`_copies`). A record that held a claim did work -- read the
+    bytes for it -- even when another worker took the job over before it rendered."""
+    return [
+        r
+        for r in records
+        if not r["rendered"]
+        and not r.get("claimed", False)
+        and r["outcome"] in ("done", "JobBusy", "busy_resent")
+        and id(r) not in copies
+    ]
 
 
 def _duplicate_renders(events: list[dict[str, Any]]) -> int:
@@ -808,11 +826,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
         )
         records = [e for e in events if e["event"] == "record"]
         copies = _copies(records, uploads)
-        duplicates = [
-            r
-            for r in records
-            if not r["rendered"] and r["outcome"] in ("done", "JobBusy", "busy_resent") and id(r) not in copies
-        ]
+        duplicates = _duplicate_deliveries(records, copies)
         summary: dict[str, Any] = {
             "uploads": len(uploads),
             "unique_jobs": len(unique_keys),
