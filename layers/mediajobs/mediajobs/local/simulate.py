@@ -465,24 +465,27 @@ def _copies(records: list[dict[str, Any]], uploads: list[_Upload]) -> dict[int, 
         if key is None or key in seen:
             continue
         seen.add(key)
-        if key in copy_keys and not r["rendered"] and r["outcome"] in ("done", "JobBusy", "busy_resent"):
+        if key in copy_keys and _settled_elsewhere(r):
             copies[id(r)] = r["ddb_requests"]
     return copies
 
 
+def _settled_elsewhere(record: dict[str, Any]) -> bool:
+    """Whether a record was answered (``done``) or sent back while another worker held the
+    job (busy) without rendering or holding a claim of its own. A record that held a claim
+    did work -- read the bytes for it -- even when another worker took the job over before
+    it rendered."""
+    return (
+        not record["rendered"]
+        and not record.get("claimed", False)
+        and record["outcome"] in ("done", "JobBusy", "busy_resent")
+    )
+
+
 def _duplicate_deliveries(records: list[dict[str, Any]], copies: dict[int, int]) -> list[dict[str, Any]]:
-    """The records that were duplicates: answered (``done``) or sent back while another
-    worker held the job (busy), without rendering or holding a claim of their own, and not
-    a copy's first record (:func:`_copies`). A record that held a claim did work -- read the
-    bytes for it -- even when another worker took the job over before it rendered."""
-    return [
-        r
-        for r in records
-        if not r["rendered"]
-        and not r.get("claimed", False)
-        and r["outcome"] in ("done", "JobBusy", "busy_resent")
-        and id(r) not in copies
-    ]
+    """The records that were duplicates: settled elsewhere (:func:`_settled_elsewhere`) and
+    not a copy's first record (:func:`_copies`)."""
+    return [r for r in records if _settled_elsewhere(r) and id(r) not in copies]
 
 
 def _duplicate_renders(events: list[dict[str, Any]]) -> int:
