@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -29,6 +29,9 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 
 from mediajobs.service_layer.dispatch import Destination, Dispatched, Dispatcher, FailureSink, Outbox
 from mediajobs.settings import Settings
+
+if TYPE_CHECKING:
+    from mediajobs.adapters.outbox import OutboxModel
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mediajobs"))
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "mediajobs"))
@@ -51,10 +54,16 @@ class DispatcherAdapters:
     sleep: Callable[[float], None] = time.sleep
 
 
-def real_dispatcher_adapters(settings: Settings) -> DispatcherAdapters:
+def real_dispatcher_adapters(
+    settings: Settings, *, session: Any = None, outbox_model_: type[OutboxModel] | None = None
+) -> DispatcherAdapters:
     """The real adapters: the outbox table, the bus (when ``notification_bus_name`` is
     set), the webhook (when ``webhook_url`` is set, its secret read once per execution
     environment through Powertools' parameters, cached), the on-failure queue.
+
+    ``session``: the boto3 session the clients come from (default: the function's, from
+    its environment); ``outbox_model_``: the outbox table's model (default: bound from the
+    settings). The embedded AWS passes its own, signed with its credentials.
 
     Raises
     ------
@@ -68,7 +77,7 @@ def real_dispatcher_adapters(settings: Settings) -> DispatcherAdapters:
     from mediajobs.adapters.webhooks import StandardWebhooksSigner, UrllibTransport, checked_webhook_url
     from mediajobs.service_layer.dispatch import WebhookDestination, WebhookPolicy
 
-    session = boto3.session.Session(region_name=settings.region)
+    session = session or boto3.session.Session(region_name=settings.region)
     endpoint = {"endpoint_url": settings.endpoint_url} if settings.endpoint_url else {}
     destinations: list[Destination] = []
     if settings.notification_bus_name:
@@ -91,7 +100,9 @@ def real_dispatcher_adapters(settings: Settings) -> DispatcherAdapters:
         destinations.append(
             WebhookDestination(url, UrllibTransport(), StandardWebhooksSigner(str(secret)), policy=policy)
         )
-    outbox = DynamoOutbox(outbox_model(settings.outbox_table_name, settings.region, settings.endpoint_url))
+    outbox = DynamoOutbox(
+        outbox_model_ or outbox_model(settings.outbox_table_name, settings.region, settings.endpoint_url)
+    )
     failures = SqsFailureSink(session.client("sqs", **endpoint), settings.notification_failures_queue_url)
     return DispatcherAdapters(outbox, tuple(destinations), failures)
 

@@ -57,7 +57,9 @@ def local_dispatcher(
         name = f"mediajobs-webhook-{secrets.token_hex(4)}"
         arn = stack.client("secretsmanager").create_secret(Name=name, SecretString=secret)["ARN"]
         extra.update(webhook_url=webhook_url, webhook_secret_arn=arn)
-    adapters = real_dispatcher_adapters(stack.dispatcher_settings(**extra))
+    adapters = real_dispatcher_adapters(
+        stack.dispatcher_settings(**extra), session=stack.boto_session(), outbox_model_=stack.outbox_model()
+    )
     if wrap is not None:
         adapters = wrap(adapters)
     dispatched: list[Dispatched] = []
