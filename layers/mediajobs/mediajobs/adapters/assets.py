@@ -368,6 +368,15 @@ def _view(item: AssetModel) -> AssetView:
     )
 
 
+def asset_of_image(model: type[AssetModel], image: Mapping[str, Any] | None) -> AssetView | None:
+    """The asset an item image of the assets table holds (a stream record's ``NewImage`` or
+    ``OldImage``, in DynamoDB JSON), or ``None``: no image, or a reference row's or a
+    candidate's."""
+    if not image or image.get("sk", {}).get("S") != ASSET_SK:
+        return None
+    return _view(model.from_raw_data(dict(image)))
+
+
 def _item(model: type[AssetModel], view: AssetView, revision: int) -> AssetModel:
     version = view.version
     return model(

@@ -1,0 +1,60 @@
+"""The storm's notification checks find what they are for: an owed notification not yet
+delivered (missing, outstanding), an asset write that owed one and put none in the outbox
+(untold), and they hold once the dispatcher has run -- on the embedded AWS, through the
+real worker and the real dispatcher."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from mediajobs.adapters.assets import asset_pk
+from mediajobs.local.simulate import StormNotifications, notification_checks, watch_asset_writes
+from tests.conftest import REPO
+
+PHOTO = REPO / "tests" / "media" / "photos" / "canon-40d-small.jpg"
+
+
+@pytest.fixture(scope="module")
+def told(local_session) -> Iterator[StormNotifications]:
+    watch_asset_writes(local_session.stack)
+    notifications = StormNotifications(local_session.stack)
+    yield notifications
+    notifications.close()
+
+
+def test_a_ready_asset_is_missing_and_outstanding_until_dispatched_then_every_check_holds(local_session, told):
+    stack = local_session.stack
+    local_session.upload(PHOTO, f"originals/checks/{uuid.uuid4().hex}.jpg")
+    local_session.run()
+
+    checks, counts = notification_checks(stack, told)
+    assert (counts["owed"], counts["outbox"], counts["webhook_ids"]) == (1, 1, 0)
+    assert checks["notifications_missing"] == 1 and checks["outbox_outstanding"] == 1
+    assert checks["notifications_untold"] == 0
+
+    told.run()
+    checks, counts = notification_checks(stack, told)
+    assert set(checks.values()) == {0}
+    assert (counts["owed"], counts["webhook_ids"], counts["bus_events"]) == (1, 1, 1)
+    assert counts["by_type"] == {"Asset Ready": 1}
+
+
+def test_an_asset_end_written_without_its_outbox_item_is_counted_untold(local_session, told):
+    stack = local_session.stack
+    key = f"originals/checks/{uuid.uuid4().hex}.jpg"
+    local_session.upload(PHOTO, key)
+    local_session.run()
+    told.run()
+    assert notification_checks(stack, told)[0]["notifications_untold"] == 0
+
+    # The asset deleted by a write that bypasses the adapter's transaction: it owes an
+    # "Asset Deleted" the outbox never got.
+    model = stack.asset_models().asset
+    item = model.get(asset_pk(stack.bucket, key), "asset", consistent_read=True)
+    item.update(actions=[model.state.set("deleted"), model.sequencer.set("f" * 64), model.jobs.remove()])
+    checks, counts = notification_checks(stack, told)
+    assert checks["notifications_untold"] == 1 and checks["notifications_missing"] == 1
+    assert counts["by_type"] == {"Asset Deleted": 1, "Asset Ready": 2}
