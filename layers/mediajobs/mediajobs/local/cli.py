@@ -334,9 +334,10 @@ class _DemoNotifications:
         new = [d for d in deliveries if d.id not in known]
         events = seen_events(self.session.stack)
         print(f"\n{title}: {len(new)} new ids at the webhook ({len(deliveries)} deliveries), {len(events)} bus events")
+        width = max((len(str(d.payload.get("asset", {}).get("key"))) for d in new), default=0)
         for d in new:
-            asset = d.payload.get("asset", {})
-            print(f"  {d.payload.get('type'):<14} {asset.get('key')}  id {d.id[:12]}")
+            key = str(d.payload.get("asset", {}).get("key"))
+            print(f"  {d.payload.get('type'):<14} {key:<{width}}  id {d.id[:12]}")
         return len(new)
 
 
