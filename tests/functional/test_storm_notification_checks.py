@@ -11,10 +11,19 @@ from collections.abc import Iterator
 import pytest
 
 from mediajobs.adapters.assets import asset_pk
+from mediajobs.local.session import LocalSession
 from mediajobs.local.simulate import StormNotifications, notification_checks, watch_asset_writes
 from tests.conftest import REPO
 
 PHOTO = REPO / "tests" / "media" / "photos" / "canon-40d-small.jpg"
+
+
+@pytest.fixture(scope="module")
+def local_session() -> Iterator[LocalSession]:
+    """A stack of its own (moto's state is the process's: the shared session's outbox
+    holds other modules' notifications, which nothing here owed)."""
+    with LocalSession(log_level="WARNING", template_path=REPO / "template.yaml", name="mediajobs-checks") as session:
+        yield session
 
 
 @pytest.fixture(scope="module")

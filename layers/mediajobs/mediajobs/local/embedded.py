@@ -990,7 +990,10 @@ class EmbeddedAws:
         # The notification bus, the dispatcher's failures queue, and (local only) a rule
         # copying every event of the bus to a queue, to see what EventBridge was given.
         bus_name = f"{self.name}-notifications"
-        bus_arn = events.create_event_bus(Name=bus_name)["EventBusArn"]
+        try:
+            bus_arn = events.create_event_bus(Name=bus_name)["EventBusArn"]
+        except events.exceptions.ResourceAlreadyExistsException:  # this process's moto has it
+            bus_arn = events.describe_event_bus(Name=bus_name)["Arn"]
         refs[BUS_ID], attrs[(BUS_ID, "Arn")], attrs[(BUS_ID, "Name")] = bus_name, bus_arn, bus_name
         failures_url = sqs.create_queue(QueueName=f"{self.name}-notification-failures")["QueueUrl"]
         seen_url = sqs.create_queue(QueueName=f"{self.name}-notifications-seen")["QueueUrl"]
