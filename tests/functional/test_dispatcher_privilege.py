@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import fnmatch
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import botocore.client
+import pytest
 
 from mediajobs.local.notifications import failures, local_dispatcher, new_webhook_secret, seen_events
 from mediajobs.local.receiver import Answer, WebhookReceiver
+from mediajobs.local.session import LocalSession
 from mediajobs.local.template import load_template
 from tests.conftest import REPO
 
@@ -28,6 +31,14 @@ _ACTIONS = {"dynamodbstreams": "dynamodb", "events": "events", "sqs": "sqs", "se
 
 def _as_list(value: Any) -> list:
     return value if isinstance(value, list) else [value]
+
+
+@pytest.fixture(scope="module")
+def local_session() -> Iterator[LocalSession]:
+    """A stack of its own: moto's state is the process's, and the shared session's outbox
+    holds other modules' notifications, which this module's receiver would be sent."""
+    with LocalSession(log_level="WARNING", template_path=REPO / "template.yaml", name="mediajobs-iam") as session:
+        yield session
 
 
 def test_every_call_of_the_dispatcher_is_allowed_by_its_role(local_session, monkeypatch):

@@ -17,10 +17,24 @@ import pytest
 
 from mediajobs.local.notifications import LocalDispatcher, failures, local_dispatcher, new_webhook_secret, seen_events
 from mediajobs.local.receiver import Answer, WebhookReceiver
-from tests.conftest import REPO
+from mediajobs.local.session import LocalSession
+from tests.conftest import REPO, stack_environment
 
 PHOTO = REPO / "tests" / "media" / "photos" / "canon-40d-small.jpg"
 OTHER = REPO / "tests" / "media" / "photos" / "camera-gps-nikon.jpg"
+
+
+@pytest.fixture(scope="module")
+def local_session() -> Iterator[LocalSession]:
+    """A stack of its own: moto's state is the process's, and the shared session's outbox
+    holds other modules' notifications."""
+    with (
+        LocalSession(log_level="WARNING", template_path=REPO / "template.yaml", name="mediajobs-told") as session,
+        pytest.MonkeyPatch.context() as env,
+    ):
+        for name, value in stack_environment(session.stack).items():
+            env.setenv(name, value)  # the killed worker below is built from the environment
+        yield session
 
 
 @pytest.fixture()

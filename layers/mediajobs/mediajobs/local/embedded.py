@@ -902,6 +902,21 @@ class EmbeddedAws:
         resource: dict[str, Any] = self.template["Resources"][logical_id]
         return resource
 
+    def _create_declared_table(self, dynamodb: Any, logical_id: str, table_name: str) -> None:
+        """Create the table ``logical_id`` as the template declares it (keys, and its
+        stream when it has one), on demand; a table this process's moto already has is
+        kept, as the models' ``create_table`` keeps it."""
+        props = self._resource(logical_id)["Properties"]
+        stream = props.get("StreamSpecification")
+        with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
+            dynamodb.create_table(
+                TableName=table_name,
+                AttributeDefinitions=props["AttributeDefinitions"],
+                KeySchema=props["KeySchema"],
+                BillingMode="PAY_PER_REQUEST",
+                **({"StreamSpecification": {"StreamEnabled": True, **stream}} if stream else {}),
+            )
+
     def _create(self, endpoint: str) -> LocalStack:
         session = boto3.session.Session(region_name=REGION, **CREDENTIALS)
         s3 = session.client("s3", endpoint_url=endpoint)
@@ -978,15 +993,8 @@ class EmbeddedAws:
             bound.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
         # The assets table as the template declares it (its items are of several models).
         # Like the models' create_table, a table this process's moto already has is kept.
-        assets_props = self._resource(ASSETS_TABLE_ID)["Properties"]
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)
-        with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
-            dynamodb.create_table(
-                TableName=assets_table_name,
-                AttributeDefinitions=assets_props["AttributeDefinitions"],
-                KeySchema=assets_props["KeySchema"],
-                BillingMode="PAY_PER_REQUEST",
-            )
+        self._create_declared_table(dynamodb, ASSETS_TABLE_ID, assets_table_name)
         # The notification bus, the dispatcher's failures queue, and (local only) a rule
         # copying every event of the bus to a queue, to see what EventBridge was given.
         bus_name = f"{self.name}-notifications"
@@ -1004,15 +1012,7 @@ class EmbeddedAws:
         )
         events.put_targets(Rule=f"{self.name}-seen", EventBusName=bus_name, Targets=[{"Id": "seen", "Arn": seen_arn}])
         # The outbox as the template declares it, with its stream (the dispatcher's source).
-        outbox_props = self._resource(OUTBOX_TABLE_ID)["Properties"]
-        with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
-            dynamodb.create_table(
-                TableName=outbox_table_name,
-                AttributeDefinitions=outbox_props["AttributeDefinitions"],
-                KeySchema=outbox_props["KeySchema"],
-                BillingMode="PAY_PER_REQUEST",
-                StreamSpecification={"StreamEnabled": True, **outbox_props["StreamSpecification"]},
-            )
+        self._create_declared_table(dynamodb, OUTBOX_TABLE_ID, outbox_table_name)
 
         function = resolve(self._resource(FUNCTION_ID)["Properties"], refs, attrs, params)
         globals_env = (self.template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get(
