@@ -154,3 +154,12 @@ def test_the_backoff_doubles_up_to_its_cap_and_scales_with_the_jitter():
     waits = [backoff_s(n, base_s=1.0, cap_s=30.0, jitter=1.0) for n in range(1, 8)]
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert backoff_s(3, base_s=1.0, cap_s=30.0, jitter=0.25) == 1.0
+
+
+@pytest.mark.parametrize("state", [AssetState.READY, AssetState.FAILED])
+def test_a_later_event_naming_the_same_version_owes_nothing(state):
+    """Only the sequencer moves (plan_current: a noncurrent version deleted for good, or
+    identical bytes re-put on an unversioned bucket): the version's end was told already."""
+    later = dataclasses.replace(V1, sequencer="0" * 48 + "0000000000000003")
+    found = notification_for(view(state), view(state, later))
+    assert found is None, f"{state} told again under a second id {found.id if found else ''} for the same version"
