@@ -19,6 +19,7 @@ handling"): 2xx is delivered; 429 and 503 come back no earlier than their ``Retr
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import enum
 import hashlib
@@ -160,12 +161,14 @@ def retry_after_s(value: str | None, *, now_s: float) -> float | None:
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # 1*DIGIT: ASCII only (str.isdigit also takes "²")
         return float(text)
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:  # asctime-date (and "-0000") carry no zone: an HTTP-date is UTC
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - now_s)
 
 
