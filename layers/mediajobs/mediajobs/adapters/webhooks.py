@@ -145,7 +145,9 @@ class StandardWebhooksSigner:
     Parameters
     ----------
     secret: the signing secret, ``whsec_`` + base64 (as Standard Webhooks spells it), or
-        the raw bytes.
+        the raw bytes; or a function returning it, asked at each signature (the deployed
+        dispatcher's reads Secrets Manager through Powertools' cache, so a rotated secret
+        is used once the cached one expires).
 
     Raises
     ------
@@ -153,13 +155,22 @@ class StandardWebhooksSigner:
         An empty or undecodable secret.
     """
 
-    def __init__(self, secret: str | bytes) -> None:
-        try:
-            self._webhook = Webhook(secret)
-        except Exception as exc:  # noqa: BLE001 - the library raises bare errors for a bad secret
-            raise ValueError(f"the webhook secret is not a Standard Webhooks secret: {exc}") from exc
+    def __init__(self, secret: str | bytes | Callable[[], str | bytes]) -> None:
+        self._secret = secret if callable(secret) else (lambda: secret)
+        self._key: str | bytes | None = None
+        self._webhook = self._current()
+
+    def _current(self) -> Webhook:
+        secret = self._secret()
+        if self._key is None or secret != self._key:
+            try:
+                webhook = Webhook(secret)
+            except Exception as exc:  # noqa: BLE001 - the library raises bare errors for a bad secret
+                raise ValueError(f"the webhook secret is not a Standard Webhooks secret: {exc}") from exc
+            self._key, self._webhook = secret, webhook
+        return self._webhook
 
     def signature(self, msg_id: str, timestamp_s: int, body: str) -> str:
         """The ``webhook-signature`` header of ``body`` sent as ``msg_id`` at ``timestamp_s``."""
         when = datetime.datetime.fromtimestamp(timestamp_s, tz=datetime.UTC)
-        return self._webhook.sign(msg_id=msg_id, timestamp=when, data=body)
+        return self._current().sign(msg_id=msg_id, timestamp=when, data=body)
