@@ -36,13 +36,14 @@ def test_a_rotated_secret_signs_once_the_cached_one_has_expired(stack, monkeypat
     old, new = new_webhook_secret(), new_webhook_secret()
     receiver = WebhookReceiver(old).start()
     try:
+        sm = stack.client("secretsmanager")
+        before = {s["ARN"] for s in sm.list_secrets()["SecretList"]}  # moto's state is the process's
         dispatcher = local_dispatcher(stack, webhook_url=receiver.url, webhook_secret=old)
         first = put(stack, 1)
         dispatcher.mapping.drain()
         assert receiver.received.ids() == [first]
 
-        sm = stack.client("secretsmanager")
-        (arn,) = [s["ARN"] for s in sm.list_secrets()["SecretList"] if s["Name"].startswith("mediajobs-webhook-")]
+        (arn,) = {s["ARN"] for s in sm.list_secrets()["SecretList"]} - before  # the dispatcher's own
         sm.put_secret_value(SecretId=arn, SecretString=new)  # rotated; receivers now verify with it
         receiver.webhook = Webhook(new)
         # Powertools' cache of the secret has expired (300 s later).
