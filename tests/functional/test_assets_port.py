@@ -487,3 +487,21 @@ def test_a_notification_already_in_the_outbox_does_not_block_the_assets_write(as
     assert ready is not None and ready.state == AssetState.READY
     assert assets.get(BUCKET, k).state == AssetState.READY
     assert told(assets, k) == [("Asset Ready", nid, "x")]  # the item there is kept, not replaced
+
+
+def test_a_ready_version_named_again_by_a_later_event_is_not_told_again(assets):
+    """A noncurrent version deleted for good (the key looked at again) or identical bytes
+    re-put on an unversioned bucket: the same version is made current with a greater
+    sequencer, and only the sequencer moves -- the asset stays ``ready``, nothing changed
+    for the app, so no second notification (issue 15: one notification id per asset
+    version)."""
+    k = key()
+    v10 = version("10")
+    assets.make_current(BUCKET, k, v10, sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    done = [AssetJob(IMAGE, jk("a"), AssetJobState.DONE, manifest_key=f"derivatives/{jk('a')}/manifest.json")]
+    assets.record(BUCKET, k, sequencer_order("10"), done, now_s=101)
+    again = AssetVersion(v10.version_id, v10.etag, v10.size_bytes, sequencer_order("30"))
+    still = assets.make_current(BUCKET, k, again, sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=102)
+    assert still is not None and still.state == AssetState.READY
+    found = told(assets, k)
+    assert [t for t, _, _ in found] == ["Asset Ready"], f"one version's ready told under {len(found)} ids: {found}"

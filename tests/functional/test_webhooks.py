@@ -140,3 +140,54 @@ def test_the_signature_is_the_specs_hmac_over_id_timestamp_body():
     key = base64.b64decode(SECRET.removeprefix("whsec_"))
     expected = base64.b64encode(hmac.new(key, f"{NID}.1700000000.{{}}".encode(), hashlib.sha256).digest()).decode()
     assert StandardWebhooksSigner(SECRET).signature(NID, 1_700_000_000, "{}") == f"v1,{expected}"
+
+
+class Trickler:
+    """A receiver on 127.0.0.1 that reads the request, then answers one byte every
+    ``gap_s`` seconds: each read is quick, the answer as a whole is not."""
+
+    def __init__(self, gap_s: float) -> None:
+        self._gap_s = gap_s
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.getsockname()[1]}/hook"
+
+    def _serve(self) -> None:
+        conn, _ = self._server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nx-padding: " + b"p" * 200 + b"\r\n\r\n":
+                if self._stop.wait(self._gap_s):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._server.close()
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_at_the_timeout():
+    """The timeout bounds the POST, not each read: a receiver sending a byte every 0.1 s
+    would otherwise hold the dispatcher for 25 s past a 0.5 s timeout (and the invocation
+    past what WebhookDestination counted on: timeout_s per POST)."""
+    trickler = Trickler(gap_s=0.1)
+    try:
+        started = time.monotonic()
+        answer = UrllibTransport().post(trickler.url, b"{}", {}, timeout_s=0.5)
+        took = time.monotonic() - started
+    finally:
+        trickler.close()
+    assert took < 2.0, f"a POST with timeout_s=0.5 took {took:.1f} s (answer {answer.status})"
+    assert answer.status is None

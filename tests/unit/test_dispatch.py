@@ -243,3 +243,15 @@ def test_other_answers_are_refused_with_the_first_bytes_of_the_answer(status):
         dest.deliver(NOTE, remaining_s=lambda: 60.0)
     assert (refused.value.status, refused.value.detail) == (status, "x" * 512)
     assert len(receiver.posts) == 1
+
+
+def test_no_post_is_started_that_the_invocation_cannot_wait_out():
+    """With less left than one POST's timeout and the margin, a slow receiver would run the
+    invocation into the function's timeout (the whole batch failed, its partial response
+    lost, DispatcherErrorsAlarm): the try is noted for the record's retry instead, at once."""
+    receiver = Receiver((200, {}))
+    dest, clock = webhook(receiver, WebhookPolicy(timeout_s=10.0))
+    with pytest.raises(NotYet) as raised:
+        dest.deliver(NOTE, remaining_s=lambda: 3.0)
+    assert len(receiver.posts) == 0, f"a POST with a 10 s timeout started with 3 s left: {receiver.posts}"
+    assert raised.value.not_before_s == clock.now

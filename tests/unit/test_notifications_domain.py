@@ -154,3 +154,45 @@ def test_the_backoff_doubles_up_to_its_cap_and_scales_with_the_jitter():
     waits = [backoff_s(n, base_s=1.0, cap_s=30.0, jitter=1.0) for n in range(1, 8)]
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert backoff_s(3, base_s=1.0, cap_s=30.0, jitter=0.25) == 1.0
+
+
+@pytest.mark.parametrize("state", [AssetState.READY, AssetState.FAILED])
+def test_a_later_event_naming_the_same_version_owes_nothing(state):
+    """Only the sequencer moves (plan_current: a noncurrent version deleted for good, or
+    identical bytes re-put on an unversioned bucket): the version's end was told already."""
+    later = dataclasses.replace(V1, sequencer="0" * 48 + "0000000000000003")
+    found = notification_for(view(state), view(state, later))
+    assert found is None, f"{state} told again under a second id {found.id if found else ''} for the same version"
+
+
+@pytest.fixture()
+def berlin_time(monkeypatch):
+    """The process's local time zone is not UTC (a laptop running the local dispatcher)."""
+    import time
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"],
+    ids=["imf-fixdate", "rfc850", "asctime"],
+)
+def test_every_http_date_format_is_read_as_utc_whatever_the_local_zone(berlin_time, value):
+    """RFC 9110 section 5.6.7: a recipient MUST accept all three HTTP-date formats, and an
+    HTTP-date is always UTC (asctime-date carries no zone: it is not local time)."""
+    now_s = 784111740.0  # 1994-11-06T08:49:00Z
+    read = retry_after_s(value, now_s=now_s)
+    assert read == 37.0, f"Retry-After {value!r} read as {read} s"
+
+
+@pytest.mark.parametrize("value", ["²", "¹²", "３"])
+def test_retry_after_delay_seconds_are_ascii_digits_only(value):
+    """RFC 9110 section 10.2.3: delay-seconds = 1*DIGIT, DIGIT being ASCII 0-9 (RFC 5234).
+    http.client decodes header values as Latin-1, so a receiver can send "²": unreadable,
+    not an error out of the dispatcher."""
+    assert retry_after_s(value, now_s=0.0) is None

@@ -19,6 +19,7 @@ handling"): 2xx is delivered; 429 and 503 come back no earlier than their ``Retr
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import enum
 import hashlib
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mediajobs.domain.assets import AssetState, AssetVersion, AssetView, status_document
+from mediajobs.domain.assets import AssetState, AssetVersion, AssetView, same_version, status_document
 from mediajobs.domain.keys import canonical_json
 
 #: Bumped whenever :func:`notification_id`'s document changes (never reuse a value).
@@ -111,14 +112,16 @@ def notification_for(old: AssetView | None, new: AssetView) -> Notification | No
     """The notification a write from ``old`` to ``new`` owes, or ``None``. Pure.
 
     Owed when ``new`` is ``ready``, ``failed`` or ``deleted`` and ``old`` was not already
-    in that state for the same version: a duplicate write of a transition owes nothing
-    more (and, written anyway, would carry the same id). A ``deleted`` asset nothing was
-    ever told of (an unknown key's tombstone) owes nothing.
+    in that state for the same version (:func:`~mediajobs.domain.assets.same_version`:
+    a later event naming the same version moves only its sequencer, and tells nothing
+    new): a duplicate write of a transition owes nothing more (and, written anyway, would
+    carry the same id). A ``deleted`` asset nothing was ever told of (an unknown key's
+    tombstone) owes nothing.
     """
     kind = _OF_STATE.get(new.state)
     if kind is None:
         return None
-    if old is not None and old.state == new.state and version_identity(old.version) == version_identity(new.version):
+    if old is not None and old.state == new.state and same_version(old.version, new.version):
         return None
     if kind is NotificationType.DELETED and (old is None or old.state == AssetState.DELETED):
         return None
@@ -158,12 +161,14 @@ def retry_after_s(value: str | None, *, now_s: float) -> float | None:
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # 1*DIGIT: ASCII only (str.isdigit also takes "²")
         return float(text)
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:  # asctime-date (and "-0000") carry no zone: an HTTP-date is UTC
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - now_s)
 
 

@@ -58,8 +58,8 @@ def real_dispatcher_adapters(
     settings: Settings, *, session: Any = None, outbox_model_: type[OutboxModel] | None = None
 ) -> DispatcherAdapters:
     """The real adapters: the outbox table, the bus (when ``notification_bus_name`` is
-    set), the webhook (when ``webhook_url`` is set, its secret read once per execution
-    environment through Powertools' parameters, cached), the on-failure queue.
+    set), the webhook (when ``webhook_url`` is set, its secret read through Powertools'
+    parameters, cached 300 s, at each signature), the on-failure queue.
 
     ``session``: the boto3 session the clients come from (default: the function's, from
     its environment); ``outbox_model_``: the outbox table's model (default: bound from the
@@ -90,16 +90,18 @@ def real_dispatcher_adapters(
         from aws_lambda_powertools.utilities import parameters
 
         provider = parameters.SecretsProvider(boto3_client=session.client("secretsmanager", **endpoint))
-        secret = provider.get(settings.webhook_secret_arn, max_age=300)
+        secret_arn = settings.webhook_secret_arn
+
+        def secret() -> str:  # cached 300 s by Powertools: a rotated secret is read then
+            return str(provider.get(secret_arn, max_age=300))
+
         policy = WebhookPolicy(
             timeout_s=settings.webhook_timeout_s,
             attempts=settings.webhook_attempts,
             retry_after_cap_s=settings.webhook_retry_after_cap_s,
         )
         url = checked_webhook_url(settings.webhook_url)
-        destinations.append(
-            WebhookDestination(url, UrllibTransport(), StandardWebhooksSigner(str(secret)), policy=policy)
-        )
+        destinations.append(WebhookDestination(url, UrllibTransport(), StandardWebhooksSigner(secret), policy=policy))
     outbox = DynamoOutbox(
         outbox_model_ or outbox_model(settings.outbox_table_name, settings.region, settings.endpoint_url)
     )

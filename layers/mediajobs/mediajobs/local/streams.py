@@ -151,8 +151,14 @@ class StreamEventSourceMapping:
                 shard.limit = max(1, len(batch) // 2)
             self._retry(shard)
             return len(batch)
-        failed = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
-        first = next((i for i, r in enumerate(batch) if r["dynamodb"]["SequenceNumber"] in failed), None)
+        failures = (result or {}).get("batchItemFailures") or []
+        failed = {f.get("itemIdentifier") if isinstance(f, dict) else None for f in failures}
+        if None in failed or "" in failed:
+            # "Success and failure conditions": an empty or null itemIdentifier, or one
+            # under a bad key name, makes the whole batch a failure (retried from its start).
+            first: int | None = 0
+        else:
+            first = next((i for i, r in enumerate(batch) if r["dynamodb"]["SequenceNumber"] in failed), None)
         if first is None:
             del shard.buffer[: len(batch)]
             shard.attempts, shard.limit = 0, 0

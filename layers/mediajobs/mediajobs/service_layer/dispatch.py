@@ -334,6 +334,10 @@ class WebhookDestination:
         policy = self._policy
         body = _json_body(notification.payload)
         for attempt in range(1, policy.attempts + 1):
+            left = remaining_s()
+            if left is not None and policy.timeout_s > left - self._margin_s:
+                # A POST may take its whole timeout: one started now could outlast the invocation.
+                raise NotYet(f"webhook: {left:.1f} s left, less than one POST's timeout", not_before_s=self._clock())
             timestamp_s = int(self._clock())
             headers = {
                 "content-type": "application/json",
