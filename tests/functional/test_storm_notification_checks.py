@@ -16,6 +16,7 @@ from mediajobs.local.simulate import StormNotifications, notification_checks, wa
 from tests.conftest import REPO
 
 PHOTO = REPO / "tests" / "media" / "photos" / "canon-40d-small.jpg"
+OTHER = REPO / "tests" / "media" / "photos" / "camera-gps-nikon.jpg"
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,30 @@ def test_a_ready_asset_is_missing_and_outstanding_until_dispatched_then_every_ch
     assert counts["by_type"] == {"Asset Ready": 1}
 
 
+def test_a_noncurrent_version_deleted_for_good_tells_nothing_and_every_version_is_told_once(local_session, told):
+    """An overwrite, then the replaced version deleted for good (as a lifecycle expiration
+    does): S3 sends "Permanently Deleted" with a greater sequencer, the asset's sequencer
+    moves, nothing an app sees changes -- one id per version, checked without
+    notification_for."""
+    stack = local_session.stack
+    key = f"originals/checks/{uuid.uuid4().hex}.jpg"
+    local_session.upload(PHOTO, key)
+    local_session.run()
+    local_session.upload(OTHER, key)
+    local_session.run()
+    told.run()
+    versions = local_session.s3.list_object_versions(Bucket=stack.bucket, Prefix=key)["Versions"]
+    (replaced,) = [v["VersionId"] for v in versions if not v["IsLatest"]]
+    local_session.s3.delete_object(Bucket=stack.bucket, Key=key, VersionId=replaced)
+    local_session.run()
+    told.run()
+
+    checks, _ = notification_checks(stack, told)
+    assert checks["versions_not_told_once"] == 0, checks
+    ready = [d for d in told.receiver.received.deliveries if d.payload["asset"]["key"] == key]
+    assert len({d.payload["asset"]["version"]["version_id"] for d in ready}) == len(ready) == 2
+
+
 def test_an_asset_end_written_without_its_outbox_item_is_counted_untold(local_session, told):
     stack = local_session.stack
     key = f"originals/checks/{uuid.uuid4().hex}.jpg"
@@ -66,4 +91,5 @@ def test_an_asset_end_written_without_its_outbox_item_is_counted_untold(local_se
     item.update(actions=[model.state.set("deleted"), model.sequencer.set("f" * 64), model.jobs.remove()])
     checks, counts = notification_checks(stack, told)
     assert checks["notifications_untold"] == 1 and checks["notifications_missing"] == 1
-    assert counts["by_type"] == {"Asset Deleted": 1, "Asset Ready": 2}
+    assert checks["versions_not_told_once"] == 1  # the deleted episode, told under no id
+    assert counts["by_type"] == {"Asset Deleted": 1, "Asset Ready": 4}

@@ -379,7 +379,9 @@ def _worker_main(
 @dataclasses.dataclass
 class _Upload:
     """One write of the storm: a put of ``contents[data_index]`` under ``key`` (``kind``
-    ``put``, ``overwrite`` or ``reupload``), or a delete of ``key`` (``delete``)."""
+    ``put``, ``overwrite`` or ``reupload``), or a delete of ``key``: a delete marker
+    (``delete``), its current version for good (``delete_version``), or its oldest
+    noncurrent version for good (``delete_noncurrent``)."""
 
     key: str
     data_index: int
@@ -439,6 +441,16 @@ def _plan_changes(cfg: StormConfig, uploads: list[_Upload], contents: list[bytes
         if rng.random() < cfg.reupload_share:
             again = _Upload(f"originals/storm/again {j:05d}.jpg", target.data_index, target.checksum, kind="reupload")
             uploads.insert(position + 1, again)
+    # Half the overwritten keys later lose their oldest noncurrent version for good (as a
+    # lifecycle expiration does): a "Permanently Deleted" of a version the asset no longer
+    # shows, which changes nothing an app sees and owes no notification. A generator of its
+    # own keeps the other choices of a seed as they were.
+    noncurrent = random.Random(f"{cfg.seed}-noncurrent")
+    for change in [u for u in uploads if u.kind == "overwrite"]:
+        if noncurrent.random() < 0.5:
+            at = uploads.index(change)
+            drop = _Upload(change.key, change.data_index, change.checksum, kind="delete_noncurrent")
+            uploads.insert(noncurrent.randrange(at + 1, len(uploads) + 1), drop)
 
 
 def _read_logs(folder: Path) -> Iterator[dict[str, Any]]:
@@ -627,6 +639,17 @@ class StormNotifications:
         self.receiver.stop()
 
 
+_UNSEEN: Final = ("unseen", "")
+
+
+def _s3_version(version: dict[str, Any]) -> str:
+    """An S3 version as the storm groups notifications by it: its version id, or its ETag
+    and size on an unversioned bucket (never the sequencer)."""
+    if version.get("version_id"):
+        return str(version["version_id"])
+    return f"{version.get('etag')}/{version.get('size_bytes')}"
+
+
 def notification_checks(stack: LocalStack, told: StormNotifications) -> tuple[dict[str, int], dict[str, Any]]:
     """Whether every asset version's end was told exactly once, counted (0 each when it
     holds), and what was told.
@@ -635,6 +658,11 @@ def notification_checks(stack: LocalStack, told: StormNotifications) -> tuple[di
     old and new image): each change the worker committed owes
     :func:`~mediajobs.domain.notifications.notification_for` of it. Then:
 
+    * ``versions_not_told_once``: episodes -- an asset entering ``ready`` or ``failed`` for
+      an S3 version (its version id; ETag and size unversioned), or ``deleted`` from
+      anything but ``deleted`` -- read from the same stream without ``notification_for``,
+      whose distinct ids at the receiver are not exactly one each (an episode whose
+      sequencer moved is still one);
     * ``notifications_untold``: owed ids the outbox lacks (the outbox item was not in the
       asset's transaction), and outbox ids nothing owed;
     * ``notifications_missing``: owed ids the receiver never verified, or the bus never had;
@@ -653,6 +681,12 @@ def notification_checks(stack: LocalStack, told: StormNotifications) -> tuple[di
 
     model = stack.asset_models().asset
     owed: dict[str, tuple[str, str, str]] = {}
+    # Independently of notification_for: each time an asset enters ready or failed for an
+    # S3 version, or deleted from anything but deleted (an unknown key's tombstone owes
+    # nothing), is one episode, which owes exactly one id; a later event that moves only
+    # the sequencer, or a progress write, is the same episode.
+    episodes: Counter[tuple[str, str, str]] = Counter()
+    run_of: dict[str, tuple[str, str] | None] = {}
     streams = stack.client("dynamodbstreams")
     arn = stack.client("dynamodb").describe_table(TableName=stack.assets_table_name)["Table"]["LatestStreamArn"]
     for record in stream_records(streams, arn):
@@ -663,12 +697,26 @@ def notification_checks(stack: LocalStack, told: StormNotifications) -> tuple[di
         if notification is not None:
             version = json.dumps(version_identity(new.version), sort_keys=True)
             owed[notification.id] = (new.key, version, str(notification.type))
+        state = str(new.state)
+        run = None
+        if state in ("ready", "failed", "deleted"):
+            run = (state, "" if state == "deleted" else _s3_version(dataclasses.asdict(new.version)))
+        previous = run_of.get(new.key, _UNSEEN)
+        if run is not None and run != previous and not (state == "deleted" and previous is _UNSEEN):
+            episodes[(new.key, *run)] += 1
+        run_of[new.key] = run
     outbox: dict[str, dict[str, Any]] = {}
     for item in stack.outbox_model().scan(consistent_read=True):
         outbox[item.id] = item.deliveries.as_dict() if item.deliveries is not None else {}
     received = told.receiver.received
     at_receiver = set(received.ids())
     bus = Counter(e.get("detail", {}).get("id") for e in told.bus_events)
+    ids_of_episode: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for delivery in received.deliveries:
+        asset = delivery.payload.get("asset", {})
+        state = str(asset.get("state"))
+        version = "" if state == "deleted" else _s3_version(asset.get("version") or {})
+        ids_of_episode[(str(asset.get("key")), state, version)].add(delivery.id)
     ids_of_version: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for delivery in received.deliveries:
         asset = delivery.payload.get("asset", {})
@@ -676,6 +724,10 @@ def notification_checks(stack: LocalStack, told: StormNotifications) -> tuple[di
         ids_of_version[(str(asset.get("key")), version, str(delivery.payload.get("type")))].add(delivery.id)
     destinations = ("eventbridge", "webhook")
     checks = {
+        # Every episode told under exactly one id (more: a second logical notification).
+        "versions_not_told_once": sum(
+            1 for group in set(episodes) | set(ids_of_episode) if len(ids_of_episode[group]) != episodes[group]
+        ),
         "notifications_untold": len(set(owed) - set(outbox)) + len(set(outbox) - set(owed)),
         "notifications_missing": sum(1 for nid in owed if nid not in at_receiver or bus[nid] == 0),
         "notifications_duplicated": sum(1 for ids in ids_of_version.values() if len(ids) > 1)
@@ -841,6 +893,13 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             if u.kind == "delete":
                 s3.delete_object(Bucket=stack.bucket, Key=u.key)  # a delete marker
                 return
+            if u.kind == "delete_noncurrent":  # the oldest version S3 no longer serves, for good
+                listed = s3.list_object_versions(Bucket=stack.bucket, Prefix=u.key).get("Versions", [])
+                old = [v for v in listed if v["Key"] == u.key and not v["IsLatest"]]
+                if old:
+                    oldest = min(old, key=lambda v: v["LastModified"])
+                    s3.delete_object(Bucket=stack.bucket, Key=u.key, VersionId=oldest["VersionId"])
+                return
             if u.kind == "delete_version":  # the current version, for good
                 with contextlib.suppress(s3.exceptions.ClientError):  # nothing current (a marker)
                     current = s3.head_object(Bucket=stack.bucket, Key=u.key)["VersionId"]
@@ -991,6 +1050,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             "overwrites": sum(1 for u in uploads if u.kind == "overwrite"),
             "deletes": sum(1 for u in uploads if u.kind in ("delete", "delete_version")),
             "version_deletes": sum(1 for u in uploads if u.kind == "delete_version"),
+            "noncurrent_deletes": sum(1 for u in uploads if u.kind == "delete_noncurrent"),
             "reuploads": sum(1 for u in uploads if u.kind == "reupload"),
             "late_events": late_events,
             "superseded": sum(1 for r in records if r["outcome"] == "superseded"),
