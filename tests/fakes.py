@@ -62,6 +62,7 @@ from mediajobs.domain.jobs import (
 )
 from mediajobs.domain.keys import sha256_hex
 from mediajobs.domain.manifest import RenderDecisions
+from mediajobs.domain.notifications import Notification, notification_for
 from mediajobs.domain.recipes import ImageVariantsParams, VideoRenditionsParams
 from mediajobs.service_layer.ports import StepResult
 
@@ -429,7 +430,9 @@ class FakeAssets:
 
     ``assets`` maps ``(bucket, key)`` to :class:`AssetView`; ``refs`` maps a job key to the
     set of ``(bucket, key)`` referencing it; ``candidate_rows`` maps ``(job key,
-    released_by)`` to ``released_at_s``. Every method is one atomic step, as a
+    released_by)`` to ``released_at_s``; ``outbox`` maps a notification id to the
+    :class:`~mediajobs.domain.notifications.Notification` a write owed (put once, as the
+    conditional put in the transaction). Every method is one atomic step, as a
     transaction is.
     """
 
@@ -438,6 +441,13 @@ class FakeAssets:
         self.assets: dict[tuple[str, str], AssetView] = {}
         self.refs: dict[str, set[tuple[str, str]]] = {}
         self.candidate_rows: dict[tuple[str, str], int] = {}
+        self.outbox: dict[str, Notification] = {}
+
+    def _store(self, old, new):
+        told = notification_for(old, new)
+        if told is not None:
+            self.outbox.setdefault(told.id, told)
+        self.assets[(new.bucket, new.key)] = new
 
     def get(self, bucket, key):
         return self.assets.get((bucket, key))
@@ -461,13 +471,13 @@ class FakeAssets:
                 return old
             new = dataclasses.replace(old, sha256=sha256, media=media, jobs=tuple(jobs), updated_at_s=now_s)
             self._reference(bucket, key, new.job_keys)
-            self.assets[(bucket, key)] = new
+            self._store(old, new)
             return new
         if old is not None and old.state != AssetState.DELETED and same_version(old.version, version):
             # The same version named by a later event (the key looked at again after a
             # delete): only the sequencer moves; the state stays.
             new = dataclasses.replace(old, version=version, updated_at_s=now_s)
-            self.assets[(bucket, key)] = new
+            self._store(old, new)
             return new
         new = AssetView(
             bucket,
@@ -482,20 +492,19 @@ class FakeAssets:
         released = old.job_keys - new.job_keys if old is not None else frozenset()
         self._release(bucket, key, released, now_s)
         self._reference(bucket, key, new.job_keys)
-        self.assets[(bucket, key)] = new
+        self._store(old, new)
         return new
 
     def record(self, bucket, key, sequencer, jobs, *, now_s, failure=None, placeholder=None):
         self.log.append(("record", key, tuple(str(j.state) for j in jobs)))
-        new = recorded(
-            self.assets.get((bucket, key)), sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder
-        )
+        old = self.assets.get((bucket, key))
+        new = recorded(old, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
         if new is None:
             return None
         for job in new.jobs:
             if job.state == AssetJobState.FAILED and job.reason in (ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT):
                 self.candidate_rows.setdefault((job.job_key, FAILED_PREFIX), now_s)
-        self.assets[(bucket, key)] = new
+        self._store(old, new)
         return new
 
     def progress(self, bucket, key, sequencer, job_key, fraction, *, now_s):
@@ -518,7 +527,7 @@ class FakeAssets:
         if old is not None:
             self._release(bucket, key, old.job_keys, now_s)
         new = AssetView(bucket, key, AssetState.DELETED, version, updated_at_s=now_s)
-        self.assets[(bucket, key)] = new
+        self._store(old, new)
         return new
 
     def referenced(self, job_key):

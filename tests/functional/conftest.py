@@ -30,6 +30,9 @@ CHILDREN: dict[str, tuple[str, ...]] = {
     "test_embedded_aws.py": ("test_a_local_session_neither_writes_nor_needs_the_environment",),
     "test_placeholder.py": (),
     "test_collection_embedded.py": ("test_mediajobs_collect_prints_one_json_object_on_stdout",),
+    "test_notifications_embedded.py": (),  # uploads rendered end to end
+    "test_dispatcher_privilege.py": (),
+    "test_storm_notification_checks.py": (),  # uploads rendered end to end
 }
 
 __all__ = ["forbid_unmarked_children"]

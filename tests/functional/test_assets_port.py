@@ -4,6 +4,7 @@ cases, the same right values."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -22,6 +23,7 @@ from mediajobs.domain.assets import (
 )
 from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure
 from mediajobs.domain.jobs import OutputRecord
+from mediajobs.domain.notifications import Notification, NotificationType, notification_id
 from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.template import load_template
 from tests.conftest import REPO
@@ -70,12 +72,27 @@ def assets(request, stack):
     if request.param == "fake":
         return FakeAssets()
     name = fresh_table(stack)
-    models = AssetModels(*(stack.model(m, name) for m in (AssetModel, ReferenceModel, CandidateModel)))
+    models = AssetModels(
+        *(stack.model(m, name) for m in (AssetModel, ReferenceModel, CandidateModel)), stack.outbox_model()
+    )
     return DynamoAssets(models, sleep=lambda s: None)
 
 
 def key() -> str:
     return f"originals/{uuid.uuid4().hex}.jpg"
+
+
+def told(assets, k: str) -> list[tuple[str, str, str]]:
+    """The outbox's notifications of the key ``k``: (type, id, the payload's asset state)."""
+    if isinstance(assets, FakeAssets):
+        found = [(str(n.type), n.id, n.payload["asset"]["state"]) for n in assets.outbox.values() if n.key == k]
+    else:
+        model = assets._models.outbox
+        found = [
+            (item.type, item.id, json.loads(item.payload)["asset"]["state"])
+            for item in model.scan(model.object_key == k, consistent_read=True)
+        ]
+    return sorted(found)
 
 
 def refs(assets, *job_keys: str) -> list[int]:
@@ -424,3 +441,67 @@ def test_the_three_models_have_the_assets_tables_keys(stack):
         assert sorted(keys, key=lambda k: k["KeyType"]) == schema, model
     table = stack.client("dynamodb").describe_table(TableName=stack.assets_table_name)["Table"]
     assert table["KeySchema"] == schema
+
+
+# --------------------------------------------------------------------------- the outbox
+
+
+def test_an_asset_that_ends_ready_puts_one_notification_in_its_transaction(assets):
+    k = key()
+    assets.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    seq = sequencer_order("10")
+    assets.record(BUCKET, k, seq, [AssetJob(IMAGE, jk("a"), AssetJobState.PROCESSING)], now_s=101)
+    assert told(assets, k) == []
+    done = [AssetJob(IMAGE, jk("a"), AssetJobState.DONE, manifest_key=f"derivatives/{jk('a')}/manifest.json")]
+    assets.record(BUCKET, k, seq, done, now_s=102)
+    assets.record(BUCKET, k, seq, done, now_s=103)  # a duplicate's record: nothing more
+    expected = notification_id(BUCKET, k, version("10"), NotificationType.READY, [IMAGE])
+    assert told(assets, k) == [("Asset Ready", expected, "ready")]
+
+
+def test_a_failed_version_and_a_deleted_asset_are_told_once_each(assets):
+    k = key()
+    assets.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    assets.record(BUCKET, k, sequencer_order("10"), [], now_s=101, failure=("corrupt_input", "no image"))
+    assets.delete(BUCKET, k, version("20"), now_s=102)
+    assets.delete(BUCKET, k, version("20"), now_s=103)
+    assert [(t, state) for t, _, state in told(assets, k)] == [("Asset Deleted", "deleted"), ("Asset Failed", "failed")]
+    assert told(assets, f"originals/{uuid.uuid4().hex}.jpg") == []
+    unknown = key()
+    assets.delete(BUCKET, unknown, version("20"), now_s=104)  # a tombstone: nothing was ever told
+    assert told(assets, unknown) == []
+
+
+def test_a_notification_already_in_the_outbox_does_not_block_the_assets_write(assets):
+    """The transition's id is there already (the conditional put fails): the asset is
+    written all the same, and the outbox keeps the one item."""
+    k = key()
+    assets.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    nid = notification_id(BUCKET, k, version("10"), NotificationType.READY, [IMAGE])
+    if isinstance(assets, FakeAssets):
+        assets.outbox[nid] = Notification(nid, NotificationType.READY, BUCKET, k, {"asset": {"state": "x"}})
+    else:
+        item = {"type": "Asset Ready", "bucket": BUCKET, "object_key": k, "created_at_s": 1}
+        assets._models.outbox(nid, payload='{"asset":{"state":"x"}}', **item).save()
+    ready = assets.record(BUCKET, k, sequencer_order("10"), [AssetJob(IMAGE, jk("a"), AssetJobState.DONE)], now_s=102)
+    assert ready is not None and ready.state == AssetState.READY
+    assert assets.get(BUCKET, k).state == AssetState.READY
+    assert told(assets, k) == [("Asset Ready", nid, "x")]  # the item there is kept, not replaced
+
+
+def test_a_ready_version_named_again_by_a_later_event_is_not_told_again(assets):
+    """A noncurrent version deleted for good (the key looked at again) or identical bytes
+    re-put on an unversioned bucket: the same version is made current with a greater
+    sequencer, and only the sequencer moves -- the asset stays ``ready``, nothing changed
+    for the app, so no second notification (issue 15: one notification id per asset
+    version)."""
+    k = key()
+    v10 = version("10")
+    assets.make_current(BUCKET, k, v10, sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    done = [AssetJob(IMAGE, jk("a"), AssetJobState.DONE, manifest_key=f"derivatives/{jk('a')}/manifest.json")]
+    assets.record(BUCKET, k, sequencer_order("10"), done, now_s=101)
+    again = AssetVersion(v10.version_id, v10.etag, v10.size_bytes, sequencer_order("30"))
+    still = assets.make_current(BUCKET, k, again, sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=102)
+    assert still is not None and still.state == AssetState.READY
+    found = told(assets, k)
+    assert [t for t, _, _ in found] == ["Asset Ready"], f"one version's ready told under {len(found)} ids: {found}"

@@ -93,6 +93,14 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     assert "no render ran twice" in done.stdout
     assert "0 renders" in done.stdout.split("second delivery")[1]
     assert "(copy)" in done.stdout and "reused" in done.stdout
+    # Each asset told once, to the verifying receiver and the bus; the second delivery of
+    # every event told nothing new; each delete told once.
+    assert "notifications: 9 new ids at the webhook (9 deliveries), 9 bus events" in done.stdout
+    assert (
+        "notifications after the second delivery: 0 new ids at the webhook (0 deliveries), 0 bus events" in done.stdout
+    )
+    assert "notifications of the deletes: 2 new ids at the webhook (2 deliveries), 2 bus events" in done.stdout
+    assert done.stdout.count("  Asset Ready ") == 9 and done.stdout.count("  Asset Deleted ") == 2
     index = out / "index.html"
     assert str(index) in done.stdout
     page = index.read_text()

@@ -18,6 +18,8 @@ from botocore.exceptions import ClientError
 from werkzeug.test import EnvironBuilder
 
 from mediajobs.local.embedded import AtomicWrites, EmbeddedAws, EmbeddedServer
+from mediajobs.local.notifications import local_dispatcher, new_webhook_secret, seen_events
+from mediajobs.local.receiver import WebhookReceiver
 from mediajobs.local.runner import EventSourceMapping
 from mediajobs.local.session import LocalSession
 from tests.conftest import REPO, media_file
@@ -218,7 +220,8 @@ def test_in_flight_counts_a_delayed_message(server):
 def test_a_local_session_neither_writes_nor_needs_the_environment(tmp_path, monkeypatch):
     """Endpoint, credentials, region and the function's environment reach the worker as
     data (``LocalStack``), never through ``os.environ``: a session leaves the environment
-    as it found it, and works where no AWS credentials are configured at all."""
+    as it found it, and works where no AWS credentials are configured at all -- the
+    dispatcher too, reading its webhook secret and putting on its bus."""
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
@@ -232,6 +235,18 @@ def test_a_local_session_neither_writes_nor_needs_the_environment(tmp_path, monk
         session.run()
         [result] = session.collector.results["originals/env/photo.jpg"]
         assert result.state == "done"
+        secret = new_webhook_secret()
+        receiver = WebhookReceiver(secret).start()
+        try:
+            local_dispatcher(session.stack, webhook_url=receiver.url, webhook_secret=secret).mapping.drain()
+        finally:
+            receiver.stop()
+        # (moto's state is the process's: other modules' notifications may be dispatched too)
+        key = "originals/env/photo.jpg"
+        told = [d.payload["type"] for d in receiver.received.deliveries if d.payload["asset"]["key"] == key]
+        assert told == ["Asset Ready"]
+        on_bus = [e["detail-type"] for e in seen_events(session.stack) if e["detail"]["asset"]["key"] == key]
+        assert on_bus == ["Asset Ready"]
         assert dict(os.environ) == before
     assert dict(os.environ) == before
 

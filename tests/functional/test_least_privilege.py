@@ -74,6 +74,7 @@ class Recorder:
             stack.table_name: "JobsTable",
             stack.sources_table_name: "SourcesTable",
             stack.assets_table_name: "AssetsTable",
+            stack.outbox_table_name: "OutboxTable",
         }
 
     def record(self, client: Any, operation: str, params: dict[str, Any]) -> None:
@@ -128,6 +129,7 @@ class Recorder:
                 "JobsTable": f"table/{self.stack.table_name}",
                 "SourcesTable": f"table/{self.stack.sources_table_name}",
                 "AssetsTable": f"table/{self.stack.assets_table_name}",
+                "OutboxTable": f"table/{self.stack.outbox_table_name}",
                 "JobsQueue": self.stack.queue_arn,
                 "WorkerLogGroup": "log-group",
             }[name]
@@ -315,10 +317,12 @@ def test_the_role_grants_s3_reads_on_originals_and_writes_on_derivatives_only():
     assert all(grants[a] == {"JobsQueue.Arn"} for a in sqs)
     assert grants["logs:PutLogEvents"] == grants["logs:CreateLogStream"] == {"WorkerLogGroup.Arn"}
     assert {a for a in grants if a.startswith("dynamodb:")} and all(
-        grants[a] <= {"JobsTable.Arn", "SourcesTable.Arn", "AssetsTable.Arn"}
+        grants[a] <= {"JobsTable.Arn", "SourcesTable.Arn", "AssetsTable.Arn", "OutboxTable.Arn"}
         for a in grants
         if a.startswith("dynamodb:")
     )
+    # The outbox: the worker only puts the notification an asset's end owes (in its transaction).
+    assert [a for a in grants if "OutboxTable.Arn" in grants[a]] == ["dynamodb:PutItem"]
     # The collection deletes derivative sets, nothing else.
     assert grants["s3:DeleteObject"] == {"${MediaBucket.Arn}/derivatives/*"}
     assert not any(a.endswith("*") for a in grants)  # no wildcard actions either
@@ -345,7 +349,8 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
     roles = {name: r["Properties"] for name, r in deployed.items() if r["Type"] == "AWS::IAM::Role"}
     # SAM makes one more role: EventBridge Scheduler's, for the collection schedule
     # (ScheduleV2), which may invoke the worker and do nothing else.
-    assert sorted(roles) == ["StatusRole", "WorkerFunctionCollectRole", "WorkerRole"]  # StatusRole: test_status.py
+    # StatusRole: test_status.py; DispatcherRole: test_template_notifications.py and below.
+    assert sorted(roles) == ["DispatcherRole", "StatusRole", "WorkerFunctionCollectRole", "WorkerRole"]
     scheduler = roles["WorkerFunctionCollectRole"]
     assert [st["Principal"] for st in scheduler["AssumeRolePolicyDocument"]["Statement"]] == [
         {"Service": ["scheduler.amazonaws.com"]}
@@ -355,11 +360,12 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
         for p in scheduler["Policies"]
         for st in p["PolicyDocument"]["Statement"]
     ] == [("Allow", "lambda:InvokeFunction", {"Fn::GetAtt": ["WorkerFunction", "Arn"]})]
-    assert "ManagedPolicyArns" not in roles["WorkerRole"] and "ManagedPolicyArns" not in roles["StatusRole"]
+    assert not any("ManagedPolicyArns" in roles[r] for r in ("WorkerRole", "StatusRole", "DispatcherRole"))
     assert not [n for n, r in deployed.items() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")]
     statements = [st for p in roles["WorkerRole"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
     assert [st["Sid"] for st in statements if "*" in _as_list(st["Resource"])] == []
     assert deployed["WorkerFunction"]["Properties"]["Role"] == {"Fn::GetAtt": ["WorkerRole", "Arn"]}
+    assert deployed["DispatcherFunction"]["Properties"]["Role"] == {"Fn::GetAtt": ["DispatcherRole", "Arn"]}
 
 
 def test_the_rules_dead_letter_queue_takes_events_from_the_rule_alone_and_the_worker_has_no_access():

@@ -110,7 +110,16 @@ def test_a_storm_of_overwrites_deletes_and_reuploads_keeps_every_asset_current_a
         "lost",
         "duplicate_renders",
         "dead_letters",
+        "notifications_untold",
+        "notifications_missing",
+        "notifications_duplicated",
+        "outbox_outstanding",
+        "notification_failures",
     }
+    # Every asset version's end told once, to the receiver and the bus, nothing outstanding.
+    told = summary["notifications"]
+    assert told["owed"] == told["outbox"] == told["webhook_ids"] == told["bus_events"] > 0
+    assert told["by_type"]["Asset Ready"] > 0 and told["by_type"]["Asset Deleted"] > 0
     assert summary["overwrites"] > 0 and summary["deletes"] > 0 and summary["reuploads"] > 0
     assert summary["late_events"] > 0 and summary["superseded"] > 0
     assert summary["collections"]["collected"] > 0

@@ -193,7 +193,11 @@ def default_adapters(settings: Settings, *, s3: Any = None) -> Adapters:
         sources=SourceIndex(sources),
         queue=SqsQueue(sqs_client(settings)),
         steps=steps(settings),
-        assets=DynamoAssets(asset_models(settings.assets_table_name, settings.region, settings.endpoint_url)),
+        assets=DynamoAssets(
+            asset_models(
+                settings.assets_table_name, settings.region, settings.endpoint_url, settings.outbox_table_name
+            )
+        ),
     )
 
 

@@ -17,6 +17,7 @@ _ENV_NAMES: Final = {
     "jobs_table_name": "JOBS_TABLE_NAME",
     "sources_table_name": "SOURCES_TABLE_NAME",
     "assets_table_name": "ASSETS_TABLE_NAME",
+    "outbox_table_name": "OUTBOX_TABLE_NAME",
     "media_bucket": "MEDIA_BUCKET",
     "region": "AWS_REGION",
     "endpoint_url": "AWS_ENDPOINT_URL",
@@ -38,6 +39,13 @@ _ENV_NAMES: Final = {
     "work_dir": "WORK_DIR",
     "collect_grace_s": "COLLECT_GRACE_SECONDS",
     "collect_batch_jobs": "COLLECT_BATCH_JOBS",
+    "notification_bus_name": "NOTIFICATION_BUS_NAME",
+    "notification_failures_queue_url": "NOTIFICATION_FAILURES_QUEUE_URL",
+    "webhook_url": "WEBHOOK_URL",
+    "webhook_secret_arn": "WEBHOOK_SECRET_ARN",
+    "webhook_timeout_s": "WEBHOOK_TIMEOUT_SECONDS",
+    "webhook_attempts": "WEBHOOK_ATTEMPTS",
+    "webhook_retry_after_cap_s": "WEBHOOK_RETRY_AFTER_CAP_SECONDS",
 }
 
 
@@ -66,6 +74,8 @@ class Settings:
     sources_table_name: DynamoDB table of the source index (env ``SOURCES_TABLE_NAME``).
     assets_table_name: DynamoDB table of the assets, their references and the collection
         candidates (env ``ASSETS_TABLE_NAME``).
+    outbox_table_name: DynamoDB table of the notifications the asset writes owe, whose
+        stream feeds the dispatcher (env ``OUTBOX_TABLE_NAME``).
     media_bucket: the stack's bucket, whose assets the status function answers for (env
         ``MEDIA_BUCKET``; empty when unset: the worker takes the bucket from each event).
     region: AWS region (env ``AWS_REGION``).
@@ -122,11 +132,22 @@ class Settings:
         within a day is ready at once, with no render).
     collect_batch_jobs: most candidates one collection run looks at (default 100; the
         schedule runs it again).
+    notification_bus_name: the EventBridge bus the dispatcher puts notifications on
+        (empty: no EventBridge destination).
+    notification_failures_queue_url: the dispatcher's on-failure queue (refusals, and
+        records the event source mapping gave up on).
+    webhook_url: where the dispatcher POSTs notifications (empty: no webhook destination).
+    webhook_secret_arn: the Secrets Manager secret holding the webhook's signing secret.
+    webhook_timeout_s: one POST's timeout, seconds (default 10).
+    webhook_attempts: POSTs of one notification per invocation (default 5; the event
+        source mapping retries the record 3 times after that).
+    webhook_retry_after_cap_s: the longest ``Retry-After`` honoured, seconds (default 60).
     """
 
     jobs_table_name: str = "mediajobs-jobs"
     sources_table_name: str = "mediajobs-sources"
     assets_table_name: str = "mediajobs-assets"
+    outbox_table_name: str = "mediajobs-outbox"
     media_bucket: str = ""
     region: str = "us-east-1"
     endpoint_url: str | None = None
@@ -151,6 +172,13 @@ class Settings:
     work_dir: str = tempfile.gettempdir()
     collect_grace_s: int = 86_400
     collect_batch_jobs: int = 100
+    notification_bus_name: str = ""
+    notification_failures_queue_url: str = ""
+    webhook_url: str = ""
+    webhook_secret_arn: str = ""
+    webhook_timeout_s: float = 10.0
+    webhook_attempts: int = 5
+    webhook_retry_after_cap_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.originals_prefix.endswith("/") or not self.derivatives_prefix.endswith("/"):
@@ -171,6 +199,9 @@ class Settings:
             "video_speed_factor",
             "max_video_s",
             "collect_batch_jobs",
+            "webhook_timeout_s",
+            "webhook_attempts",
+            "webhook_retry_after_cap_s",
         ):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:

@@ -43,6 +43,7 @@ from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from mediajobs.adapters.ledger import _SIZE_LIMIT, bind_model, dynamo_failure
+from mediajobs.adapters.outbox import OutboxModel, outbox_item, outbox_model
 from mediajobs.domain.assets import (
     FAILED_PREFIX,
     AssetJob,
@@ -64,6 +65,7 @@ from mediajobs.domain.errors import (
     TransientFailure,
 )
 from mediajobs.domain.jobs import OutputRecord
+from mediajobs.domain.notifications import Notification, notification_for
 
 log = logging.getLogger(__name__)
 
@@ -163,14 +165,16 @@ class CandidateModel(Model):
 
 
 class AssetModels(NamedTuple):
-    """The three models of the assets table, bound to one table and endpoint."""
+    """The three models of the assets table, bound to one table and endpoint, and the
+    outbox's (``None`` for a reader: an adapter without it cannot write an asset's end)."""
 
     asset: type[AssetModel]
     reference: type[ReferenceModel]
     candidate: type[CandidateModel]
+    outbox: type[OutboxModel] | None = None
 
 
-def asset_models(table_name: str, region: str, host: str | None) -> AssetModels:
+def asset_models(table_name: str, region: str, host: str | None, outbox_table_name: str | None = None) -> AssetModels:
     """The models of the assets table (:func:`mediajobs.adapters.ledger.bind_model` each).
 
     Parameters
@@ -178,11 +182,13 @@ def asset_models(table_name: str, region: str, host: str | None) -> AssetModels:
     table_name: DynamoDB table name (``settings.assets_table_name``).
     region: AWS region.
     host: endpoint URL (the embedded moto server), or ``None`` for AWS.
+    outbox_table_name: the outbox table (``settings.outbox_table_name``), for a writer.
     """
     return AssetModels(
         bind_model(AssetModel, table_name, region, host),
         bind_model(ReferenceModel, table_name, region, host),
         bind_model(CandidateModel, table_name, region, host),
+        outbox_model(outbox_table_name, region, host) if outbox_table_name else None,
     )
 
 
@@ -362,6 +368,15 @@ def _view(item: AssetModel) -> AssetView:
     )
 
 
+def asset_of_image(model: type[AssetModel], image: Mapping[str, Any] | None) -> AssetView | None:
+    """The asset an item image of the assets table holds (a stream record's ``NewImage`` or
+    ``OldImage``, in DynamoDB JSON), or ``None``: no image, or a reference row's or a
+    candidate's."""
+    if not image or image.get("sk", {}).get("S") != ASSET_SK:
+        return None
+    return _view(model.from_raw_data(dict(image)))
+
+
 def _item(model: type[AssetModel], view: AssetView, revision: int) -> AssetModel:
     version = view.version
     return model(
@@ -397,7 +412,12 @@ class _Read(NamedTuple):
 
 
 class _Retry(Exception):
-    """A round lost a race or met a conflict: read again."""
+    """A round lost a race or met a conflict: read again. ``condition_failed``: a
+    condition failed (the asset's, or the outbox item's)."""
+
+    def __init__(self, why: str, *, condition_failed: bool = False) -> None:
+        super().__init__(why)
+        self.condition_failed = condition_failed
 
 
 #: Rounds a write makes (each re-reads the asset) before giving up with TransientFailure.
@@ -542,7 +562,11 @@ class DynamoAssets:
 
     def _commit(self, read: _Read, plan: Plan, what: str, failed: Sequence[str] = (), now_s: int = 0) -> None:
         """Write ``plan`` (and a ``failed`` candidate per job key of ``failed``) in one
-        ``TransactWriteItems``, the asset conditional on being the one ``read``.
+        ``TransactWriteItems``, the asset conditional on being the one ``read``; with the
+        notification the change owes (:func:`~mediajobs.domain.notifications.notification_for`),
+        put in the outbox conditional on its id not being there. When only that condition
+        failed (the asset is still as read: the transition was told already), the change is
+        written again without it.
 
         Raises
         ------
@@ -553,11 +577,38 @@ class DynamoAssets:
         TransientFailure
             Anything else.
         """
+        notification = notification_for(read.view, plan.view)
+        if notification is not None and self._models.outbox is None:
+            raise RuntimeError(f"{what}: an asset's end is written only with the outbox (AssetModels.outbox)")
+        try:
+            self._write(read, plan, what, failed, now_s, notification)
+        except _Retry as retry:
+            if notification is None or not retry.condition_failed or not self._told(read, notification):
+                raise
+            log.info("notification already in the outbox", extra={"notification_id": notification.id})
+            self._write(read, plan, what, failed, now_s, None)
+
+    def _told(self, read: _Read, notification: Notification) -> bool:
+        """Whether a failed condition was the outbox item's: the asset is still as ``read``
+        (its condition held), and no other item of the transaction has one. One read, made
+        only after a failed condition; the outbox itself is never read (the worker may only
+        put into it)."""
+        return self._read(notification.bucket, notification.key).revision == read.revision
+
+    def _write(
+        self,
+        read: _Read,
+        plan: Plan,
+        what: str,
+        failed: Sequence[str],
+        now_s: int,
+        notification: Notification | None,
+    ) -> None:
         models = self._models
         view = plan.view
         revision = (read.revision or 0) + 1
         item = _item(models.asset, view, revision)
-        count = 1 + len(plan.add) + len(plan.drop) + len(plan.candidates) + len(failed)
+        count = 1 + len(plan.add) + len(plan.drop) + len(plan.candidates) + len(failed) + (notification is not None)
         if count > MAX_TRANSACTION_ITEMS:  # a version has a few recipes: never near it
             raise TransientFailure(f"{what}: {count} items, over DynamoDB's {MAX_TRANSACTION_ITEMS}")
         if count == 1:
@@ -565,7 +616,9 @@ class DynamoAssets:
                 item.save(condition=self._asset_condition(read))
             except PutError as exc:
                 if exc.cause_response_code in _RETRY_CODES:
-                    raise _Retry(exc.cause_response_code) from exc
+                    raise _Retry(
+                        exc.cause_response_code, condition_failed=exc.cause_response_code == _CONDITION_FAILED
+                    ) from exc
                 raise dynamo_failure(exc, what) from exc
             return
         # The connection of the asset model: its region, endpoint and credentials (Meta).
@@ -573,6 +626,10 @@ class DynamoAssets:
         try:
             with TransactWrite(connection=connection) as tx:
                 tx.save(item, condition=self._asset_condition(read))
+                if notification is not None:
+                    assert models.outbox is not None
+                    told = outbox_item(models.outbox, notification, now_s=view.updated_at_s or now_s)
+                    tx.save(told, condition=models.outbox.id.does_not_exist())
                 for job_key in sorted(plan.add):
                     ref_sk = reference_sk(view.bucket, view.key)
                     tx.save(models.reference(reference_pk(job_key), ref_sk, bucket=view.bucket, object_key=view.key))
@@ -606,7 +663,7 @@ class DynamoAssets:
                 raise PermanentFailure(UNSTORABLE_INPUT, f"{what} refused by DynamoDB: {too_large[0]}") from exc
             reasons = {r.code for r in given}
             if exc.cause_response_code == _CANCELED and reasons and reasons <= _RETRY_REASONS:
-                raise _Retry(",".join(sorted(reasons))) from exc
+                raise _Retry(",".join(sorted(reasons)), condition_failed="ConditionalCheckFailed" in reasons) from exc
             if exc.cause_response_code in _RETRY_CODES:
                 raise _Retry(exc.cause_response_code or "") from exc
             raise dynamo_failure(exc, what) from exc

@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -231,11 +232,15 @@ def cmd_demo(
     files, out_dir = _checked_inputs(args, parser)
     files = files or sample_photos() + _videos_if_ffmpeg()
     out_dir = out_dir.resolve()
-    with LocalSession(log_level=args.log_level, bars=ProgressBars(), wrap_adapters=wrap_adapters) as session:
+    with (
+        LocalSession(log_level=args.log_level, bars=ProgressBars(), wrap_adapters=wrap_adapters) as session,
+        _DemoNotifications(session) as told,
+    ):
         print(
             f"embedded AWS at {session.stack.endpoint_url}: bucket {session.stack.bucket}, "
             f"queue {session.stack.queue_url.rsplit('/', 1)[-1]}, table {session.stack.table_name}"
         )
+        print(f"webhook receiver at {told.receiver.url}, verifying Standard Webhooks signatures")
         uploads: list[tuple[str, Path, str]] = []
         for i, path in enumerate(files):
             uploads.append((path.name, path, f"originals/demo/{i:02d}-{_key_name(path.name)}"))
@@ -260,6 +265,7 @@ def cmd_demo(
         )
         rows = [(title, _first_result(session, key)) for title, _, key in uploads]
         _print_table(rows)
+        told.deliver("notifications")
 
         session.redeliver(first_bodies)
         second_received = session.run().received - first_received
@@ -270,6 +276,7 @@ def cmd_demo(
             f"{renders_second} renders, {reused} jobs reused"
             f"{' - no render ran twice' if renders_second == 0 else ' - UNEXPECTED RENDERS'}"
         )
+        no_new_ids = told.deliver("notifications after the second delivery") == 0
         print(f"dead-letter queue: {session.dead_letters()} messages")
 
         entries = []
@@ -286,12 +293,52 @@ def cmd_demo(
             entries.append(entry)
         # The first photo and its copy share one derivative set: delete them one by one.
         collected = _delete_and_collect(session, uploads[0][2], uploads[-1][2])
+        told.deliver("notifications of the deletes")
         for entry, (_, _, key) in zip(entries, uploads, strict=True):
             entry.status = asset_document(session.stack, key)
         index = write_gallery(out_dir, entries)
     print(f"\nderivatives and gallery written to {out_dir}")
     print(f"open {index}")
-    return 0 if renders_second == 0 and collected else 1
+    return 0 if renders_second == 0 and collected and no_new_ids else 1
+
+
+class _DemoNotifications:
+    """The demo's receiver and dispatcher: a verifying webhook receiver on 127.0.0.1 and
+    the real dispatcher on the outbox stream; :meth:`deliver` runs the dispatcher and
+    prints what reached the receiver and the bus since the last call."""
+
+    def __init__(self, session: LocalSession) -> None:
+        self.session = session
+
+    def __enter__(self) -> _DemoNotifications:
+        from mediajobs.local.notifications import local_dispatcher, new_webhook_secret
+        from mediajobs.local.receiver import WebhookReceiver
+
+        secret = new_webhook_secret()
+        self.receiver = WebhookReceiver(secret).start()
+        self.dispatcher = local_dispatcher(self.session.stack, webhook_url=self.receiver.url, webhook_secret=secret)
+        self._seen = 0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.receiver.stop()
+
+    def deliver(self, title: str) -> int:
+        """Dispatch what the outbox holds; print the new notification ids; return how many."""
+        from mediajobs.local.notifications import seen_events
+
+        self.dispatcher.mapping.drain()
+        deliveries = self.receiver.received.deliveries[self._seen :]
+        self._seen = len(self.receiver.received.deliveries)
+        known = {d.id for d in self.receiver.received.deliveries[: self._seen - len(deliveries)]}
+        new = [d for d in deliveries if d.id not in known]
+        events = seen_events(self.session.stack)
+        print(f"\n{title}: {len(new)} new ids at the webhook ({len(deliveries)} deliveries), {len(events)} bus events")
+        width = max((len(str(d.payload.get("asset", {}).get("key"))) for d in new), default=0)
+        for d in new:
+            key = str(d.payload.get("asset", {}).get("key"))
+            print(f"  {d.payload.get('type'):<14} {key:<{width}}  id {d.id[:12]}")
+        return len(new)
 
 
 def _delete_and_collect(session: LocalSession, first: str, copy: str) -> bool:
@@ -494,6 +541,7 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         ASSETS_TABLE_ID,
         BUCKET_ID,
         FUNCTION_ID,
+        OUTBOX_TABLE_ID,
         SOURCES_TABLE_ID,
         TABLE_ID,
         find_template,
@@ -516,6 +564,7 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         table_name=f"{name}-jobs",
         sources_table_name=f"{name}-sources",
         assets_table_name=f"{name}-assets",
+        outbox_table_name=f"{name}-outbox",
         function_env={},
         batch_size=1,
         timeout_s=1,
@@ -536,6 +585,7 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         raise InternalError(f"{endpoint} holds no mediajobs stack ({exc}): is it `mediajobs serve`?") from exc
     refs = {BUCKET_ID: view.bucket, TABLE_ID: view.table_name, SOURCES_TABLE_ID: view.sources_table_name}
     refs[ASSETS_TABLE_ID] = view.assets_table_name
+    refs[OUTBOX_TABLE_ID] = view.outbox_table_name
     arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table"
     attrs = {(BUCKET_ID, "Arn"): f"arn:aws:s3:::{view.bucket}", (TABLE_ID, "Arn"): f"{arn}/{view.table_name}"}
     params = parameter_defaults(template)
@@ -753,6 +803,48 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+def cmd_webhook_listen(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``mediajobs webhook listen``: verify and print each delivery until Ctrl-C (or
+    ``--count`` deliveries); exit 0."""
+    from mediajobs.local.receiver import Delivery, WebhookReceiver, parse_answers
+
+    try:
+        answers = parse_answers(args.answer)
+        receiver = WebhookReceiver(args.secret, host=args.host, port=args.port, answers=answers)
+    except ValueError as exc:
+        parser.error(str(exc))
+    except OSError as exc:
+        raise InternalError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - standardwebhooks refuses a bad secret with bare errors
+        parser.error(f"--secret is not a Standard Webhooks secret (whsec_ + base64): {exc}")
+    done = threading.Event()
+
+    def show(delivery: Delivery) -> None:
+        seen = sum(d.id == delivery.id for d in receiver.received.deliveries)
+        asset = delivery.payload.get("asset", {})
+        line = {
+            "webhook_id": delivery.id,
+            "type": delivery.payload.get("type"),
+            "key": asset.get("key"),
+            "state": asset.get("state"),
+            "answered": delivery.status,
+            "repeat": seen > 1,
+        }
+        print(json.dumps(line), flush=True)
+        accepted = {d.id for d in receiver.received.deliveries if 200 <= d.status < 300}
+        if args.count and len(accepted) >= args.count:
+            done.set()
+
+    receiver.on_delivery = show
+    receiver.start()
+    print(f"listening on {receiver.url} (answers {args.answer}); Ctrl-C to stop", file=sys.stderr, flush=True)
+    try:
+        done.wait()
+    finally:
+        receiver.stop()
+    return 0
+
+
 def non_negative_seconds(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -897,6 +989,27 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument(
         "--endpoint", default=DEFAULT_ENDPOINT, help=f"the serve's endpoint (default {DEFAULT_ENDPOINT})"
     )
+    webhook = sub.add_parser("webhook", help="a local webhook receiver that verifies what the dispatcher sends")
+    webhook_sub = webhook.add_subparsers(dest="webhook_command", required=True)
+    listen = webhook_sub.add_parser(
+        "listen",
+        help="verify each delivery (Standard Webhooks) and print it as one JSON line",
+        description="Listen for the dispatcher's webhooks, verify each signature with the secret, print one "
+        "JSON line per verified delivery (its webhook-id, type, key, state, the status answered, whether the "
+        "id was seen before). A delivery that does not verify is answered 401.",
+    )
+    listen.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    listen.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    listen.add_argument("--secret", required=True, help="the signing secret (whsec_ + base64)")
+    listen.add_argument(
+        "--answer",
+        default="200",
+        metavar="LIST",
+        help="statuses to answer in turn, the last repeating; 429:2 is a 429 with Retry-After: 2 (default 200)",
+    )
+    listen.add_argument(
+        "--count", type=int, default=0, help="stop once this many distinct ids were answered 2xx (default: never)"
+    )
     collect = sub.add_parser(
         "collect",
         help="one collection run against `mediajobs serve`: delete the derivatives no asset references",
@@ -947,6 +1060,8 @@ def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None 
             return cmd_delete(args, parser)
         if args.command == "collect":
             return cmd_collect(args)
+        if args.command == "webhook":
+            return cmd_webhook_listen(args, parser)
         return cmd_process(args, parser, wrap_adapters)
     except InternalError as exc:
         print(f"mediajobs: {exc}", file=sys.stderr)

@@ -46,6 +46,7 @@ from werkzeug.wsgi import get_input_stream
 
 from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, ReferenceModel
 from mediajobs.adapters.ledger import JobModel, bind_model
+from mediajobs.adapters.outbox import OutboxModel
 from mediajobs.adapters.sources import SourceModel
 from mediajobs.domain.keys import encode_event_key
 from mediajobs.local.conflicts import TransactionConflicts
@@ -64,9 +65,12 @@ from mediajobs.local.events import (
 from mediajobs.local.template import (
     ASSETS_TABLE_ID,
     BUCKET_ID,
+    BUS_ID,
     DLQ_ID,
     EVENTS_DLQ_ID,
+    FAILURES_QUEUE_ID,
     FUNCTION_ID,
+    OUTBOX_TABLE_ID,
     QUEUE_ID,
     RULE_ID,
     SOURCES_TABLE_ID,
@@ -647,7 +651,11 @@ class LocalStack:
     queue_url, queue_arn, dlq_url, dlq_arn: the jobs queue and its dead-letter queue.
     events_dlq_url, events_dlq_arn: the rule's dead-letter queue (events it could not deliver).
     table_name: jobs table; sources_table_name: the source index; assets_table_name:
-        the assets, references and collection candidates.
+        the assets, references and collection candidates; outbox_table_name: the
+        notifications owed (its stream feeds the dispatcher).
+    notification_bus_name: the notification bus; notification_failures_queue_url: the
+        dispatcher's on-failure queue; notifications_seen_queue_url: a local queue a rule
+        on the bus copies every event to (to see what EventBridge was given).
     function_env: the worker's environment, resolved from the template.
     batch_size: the SQS event source's BatchSize.
     timeout_s: the worker's Timeout, seconds.
@@ -675,6 +683,10 @@ class LocalStack:
     function_env: dict[str, str]
     batch_size: int
     timeout_s: int
+    outbox_table_name: str = "mediajobs-outbox"
+    notification_bus_name: str = ""
+    notification_failures_queue_url: str = ""
+    notifications_seen_queue_url: str = ""
     worker_env: dict[str, str] = field(default_factory=dict)
     region: str = REGION
     credentials: dict[str, str] = field(default_factory=lambda: dict(CREDENTIALS))
@@ -713,11 +725,30 @@ class LocalStack:
         return self.model(SourceModel, self.sources_table_name)
 
     def asset_models(self) -> AssetModels:
-        """The assets table's three models (:meth:`model` each)."""
+        """The assets table's three models and the outbox's (:meth:`model` each)."""
         return AssetModels(
             self.model(AssetModel, self.assets_table_name),
             self.model(ReferenceModel, self.assets_table_name),
             self.model(CandidateModel, self.assets_table_name),
+            self.outbox_model(),
+        )
+
+    def outbox_model(self) -> type[OutboxModel]:
+        """The outbox table's model (:meth:`model`)."""
+        return self.model(OutboxModel, self.outbox_table_name)
+
+    def outbox_stream_arn(self) -> str:
+        """The outbox table's stream (``LatestStreamArn``)."""
+        table = self.client("dynamodb").describe_table(TableName=self.outbox_table_name)["Table"]
+        return str(table["LatestStreamArn"])
+
+    def dispatcher_settings(self, **overrides: Any) -> Settings:
+        """The dispatcher's settings on this stack: the outbox, the bus, the failures
+        queue (``webhook_url`` and ``webhook_secret_arn`` among ``overrides``)."""
+        return self.settings(
+            notification_bus_name=self.notification_bus_name,
+            notification_failures_queue_url=self.notification_failures_queue_url,
+            **overrides,
         )
 
 
@@ -871,6 +902,21 @@ class EmbeddedAws:
         resource: dict[str, Any] = self.template["Resources"][logical_id]
         return resource
 
+    def _create_declared_table(self, dynamodb: Any, logical_id: str, table_name: str) -> None:
+        """Create the table ``logical_id`` as the template declares it (keys, and its
+        stream when it has one), on demand; a table this process's moto already has is
+        kept, as the models' ``create_table`` keeps it."""
+        props = self._resource(logical_id)["Properties"]
+        stream = props.get("StreamSpecification")
+        with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
+            dynamodb.create_table(
+                TableName=table_name,
+                AttributeDefinitions=props["AttributeDefinitions"],
+                KeySchema=props["KeySchema"],
+                BillingMode="PAY_PER_REQUEST",
+                **({"StreamSpecification": {"StreamEnabled": True, **stream}} if stream else {}),
+            )
+
     def _create(self, endpoint: str) -> LocalStack:
         session = boto3.session.Session(region_name=REGION, **CREDENTIALS)
         s3 = session.client("s3", endpoint_url=endpoint)
@@ -881,12 +927,14 @@ class EmbeddedAws:
         table_name = f"{self.name}-jobs"
         sources_table_name = f"{self.name}-sources"
         assets_table_name = f"{self.name}-assets"
+        outbox_table_name = f"{self.name}-outbox"
         rule_name = f"{self.name}-object-created"
         refs: dict[str, str] = {
             BUCKET_ID: bucket,
             TABLE_ID: table_name,
             SOURCES_TABLE_ID: sources_table_name,
             ASSETS_TABLE_ID: assets_table_name,
+            OUTBOX_TABLE_ID: outbox_table_name,
             RULE_ID: rule_name,
         }
         attrs: dict[tuple[str, str], str] = {
@@ -894,6 +942,7 @@ class EmbeddedAws:
             (TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{table_name}",
             (SOURCES_TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{sources_table_name}",
             (ASSETS_TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{assets_table_name}",
+            (OUTBOX_TABLE_ID, "Arn"): f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table/{outbox_table_name}",
         }
         params = parameter_defaults(self.template)
 
@@ -944,15 +993,26 @@ class EmbeddedAws:
             bound.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
         # The assets table as the template declares it (its items are of several models).
         # Like the models' create_table, a table this process's moto already has is kept.
-        assets_props = self._resource(ASSETS_TABLE_ID)["Properties"]
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)
-        with contextlib.suppress(dynamodb.exceptions.ResourceInUseException):
-            dynamodb.create_table(
-                TableName=assets_table_name,
-                AttributeDefinitions=assets_props["AttributeDefinitions"],
-                KeySchema=assets_props["KeySchema"],
-                BillingMode="PAY_PER_REQUEST",
-            )
+        self._create_declared_table(dynamodb, ASSETS_TABLE_ID, assets_table_name)
+        # The notification bus, the dispatcher's failures queue, and (local only) a rule
+        # copying every event of the bus to a queue, to see what EventBridge was given.
+        bus_name = f"{self.name}-notifications"
+        try:
+            bus_arn = events.create_event_bus(Name=bus_name)["EventBusArn"]
+        except events.exceptions.ResourceAlreadyExistsException:  # this process's moto has it
+            bus_arn = events.describe_event_bus(Name=bus_name)["Arn"]
+        refs[BUS_ID], attrs[(BUS_ID, "Arn")], attrs[(BUS_ID, "Name")] = bus_name, bus_arn, bus_name
+        failures_url = sqs.create_queue(QueueName=f"{self.name}-notification-failures")["QueueUrl"]
+        seen_url = sqs.create_queue(QueueName=f"{self.name}-notifications-seen")["QueueUrl"]
+        seen_arn = sqs.get_queue_attributes(QueueUrl=seen_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        refs[FAILURES_QUEUE_ID] = failures_url
+        events.put_rule(
+            Name=f"{self.name}-seen", EventBusName=bus_name, EventPattern=json.dumps({"source": ["mediajobs"]})
+        )
+        events.put_targets(Rule=f"{self.name}-seen", EventBusName=bus_name, Targets=[{"Id": "seen", "Arn": seen_arn}])
+        # The outbox as the template declares it, with its stream (the dispatcher's source).
+        self._create_declared_table(dynamodb, OUTBOX_TABLE_ID, outbox_table_name)
 
         function = resolve(self._resource(FUNCTION_ID)["Properties"], refs, attrs, params)
         globals_env = (self.template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get(
@@ -973,6 +1033,10 @@ class EmbeddedAws:
             table_name=table_name,
             sources_table_name=sources_table_name,
             assets_table_name=assets_table_name,
+            outbox_table_name=outbox_table_name,
+            notification_bus_name=bus_name,
+            notification_failures_queue_url=failures_url,
+            notifications_seen_queue_url=seen_url,
             function_env={k: str(v) for k, v in env.items()},
             batch_size=int(sqs_event.get("BatchSize", 10)),
             timeout_s=int(function.get("Timeout", 3)),

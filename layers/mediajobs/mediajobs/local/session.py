@@ -156,6 +156,9 @@ class LocalSession:
         inject a fault by wrapping an adapter (never by replacing a class's method).
     environ: the user's environment, read for the limits a local run takes from it
         (default ``os.environ``; :class:`EmbeddedAws`).
+    name: the stack's name, the prefix of its resources' names (:class:`EmbeddedAws`):
+        sessions of one process share moto's state, so one that must see only its own
+        items takes a name of its own.
 
     Attributes (while open)
     -----------------------
@@ -171,8 +174,9 @@ class LocalSession:
         *,
         wrap_adapters: AdapterWrapper | None = None,
         environ: Mapping[str, str] | None = None,
+        name: str = "mediajobs-local",
     ) -> None:
-        self._aws = EmbeddedAws(template_path, environ=environ)
+        self._aws = EmbeddedAws(template_path, name=name, environ=environ)
         self._log_level = log_level
         self._wrap_adapters = wrap_adapters
         self.collector = Collector(bars)

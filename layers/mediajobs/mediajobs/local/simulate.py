@@ -87,6 +87,8 @@ class StormConfig:
     grace_s: the collection's grace period in the storm, seconds (the parent runs a
         collection every ``collect_every_s``, and a last one with no grace at the end).
     collect_every_s: how often the parent runs a collection, seconds.
+    dispatch_every_s: how often the parent runs the dispatcher on the outbox stream, seconds
+        (its webhook goes to a verifying receiver in the parent: :class:`StormNotifications`).
     conflict_hold_ms: when above 0, the embedded DynamoDB has transaction conflicts, each
         transaction holding its items this long (:mod:`mediajobs.local.conflicts`); the
         summary then counts the conflicts and the writes of the hottest item. With
@@ -116,6 +118,7 @@ class StormConfig:
     reupload_share: float = 0.5
     grace_s: int = 3
     collect_every_s: float = 2.0
+    dispatch_every_s: float = 2.0
     conflict_hold_ms: float = 0.0
     seed: int = 1
     log_level: str = "ERROR"
@@ -376,7 +379,9 @@ def _worker_main(
 @dataclasses.dataclass
 class _Upload:
     """One write of the storm: a put of ``contents[data_index]`` under ``key`` (``kind``
-    ``put``, ``overwrite`` or ``reupload``), or a delete of ``key`` (``delete``)."""
+    ``put``, ``overwrite`` or ``reupload``), or a delete of ``key``: a delete marker
+    (``delete``), its current version for good (``delete_version``), or its oldest
+    noncurrent version for good (``delete_noncurrent``)."""
 
     key: str
     data_index: int
@@ -436,6 +441,16 @@ def _plan_changes(cfg: StormConfig, uploads: list[_Upload], contents: list[bytes
         if rng.random() < cfg.reupload_share:
             again = _Upload(f"originals/storm/again {j:05d}.jpg", target.data_index, target.checksum, kind="reupload")
             uploads.insert(position + 1, again)
+    # Half the overwritten keys later lose their oldest noncurrent version for good (as a
+    # lifecycle expiration does): a "Permanently Deleted" of a version the asset no longer
+    # shows, which changes nothing an app sees and owes no notification. A generator of its
+    # own keeps the other choices of a seed as they were.
+    noncurrent = random.Random(f"{cfg.seed}-noncurrent")
+    for change in [u for u in uploads if u.kind == "overwrite"]:
+        if noncurrent.random() < 0.5:
+            at = uploads.index(change)
+            drop = _Upload(change.key, change.data_index, change.checksum, kind="delete_noncurrent")
+            uploads.insert(noncurrent.randrange(at + 1, len(uploads) + 1), drop)
 
 
 def _read_logs(folder: Path) -> Iterator[dict[str, Any]]:
@@ -574,6 +589,167 @@ class _Collections:
         self._stopped.set()
 
 
+def watch_asset_writes(stack: LocalStack) -> None:
+    """Give the assets table a stream of its own (``NEW_AND_OLD_IMAGES``; the template's
+    table has none): from then on it says what each asset write owes an app, and
+    :func:`notification_checks` compares that with what was told."""
+    stack.client("dynamodb").update_table(
+        TableName=stack.assets_table_name,
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    )
+
+
+class StormNotifications:
+    """The storm's notifications, in the parent process: a verifying webhook receiver on
+    127.0.0.1 answering 200, and the real dispatcher on the outbox stream (through the
+    local stream mapping), run every ``period_s`` while the storm goes on and once more at
+    the end; what the bus was given is read from the local rule's queue after each run."""
+
+    def __init__(self, stack: LocalStack) -> None:
+        from mediajobs.local.notifications import local_dispatcher, new_webhook_secret
+        from mediajobs.local.receiver import WebhookReceiver
+
+        secret = new_webhook_secret()
+        self._stack = stack
+        self.receiver = WebhookReceiver(secret).start()
+        self._dispatcher = local_dispatcher(stack, webhook_url=self.receiver.url, webhook_secret=secret)
+        self._stopped = threading.Event()
+        self.bus_events: list[dict[str, Any]] = []
+        self.failed_runs = 0
+
+    def run(self) -> None:
+        """Dispatch what the outbox stream holds; a failing run is counted, the next goes on."""
+        from mediajobs.local.notifications import seen_events
+
+        try:
+            self._dispatcher.mapping.drain()
+            self.bus_events.extend(seen_events(self._stack))
+        except Exception:  # noqa: BLE001 - counted: the end checks judge what was delivered
+            self.failed_runs += 1
+
+    def every(self, period_s: float) -> None:
+        """Run every ``period_s`` until :meth:`stop`."""
+        while not self._stopped.wait(period_s):
+            self.run()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def close(self) -> None:
+        self.receiver.stop()
+
+
+_UNSEEN: Final = ("unseen", "")
+
+
+def _s3_version(version: dict[str, Any]) -> str:
+    """An S3 version as the storm groups notifications by it: its version id, or its ETag
+    and size on an unversioned bucket (never the sequencer)."""
+    if version.get("version_id"):
+        return str(version["version_id"])
+    return f"{version.get('etag')}/{version.get('size_bytes')}"
+
+
+def notification_checks(stack: LocalStack, told: StormNotifications) -> tuple[dict[str, int], dict[str, Any]]:
+    """Whether every asset version's end was told exactly once, counted (0 each when it
+    holds), and what was told.
+
+    What is owed comes from the assets table's own stream (every write of an asset item,
+    old and new image): each change the worker committed owes
+    :func:`~mediajobs.domain.notifications.notification_for` of it. Then:
+
+    * ``versions_not_told_once``: episodes -- an asset entering ``ready`` or ``failed`` for
+      an S3 version (its version id; ETag and size unversioned), or ``deleted`` from
+      anything but ``deleted`` -- read from the same stream without ``notification_for``,
+      whose distinct ids at the receiver are not exactly one each (an episode whose
+      sequencer moved is still one);
+    * ``notifications_untold``: owed ids the outbox lacks (the outbox item was not in the
+      asset's transaction), and outbox ids nothing owed;
+    * ``notifications_missing``: owed ids the receiver never verified, or the bus never had;
+    * ``notifications_duplicated``: asset versions (key, version, type) told under more than
+      one id at the receiver, and ids put on the bus more than once;
+    * ``outbox_outstanding``: outbox items a destination has not marked delivered;
+    * ``notification_failures``: messages in the dispatcher's on-failure queue, and
+      deliveries refused.
+    """
+    from collections import Counter
+
+    from mediajobs.adapters.assets import asset_of_image
+    from mediajobs.domain.notifications import notification_for, version_identity
+    from mediajobs.local.notifications import failures
+    from mediajobs.local.streams import stream_records
+
+    model = stack.asset_models().asset
+    owed: dict[str, tuple[str, str, str]] = {}
+    # Independently of notification_for: each time an asset enters ready or failed for an
+    # S3 version, or deleted from anything but deleted (an unknown key's tombstone owes
+    # nothing), is one episode, which owes exactly one id; a later event that moves only
+    # the sequencer, or a progress write, is the same episode.
+    episodes: Counter[tuple[str, str, str]] = Counter()
+    run_of: dict[str, tuple[str, str] | None] = {}
+    streams = stack.client("dynamodbstreams")
+    arn = stack.client("dynamodb").describe_table(TableName=stack.assets_table_name)["Table"]["LatestStreamArn"]
+    for record in stream_records(streams, arn):
+        new = asset_of_image(model, record["dynamodb"].get("NewImage"))
+        if new is None:
+            continue
+        notification = notification_for(asset_of_image(model, record["dynamodb"].get("OldImage")), new)
+        if notification is not None:
+            version = json.dumps(version_identity(new.version), sort_keys=True)
+            owed[notification.id] = (new.key, version, str(notification.type))
+        state = str(new.state)
+        run = None
+        if state in ("ready", "failed", "deleted"):
+            run = (state, "" if state == "deleted" else _s3_version(dataclasses.asdict(new.version)))
+        previous = run_of.get(new.key, _UNSEEN)
+        if run is not None and run != previous and not (state == "deleted" and previous is _UNSEEN):
+            episodes[(new.key, *run)] += 1
+        run_of[new.key] = run
+    outbox: dict[str, dict[str, Any]] = {}
+    for item in stack.outbox_model().scan(consistent_read=True):
+        outbox[item.id] = item.deliveries.as_dict() if item.deliveries is not None else {}
+    received = told.receiver.received
+    at_receiver = set(received.ids())
+    bus = Counter(e.get("detail", {}).get("id") for e in told.bus_events)
+    ids_of_episode: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for delivery in received.deliveries:
+        asset = delivery.payload.get("asset", {})
+        state = str(asset.get("state"))
+        version = "" if state == "deleted" else _s3_version(asset.get("version") or {})
+        ids_of_episode[(str(asset.get("key")), state, version)].add(delivery.id)
+    ids_of_version: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for delivery in received.deliveries:
+        asset = delivery.payload.get("asset", {})
+        version = json.dumps(asset.get("version"), sort_keys=True)
+        ids_of_version[(str(asset.get("key")), version, str(delivery.payload.get("type")))].add(delivery.id)
+    destinations = ("eventbridge", "webhook")
+    checks = {
+        # Every episode told under exactly one id (more: a second logical notification).
+        "versions_not_told_once": sum(
+            1 for group in set(episodes) | set(ids_of_episode) if len(ids_of_episode[group]) != episodes[group]
+        ),
+        "notifications_untold": len(set(owed) - set(outbox)) + len(set(outbox) - set(owed)),
+        "notifications_missing": sum(1 for nid in owed if nid not in at_receiver or bus[nid] == 0),
+        "notifications_duplicated": sum(1 for ids in ids_of_version.values() if len(ids) > 1)
+        + sum(1 for count in bus.values() if count > 1),
+        "outbox_outstanding": sum(1 for marks in outbox.values() if any(d not in marks for d in destinations)),
+        "notification_failures": len(failures(stack))
+        + sum(1 for marks in outbox.values() for mark in marks.values() if dict(mark).get("refused")),
+    }
+    counts = {
+        "owed": len(owed),
+        "outbox": len(outbox),
+        "webhook_ids": len(at_receiver),
+        "webhook_deliveries": len(received.deliveries),
+        "webhook_repeats": received.repeats(),
+        "webhook_unverified": received.unverified,
+        "bus_events": sum(bus.values()),
+        "by_type": dict(sorted(Counter(t for _, _, t in owed.values()).items())),
+        "dispatch_runs_failed": told.failed_runs,
+    }
+    return checks, counts
+
+
 class _RecordingDeletes:
     """An object store whose ``delete_prefix`` also tells ``on_delete`` the prefix."""
 
@@ -692,6 +868,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
         # The workers' settings, passed to each as an argument (short leases and margins).
         settings = stack.settings(lease_s=cfg.lease_s, deadline_margin_s=2, image_job_s=2, retry_base_s=1)
         s3, sqs = stack.client("s3"), stack.client("sqs")
+        watch_asset_writes(stack)
         sqs.set_queue_attributes(QueueUrl=stack.queue_url, Attributes={"VisibilityTimeout": str(cfg.visibility_s)})
         uploads, contents = _plan(cfg)
         duplicated_events = late_events = 0
@@ -715,6 +892,13 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             nonlocal duplicated_events, late_events
             if u.kind == "delete":
                 s3.delete_object(Bucket=stack.bucket, Key=u.key)  # a delete marker
+                return
+            if u.kind == "delete_noncurrent":  # the oldest version S3 no longer serves, for good
+                listed = s3.list_object_versions(Bucket=stack.bucket, Prefix=u.key).get("Versions", [])
+                old = [v for v in listed if v["Key"] == u.key and not v["IsLatest"]]
+                if old:
+                    oldest = min(old, key=lambda v: v["LastModified"])
+                    s3.delete_object(Bucket=stack.bucket, Key=u.key, VersionId=oldest["VersionId"])
                 return
             if u.kind == "delete_version":  # the current version, for good
                 with contextlib.suppress(s3.exceptions.ClientError):  # nothing current (a marker)
@@ -778,6 +962,9 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             target=collections.every, args=(cfg.collect_every_s, feeder), name="collection", daemon=True
         )
         collector.start()
+        told = StormNotifications(stack)
+        dispatcher = threading.Thread(target=told.every, args=(cfg.dispatch_every_s,), name="dispatch", daemon=True)
+        dispatcher.start()
 
         def queue_depth() -> int:
             attrs = sqs.get_queue_attributes(QueueUrl=stack.queue_url, AttributeNames=list(QUEUE_DEPTH_ATTRIBUTES))[
@@ -812,6 +999,9 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
         # were abandoned: an unreferenced job whose lease is live is left for a later run).
         time.sleep(cfg.lease_s + 1)
         collections.run(grace_s=0)
+        told.stop()
+        dispatcher.join(timeout=120)
+        told.run()  # everything committed is in the stream now: the last dispatch
 
         events = sorted([*_read_logs(folder), *collections.events], key=lambda e: e["t"])
         if events_log is not None:
@@ -821,6 +1011,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
         recipes = active_recipes()["image"]
         unique_keys = {job_key(sha256_hex(c), recipe.sha256) for c in contents for recipe in recipes}
         checks, end_states = _end_checks(stack, {u.key for u in uploads})
+        told_checks, notifications = notification_checks(stack, told)
+        told.close()
         lost = checks["assets_not_ready"]
         dlq = int(
             sqs.get_queue_attributes(QueueUrl=stack.dlq_url, AttributeNames=["ApproximateNumberOfMessages"])[
@@ -858,6 +1050,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             "overwrites": sum(1 for u in uploads if u.kind == "overwrite"),
             "deletes": sum(1 for u in uploads if u.kind in ("delete", "delete_version")),
             "version_deletes": sum(1 for u in uploads if u.kind == "delete_version"),
+            "noncurrent_deletes": sum(1 for u in uploads if u.kind == "delete_noncurrent"),
             "reuploads": sum(1 for u in uploads if u.kind == "reupload"),
             "late_events": late_events,
             "superseded": sum(1 for r in records if r["outcome"] == "superseded"),
@@ -871,6 +1064,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             (table, item), writes = aws.conflicts.hottest()
             summary["transaction_conflicts"] = aws.conflicts.conflicts + aws.conflicts.single_conflicts
             summary["hottest_item"] = {"table": table, "key": json.loads(item), "writes": writes}
+        summary["notifications"] = notifications
+        checks.update(told_checks)
         checks["dead_letters"] = dlq
         checks["duplicate_renders"] = summary["duplicate_renders"]
         checks["lost"] = lost

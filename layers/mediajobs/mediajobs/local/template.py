@@ -41,6 +41,10 @@ EVENTS_DLQ_ID: Final = "EventsDeadLetterQueue"
 TABLE_ID: Final = "JobsTable"
 SOURCES_TABLE_ID: Final = "SourcesTable"
 ASSETS_TABLE_ID: Final = "AssetsTable"
+OUTBOX_TABLE_ID: Final = "OutboxTable"
+BUS_ID: Final = "NotificationBus"
+FAILURES_QUEUE_ID: Final = "NotificationFailuresQueue"
+DISPATCHER_ID: Final = "DispatcherFunction"
 FUNCTION_ID: Final = "WorkerFunction"
 
 #: Logical ids the local runner needs; a template without them is not ours.

@@ -1,0 +1,108 @@
+"""The dispatcher on the embedded AWS: the real handler with the real adapters, fed by
+the outbox stream as Lambda would (:class:`~mediajobs.local.streams.StreamEventSourceMapping`),
+and what the bus was given (:func:`seen_events`)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mediajobs.entrypoints.dispatcher import (
+    DispatcherAdapters,
+    make_dispatcher,
+    make_handler,
+    real_dispatcher_adapters,
+)
+from mediajobs.local.embedded import LocalStack
+from mediajobs.local.streams import StreamEventSourceMapping, sqs_failure_sink
+from mediajobs.service_layer.dispatch import Dispatched
+
+
+def new_webhook_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` + base64 of 32 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+@dataclass
+class LocalDispatcher:
+    """The dispatcher's handler and its stream mapping on one stack."""
+
+    handler: Callable[[dict[str, Any], Any], dict[str, Any]]
+    mapping: StreamEventSourceMapping
+    dispatched: list[Dispatched]
+
+
+def local_dispatcher(
+    stack: LocalStack,
+    *,
+    webhook_url: str | None = None,
+    webhook_secret: str | None = None,
+    wrap: Callable[[DispatcherAdapters], DispatcherAdapters] | None = None,
+    **settings: Any,
+) -> LocalDispatcher:
+    """The dispatcher of ``stack``: EventBridge to its bus, and a webhook to
+    ``webhook_url`` signed with ``webhook_secret`` (stored in the embedded Secrets Manager,
+    as the template's ``WebhookSecret``) when given.
+
+    ``wrap``: returns the adapters to use in place of the real ones (tests and tools inject
+    faults there); ``settings``: overrides (``webhook_attempts``, ...).
+    """
+    extra: dict[str, Any] = dict(settings)
+    if webhook_url:
+        secret = webhook_secret or new_webhook_secret()
+        name = f"mediajobs-webhook-{secrets.token_hex(4)}"
+        arn = stack.client("secretsmanager").create_secret(Name=name, SecretString=secret)["ARN"]
+        extra.update(webhook_url=webhook_url, webhook_secret_arn=arn)
+    adapters = real_dispatcher_adapters(
+        stack.dispatcher_settings(**extra), session=stack.boto_session(), outbox_model_=stack.outbox_model()
+    )
+    if wrap is not None:
+        adapters = wrap(adapters)
+    dispatched: list[Dispatched] = []
+    handler = make_handler(make_dispatcher(adapters), on_dispatched=dispatched.append)
+    mapping = StreamEventSourceMapping(
+        stack.client("dynamodbstreams"),
+        stack.outbox_stream_arn(),
+        handler,
+        on_failure=sqs_failure_sink(stack.client("sqs"), stack.notification_failures_queue_url),
+    )
+    return LocalDispatcher(handler, mapping, dispatched)
+
+
+def seen_events(stack: LocalStack) -> list[dict[str, Any]]:
+    """Every event the notification bus was given since the last call (the local rule's
+    copies), as EventBridge delivers them (``id``, ``detail-type``, ``source``, ``detail``)."""
+    sqs = stack.client("sqs")
+    found: list[dict[str, Any]] = []
+    while True:
+        answer = sqs.receive_message(QueueUrl=stack.notifications_seen_queue_url, MaxNumberOfMessages=10)
+        messages = answer.get("Messages", [])
+        if not messages:
+            return found
+        for message in messages:
+            found.append(json.loads(message["Body"]))
+        sqs.delete_message_batch(
+            QueueUrl=stack.notifications_seen_queue_url,
+            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
+        )
+
+
+def failures(stack: LocalStack) -> list[dict[str, Any]]:
+    """The messages of the dispatcher's failures queue (received and deleted)."""
+    sqs = stack.client("sqs")
+    found: list[dict[str, Any]] = []
+    while True:
+        messages = sqs.receive_message(QueueUrl=stack.notification_failures_queue_url, MaxNumberOfMessages=10).get(
+            "Messages", []
+        )
+        if not messages:
+            return found
+        found.extend(json.loads(m["Body"]) for m in messages)
+        sqs.delete_message_batch(
+            QueueUrl=stack.notification_failures_queue_url,
+            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
+        )
