@@ -116,7 +116,9 @@ class _Deadline:
         self._timer.cancel()
 
 
-class _HttpHandler(urllib.request.HTTPHandler):
+class _UnderDeadline(urllib.request.AbstractHTTPHandler):
+    """Opens its connections through :meth:`_Deadline.track`."""
+
     def __init__(self, deadline: _Deadline) -> None:
         super().__init__()
         self._deadline = deadline
@@ -125,13 +127,12 @@ class _HttpHandler(urllib.request.HTTPHandler):
         return super().do_open(self._deadline.track(http_class), req, **kwargs)
 
 
-class _HttpsHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self._deadline = deadline
+class _HttpHandler(_UnderDeadline, urllib.request.HTTPHandler):
+    pass
 
-    def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
-        return super().do_open(self._deadline.track(http_class), req, **kwargs)
+
+class _HttpsHandler(_UnderDeadline, urllib.request.HTTPSHandler):
+    pass
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
