@@ -16,6 +16,8 @@ import pytest
 from mediajobs.domain.assets import AssetJob, AssetJobState, AssetVersion, sequencer_order
 from mediajobs.domain.jobs import OutputRecord
 from mediajobs.entrypoints.status import answer, key_of, make_status_app
+from mediajobs.local.notifications import new_webhook_secret
+from mediajobs.local.receiver import WebhookReceiver
 from mediajobs.local.template import load_template
 from mediajobs.settings import Settings
 from tests.conftest import REPO
@@ -469,9 +471,32 @@ def test_the_served_worker_processes_what_reaches_the_served_queue(local_session
     stack = _served_stack(local_session.stack.endpoint_url)
     key = "originals/cli/served-worker.png"
     local_session.s3.put_object(Bucket=stack.bucket, Key=key, Body=unique_png())
-    _serve_worker(local_session.stack, "ERROR", polls=2)
+    secret = new_webhook_secret()
+    receiver = WebhookReceiver(secret).start()
+    try:
+        _serve_worker(local_session.stack, "ERROR", polls=2, webhook_url=receiver.url, webhook_secret=secret)
+    finally:
+        receiver.stop()
     listed = local_session.s3.list_objects_v2(Bucket=stack.bucket, Prefix="derivatives/")
     assert any(o["Key"].endswith("/manifest.json") for o in listed.get("Contents", []))
+    # The served dispatcher told the webhook (moto's state is the process's: other modules'
+    # notifications may come too).
+    told = [d.payload["type"] for d in receiver.received.deliveries if d.payload["asset"]["key"] == key]
+    assert told == ["Asset Ready"]
+
+
+def test_serve_refuses_a_webhook_without_the_worker_or_a_secret(capsys):
+    from mediajobs.local.cli import main
+
+    for argv in (
+        ["serve", "--webhook-url", "http://127.0.0.1:8765/", "--webhook-secret", new_webhook_secret()],
+        ["serve", "--worker", "--webhook-url", "http://127.0.0.1:8765/"],
+        ["serve", "--worker", "--webhook-url", "http://example.com/", "--webhook-secret", new_webhook_secret()],
+        ["serve", "--worker", "--webhook-url", "http://127.0.0.1:8765/", "--webhook-secret", "not base64!"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2, argv
 
 
 def test_status_reads_the_served_assets_table_with_the_stacks_credentials(local_session, capsys):

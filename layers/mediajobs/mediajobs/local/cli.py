@@ -482,7 +482,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("press Ctrl-C to stop", flush=True)
         try:
             if args.worker:
-                _serve_worker(stack, args.log_level)
+                _serve_worker(
+                    stack, args.log_level, webhook_url=args.webhook_url, webhook_secret=args.webhook_secret
+                )
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
@@ -490,13 +492,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_worker(stack: LocalStack, log_level: str, *, polls: int | None = None) -> None:
+def _serve_worker(
+    stack: LocalStack,
+    log_level: str,
+    *,
+    polls: int | None = None,
+    webhook_url: str | None = None,
+    webhook_secret: str | None = None,
+) -> None:
     """Run the real worker handler behind the local event source mapping on ``stack``'s
     queue (as ``demo`` does), long-polling until interrupted (or ``polls`` receives: tests).
     Uploads, ``mediajobs delete`` and re-uploads to the served bucket are processed as
-    they arrive."""
+    they arrive. After each poll the real dispatcher delivers what the outbox stream
+    holds: to the stack's bus, and to ``webhook_url`` signed with ``webhook_secret`` (a
+    ``mediajobs webhook listen``) when given.
+
+    Raises
+    ------
+    ValueError
+        A webhook URL that is not https or http to a loopback host, or a secret that is
+        not a Standard Webhooks secret.
+    """
     from mediajobs.bootstrap import build_service
     from mediajobs.entrypoints import worker
+    from mediajobs.local.notifications import local_dispatcher
     from mediajobs.local.runner import EventSourceMapping
     from mediajobs.local.session import configure_worker_logs, local_adapters, local_handler
 
@@ -512,10 +531,17 @@ def _serve_worker(stack: LocalStack, log_level: str, *, polls: int | None = None
         timeout_s=stack.timeout_s,
         region=stack.region,
     )
+    dispatcher = local_dispatcher(stack, webhook_url=webhook_url, webhook_secret=webhook_secret)
     print("worker: processing the jobs queue", flush=True)
+    print(
+        f"dispatcher: notifications to the bus {stack.notification_bus_name}"
+        + (f" and to the webhook {webhook_url}" if webhook_url else " (add --webhook-url and --webhook-secret)"),
+        flush=True,
+    )
     done = 0
     while polls is None or done < polls:
         esm.poll_once(wait_s=1)
+        dispatcher.mapping.drain()
         done += 1
 
 
@@ -974,7 +1000,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--worker",
         action="store_true",
-        help="also run the worker on the jobs queue (uploads and deletes are processed)",
+        help="also run the worker on the jobs queue (uploads and deletes are processed) and the dispatcher "
+        "on the outbox stream (notifications to the stack's bus, and to --webhook-url)",
+    )
+    serve.add_argument(
+        "--webhook-url",
+        metavar="URL",
+        help="with --worker: POST each notification there (https, or http to 127.0.0.1: a `mediajobs webhook "
+        "listen`), signed with --webhook-secret",
+    )
+    serve.add_argument(
+        "--webhook-secret", metavar="SECRET", help="the webhook's Standard Webhooks secret (whsec_ + base64)"
     )
     status = sub.add_parser(
         "status", help="an original's asset on a running `mediajobs serve`, as GET /assets?key=... answers it"
@@ -1051,6 +1087,16 @@ def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None 
         if args.command == "demo":
             return cmd_demo(args, parser, wrap_adapters)
         if args.command == "serve":
+            if args.webhook_url and not (args.worker and args.webhook_secret):
+                parser.error("--webhook-url needs --worker and --webhook-secret")
+            if args.webhook_url:
+                from mediajobs.adapters.webhooks import StandardWebhooksSigner, checked_webhook_url
+
+                try:
+                    checked_webhook_url(args.webhook_url)
+                    StandardWebhooksSigner(args.webhook_secret)
+                except ValueError as exc:
+                    parser.error(str(exc))
             return cmd_serve(args)
         if args.command == "simulate":
             return cmd_simulate(args)
