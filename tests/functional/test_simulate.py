@@ -211,3 +211,33 @@ def test_a_delivery_that_held_a_claim_is_not_a_duplicate_even_when_it_rendered_n
     copy = record("done")
     found = _duplicate_deliveries([held, answered, waited, rendered, copy, record("superseded")], {id(copy): 6})
     assert [id(r) for r in found] == [id(answered), id(waited)]
+
+
+def test_a_delete_event_is_not_a_duplicate_even_when_it_rendered_nothing():
+    """A version deleted for good makes what S3 serves now current: an asset write and the
+    jobs' read (5 DynamoDB requests measured), answered ``done`` with nothing rendered. It
+    is an event of its own, not a duplicate of the create (a 60-upload storm with
+    noncurrent deletes exited 1 on 3.29 requests per "duplicate", every check 0)."""
+    from mediajobs.local.simulate import _duplicate_deliveries
+
+    def record(detail_type):
+        return {"outcome": "done", "rendered": False, "claimed": False, "ddb_requests": 5, "detail_type": detail_type}
+
+    created, deleted = record("Object Created"), record("Object Deleted")
+    assert [id(r) for r in _duplicate_deliveries([created, deleted], {})] == [id(created)]
+
+
+def test_a_failing_storm_says_why_even_when_every_check_is_0():
+    from mediajobs.local.cli import storm_failures
+
+    held = {
+        "checks": {"lost": 0, "duplicate_renders": 0},
+        "renders_committed": 4,
+        "unique_jobs": 4,
+        "s3_bytes_read_for_duplicates": 0,
+        "ddb_requests_per_duplicate": 2.0,
+        "timed_out": False,
+    }
+    assert storm_failures(held, StormConfig()) == []
+    costly = {**held, "ddb_requests_per_duplicate": 3.286, "checks": {"lost": 1, "duplicate_renders": 0}}
+    assert storm_failures(costly, StormConfig()) == ["check lost is 1", "ddb_requests_per_duplicate 3.286 > 3.0"]

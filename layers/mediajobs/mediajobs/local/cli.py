@@ -790,20 +790,33 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     )
     summary = run_storm(cfg, events_log=args.events_log)
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=2), flush=True)
+    failed = storm_failures(summary, cfg)
+    for reason in failed:
+        print(f"simulate: {reason}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def storm_failures(summary: dict[str, Any], cfg: StormConfig) -> list[str]:
+    """Why a storm's summary fails (``mediajobs simulate`` then exits 1), one line each;
+    empty when everything held. Pure."""
     changes = cfg.overwrite_rate > 0 or cfg.delete_rate > 0
-    held = (
-        all(value == 0 for value in summary["checks"].values())
-        # Without overwrites or deletes, every content's jobs are committed exactly once.
-        and (changes or summary["renders_committed"] == summary["unique_jobs"])
-        and summary["s3_bytes_read_for_duplicates"] == 0
-        # 2 (the asset's read, the jobs' read), and 2 more for a redelivery that records the
-        # asset a crash left unrecorded (after a commit, or after an asset write): at most
-        # 4 each, so a mean of 3 means half the duplicates came after such a crash.
-        # Measured: 2.0 without crashes, 2.15 to 2.52 at crash rates of 0.15 to 0.25.
-        and summary["ddb_requests_per_duplicate"] <= MAX_DDB_REQUESTS_PER_DUPLICATE
-        and not summary["timed_out"]
-    )
-    return 0 if held else 1
+    failed = [f"check {name} is {value}" for name, value in summary["checks"].items() if value != 0]
+    # Without overwrites or deletes, every content's jobs are committed exactly once.
+    if not changes and summary["renders_committed"] != summary["unique_jobs"]:
+        failed.append(f"renders_committed {summary['renders_committed']} != unique_jobs {summary['unique_jobs']}")
+    if summary["s3_bytes_read_for_duplicates"] != 0:
+        failed.append(f"s3_bytes_read_for_duplicates is {summary['s3_bytes_read_for_duplicates']}, not 0")
+    # 2 (the asset's read, the jobs' read), and 2 more for a redelivery that records the
+    # asset a crash left unrecorded (after a commit, or after an asset write): at most 4
+    # each, so a mean of 3 means half the duplicates came after such a crash. Measured:
+    # 2.0 without crashes, 2.15 to 2.52 at crash rates of 0.15 to 0.25.
+    if summary["ddb_requests_per_duplicate"] > MAX_DDB_REQUESTS_PER_DUPLICATE:
+        failed.append(
+            f"ddb_requests_per_duplicate {summary['ddb_requests_per_duplicate']} > {MAX_DDB_REQUESTS_PER_DUPLICATE}"
+        )
+    if summary["timed_out"]:
+        failed.append(f"timed out after --max-seconds {cfg.max_seconds:g}")
+    return failed
 
 
 def cmd_collect(args: argparse.Namespace) -> int:

@@ -313,6 +313,7 @@ def _worker_main(
             ddb_requests=spent["ddb"],
             s3_bytes=spent["s3_bytes"],
             key=finished_key[0],
+            detail_type=detail_types.get(message_id),
         )
         finished_key[0] = None
 
@@ -320,15 +321,20 @@ def _worker_main(
 
     # Asset id -> "<hand-overs>.<receive count>" of the batch's record naming it.
     deliveries: dict[str, str] = {}
+    # Message id -> the event's detail-type ("Object Created", "Object Deleted").
+    detail_types: dict[str, str] = {}
 
     def marked_handler(event: dict[str, Any], context: Any) -> Any:
         from mediajobs.service_layer.delivery import HANDOVERS_ATTRIBUTE
 
         take_mark()
         deliveries.clear()
+        detail_types.clear()
         for record in event.get("Records", ()):
             with contextlib.suppress(KeyError, TypeError, ValueError):
-                detail = json.loads(record["body"])["detail"]
+                body = json.loads(record["body"])
+                detail_types[record["messageId"]] = str(body.get("detail-type"))
+                detail = body["detail"]
                 asset = f"{detail['bucket']['name']}/{urllib.parse.unquote_plus(detail['object']['key'])}"
                 handovers = (record.get("messageAttributes") or {}).get(HANDOVERS_ATTRIBUTE, {}).get("stringValue", "0")
                 deliveries[asset] = f"{handovers}.{record['attributes']['ApproximateReceiveCount']}"
@@ -494,6 +500,9 @@ def _settled_elsewhere(record: dict[str, Any]) -> bool:
         not record["rendered"]
         and not record.get("claimed", False)
         and record["outcome"] in ("done", "JobBusy", "busy_resent")
+        # A delete is its own event: a version deleted for good makes what S3 serves now
+        # current (an asset write, and the jobs' read), whatever was rendered before.
+        and record.get("detail_type") != "Object Deleted"
     )
 
 
