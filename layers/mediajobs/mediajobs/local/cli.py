@@ -908,7 +908,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="a storm of uploads, duplicates, redeliveries and worker crashes; prints one JSON object",
         description="Upload N originals to the embedded AWS and process them with M worker processes running "
         "the real handler, with duplicated events, lost acknowledgements and crashes at every step boundary. "
-        "Exit 1 when something was lost, dead-lettered or rendered twice.",
+        "Exit 1 when something was lost, dead-lettered or rendered twice, a check failed or a duplicate cost "
+        "more than its bound (each reason on stderr).",
     )
     storm = StormConfig()  # the storm's defaults, written once
     sim.add_argument(
