@@ -35,7 +35,9 @@ def told(local_session) -> Iterator[StormNotifications]:
     notifications.close()
 
 
-def test_a_ready_asset_is_missing_and_outstanding_until_dispatched_then_every_check_holds(local_session, told):
+def test_a_ready_asset_is_missing_and_outstanding_until_dispatched_then_every_check_holds(
+    local_session, told, capsys, monkeypatch
+):
     stack = local_session.stack
     local_session.upload(PHOTO, f"originals/checks/{uuid.uuid4().hex}.jpg")
     local_session.run()
@@ -45,7 +47,15 @@ def test_a_ready_asset_is_missing_and_outstanding_until_dispatched_then_every_ch
     assert checks["notifications_missing"] == 1 and checks["outbox_outstanding"] == 1
     assert checks["notifications_untold"] == 0
 
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")  # as in a shell, where simulate runs
+    capsys.readouterr()
     told.run()
+    assert capsys.readouterr().out == ""  # stdout is simulate's one JSON object: no EMF documents
+    # ... and none pile up: Powertools prints them anyway once 100 values are held (the
+    # 2,000-upload storm's stdout began with one).
+    from mediajobs.entrypoints.dispatcher import metrics
+
+    assert metrics.metric_set == {}
     checks, counts = notification_checks(stack, told)
     assert set(checks.values()) == {0}
     assert (counts["owed"], counts["webhook_ids"], counts["bus_events"]) == (1, 1, 1)

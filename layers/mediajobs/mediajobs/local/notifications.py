@@ -15,9 +15,11 @@ from mediajobs.entrypoints.dispatcher import (
     DispatcherAdapters,
     make_dispatcher,
     make_handler,
+    metrics,
     real_dispatcher_adapters,
 )
 from mediajobs.local.embedded import LocalStack
+from mediajobs.local.session import local_handler
 from mediajobs.local.streams import StreamEventSourceMapping, sqs_failure_sink
 from mediajobs.service_layer.dispatch import Dispatched
 
@@ -63,7 +65,8 @@ def local_dispatcher(
     if wrap is not None:
         adapters = wrap(adapters)
     dispatched: list[Dispatched] = []
-    handler = make_handler(make_dispatcher(adapters), on_dispatched=dispatched.append)
+    # Its metrics' EMF documents are dropped: stdout is the CLI's (simulate's one JSON object).
+    handler = local_handler(make_handler(make_dispatcher(adapters), on_dispatched=dispatched.append), metrics)
     mapping = StreamEventSourceMapping(
         stack.client("dynamodbstreams"),
         stack.outbox_stream_arn(),
