@@ -79,33 +79,23 @@ def local_dispatcher(
 def seen_events(stack: LocalStack) -> list[dict[str, Any]]:
     """Every event the notification bus was given since the last call (the local rule's
     copies), as EventBridge delivers them (``id``, ``detail-type``, ``source``, ``detail``)."""
-    sqs = stack.client("sqs")
-    found: list[dict[str, Any]] = []
-    while True:
-        answer = sqs.receive_message(QueueUrl=stack.notifications_seen_queue_url, MaxNumberOfMessages=10)
-        messages = answer.get("Messages", [])
-        if not messages:
-            return found
-        for message in messages:
-            found.append(json.loads(message["Body"]))
-        sqs.delete_message_batch(
-            QueueUrl=stack.notifications_seen_queue_url,
-            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
-        )
+    return _drain(stack.client("sqs"), stack.notifications_seen_queue_url)
 
 
 def failures(stack: LocalStack) -> list[dict[str, Any]]:
     """The messages of the dispatcher's failures queue (received and deleted)."""
-    sqs = stack.client("sqs")
+    return _drain(stack.client("sqs"), stack.notification_failures_queue_url)
+
+
+def _drain(sqs: Any, queue_url: str) -> list[dict[str, Any]]:
+    """Receive and delete every message of ``queue_url``; their JSON bodies, in order."""
     found: list[dict[str, Any]] = []
     while True:
-        messages = sqs.receive_message(QueueUrl=stack.notification_failures_queue_url, MaxNumberOfMessages=10).get(
-            "Messages", []
-        )
+        messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
         if not messages:
             return found
         found.extend(json.loads(m["Body"]) for m in messages)
         sqs.delete_message_batch(
-            QueueUrl=stack.notification_failures_queue_url,
+            QueueUrl=queue_url,
             Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
         )
