@@ -213,6 +213,27 @@ def test_a_delivery_that_held_a_claim_is_not_a_duplicate_even_when_it_rendered_n
     assert [id(r) for r in found] == [id(answered), id(waited)]
 
 
+def test_a_delivery_that_held_the_reading_mark_is_not_a_duplicate_even_when_another_claimed_first():
+    """The original's media type unknown (its checksum names the hash only), a delivery
+    marks it as being read and reads it; under load its mark runs out while it reads, and a
+    later delivery marks, reads and claims first, so this one is sent back (busy). It was
+    the one to read: not a duplicate's cost (the 2,000-upload storm on a09579d exited 1 on
+    10,545 bytes read by two such records, every check 0)."""
+    from mediajobs.local.simulate import _duplicate_deliveries
+
+    def record(*, read_for_work):
+        return {
+            "outcome": "busy_resent",
+            "rendered": False,
+            "claimed": False,
+            "read_for_work": read_for_work,
+            "s3_bytes": 5275,
+        }
+
+    marked, waited = record(read_for_work=True), record(read_for_work=False)
+    assert [id(r) for r in _duplicate_deliveries([marked, waited], {})] == [id(waited)]
+
+
 def test_a_delete_event_is_not_a_duplicate_even_when_it_rendered_nothing():
     """A version deleted for good makes what S3 serves now current: an asset write and the
     jobs' read (5 DynamoDB requests measured), answered ``done`` with nothing rendered. It

@@ -230,6 +230,42 @@ def test_a_duplicate_arriving_while_the_first_reads_the_source_comes_back_later(
     assert "download" not in [e[0] for e in log] and renderer.calls == 0
 
 
+def test_content_remembered_while_this_delivery_marks_it_is_claimed_before_reading(tmp_path):
+    """Another delivery read and remembered the content between this one's lookup and its
+    reading mark, and the job is up for takeover: this delivery claims before reading, so
+    losing the claim to a third delivery reads nothing (it used to read, then find the job
+    claimed)."""
+
+    def claimed_first(spec, **_):
+        raise JobBusy(spec.job_key, 1300)
+
+    rig = make(
+        tmp_path,
+        wrap_sources=lambda sources: Wrapping(sources, lookup=lambda *_, **__: None),  # not there yet
+        wrap_ledger=lambda ledger: Wrapping(ledger, claim=claimed_first),
+    )
+    _preload(rig.pipeline, rig.ledger, state="running", lease_expires_at_s=900, attempts=1)  # expired at 1000
+    rig.sources.rows[SOURCE_ID] = KnownSource(sha256_hex(b"photo"), 5, "image")  # what begin_reading finds
+    with pytest.raises(JobBusy):
+        rig.pipeline.process(REF)
+    assert [e[0] for e in rig.log if e[0] in ("begin_reading", "download")] == ["begin_reading"]
+    assert rig.image_step.calls == 0
+
+
+def test_the_observer_is_told_when_this_delivery_holds_the_reading_mark(tmp_path):
+    rig = make(tmp_path)
+    told = []
+
+    class Observer(PipelineObserver):
+        def reading(self, source):
+            told.append(source.key)
+
+    rig.pipeline.observer = Observer()
+    rig.pipeline.process(REF)
+    rig.pipeline.process(REF)  # a redelivery: answered from the index, no mark
+    assert told == ["originals/a.jpg"]
+
+
 def test_a_failed_read_gives_up_its_reading_marker(tmp_path):
     def broken(ref, dest, etag=None):
         raise TransientFailure("S3 GetObject failed: InternalError")

@@ -250,6 +250,7 @@ def _worker_main(
 
     renders = [0]
     claims = [0]  # claims held: work this delivery did, even when a takeover stopped it
+    readings = [0]  # reading marks held: this delivery was the one to read an original
     finished_key: list[str | None] = [None]  # the original of the record being handled, once it is answered
     armed: dict[str, str] = {}  # job key -> the crash point chosen for this claim
     done_in_batch: list[str] = []
@@ -266,6 +267,9 @@ def _worker_main(
             point = crash_point(cfg.seed, claim.job_key, claim.attempts, cfg.crash_rate)
             if point is not None:
                 armed[claim.job_key] = point
+
+        def reading(self, source: Any) -> None:
+            readings[0] += 1
 
         def source_finished(self, result: Any) -> None:
             finished_key[0] = result.source.key
@@ -293,10 +297,16 @@ def _worker_main(
     service = build_service(settings, adapters=adapters, observer=StormObserver())
     # What a record cost: the counters' change since the previous record of the batch
     # (records of a batch are handled one after the other).
-    mark = {"ddb": 0, "s3_bytes": 0, "renders": 0, "claims": 0}
+    mark = {"ddb": 0, "s3_bytes": 0, "renders": 0, "claims": 0, "readings": 0}
 
     def take_mark() -> dict[str, int]:
-        now = {"ddb": ddb_requests[0], "s3_bytes": store.bytes_read, "renders": renders[0], "claims": claims[0]}
+        now = {
+            "ddb": ddb_requests[0],
+            "s3_bytes": store.bytes_read,
+            "renders": renders[0],
+            "claims": claims[0],
+            "readings": readings[0],
+        }
         spent = {k: now[k] - mark[k] for k in now}
         mark.update(now)
         return spent
@@ -310,6 +320,7 @@ def _worker_main(
             outcome=outcome,
             rendered=spent["renders"] > 0,  # started a render or committed a job
             claimed=spent["claims"] > 0,  # held a job's claim (it read the bytes for it)
+            read_for_work=spent["readings"] > 0,  # held an original's reading mark
             ddb_requests=spent["ddb"],
             s3_bytes=spent["s3_bytes"],
             key=finished_key[0],
@@ -493,12 +504,15 @@ def _copies(records: list[dict[str, Any]], uploads: list[_Upload]) -> dict[int, 
 
 def _settled_elsewhere(record: dict[str, Any]) -> bool:
     """Whether a record was answered (``done``) or sent back while another worker held the
-    job (busy) without rendering or holding a claim of its own. A record that held a claim
-    did work -- read the bytes for it -- even when another worker took the job over before
-    it rendered."""
+    job (busy) without rendering or holding a claim or a reading mark of its own. A record
+    that held a claim did work -- read the bytes for it -- even when another worker took
+    the job over before it rendered; one that held an original's reading mark (its media
+    type unknown) was the one to read it, even when its mark ran out while it read and
+    another delivery, marking it after, claimed the jobs first."""
     return (
         not record["rendered"]
         and not record.get("claimed", False)
+        and not record.get("read_for_work", False)
         and record["outcome"] in ("done", "JobBusy", "busy_resent")
         # A delete is its own event: a version deleted for good makes what S3 serves now
         # current (an asset write, and the jobs' read), whatever was rendered before.

@@ -114,6 +114,10 @@ class PipelineObserver:
     def claimed(self, claim: Claim, source: ObjectRef) -> None:
         """Called when this worker holds a job's claim (``claim.took_over`` for takeovers)."""
 
+    def reading(self, source: ObjectRef) -> None:
+        """Called when this delivery holds the reading mark of an original whose media type
+        is unknown, before reading it: duplicates meanwhile wait (:meth:`Pipeline._mark_reading`)."""
+
     def render_started(self, job_key: str, source: ObjectRef) -> None:
         """Called when this worker starts rendering a job it holds the claim of."""
 
@@ -445,23 +449,21 @@ class Pipeline:
             self._current(original, asset)
         claims: list[Claim] = []
         if plan is not None and plan.media is not None:
-            if (settled := self._settle(plan, delivery, asset)) is not None:
+            settled, claims = self._settle_or_claim(original, plan, delivery, asset)
+            if settled is not None:
                 return settled
-            self._ensure_space(original, plan)
-            # Claim before reading: a delivery that loses the claim reads nothing.
-            claims = self._claim_all(plan, delivery, asset)
-            if not any(_needs_original(claim) for claim in claims):
-                return self._run_jobs(plan, claims, delivery, None, asset)  # settled elsewhere, or adopted
         else:
             self._ensure_space(original, plan)
         # The bytes are needed: mark the source as being read, so that duplicates wait.
         mark, found = self._mark_reading(original, plan, delivery)
         if found is not None:
-            # Another delivery read it meanwhile (and claims its jobs right after
-            # remembering it): look again before reading the same bytes.
+            # Another delivery read it meanwhile (and claimed its jobs before remembering
+            # it): look again, and claim before reading as when the media type was known.
             plan = self._plan(original, found.sha256, found.media, asset)
-            if plan is not None and (settled := self._settle(plan, delivery, asset)) is not None:
-                return settled
+            if plan is not None and plan.media is not None:
+                settled, claims = self._settle_or_claim(original, plan, delivery, asset)
+                if settled is not None:
+                    return settled
         try:
             with self._work_folder() as folder:
                 work = self._read(original, folder, delivery, claims)
@@ -696,6 +698,31 @@ class Pipeline:
         )
         return self._run_jobs(plan, claims, delivery, None, asset)
 
+    def _settle_or_claim(
+        self, original: Identified, plan: Plan, delivery: Delivery | None, asset: KeptAsset
+    ) -> tuple[SourceResult | None, list[Claim]]:
+        """For a content whose jobs are known: answer from the ledger (:meth:`_settle`), else
+        (the disk checked) claim every job before reading, so that a delivery that loses a
+        claim reads nothing.
+
+        Returns the result when no job needs the bytes (settled elsewhere, or a staged
+        manifest adopted), else ``(None, the claims held)``.
+
+        Raises
+        ------
+        JobBusy
+            A job is running elsewhere, or another delivery claimed it first.
+        _Refused
+            ``too_large`` (:meth:`_ensure_space`).
+        """
+        if (settled := self._settle(plan, delivery, asset)) is not None:
+            return settled, []
+        self._ensure_space(original, plan)
+        claims = self._claim_all(plan, delivery, asset)
+        if not any(_needs_original(claim) for claim in claims):
+            return self._run_jobs(plan, claims, delivery, None, asset), claims
+        return None, claims
+
     def _settled(self, recipe: Recipe, claim: Claim) -> JobResult:
         """The result of a job this delivery found finished (or just ended exhausted).
 
@@ -791,6 +818,7 @@ class Pipeline:
         found = self._sources.begin_reading(marker, token, now_s=self._now(), lease_until_s=self._lease_until(delivery))
         match found:
             case None:
+                self.observer.reading(original.ref)
                 return _ReadingMark(self._sources, marker, token), None
             case KnownSource(media=""):
                 raise self._refusal(
