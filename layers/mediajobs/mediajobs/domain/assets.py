@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT
 from mediajobs.domain.jobs import OutputRecord
 
 
@@ -284,6 +285,20 @@ def recorded(
     )
 
 
+def answered(view: AssetView | None, sequencer: str) -> bool:
+    """Whether an ``Object Created`` event with ``sequencer`` (:func:`sequencer_order` form)
+    is answered by the asset alone: the event that made its version current came again
+    (the same sequencer), and that version ended -- ``ready``, or ``failed`` -- with every
+    job of it final (``done`` or ``failed``: a job still ``processing`` or ``pending`` of a
+    failed version is its holder's to finish). Such a duplicate needs no other request and
+    no byte of the original. Pure."""
+    if view is None or view.version.sequencer != sequencer:
+        return False
+    if view.state not in (AssetState.READY, AssetState.FAILED):
+        return False
+    return all(job.state in (AssetJobState.DONE, AssetJobState.FAILED) for job in view.jobs)
+
+
 def placeholder_of(decisions: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The placeholder in a job's decisions (``"placeholder": "thumbhash"``), or ``None``."""
     if isinstance(decisions, Mapping) and decisions.get("placeholder") == "thumbhash":
@@ -364,6 +379,8 @@ class Candidate:
 
 #: ``released_by`` of a candidate written for a failed job's manifest-less prefix.
 FAILED_PREFIX: Final = "failed"
+#: Jobs that end failed with outputs but no manifest: their prefix is collected too.
+MANIFESTLESS: Final = frozenset({ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT})
 
 
 def status_document(view: AssetView) -> dict[str, Any]:
@@ -436,3 +453,102 @@ class Deleted:
     deletion_type: str | None
     sequencer: str | None
     reason: str | None = None
+
+
+# -- What a change of an asset writes (the rules of the ``Assets`` port) -------------------
+
+
+@dataclass(frozen=True)
+class AssetChange:
+    """What one change of an asset writes, in one transaction.
+
+    Attributes
+    ----------
+    view: the asset as it will be stored.
+    add: job keys whose reference row is put.
+    drop: job keys whose reference row is deleted.
+    candidates: one per job released (``drop``), released by this asset.
+    """
+
+    view: AssetView
+    add: frozenset[str] = frozenset()
+    drop: frozenset[str] = frozenset()
+    candidates: tuple[Candidate, ...] = ()
+
+
+def _released(bucket: str, key: str, job_keys: frozenset[str], now_s: int) -> tuple[Candidate, ...]:
+    by = reference_id(bucket, key)
+    return tuple(Candidate(job_key, by, now_s) for job_key in sorted(job_keys))
+
+
+def plan_current(
+    old: AssetView | None,
+    bucket: str,
+    key: str,
+    version: AssetVersion,
+    *,
+    sha256: str | None,
+    media: str | None,
+    jobs: Sequence[AssetJob] | None,
+    now_s: int,
+) -> AssetChange | None:
+    """What making ``version`` current writes, given the asset ``old`` as read: the rules of
+    the ``Assets`` port's ``make_current`` (``service_layer/ports.py``). Pure.
+
+    Returns
+    -------
+    Plan | None
+        ``None`` when nothing is written: a greater sequencer is current (superseded), or
+        the same event again with nothing to attach (``old`` is the answer then).
+    """
+    if old is not None and version.sequencer < old.version.sequencer:
+        return None
+    if old is not None and version.sequencer == old.version.sequencer:
+        if jobs is None or old.jobs or old.state == AssetState.DELETED:
+            return None
+        new = replace(old, sha256=sha256, media=media, jobs=tuple(jobs), updated_at_s=now_s)
+        return AssetChange(new, add=new.job_keys)
+    if old is not None and old.state != AssetState.DELETED and same_version(old.version, version):
+        # The same version named by a later event: only the sequencer moves.
+        return AssetChange(replace(old, version=version, updated_at_s=now_s))
+    new = AssetView(
+        bucket, key, AssetState.PENDING, version, sha256=sha256, media=media, jobs=tuple(jobs or ()), updated_at_s=now_s
+    )
+    before = old.job_keys if old is not None else frozenset()
+    released = before - new.job_keys
+    return AssetChange(
+        new, add=new.job_keys - before, drop=released, candidates=_released(bucket, key, released, now_s)
+    )
+
+
+def plan_delete(
+    old: AssetView | None, bucket: str, key: str, version: AssetVersion, *, now_s: int
+) -> AssetChange | None:
+    """What deleting the asset writes, given the asset ``old`` as read: ``None``
+    when superseded (the stored sequencer is equal or greater); else the ``deleted`` asset
+    (a tombstone when unknown), every reference dropped with its candidate. Pure."""
+    if old is not None and version.sequencer <= old.version.sequencer:
+        return None
+    released = old.job_keys if old is not None else frozenset()
+    new = AssetView(bucket, key, AssetState.DELETED, version, updated_at_s=now_s)
+    return AssetChange(new, drop=released, candidates=_released(bucket, key, released, now_s))
+
+
+def plan_record(
+    old: AssetView | None,
+    sequencer: str,
+    jobs: Sequence[AssetJob],
+    *,
+    now_s: int,
+    failure: tuple[str, str] | None = None,
+    placeholder: Mapping[str, Any] | None = None,
+) -> tuple[AssetView, tuple[str, ...]] | None:
+    """What recording job states writes: the asset with ``jobs`` merged forward only
+    and its state summarised (never moving back), and the job keys that get a ``failed``
+    candidate (failed ``attempts_exhausted`` or ``output_conflict``); ``None`` when
+    ``sequencer`` is not the current one or the asset is deleted. Pure."""
+    new = recorded(old, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
+    if new is None:
+        return None
+    failed = tuple(j.job_key for j in new.jobs if j.state == AssetJobState.FAILED and j.reason in MANIFESTLESS)
+    return new, failed

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, EMPTY_FILE, TOO_LARGE
 
 
 class JobState(enum.StrEnum):
@@ -19,8 +21,15 @@ class JobState(enum.StrEnum):
     renders it again) or back to ``done`` (a reference came meanwhile). An expired
     ``collecting`` lease can be taken over by a render, which first deletes what is left
     under the prefix (:attr:`Claim.sweep`).
+
+    A job with other jobs' outputs among its inputs starts ``waiting`` (its ``pending``
+    inputs not done yet) and becomes ``requested`` when the last of them is
+    (:func:`input_done`); a ``requested`` job is claimed like any other. A job whose input
+    failed for good fails with that input's reason.
     """
 
+    WAITING = "waiting"
+    REQUESTED = "requested"
     RUNNING = "running"
     DONE = "done"
     TRANSIENT_FAILURE = "transient_failure"
@@ -54,12 +63,15 @@ class ClaimOutcome(enum.StrEnum):
     * ``DONE``: the job is committed; reuse the stored outcome, do no work.
     * ``BUSY``: another worker holds an unexpired lease; come back later.
     * ``FAILED``: the job failed permanently; report the stored reason.
+    * ``WAITING``: the job waits for its inputs (other jobs' outputs): it is claimed once
+      they are done.
     """
 
     RUN = "run"
     DONE = "done"
     BUSY = "busy"
     FAILED = "failed"
+    WAITING = "waiting"
 
 
 @dataclass(frozen=True)
@@ -217,8 +229,51 @@ class Decision(enum.StrEnum):
     DONE = "done"
     FAILED = "failed"
     BUSY = "busy"
+    WAIT = "wait"
     TAKE_OVER = "take_over"
     EXHAUST = "exhaust"
+
+
+@dataclass(frozen=True)
+class ContentInput:
+    """A job's input that is an original's content: the SHA-256 (hex) of its bytes."""
+
+    sha256: str
+
+    def identity(self) -> dict[str, str]:
+        """What the job key hashes of it (:func:`~mediajobs.domain.keys.inputs_job_key`)."""
+        return {"sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class OutputInput:
+    """A job's input that is another job's named output (``output``: a variant or rendition
+    name, as the manifest lists it)."""
+
+    job_key: str
+    output: str
+
+    def identity(self) -> dict[str, str]:
+        """What the job key hashes of it (:func:`~mediajobs.domain.keys.inputs_job_key`)."""
+        return {"job_key": self.job_key, "output": self.output}
+
+
+JobInput = ContentInput | OutputInput
+
+
+def input_of(identity: Mapping[str, str]) -> JobInput:
+    """The input an identity names (the inverse of ``identity()``).
+
+    Raises
+    ------
+    ValueError
+        If ``identity`` is neither ``{"sha256"}`` nor ``{"job_key", "output"}``.
+    """
+    if set(identity) == {"sha256"}:
+        return ContentInput(identity["sha256"])
+    if set(identity) == {"job_key", "output"}:
+        return OutputInput(identity["job_key"], identity["output"])
+    raise ValueError(f"not a job input: {dict(identity)!r}")
 
 
 @dataclass(frozen=True)
@@ -243,6 +298,10 @@ class JobView:
     source_bucket: the bucket of the first original seen with these bytes, where the
         job's derivatives are (``None`` when unknown).
     output_prefix: ``derivatives/<job key>/`` as the row records it (``None`` when unknown).
+    waiting: the jobs that wait for this one's outputs and have not been told it ended.
+    pending: the inputs (job keys) a ``waiting`` job still waits for.
+    spec: what the job is, as recorded when it was first written (``None`` for a row
+        written before specs were read back: then only a planned job can run it).
     """
 
     job_key: str
@@ -260,14 +319,18 @@ class JobView:
     collected_at_s: int | None = None
     source_bucket: str | None = None
     output_prefix: str | None = None
+    waiting: frozenset[str] = frozenset()
+    pending: frozenset[str] = frozenset()
+    spec: JobSpec | None = None
 
 
 def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
     """What a claim should do with an existing job row. Pure.
 
     ``done`` and ``permanent_failure`` are final. A ``running`` row whose lease has not
-    expired is busy. A ``transient_failure`` or an expired lease can be taken over --
-    unless ``max_attempts`` claims were already made, in which case the job ends
+    expired is busy; a ``waiting`` one waits for its inputs. A ``requested`` row (its
+    inputs done, never claimed), a ``transient_failure`` or an expired lease can be taken
+    over -- unless ``max_attempts`` claims were already made, in which case the job ends
     ``attempts_exhausted`` (the cap lives in the ledger, across every message that names
     the job, so duplicates cannot multiply the retries) -- unless a holder staged the
     manifest: then every output is stored and the manifest may be written already, so the
@@ -281,6 +344,8 @@ def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
         return Decision.DONE
     if view.state == JobState.PERMANENT_FAILURE:
         return Decision.FAILED
+    if view.state == JobState.WAITING:
+        return Decision.WAIT
     if view.state == JobState.COLLECTING:
         return Decision.BUSY if view.lease_expires_at_s > now_s else Decision.TAKE_OVER
     if view.state == JobState.COLLECTED:
@@ -294,7 +359,8 @@ def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
 
 def standing_claim(view: JobView) -> Claim:
     """The claim outcome a row stands for when it is not taken over: ``DONE`` with its
-    outputs, ``FAILED`` with its reason, or ``BUSY`` until its lease ends. Pure."""
+    outputs, ``FAILED`` with its reason, ``WAITING`` for its inputs, or ``BUSY`` until its
+    lease ends. Pure."""
     if view.state == JobState.DONE:
         return Claim(
             ClaimOutcome.DONE,
@@ -307,7 +373,225 @@ def standing_claim(view: JobView) -> Claim:
         return Claim(
             ClaimOutcome.FAILED, view.job_key, failure_reason=view.failure_reason, failure_detail=view.failure_detail
         )
+    if view.state == JobState.WAITING:
+        return Claim(ClaimOutcome.WAITING, view.job_key, lease_expires_at_s=view.lease_expires_at_s)
     return Claim(ClaimOutcome.BUSY, view.job_key, lease_expires_at_s=view.lease_expires_at_s)
+
+
+# -- Row transitions: what each write of a job row changes, decided here once -------------
+#
+# The ledger (``adapters/ledger.py``) writes these changes with a DynamoDB condition, the
+# fake ledger (``tests/fakes.py``) applies them to a dict; neither decides anything.
+# A change maps a row field to its new value, ``None`` removing it.
+
+#: A row's changes: field name -> new value (``None``: removed).
+Changes = dict[str, Any]
+
+#: The fields a job's row keeps only while it runs (what its holders are about to write).
+_WHILE_RUNNING: Final = ("output_candidates", "staged_manifest")
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What a row looked like when read: a write fenced on it lands only if no other write
+    changed any of these since (a takeover, a renewal, a staged manifest), so the decision
+    taken on the read row (:func:`decide`, :func:`collectable`) still holds.
+
+    Attributes
+    ----------
+    state, lease_token, lease_expires_at_s, attempts: as read (``lease_token`` ``None``:
+        the row has none).
+    staged: whether a manifest was staged.
+    """
+
+    state: str
+    lease_token: str | None
+    lease_expires_at_s: int
+    attempts: int
+    staged: bool
+
+    @classmethod
+    def of(cls, seen: JobView) -> Fence:
+        """The fence of the row ``seen``."""
+        return cls(
+            str(seen.state), seen.lease_token, seen.lease_expires_at_s, seen.attempts, seen.staged_manifest is not None
+        )
+
+    def holds(self, view: JobView) -> bool:
+        """Whether ``view`` is still the row this fence was taken of."""
+        return self == Fence.of(view)
+
+
+#: The states a holder's writes require, by what it holds: a render's claim (``running``)
+#: or a collection (``collecting``); its lease renewals take either.
+HELD_RENDERING: Final = frozenset({JobState.RUNNING})
+HELD_COLLECTING: Final = frozenset({JobState.COLLECTING})
+HELD_ANY: Final = HELD_RENDERING | HELD_COLLECTING
+
+
+def holds(view: JobView, token: str, states: frozenset[JobState]) -> bool:
+    """Whether the holder of ``token`` still holds the row: its token, in one of ``states``."""
+    return view.lease_token == token and view.state in states
+
+
+def new_row(spec: JobSpec, *, token: str | None, lease_until_s: int, now_s: int, pending: frozenset[str]) -> Changes:
+    """The row a job is first written as: ``running`` under ``token`` (a claim, attempt 1),
+    or, with ``token`` ``None``, ``waiting`` for ``pending`` (``requested`` when none)."""
+    state = JobState.RUNNING if token is not None else (JobState.WAITING if pending else JobState.REQUESTED)
+    return {
+        "state": str(state),
+        "lease_token": token,
+        "lease_expires_at_s": lease_until_s if token is not None else 0,
+        "attempts": 1 if token is not None else 0,
+        "pending": frozenset(pending) or None,
+        "created_at_s": now_s,
+        "updated_at_s": now_s,
+    }
+
+
+def taken_over(
+    seen: JobView, decision: Decision, token: str, *, lease_until_s: int, now_s: int
+) -> tuple[Changes, Claim]:
+    """What acting on ``decision`` for the row ``seen`` writes (fenced on
+    :meth:`Fence.of` ``seen``), and the claim it gives.
+
+    * ``TAKE_OVER`` of a ``collecting`` or ``collected`` row: attempt 1 of a fresh render
+      under ``token``, the old result forgotten; from ``collecting`` the claim sweeps
+      what is left under the prefix (:attr:`Claim.sweep`).
+    * ``TAKE_OVER`` otherwise (``requested``, ``transient_failure``, an expired lease): one
+      more attempt under ``token``; a staged manifest is to be adopted.
+    * ``EXHAUST``: the job ends ``attempts_exhausted``.
+
+    Raises
+    ------
+    ValueError
+        For any other decision: a final, busy or waiting row is never written.
+    """
+    if decision is Decision.EXHAUST:
+        detail = f"{seen.attempts} attempts; last: {seen.failure_detail or 'lease expired (worker lost)'}"[:1000]
+        changes = {**failed(ATTEMPTS_EXHAUSTED, detail, now_s)}
+        return changes, Claim(
+            ClaimOutcome.FAILED, seen.job_key, failure_reason=ATTEMPTS_EXHAUSTED, failure_detail=detail, failed_now=True
+        )
+    if decision is not Decision.TAKE_OVER:
+        raise ValueError(f"no write for {decision}")
+    held = {"state": str(JobState.RUNNING), "lease_token": token, "lease_expires_at_s": lease_until_s}
+    if seen.state in (JobState.COLLECTING, JobState.COLLECTED):
+        forgotten = ("manifest_key", "outputs", "decisions", "finished_at_s", "collected_at_s", *_WHILE_RUNNING)
+        changes = {**held, "attempts": 1, "updated_at_s": now_s, **dict.fromkeys(forgotten)}
+        claim = Claim(
+            ClaimOutcome.RUN,
+            seen.job_key,
+            lease_token=token,
+            lease_expires_at_s=lease_until_s,
+            attempts=1,
+            took_over=True,
+            sweep=seen.state == JobState.COLLECTING,
+        )
+        return changes, claim
+    changes = {**held, "attempts": seen.attempts + 1, "updated_at_s": now_s}
+    return changes, Claim(
+        ClaimOutcome.RUN,
+        seen.job_key,
+        lease_token=token,
+        lease_expires_at_s=lease_until_s,
+        attempts=seen.attempts + 1,
+        took_over=seen.state != JobState.REQUESTED,
+        staged_manifest=seen.staged_manifest,
+    )
+
+
+def completed(
+    manifest_key: str, outputs: Sequence[OutputRecord], decisions: Mapping[str, Any] | None, now_s: int
+) -> Changes:
+    """A held job committed: ``done`` with its manifest, outputs and decisions."""
+    return {
+        "state": str(JobState.DONE),
+        "manifest_key": manifest_key,
+        "outputs": tuple(outputs),
+        "decisions": dict(decisions or {}),
+        "updated_at_s": now_s,
+        "finished_at_s": now_s,
+        **dict.fromkeys(_WHILE_RUNNING),
+    }
+
+
+def failed(reason: str, detail: str, now_s: int) -> Changes:
+    """A job failed for good with ``reason`` (a reason code) and ``detail`` (at most 1,000
+    characters are kept)."""
+    return {
+        "state": str(JobState.PERMANENT_FAILURE),
+        "failure_reason": reason,
+        "failure_detail": detail[:1000] or reason,
+        "updated_at_s": now_s,
+        "finished_at_s": now_s,
+        **dict.fromkeys(_WHILE_RUNNING),
+    }
+
+
+def released(detail: str, now_s: int) -> Changes:
+    """A holder gave its claim back after a transient failure (the token stays: the next
+    claim's takeover is fenced on it)."""
+    state = str(JobState.TRANSIENT_FAILURE)
+    return {"state": state, "failure_detail": detail[:1000] or "transient", "updated_at_s": now_s}
+
+
+def renewed(lease_until_s: int, now_s: int) -> Changes:
+    """A holder extended its lease to ``lease_until_s``."""
+    return {"lease_expires_at_s": lease_until_s, "updated_at_s": now_s}
+
+
+def collectable(view: JobView, *, now_s: int) -> bool:
+    """Whether a collection may take the row: ``done``, a ``collecting`` one whose
+    collector's lease ran out (to finish it), or an abandoned render (``transient_failure``,
+    or ``running`` with its lease run out: nothing references it, so no delivery will finish
+    it, and its prefix may hold outputs without a manifest)."""
+    if view.state in (JobState.DONE, JobState.TRANSIENT_FAILURE):
+        return True
+    return view.state in (JobState.COLLECTING, JobState.RUNNING) and view.lease_expires_at_s <= now_s
+
+
+def collecting(token: str, *, lease_until_s: int, now_s: int) -> Changes:
+    """A collector holds the row under ``token`` until ``lease_until_s``."""
+    return {
+        "state": str(JobState.COLLECTING),
+        "lease_token": token,
+        "lease_expires_at_s": lease_until_s,
+        "updated_at_s": now_s,
+    }
+
+
+def collection_ended(*, collected: bool, now_s: int) -> Changes:
+    """A collection ended: ``collected`` (the manifest, outputs and decisions forgotten) or
+    back to ``done`` with its result as it was."""
+    if not collected:
+        return {"state": str(JobState.DONE), "updated_at_s": now_s}
+    gone = dict.fromkeys(("manifest_key", "outputs", "decisions"))
+    return {"state": str(JobState.COLLECTED), "collected_at_s": now_s, "updated_at_s": now_s, **gone}
+
+
+def ready(view: JobView) -> bool:
+    """Whether a ``waiting`` job has no input left to wait for: it may become ``requested``
+    (:func:`requested`), once, by whichever writer sees it so first."""
+    return view.state == JobState.WAITING and not view.pending
+
+
+def requested(now_s: int) -> Changes:
+    """A waiting job whose inputs are all done is requested (written conditional on still
+    ``waiting`` with nothing pending: exactly one writer makes it)."""
+    return {"state": str(JobState.REQUESTED), "updated_at_s": now_s}
+
+
+#: The states of a job that waits for its inputs, or was requested once they were done:
+#: an input that fails for good fails it (:func:`input_failed`).
+AWAITING: Final = frozenset({JobState.WAITING, JobState.REQUESTED})
+
+
+def input_failed(input_key: str, reason: str | None, detail: str | None, now_s: int) -> Changes:
+    """What a job still :data:`AWAITING` its input ``input_key`` becomes when that input
+    failed for good: failed with the input's reason (nothing can render it)."""
+    because = f"input job {input_key[:12]} failed: {reason}: {detail or ''}".strip()
+    return failed(reason or ATTEMPTS_EXHAUSTED, because, now_s)
 
 
 @dataclass(frozen=True)
@@ -362,25 +646,33 @@ class KnownSource:
 
 @dataclass(frozen=True)
 class Reading:
-    """A source index entry: another delivery is reading this source (or content) now; its
-    lease ends at ``lease_expires_at_s`` (Unix epoch seconds)."""
+    """A source index entry: a delivery is reading this source (or content); its lease
+    ends at ``lease_expires_at_s`` (Unix epoch seconds), and ``lease_token`` fences its
+    takeover once it has (``None``: a row that names no token)."""
 
     lease_expires_at_s: int
+    lease_token: str | None = None
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What a job is: its key and the inputs the key was derived from, recorded on the
-    ledger row when the job is first claimed.
+    """What a job is: its key and what the key was derived from, recorded on the ledger
+    row when the job is first written (a ``requested`` job is run from it).
 
     Attributes
     ----------
-    job_key: 64 hex characters.
-    input_sha256: SHA-256 hex of the original's bytes.
+    job_key: 64 hex characters (:func:`~mediajobs.domain.keys.inputs_job_key` of
+        ``inputs``, the recipe and the policy version).
+    input_sha256: SHA-256 hex of the original's bytes the job derives from (for a job with
+        other jobs' outputs as inputs, the original their plan started from).
     recipe_id, recipe_version, recipe_sha256: the recipe.
     policy_version: moderation policy version.
     output_prefix: ``derivatives/<job key>/``.
-    source_bucket, source_key: the first original seen with these bytes (not identity).
+    source_bucket, source_key: the first original seen with these bytes (not identity):
+        where the job's content input is read, and the bucket of its derivatives.
+    inputs: the job's named inputs (``{"original": ContentInput(input_sha256)}`` for a
+        recipe that declares none).
+    waiting: the job keys of the jobs that wait for this one's outputs.
     """
 
     job_key: str
@@ -392,6 +684,26 @@ class JobSpec:
     output_prefix: str
     source_bucket: str
     source_key: str
+    inputs: Mapping[str, JobInput] = field(default_factory=dict)
+    waiting: frozenset[str] = frozenset()
+
+    @property
+    def recipe_ref(self) -> str:
+        """``"<id>@<version>"``."""
+        return f"{self.recipe_id}@{self.recipe_version}"
+
+    @property
+    def upstream(self) -> frozenset[str]:
+        """The job keys whose outputs are among the inputs."""
+        return frozenset(i.job_key for i in self.inputs.values() if isinstance(i, OutputInput))
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A request to run one job that no S3 event causes (its inputs ended, a backfill):
+    the job named by its key, run from its ledger row."""
+
+    job_key: str
 
 
 @dataclass(frozen=True)
@@ -425,7 +737,8 @@ class JobResult:
     """Outcome of one (original, recipe) job in this delivery.
 
     ``reused`` is true when this delivery found the job already committed (or already
-    failed permanently) and did no work.
+    failed permanently) and did no work. ``row``: the job's row as this delivery's end of
+    it stored it (its ``waiting`` jobs are then told), ``None`` when it ended nothing.
     """
 
     recipe: str
@@ -438,6 +751,7 @@ class JobResult:
     outputs: tuple[OutputRecord, ...] = ()
     seconds: float = 0.0
     decisions: Mapping[str, Any] | None = None
+    row: JobView | None = None
 
 
 @dataclass
@@ -520,8 +834,45 @@ class RenderContext:
         ``DeliveryLost``); call it often, and stop when it raises.
     remaining_s: seconds left in the invocation, or ``None`` without a deadline.
     progress: called with (output names, seconds of output written, total seconds).
+    inputs: the job's inputs as files, by input name (the original is also the step's
+        ``source``); a step that takes other jobs' outputs reads them here.
     """
 
     check: Callable[[], None] = _no_check
     remaining_s: Callable[[], float | None] = _no_deadline
     progress: Callable[[tuple[str, ...], float, float], None] = _no_progress
+    inputs: Mapping[str, Path] = field(default_factory=dict)
+
+
+def refused(
+    ref: ObjectRef,
+    reason: str,
+    detail: str,
+    *,
+    sha256: str | None = None,
+    size_bytes: int | None = None,
+    media: str | None = None,
+    bytes_read: int = 0,
+) -> SourceResult:
+    """An original refused before any job exists: a ``permanent_failure`` with ``reason``
+    (a reason code) and no jobs -- the value a step of the delivery returns to end it."""
+    return SourceResult(
+        ref,
+        SourceState.PERMANENT_FAILURE,
+        media=media,
+        sha256=sha256,
+        size_bytes=size_bytes,
+        reason=reason,
+        detail=detail,
+        bytes_read=bytes_read,
+    )
+
+
+def size_refusal(size_bytes: int, max_input_bytes: int) -> tuple[str, str] | None:
+    """Why an original of ``size_bytes`` is refused: ``empty_file`` at 0 bytes, ``too_large``
+    over ``max_input_bytes`` (``MAX_INPUT_BYTES``); ``None`` when its size is accepted."""
+    if size_bytes == 0:
+        return EMPTY_FILE, "the object has 0 bytes"
+    if size_bytes > max_input_bytes:
+        return TOO_LARGE, f"{size_bytes} bytes > {max_input_bytes}"
+    return None

@@ -8,6 +8,13 @@ A job key is the SHA-256 (hex) of a canonical JSON document holding:
   (``"none"`` until moderation exists);
 * ``algorithm`` -- :data:`KEY_ALGORITHM_VERSION`, bumped whenever this derivation changes.
 
+A job whose recipe takes something else than one original -- named inputs, each an
+original's content or another job's named output (:func:`inputs_job_key`) -- has
+``inputs`` (name -> the input's identity) in place of ``input_sha256``. The two documents
+cannot meet: they have different fields, and canonical JSON is unambiguous. A job whose only
+input is the original, under the name :data:`ORIGINAL_INPUT`, keeps the first document,
+byte for byte: every key of today's recipes stays as it was (golden tests pin them).
+
 Filenames, bucket names, event ids and message ids are never part of the key: the same
 bytes uploaded under two names are one job.
 
@@ -25,12 +32,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote_plus, unquote_plus
 
 KEY_ALGORITHM_VERSION: Final = 1
 NO_POLICY: Final = "none"
+#: The name of a job's input when it is the original's content: the only input of a recipe
+#: that declares none.
+ORIGINAL_INPUT: Final = "original"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+#: An input's name, and an output's (a recipe's variant and rendition names are such).
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
 def canonical_json(value: Any) -> bytes:
@@ -104,6 +117,61 @@ def job_key(
     document = {
         "algorithm": algorithm_version,
         "input_sha256": input_sha256,
+        "policy_version": policy_version,
+        "recipe_sha256": recipe_sha256,
+    }
+    return sha256_hex(canonical_json(document))
+
+
+def inputs_job_key(
+    inputs: Mapping[str, Mapping[str, str]],
+    recipe_sha256: str,
+    policy_version: str = NO_POLICY,
+    algorithm_version: int = KEY_ALGORITHM_VERSION,
+) -> str:
+    """Derive the job key of a job with named inputs (64 hex characters).
+
+    Parameters
+    ----------
+    inputs:
+        Input name -> its identity: ``{"sha256": <hex>}`` for an original's content,
+        ``{"job_key": <hex>, "output": <name>}`` for another job's named output. At least one.
+    recipe_sha256, policy_version, algorithm_version:
+        As :func:`job_key`.
+
+    Returns
+    -------
+    str
+        :func:`job_key` of the content when ``inputs`` is exactly ``{"original": {"sha256":
+        ...}}`` (today's jobs keep their keys); otherwise the SHA-256 of the canonical JSON
+        ``{"algorithm", "inputs", "policy_version", "recipe_sha256"}``.
+
+    Raises
+    ------
+    ValueError
+        No input, a name that is not ``[a-z0-9][a-z0-9_-]{0,31}``, an identity of another
+        shape, or a hash that is not 64 lowercase hex characters.
+    """
+    if not inputs:
+        raise ValueError("a job has at least one input")
+    for name, identity in inputs.items():
+        if not NAME.match(name):
+            raise ValueError(f"input name {name!r} is not [a-z0-9][a-z0-9_-]{{0,31}}")
+        if set(identity) == {"sha256"}:
+            digest = identity["sha256"]
+        elif set(identity) == {"job_key", "output"} and NAME.match(identity["output"]):
+            digest = identity["job_key"]
+        else:
+            raise ValueError(f"input {name!r}: not a content or a job's named output: {dict(identity)!r}")
+        if not _HEX64.match(digest):
+            raise ValueError(f"input {name!r}: {digest!r} is not 64 lowercase hex characters")
+    if set(inputs) == {ORIGINAL_INPUT} and set(inputs[ORIGINAL_INPUT]) == {"sha256"}:
+        return job_key(inputs[ORIGINAL_INPUT]["sha256"], recipe_sha256, policy_version, algorithm_version)
+    if not _HEX64.match(recipe_sha256):
+        raise ValueError(f"recipe_sha256 must be 64 lowercase hex characters, got {recipe_sha256!r}")
+    document = {
+        "algorithm": algorithm_version,
+        "inputs": {name: dict(identity) for name, identity in inputs.items()},
         "policy_version": policy_version,
         "recipe_sha256": recipe_sha256,
     }

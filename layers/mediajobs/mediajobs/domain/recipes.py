@@ -12,8 +12,9 @@ Changing anything that affects the output requires a new ``version`` (and so new
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Final, Literal
 
@@ -195,6 +196,15 @@ def _unique(recipe_names: list[str]) -> None:
 MEDIA_TYPES: Final = frozenset({"image", "video"})
 
 
+class RecipeInput(_Strict):
+    """One named input of a recipe that takes another recipe's output instead of the
+    original: the job of ``recipe`` (``<id>@<version>``, active for the same media type)
+    on the same original, and its output named ``output``."""
+
+    recipe: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}@[1-9][0-9]*$")
+    output: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
 class RecipeDocument(_Strict):
     """A recipe file as written: its ``params`` still untyped (validated by its step's model).
 
@@ -213,6 +223,10 @@ class RecipeDocument(_Strict):
         The step's parameters, validated by the step's ``params_model``.
     comment:
         Free text for humans (why a parameter has its value); not part of the hash.
+    inputs:
+        Named inputs that are other recipes' outputs (:class:`RecipeInput`); empty (the
+        default) for a recipe that takes the original. Not part of the recipe's hash: a
+        job's key hashes its inputs' identities, which name their jobs.
     """
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
@@ -221,6 +235,7 @@ class RecipeDocument(_Strict):
     step: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*(\.[a-z0-9][a-z0-9-]*)*$")
     params: dict[str, Any]
     comment: str = ""
+    inputs: dict[str, RecipeInput] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -231,6 +246,7 @@ class Recipe:
     ----------
     id, version, media, step, comment: as in :class:`RecipeDocument`.
     params: the step's parameters, an instance of its ``params_model``.
+    inputs: input name -> the other recipe's output it takes (empty: the original).
     """
 
     id: str
@@ -239,6 +255,7 @@ class Recipe:
     step: str
     params: Any
     comment: str = ""
+    inputs: Mapping[str, RecipeInput] = field(default_factory=dict)
 
     @property
     def ref(self) -> str:
@@ -277,7 +294,10 @@ def parse_recipe(document: dict[str, Any], params_models: ParamsModels) -> Recip
         params = model.model_validate(doc.params)
     except ValidationError as exc:
         raise RecipeError(f"recipe {ref}: invalid params for {doc.step}: {exc}") from exc
-    return Recipe(doc.id, doc.version, doc.media, doc.step, params, doc.comment)
+    bad = [name for name in doc.inputs if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", name)]
+    if bad:
+        raise RecipeError(f"recipe {ref}: input names must be [a-z0-9][a-z0-9_-]{{0,31}}: {bad}")
+    return Recipe(doc.id, doc.version, doc.media, doc.step, params, doc.comment, dict(doc.inputs))
 
 
 def _read_json(name: str, what: str) -> Any:
@@ -364,7 +384,43 @@ def parse_active(document: Any, params_models: ParamsModels) -> dict[str, list[R
         wrong = [r.ref for r in active[media] if r.media != media]
         if wrong:
             raise RecipeError(f"{ACTIVE_FILE}: {wrong} listed under {media} but made for another media type")
+        in_order(active[media])
     return active
+
+
+def in_order(recipes: list[Recipe]) -> list[Recipe]:
+    """``recipes`` ordered so that each comes after the recipes whose outputs it takes
+    (otherwise as given). Pure.
+
+    Raises
+    ------
+    RecipeError
+        If a recipe takes an output of a recipe not among ``recipes``, or inputs form a cycle.
+    """
+    by_ref = {r.ref: r for r in recipes}
+    ordered: list[Recipe] = []
+    placed: set[str] = set()
+    visiting: list[str] = []
+
+    def place(recipe: Recipe) -> None:
+        if recipe.ref in placed:
+            return
+        if recipe.ref in visiting:
+            raise RecipeError(f"recipe inputs form a cycle: {' -> '.join([*visiting, recipe.ref])}")
+        visiting.append(recipe.ref)
+        for name, wanted in recipe.inputs.items():
+            if wanted.recipe not in by_ref:
+                raise RecipeError(
+                    f"recipe {recipe.ref}: input {name!r} takes {wanted.recipe}, which is not active with it"
+                )
+            place(by_ref[wanted.recipe])
+        visiting.pop()
+        placed.add(recipe.ref)
+        ordered.append(recipe)
+
+    for recipe in recipes:
+        place(recipe)
+    return ordered
 
 
 def fit_within(width_px: int, height_px: int, box_px: int) -> tuple[int, int]:

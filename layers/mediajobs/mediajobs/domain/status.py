@@ -1,0 +1,67 @@
+"""What the status function answers: a status code and a JSON body for the ``key`` values of
+a ``GET /assets`` query. Pure (the entry point: :mod:`mediajobs.entrypoints.status`).
+
+============  ===========================================================================
+status        when
+============  ===========================================================================
+200           the asset is known, whatever its state (``deleted`` included): the document
+400           no ``key``, more than one, an empty one, one over S3's 1,024 bytes, or one
+              outside ``originals/`` (the table is not read)
+404           no asset was ever recorded for the key
+============  ===========================================================================
+
+The key is taken from ``rawQueryString``, percent-decoded once as a query string is
+(``+`` is a space; an app's SDK signing the request with SigV4 sends ``%2B`` for a ``+``
+and ``%20`` for a space): ``queryStringParameters`` joins repeated values with commas, so
+a key with a comma could not be told from two keys.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any, Final
+
+from mediajobs.domain.assets import AssetView, status_document
+
+#: Longest S3 object key, bytes of its UTF-8 ("Naming Amazon S3 objects", S3 user guide).
+MAX_KEY_BYTES: Final = 1024
+
+
+def key_of(raw_query_string: str) -> list[str]:
+    """The values of ``key`` in a raw query string, percent-decoded (``+`` a space), in order;
+    blank values kept (``key=`` gives ``[""]``)."""
+    return [v for k, v in urllib.parse.parse_qsl(raw_query_string, keep_blank_values=True) if k == "key"]
+
+
+def answer(
+    keys: list[str], get: Callable[[str], AssetView | None], originals_prefix: str
+) -> tuple[int, dict[str, Any]]:
+    """The status code and JSON body for a request naming ``keys`` (see the module docstring).
+
+    Parameters
+    ----------
+    keys: the ``key`` values of the query (:func:`key_of`).
+    get: reads the asset of one original key of the stack's bucket (``None``: never seen);
+        called only for a key that passed the checks.
+    originals_prefix: the prefix every original's key starts with (``originals/``).
+
+    Returns
+    -------
+    (status, body)
+        200 and :func:`~mediajobs.domain.assets.status_document`; 400 or 404 and
+        ``{"message": str, "key": str | None}``.
+    """
+    if len(keys) != 1:
+        message = "give the original's key: GET /assets?key=originals/..." if not keys else "give one key"
+        return HTTPStatus.BAD_REQUEST, {"message": message, "key": None}
+    (key,) = keys
+    if not key.startswith(originals_prefix) or len(key) == len(originals_prefix):
+        return HTTPStatus.BAD_REQUEST, {"message": f"not an original: keys start with {originals_prefix}", "key": key}
+    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        return HTTPStatus.BAD_REQUEST, {"message": f"not an S3 key: over {MAX_KEY_BYTES} bytes", "key": key}
+    view = get(key)
+    if view is None:
+        return HTTPStatus.NOT_FOUND, {"message": "no asset for this key", "key": key}
+    return HTTPStatus.OK, status_document(view)
