@@ -2,30 +2,30 @@
 their delivery per destination.
 
 One table (``OutboxTable``: key ``id``, a string; its stream, ``NEW_IMAGE``, feeds the
-dispatcher) holds one item per notification (:class:`OutboxModel`). The worker puts it in
-the asset's own ``TransactWriteItems``, conditional on the id not being there
-(:func:`outbox_put`); the dispatcher reads it (strongly consistent) and marks each
-destination once it has delivered (:class:`DynamoOutbox`).
+dispatcher) holds one item per notification (:class:`OutboxModel`). The worker's asset
+change tells the unit of work what it owes (:meth:`~mediajobs.adapters.dynamo.Transaction.tell`),
+which puts the item in the asset's own ``TransactWriteItems``, conditional on the id not
+being there (:func:`outbox_put`); the dispatcher reads it (strongly consistent) and marks
+each destination once it has delivered (:class:`DynamoOutbox`). Every request goes through
+the unit of work (:mod:`mediajobs.adapters.dynamo`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from pynamodb.attributes import MapAttribute, NumberAttribute, UnicodeAttribute
-from pynamodb.exceptions import DoesNotExist, GetError, UpdateError
+from pynamodb.expressions.condition import Condition
 from pynamodb.models import Model
 
-from mediajobs.adapters.ledger import bind_model, dynamo_failure
+from mediajobs.adapters.dynamo import UnitOfWork
 from mediajobs.domain.notifications import Notification, NotificationType
 from mediajobs.service_layer.dispatch import OutboxRecord
 
 log = logging.getLogger(__name__)
-
-_CONDITION_FAILED: Final = "ConditionalCheckFailedException"
 #: How long an item stays once every destination is marked (seconds; DynamoDB TTL on
 #: ``expires_at_s``). Until then it stays, however long delivery takes.
 KEEP_DELIVERED_S: Final = 30 * 86_400
@@ -54,11 +54,6 @@ class OutboxModel(Model):
     expires_at_s = NumberAttribute(null=True)
 
 
-def outbox_model(table_name: str, region: str, host: str | None) -> type[OutboxModel]:
-    """:func:`~mediajobs.adapters.ledger.bind_model` for :class:`OutboxModel`."""
-    return bind_model(OutboxModel, table_name, region, host)
-
-
 def outbox_item(model: type[OutboxModel], notification: Notification, *, now_s: int) -> OutboxModel:
     """The item of ``notification``, nothing delivered yet."""
     return model(
@@ -71,6 +66,17 @@ def outbox_item(model: type[OutboxModel], notification: Notification, *, now_s: 
         deliveries={},
         not_before_s={},
     )
+
+
+def outbox_put(model: type[OutboxModel]) -> Callable[[Notification, int], tuple[OutboxModel, Condition]]:
+    """What a unit of work puts for each notification a transaction owes: the item of
+    the notification (:func:`outbox_item`) and its condition, the id not there yet (a
+    transition told already is not told twice)."""
+
+    def put(notification: Notification, now_s: int) -> tuple[OutboxModel, Condition]:
+        return outbox_item(model, notification, now_s=now_s), model.id.does_not_exist()
+
+    return put
 
 
 def _record(item: OutboxModel) -> OutboxRecord:
@@ -97,10 +103,12 @@ class DynamoOutbox:
 
     Parameters
     ----------
-    model: the bound model (:func:`outbox_model`).
+    uow: the unit of work every request goes through.
+    model: the outbox table's bound model.
     """
 
-    def __init__(self, model: type[OutboxModel]) -> None:
+    def __init__(self, uow: UnitOfWork, model: type[OutboxModel]) -> None:
+        self._uow = uow
         self._model = model
 
     def get(self, notification_id: str) -> OutboxRecord | None:
@@ -111,12 +119,8 @@ class DynamoOutbox:
         TransientFailure
             DynamoDB failed.
         """
-        try:
-            return _record(self._model.get(notification_id, consistent_read=True))
-        except DoesNotExist:
-            return None
-        except GetError as exc:
-            raise dynamo_failure(exc, "outbox get") from exc
+        item = self._uow.get(self._model, notification_id, what="outbox get")
+        return None if item is None else _record(item)
 
     def mark(self, notification_id: str, destination: str, mark: Mapping[str, Any], *, now_s: int, last: bool) -> bool:
         """Record that ``destination`` delivered (or gave up on) the notification: one
@@ -135,19 +139,13 @@ class DynamoOutbox:
         actions = [model.deliveries[destination].set({**mark, "at_s": now_s})]
         if last:
             actions.append(model.expires_at_s.set(now_s + KEEP_DELIVERED_S))
-        try:
-            model(notification_id).update(
-                actions=actions, condition=model.id.exists() & model.deliveries[destination].does_not_exist()
-            )
-        except UpdateError as exc:
-            if exc.cause_response_code == _CONDITION_FAILED:
-                return False
-            raise dynamo_failure(exc, "outbox mark") from exc
-        return True
+        condition = model.id.exists() & model.deliveries[destination].does_not_exist()
+        return self._uow.update(model(notification_id), actions, condition, what="outbox mark")
 
     def defer(self, notification_id: str, destination: str, *, not_before_s: float) -> None:
         """Note the earliest next try of ``destination``: one ``UpdateItem`` of
-        ``not_before_s.<destination>`` (the item is put with the map, empty).
+        ``not_before_s.<destination>`` (the item is put with the map, empty); nothing when
+        the item is gone (expired).
 
         Raises
         ------
@@ -155,11 +153,5 @@ class DynamoOutbox:
             DynamoDB failed.
         """
         model = self._model
-        try:
-            model(notification_id).update(
-                actions=[model.not_before_s[destination].set(float(not_before_s))], condition=model.id.exists()
-            )
-        except UpdateError as exc:
-            if exc.cause_response_code == _CONDITION_FAILED:
-                return  # gone (expired): nothing to defer
-            raise dynamo_failure(exc, "outbox defer") from exc
+        actions = [model.not_before_s[destination].set(float(not_before_s))]
+        self._uow.update(model(notification_id), actions, model.id.exists(), what="outbox defer")
