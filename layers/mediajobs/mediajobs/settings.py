@@ -18,6 +18,7 @@ _ENV_NAMES: Final = {
     "sources_table_name": "SOURCES_TABLE_NAME",
     "assets_table_name": "ASSETS_TABLE_NAME",
     "outbox_table_name": "OUTBOX_TABLE_NAME",
+    "jobs_queue_arn": "JOBS_QUEUE_ARN",
     "media_bucket": "MEDIA_BUCKET",
     "region": "AWS_REGION",
     "endpoint_url": "AWS_ENDPOINT_URL",
@@ -76,6 +77,8 @@ class Settings:
         candidates (env ``ASSETS_TABLE_NAME``).
     outbox_table_name: DynamoDB table of the notifications the asset writes owe, whose
         stream feeds the dispatcher (env ``OUTBOX_TABLE_NAME``).
+    jobs_queue_arn: the jobs queue, where a job request goes (env ``JOBS_QUEUE_ARN``;
+        empty: the queue of the record being worked on).
     media_bucket: the stack's bucket, whose assets the status function answers for (env
         ``MEDIA_BUCKET``; empty when unset: the worker takes the bucket from each event).
     region: AWS region (env ``AWS_REGION``).
@@ -148,6 +151,7 @@ class Settings:
     sources_table_name: str = "mediajobs-sources"
     assets_table_name: str = "mediajobs-assets"
     outbox_table_name: str = "mediajobs-outbox"
+    jobs_queue_arn: str = ""
     media_bucket: str = ""
     region: str = "us-east-1"
     endpoint_url: str | None = None

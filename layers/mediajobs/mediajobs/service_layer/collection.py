@@ -42,8 +42,9 @@ from collections.abc import Callable
 
 from mediajobs.domain.assets import Candidate
 from mediajobs.domain.errors import Superseded, TransientFailure
-from mediajobs.domain.jobs import JobState, JobView
+from mediajobs.domain.jobs import JobState, JobView, collectable
 from mediajobs.domain.manifest import derivative_prefix
+from mediajobs.service_layer.lease import Lease
 from mediajobs.service_layer.ports import Assets, CollectionLedger, ObjectStore
 from mediajobs.settings import Settings
 
@@ -217,20 +218,23 @@ class Collector:
     ) -> None:
         """Steps 3 and 4: under the collector's lease, look again, delete, mark collected."""
         job_key, lease_s = row.job_key, self._settings.lease_s
-        token = uuid.uuid4().hex
         began_s = int(self._clock())
-        if not self._ledger.begin_collection(job_key, token, lease_until_s=began_s + lease_s, now_s=began_s, seen=row):
+        token = uuid.uuid4().hex
+        if not collectable(row, now_s=began_s) or not self._ledger.begin_collection(
+            job_key, token, lease_until_s=began_s + lease_s, now_s=began_s, seen=row
+        ):
             report.busy += 1  # a render or another collector got there since the row was read
             return
+        lease = Lease(_CollectionRows(self._ledger), job_key, token, began_s + lease_s, clock=self._clock)
         if (not resumed) if look_again is None else look_again:
             try:
                 referenced = self._assets.referenced(job_key)
             except TransientFailure:
-                self._end(job_key, token, collected=False, report=report)  # nothing deleted yet
+                self._give_back(lease, "the references could not be read", report)  # nothing deleted yet
                 raise
             if referenced:
                 # A reference came between the first look and the lease: nothing was deleted.
-                self._end(job_key, token, collected=False, report=report)
+                self._give_back(lease, "referenced again", report)
                 report.revived += 1
                 self._drop(candidates)
                 return
@@ -240,10 +244,11 @@ class Collector:
         try:
             now_s = int(self._clock())
             if now_s - began_s >= lease_s / 3:
-                self._ledger.renew(job_key, token, lease_until_s=now_s + lease_s, now_s=now_s)
+                lease.renew(now_s + lease_s)
             bucket, prefix = self._where(row)
             report.deleted_objects += self._store.delete_prefix(bucket, prefix, first=row.manifest_key)
             self._ledger.end_collection(job_key, token, collected=True, now_s=int(self._clock()))
+            lease.forget()
         except Superseded:
             report.lost += 1
             log.warning("collection taken over by a render: stopped", extra={"job_key": job_key})
@@ -253,10 +258,10 @@ class Collector:
         self._drop(candidates)
         log.info("collected", extra={"job_key": job_key, "resumed": resumed})
 
-    def _end(self, job_key: str, token: str, *, collected: bool, report: CollectionReport) -> None:
-        try:
-            self._ledger.end_collection(job_key, token, collected=collected, now_s=int(self._clock()))
-        except Superseded:
+    @staticmethod
+    def _give_back(lease: Lease, why: str, report: CollectionReport) -> None:
+        """Give the collection back (the job ``done`` again); one a render took over is lost."""
+        if not lease.release(why):
             report.lost += 1
 
     def _sweep_failed(self, row: JobView, report: CollectionReport) -> None:
@@ -283,3 +288,18 @@ class Collector:
     def _drop(self, candidates: list[Candidate]) -> None:
         for candidate in candidates:
             self._assets.drop_candidate(candidate)
+
+
+class _CollectionRows:
+    """The lease writes of a collection (``LeaseRows``): renewed as any lease on a job row;
+    given back, the job is ``done`` again (:meth:`CollectionLedger.end_collection`)."""
+
+    def __init__(self, ledger: CollectionLedger) -> None:
+        self._ledger = ledger
+
+    def renew(self, key: str, token: str, *, lease_until_s: int, now_s: int) -> None:
+        self._ledger.renew(key, token, lease_until_s=lease_until_s, now_s=now_s)
+
+    def release(self, key: str, token: str, *, detail: str, now_s: int) -> None:
+        log.info("collection given back: %s", detail, extra={"job_key": key})
+        self._ledger.end_collection(key, token, collected=False, now_s=now_s)

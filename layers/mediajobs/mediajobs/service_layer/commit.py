@@ -30,13 +30,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mediajobs.domain.errors import OUTPUT_CONFLICT, PermanentFailure
-from mediajobs.domain.jobs import JobSpec, ObjectRef, OutputCandidate, OutputRecord, RenderedFile, identify_stored
+from mediajobs.domain.jobs import (
+    JobSpec,
+    JobView,
+    ObjectRef,
+    OutputCandidate,
+    OutputRecord,
+    RenderedFile,
+    identify_stored,
+)
 from mediajobs.domain.manifest import MANIFEST_NAME, build_manifest
 from mediajobs.service_layer.lease import LeaseKeeper
 from mediajobs.service_layer.ports import Ledger, ObjectStore
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Commit:
     """The commit of one claimed job (one instance per job and claim).
 
@@ -50,6 +58,7 @@ class Commit:
     clock: Unix time in seconds.
     on_step: called with (point, job key) after each durable step: ``output_stored`` after
         each derivative, ``manifest_stored`` (the pipeline observer's ``step``).
+    row: the job's row as the commit left it (``done``), once committed.
     """
 
     store: ObjectStore
@@ -60,6 +69,7 @@ class Commit:
     keeper: LeaseKeeper
     clock: Callable[[], float]
     on_step: Callable[[str, str], None]
+    row: JobView | None = None
 
     @property
     def manifest_key(self) -> str:
@@ -169,7 +179,7 @@ class Commit:
         """Mark the job done with the outputs and the staged manifest's decisions."""
         decisions = json.loads(staged).get("decisions") or {}
         with self.keeper.last_write():  # the heartbeat neither renews nor releases meanwhile
-            self.ledger.complete(
+            self.row = self.ledger.complete(
                 self.spec.job_key,
                 self.token,
                 manifest_key=self.manifest_key,

@@ -1,5 +1,10 @@
 """Delivery policy: what becomes of an SQS record the worker received.
 
+A record asks for one of three things: an original created or deleted (an EventBridge S3
+event), or a job that no S3 event causes (a job request: its inputs ended, a backfill).
+:func:`handle` works on it and carries out the policy; every outcome below is the same
+whatever the record asked.
+
 Lambda's SQS event source deletes the records a handler reports as successes and leaves
 the others invisible until their visibility timeout ends (90 minutes in the template; it
 never shortens it). Every receive counts toward the queue's ``maxReceiveCount``, after
@@ -39,13 +44,16 @@ from __future__ import annotations
 import enum
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from mediajobs.domain.assets import Deleted
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, JobBusy, Superseded, TransientFailure
-from mediajobs.domain.jobs import SourceState
+from mediajobs.domain.jobs import Delivery, JobRequest, ObjectRef, SourceResult, SourceState
 from mediajobs.domain.retry import busy_delay_s, transient_delay_s
+from mediajobs.service_layer.observer import DeliveryObserver
 from mediajobs.service_layer.ports import Queue
 from mediajobs.settings import Settings
 
@@ -414,3 +422,92 @@ class Batch:
             return False
         self._queue.delete(received.queue_arn, received.receipt_handle)
         return True
+
+
+class Service(Protocol):
+    """What a record is worked on by (:class:`~mediajobs.service_layer.pipeline.Pipeline`)."""
+
+    def process(self, ref: ObjectRef, delivery: Delivery | None = None) -> SourceResult: ...
+    def remove(self, deleted: Deleted, delivery: Delivery | None = None) -> SourceResult: ...
+    def run_request(self, job_key: str, delivery: Delivery | None = None) -> SourceResult: ...
+
+
+#: What the log says of a record going back, by outcome (busy and unexpected ones aside).
+_RETURNING: Final[Mapping[Outcome, str]] = {
+    Outcome.DELIVERY_LOST: "delivery lost: abandoning the work",
+    Outcome.DEADLINE: "deadline: redelivering at once",
+    Outcome.TRANSIENT: "transient failure: redelivering",
+    Outcome.SUPERSEDED: "transient failure: redelivering",
+}
+
+
+def handle(
+    service: Service,
+    batch: Batch,
+    message_id: str,
+    request: ObjectRef | Deleted | JobRequest,
+    delivery: Delivery,
+    observer: DeliveryObserver,
+) -> dict[str, Any]:
+    """Work on one record of a batch and carry out what the policy decides of it.
+
+    ``request`` is what the record asks: an original created (:meth:`Service.process`),
+    one deleted (:meth:`Service.remove`), or a job (:meth:`Service.run_request`). Every
+    result is acknowledged; a busy record is handed over to a fresh copy (waiting is not
+    failing: a returned record would count a receive toward the dead-letter queue; a
+    fresh copy, durably queued first, counts none); anything raised goes back after the
+    delay the policy chose (:meth:`Batch.settle`) and is raised again for the batch
+    processor to report.
+
+    Returns
+    -------
+    ``{"state": <the result's state>}``, ``{"state": "handed_over"}`` (handed over before
+    the work) or ``{"state": "busy_resent"}``.
+    """
+    if batch.handed_over(message_id):
+        return {"state": "handed_over"}
+    started = time.monotonic()
+    try:
+        if isinstance(request, Deleted):
+            result = service.remove(request, delivery)
+        elif isinstance(request, JobRequest):
+            result = service.run_request(request.job_key, delivery)
+        else:
+            result = service.process(request, delivery)
+        settled = batch.settle(message_id, outcome_of_result(result.state))
+        assert isinstance(settled, Acknowledge), "every state a record returns with is acknowledged"
+        observer.record(result)
+        seconds = round(time.monotonic() - started, 3)
+        job_keys = [j.job_key for j in result.jobs]
+        extra = {"state": result.state, "job_keys": job_keys, "bytes_read": result.bytes_read, "seconds": seconds}
+        log.info("record done", extra=extra)
+        if result.state is SourceState.PERMANENT_FAILURE and (
+            not result.jobs or not all(j.reused for j in result.jobs)
+        ):
+            log.warning(
+                "permanent failure", extra={"reason": result.reason, "detail": result.detail, "job_keys": job_keys}
+            )
+        return {"state": result.state}
+    except JobBusy as busy:
+        observer.busy()
+        match batch.settle(message_id, Outcome.BUSY, busy_until_s=busy.lease_expires_at_s):
+            case HandOver(delay_s=delay):
+                log.info(
+                    "busy: re-sent to come back after the lease", extra={"job_key": busy.job_key, "delay_s": delay}
+                )
+                return {"state": "busy_resent"}
+            case ReturnAfter(seconds=back_s):
+                extra = {"job_key": busy.job_key, "return_after_s": back_s}
+                log.info("busy: redelivering after the lease", extra=extra)
+        raise
+    except Exception as exc:
+        # A bug or an unclassified error too: redelivered (and dead-lettered after
+        # maxReceiveCount), never silent.
+        observer.transient()
+        outcome = outcome_of(exc)
+        batch.settle(message_id, outcome)
+        if outcome is Outcome.UNEXPECTED:
+            log.exception("unexpected error: redelivering")
+        else:
+            log.warning(_RETURNING[outcome], extra={"error": str(exc)})
+        raise

@@ -273,6 +273,7 @@ class WebhookPolicy:
         this long).
     backoff_base_s, backoff_cap_s: the full-jitter backoff after a 5xx or a timeout.
     detail_bytes: how much of a refusal's answer the on-failure destination keeps.
+    margin_s: seconds of the invocation kept after the last POST or wait (to mark, report).
     """
 
     timeout_s: float = 10.0
@@ -281,6 +282,17 @@ class WebhookPolicy:
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 30.0
     detail_bytes: int = 512
+    margin_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A destination's time sources: ``clock`` (Unix seconds), ``sleep`` (seconds) and
+    ``jitter`` (a draw in [0, 1) for backoff); tests pass their own."""
+
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    jitter: Callable[[], float] = random.random
 
 
 class WebhookDestination:
@@ -306,19 +318,16 @@ class WebhookDestination:
         signer: WebhookSigner,
         *,
         policy: WebhookPolicy = WebhookPolicy(),
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
-        jitter: Callable[[], float] | None = None,
-        margin_s: float = 5.0,
+        timing: Timing = Timing(),
     ) -> None:
         self._url = url
         self._transport = transport
         self._signer = signer
         self._policy = policy
-        self._clock = clock
-        self._sleep = sleep
-        self._jitter = jitter or random.random
-        self._margin_s = margin_s
+        self._clock = timing.clock
+        self._sleep = timing.sleep
+        self._jitter = timing.jitter
+        self._margin_s = policy.margin_s
 
     def deliver(self, notification: Notification, *, remaining_s: Callable[[], float | None]) -> Mapping[str, Any]:
         """POST until an answer says delivered or refused, at most ``policy.attempts`` times

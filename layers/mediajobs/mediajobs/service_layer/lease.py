@@ -1,5 +1,15 @@
-"""The heartbeat of a claim: keep the lease and the message while the work runs, and give
-both back when the invocation is about to end.
+"""Leases: one fenced lease (:class:`Lease`) for every row a worker holds for a while --
+a job's claim, an original's reading mark, a job's collection -- and the heartbeat of a
+claim (:class:`LeaseKeeper`).
+
+A lease is a token and an expiry written on a row. It is taken by a write conditioned on
+the row having no holder, or on the previous holder's token with its lease over (so two
+takers never both win), renewed and given back by writes conditioned on the token (so a
+holder that was taken over can change nothing). The adapters write those conditions on
+their rows (the ``LeaseRows`` port); :class:`Lease` is what the holder keeps.
+
+The heartbeat keeps a claim's lease and its message while the work runs, and gives both
+back when the invocation is about to end.
 
 A background thread wakes every ``tick_s`` seconds and
 
@@ -28,10 +38,17 @@ import math
 import threading
 from collections.abc import Callable, Iterator
 
-from mediajobs.domain.errors import DeadlineReached, DeliveryLost, MediaJobsError, Superseded, TransientFailure
+from mediajobs.domain.errors import (
+    DeadlineReached,
+    DeliveryLost,
+    MediaJobsError,
+    PermanentFailure,
+    Superseded,
+    TransientFailure,
+)
 from mediajobs.domain.jobs import Delivery
 from mediajobs.domain.retry import MAX_VISIBILITY_S
-from mediajobs.service_layer.ports import LeaseLedger, Queue
+from mediajobs.service_layer.ports import LeaseRows, Queue
 
 log = logging.getLogger(__name__)
 
@@ -46,44 +63,84 @@ def lease_until(now_s: float, lease_s: int, delivery: Delivery | None) -> int:
     return math.ceil(until)
 
 
-class LeaseKeeper:
-    """Context manager around the work of one claim.
+class Lease:
+    """A fenced lease this worker holds on one row.
 
     Parameters
     ----------
-    ledger, queue: adapters (``queue`` is unused without a delivery): the queue port is the
-        handler's too (:class:`~mediajobs.service_layer.ports.Queue`).
-    job_key, token: the claim.
-    expires_at_s: when the claim's lease ends (epoch seconds).
-    delivery: the SQS record being worked on, or ``None`` (CLI, tests).
-    lease_s: lease length, seconds.
-    margin_s: seconds of invocation time kept to release the claim and report.
+    rows: the table's lease writes (the ``LeaseRows`` port: the ledger for claims, its
+        collection view for collections, the source index for reading marks).
+    key: the row's key (a job key, a source id).
+    token: this holder's fencing token.
+    expires_at_s: when the lease ends unless renewed, Unix seconds.
     clock: Unix time in seconds.
     """
 
-    def __init__(
-        self,
-        *,
-        ledger: LeaseLedger,
-        queue: Queue | None,
-        job_key: str,
-        token: str,
-        expires_at_s: int,
-        delivery: Delivery | None,
-        lease_s: int,
-        margin_s: int,
-        clock: Callable[[], float],
-    ) -> None:
-        self._ledger = ledger
-        self._queue = queue
-        self.job_key = job_key
-        self._token = token
+    def __init__(self, rows: LeaseRows, key: str, token: str, expires_at_s: int, *, clock: Callable[[], float]) -> None:
+        self._rows = rows
+        self.key = key
+        self.token = token
         self.expires_at_s = expires_at_s
+        self.clock = clock
+        self.held = True
+
+    def renew(self, until_s: int) -> None:
+        """Extend the lease to ``until_s`` (Unix seconds).
+
+        Raises
+        ------
+        Superseded
+            The row is not this holder's any more.
+        TransientFailure
+            The write failed (the lease has slack: try again).
+        """
+        self._rows.renew(self.key, self.token, lease_until_s=until_s, now_s=int(self.clock()))
+        self.expires_at_s = until_s
+
+    def release(self, why: object) -> bool:
+        """Give the lease back (``why``: the reason, for the row and the log), so the next
+        taker need not wait for it to run out. Failures are logged, never raised; a lease
+        already given back, forgotten or taken over is left. Returns whether it was given back."""
+        if not self.held:
+            return False
+        self.held = False
+        try:
+            detail = repr(why) if isinstance(why, Exception) else str(why)
+            self._rows.release(self.key, self.token, detail=detail, now_s=int(self.clock()))
+        except (Superseded, PermanentFailure, TransientFailure) as exc:
+            log.warning("could not give the lease back: %r", exc, extra={"lease_key": self.key})
+            return False
+        return True
+
+    def forget(self) -> None:
+        """The holder's own last write replaced the lease on the row (a job committed, a
+        hash remembered over a reading mark): nothing is left to give back."""
+        self.held = False
+
+
+class LeaseKeeper:
+    """Context manager around the work of one claim: its heartbeat.
+
+    Parameters
+    ----------
+    lease: the claim's lease.
+    queue: the queue its record came from (unused without a delivery): the queue port is
+        the handler's too (:class:`~mediajobs.service_layer.ports.Queue`).
+    delivery: the SQS record being worked on, or ``None`` (CLI, tests).
+    lease_s: lease length, seconds.
+    margin_s: seconds of invocation time kept to release the claim and report.
+    """
+
+    def __init__(
+        self, lease: Lease, *, queue: Queue | None, delivery: Delivery | None, lease_s: int, margin_s: int
+    ) -> None:
+        self.lease = lease
+        self._queue = queue
         self._delivery = delivery
         self._lease_s = lease_s
         self._margin_s = margin_s
-        self._clock = clock
-        self._renewed_at = clock()
+        self._clock = lease.clock
+        self._renewed_at = self._clock()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -91,6 +148,16 @@ class LeaseKeeper:
         self._finished = False
         self.problem: MediaJobsError | None = None
         self.renewals = 0
+
+    @property
+    def job_key(self) -> str:
+        """The claimed job's key."""
+        return self.lease.key
+
+    @property
+    def expires_at_s(self) -> int:
+        """When the claim's lease ends unless renewed, Unix seconds."""
+        return self.lease.expires_at_s
 
     @property
     def tick_s(self) -> float:
@@ -116,16 +183,15 @@ class LeaseKeeper:
         return self
 
     def _renew_at_entry(self, now: float) -> None:
-        until = lease_until(now, self._lease_s, self._delivery)
         try:
-            self._ledger.renew(self.job_key, self._token, lease_until_s=until, now_s=int(now))
+            self.lease.renew(lease_until(now, self._lease_s, self._delivery))
         except Superseded as lost:  # raised by the check before the job's work starts
             log.warning("lease lost before the job started: taken over", extra={"job_key": self.job_key})
             self.problem = lost
         except TransientFailure as exc:  # the heartbeat tries again
             log.warning("could not renew the lease at the job's start: %s", exc, extra={"job_key": self.job_key})
         else:
-            self.expires_at_s, self._renewed_at = until, now
+            self._renewed_at = now
             self.renewals += 1
 
     def __exit__(self, *exc: object) -> None:
@@ -150,9 +216,8 @@ class LeaseKeeper:
                     self._give_back(DeadlineReached(f"{self._delivery.remaining_s():.1f} s left in the invocation"))
                     return
                 if now - self._renewed_at >= self._lease_s / 3:
-                    until = lease_until(now, self._lease_s, self._delivery)
-                    self._ledger.renew(self.job_key, self._token, lease_until_s=until, now_s=int(now))
-                    self.expires_at_s, self._renewed_at = until, now
+                    self.lease.renew(lease_until(now, self._lease_s, self._delivery))
+                    self._renewed_at = now
                     self.renewals += 1
                     self._extend_visibility(now)
             except Superseded as lost:
@@ -185,11 +250,8 @@ class LeaseKeeper:
     def _give_back(self, problem: MediaJobsError) -> None:
         """Release the claim as transient so any delivery can take it over now."""
         self.problem = problem
-        try:
-            self._ledger.release_transient(self.job_key, self._token, detail=str(problem), now_s=int(self._clock()))
+        if self.lease.release(problem):
             log.warning("claim released: %s", problem, extra={"job_key": self.job_key})
-        except (Superseded, TransientFailure) as exc:
-            log.warning("could not release the claim: %s", exc, extra={"job_key": self.job_key})
 
     def check(self) -> None:
         """Raise what the heartbeat found (:class:`Superseded`, :class:`DeadlineReached`,
@@ -220,3 +282,31 @@ class LeaseKeeper:
         """Check the deadline now (cheap), without waiting for the next tick."""
         if self._delivery is not None and self._delivery.remaining_s() < self._margin_s:
             self.beat()
+
+
+class Heartbeats:
+    """Makes the lease and the heartbeat of each claim a delivery holds.
+
+    Parameters
+    ----------
+    rows: the ledger (a claim's lease writes).
+    queue: the queue records come from (``None``: no SQS delivery); the heartbeat keeps a
+        running job's message hidden.
+    lease_s: lease length, seconds.
+    margin_s: seconds of invocation time kept to release a claim and report.
+    clock: Unix time in seconds (the claims', their commits').
+    """
+
+    def __init__(
+        self, rows: LeaseRows, queue: Queue | None, *, lease_s: int, margin_s: int, clock: Callable[[], float]
+    ) -> None:
+        self._rows = rows
+        self.queue = queue
+        self._lease_s = lease_s
+        self._margin_s = margin_s
+        self.clock = clock
+
+    def keep(self, key: str, token: str, expires_at_s: int, delivery: Delivery | None) -> LeaseKeeper:
+        """The heartbeat of the claim ``token`` holds on the job ``key`` until ``expires_at_s``."""
+        lease = Lease(self._rows, key, token, expires_at_s, clock=self.clock)
+        return LeaseKeeper(lease, queue=self.queue, delivery=delivery, lease_s=self._lease_s, margin_s=self._margin_s)

@@ -5,7 +5,8 @@ implement them with fakes (``tests/fakes.py``); the composition root
 (``mediajobs.bootstrap``) chooses which. Nothing here imports an SDK.
 
 * :class:`ObjectStore` -- S3: the original and the derivatives.
-* :class:`Ledger` -- DynamoDB: one row per job key, claims and commits.
+* :class:`LeaseRows` -- the writes a table offers the leases held on its rows.
+* :class:`Ledger` -- DynamoDB: one row per job key, claims, commits, jobs in steps.
 * :class:`Sources` -- DynamoDB: what is known of a source version or a content before
   reading it.
 * :class:`Assets` -- DynamoDB: the asset records (what an app asks), the references each
@@ -65,17 +66,44 @@ class ObjectStore(Protocol):
         ...
 
 
-class LeaseLedger(Protocol):
-    """What the heartbeat needs of the ledger."""
+class LeaseRows(Protocol):
+    """The writes a table offers the leases held on its rows
+    (:class:`~mediajobs.service_layer.lease.Lease`): each conditioned on the holder's token."""
 
-    def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None: ...
-    def release_transient(self, job_key: str, token: str, *, detail: str, now_s: int) -> None: ...
+    def renew(self, key: str, token: str, *, lease_until_s: int, now_s: int) -> None:
+        """Extend the lease ``token`` holds on ``key`` to ``lease_until_s``.
+
+        Raises
+        ------
+        Superseded
+            ``token`` holds the row no more.
+        TransientFailure
+            The write failed.
+        """
+        ...
+
+    def release(self, key: str, token: str, *, detail: str, now_s: int) -> None:
+        """Give back the lease ``token`` holds on ``key`` (``detail``: why).
+
+        Raises
+        ------
+        Superseded
+            ``token`` holds the row no more (a lease that is not ours is left alone).
+        TransientFailure
+            The write failed.
+        """
+        ...
 
 
-class Ledger(LeaseLedger, Protocol):
-    """What the pipeline needs of the job ledger (see :class:`mediajobs.adapters.ledger.DynamoLedger`)."""
+class Ledger(LeaseRows, Protocol):
+    """What the pipeline needs of the job ledger (see :class:`mediajobs.adapters.ledger.DynamoLedger`).
+
+    Its lease writes (``renew``, ``release``) are a job claim's: released, a job is a
+    ``transient_failure`` the next claim takes over.
+    """
 
     def find(self, job_keys: list[str]) -> dict[str, JobView]: ...
+    def get(self, job_key: str) -> JobView | None: ...
     def claim(self, spec: JobSpec, *, now_s: int, lease_until_s: int, seen: JobView | None = None) -> Claim: ...
     def register_outputs(
         self, job_key: str, token: str, candidates: list[OutputCandidate], *, now_s: int
@@ -87,34 +115,40 @@ class Ledger(LeaseLedger, Protocol):
         token: str,
         *,
         manifest_key: str,
-        outputs: list[OutputRecord],
+        outputs: Sequence[OutputRecord],
         now_s: int,
         decisions: Mapping[str, Any] | None = None,
-    ) -> None: ...
-    def fail_permanently(self, job_key: str, token: str, *, reason: str, detail: str, now_s: int) -> None: ...
+    ) -> JobView: ...
+    def fail_permanently(self, job_key: str, token: str, *, reason: str, detail: str, now_s: int) -> JobView: ...
+    def wait(self, spec: JobSpec, pending: frozenset[str], *, now_s: int) -> bool: ...
+    def register(self, input_key: str, waiter_key: str, *, now_s: int) -> bool: ...
+    def input_done(self, waiter_key: str, input_key: str, *, now_s: int) -> tuple[JobView | None, bool]: ...
+    def input_failed(
+        self, waiter_key: str, input_key: str, reason: str | None, detail: str | None, *, now_s: int
+    ) -> bool: ...
+    def told(self, input_key: str, waiter_keys: frozenset[str], *, now_s: int) -> None: ...
 
 
-class CollectionLedger(LeaseLedger, Protocol):
-    """What the collector needs of the job ledger, besides :meth:`LeaseLedger.renew`.
+class CollectionLedger(Protocol):
+    """What the collector needs of the job ledger.
 
-    A ``done`` job goes ``collecting`` under a lease (:meth:`begin_collection`), then
-    ``collected`` or back to ``done`` (:meth:`end_collection`); every write after the first
-    is conditional on the collector's token, so a render that took an expired collection
-    over is never undone. A failed job's manifest-less prefix is swept without a state
-    change (:meth:`mark_swept`).
+    A ``done`` job goes ``collecting`` under the collector's lease (:meth:`begin_collection`),
+    then ``collected`` or back to ``done`` (:meth:`end_collection`); every write after the
+    first is conditional on the collector's token, so a render that took an expired
+    collection over is never undone. A failed job's manifest-less prefix is swept without a
+    state change (:meth:`mark_swept`).
     """
 
     def find(self, job_keys: list[str]) -> dict[str, JobView]: ...
 
-    def begin_collection(
-        self, job_key: str, token: str, *, lease_until_s: int, now_s: int, seen: JobView | None = None
-    ) -> bool:
-        """``done`` -> ``collecting`` held by ``token`` until ``lease_until_s`` (a
-        ``collecting`` row whose lease ended, a dead collector's, and an abandoned render
-        are taken over the same way, to be finished); ``False`` otherwise (a render holds
-        it, another collector does, it is collected already ...). With ``seen``, only if
-        the row is still in the state, and under the token, the collector decided on: a
-        render that finished since (``done`` now) is never collected unlooked-at."""
+    def renew(self, job_key: str, token: str, *, lease_until_s: int, now_s: int) -> None:
+        """Extend the collector's lease (as :meth:`LeaseRows.renew`)."""
+        ...
+
+    def begin_collection(self, job_key: str, token: str, *, lease_until_s: int, now_s: int, seen: JobView) -> bool:
+        """``seen`` (a row :func:`~mediajobs.domain.jobs.collectable` took) -> ``collecting``
+        held by ``token`` until ``lease_until_s``, fenced on ``seen``; ``False`` when the row
+        changed since it was read (a render finished, another collector got there ...)."""
         ...
 
     def end_collection(self, job_key: str, token: str, *, collected: bool, now_s: int) -> None:
@@ -257,12 +291,12 @@ class Assets(Protocol):
         ...
 
 
-class Sources(Protocol):
+class Sources(LeaseRows, Protocol):
     """What the pipeline needs of the source index (see :class:`mediajobs.adapters.sources.SourceIndex`).
 
     An entry is :class:`~mediajobs.domain.jobs.KnownSource` (hash, size and media type
-    remembered), :class:`~mediajobs.domain.jobs.Reading` (another delivery is reading the
-    bytes now, until its lease ends) or ``None`` (nothing known).
+    remembered), :class:`~mediajobs.domain.jobs.Reading` (a delivery is reading the
+    bytes, under a lease) or ``None`` (nothing known). Its lease writes are a reading mark's.
     """
 
     def lookup(self, source_id: str, *, now_s: int) -> KnownSource | Reading | None: ...
@@ -270,7 +304,6 @@ class Sources(Protocol):
         self, source_id: str, token: str, *, now_s: int, lease_until_s: int
     ) -> KnownSource | Reading | None: ...
     def remember(self, source_ids: list[str], known: KnownSource, *, now_s: int) -> None: ...
-    def abandon(self, source_id: str, token: str) -> None: ...
 
 
 class Queue(Protocol):

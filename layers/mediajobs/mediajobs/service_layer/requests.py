@@ -1,0 +1,221 @@
+"""Jobs in steps: jobs that take other jobs' outputs, and job requests that are not S3 events.
+
+A job whose inputs include other jobs' outputs (a join of segments, a render gated by a
+moderation decision) is written ``waiting`` for the inputs not done yet (its ``pending``
+set), and each such input names it among the jobs ``waiting`` for it (:meth:`JobRequests.wait`).
+When an input ends, each waiting job is **told** (:meth:`JobRequests.tell`): the input
+leaves its ``pending`` set, and the one writer that finds the set empty makes it
+``requested`` -- a conditional write, so exactly one, however many inputs end at once,
+however often a delivery is redelivered. A failed input fails the jobs waiting for it, with
+its reason. The input forgets a waiting job only once it was told, so a teller that dies
+half-way is finished by the next delivery of the input (:meth:`~mediajobs.service_layer.claims.Claims.settle`).
+
+A ``requested`` job is claimed like any other: by the delivery whose plan holds it (it runs
+it right after its inputs), or, when no plan of this delivery holds it, by the **job request**
+sent for it on the jobs queue (:func:`request_body`). Its claim makes it run once; the
+request itself may be delivered more than once (SQS delivers at least once, and a teller
+that died after making it requested is finished by sending it again), like any message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from mediajobs.domain.errors import TransientFailure
+from mediajobs.domain.jobs import (
+    Claim,
+    ClaimOutcome,
+    Decision,
+    Delivery,
+    JobSpec,
+    JobState,
+    JobView,
+    decide,
+    standing_claim,
+)
+from mediajobs.service_layer.ports import Ledger, Queue
+from mediajobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: The ``mediajobs`` field of a job request message (the delivery policy and the worker's
+#: record parser tell it from an S3 event by it).
+JOB_REQUEST: Final = "job"
+_JOB_KEY: Final = re.compile(r"[0-9a-f]{64}")
+#: How deep a failure is told along jobs waiting for jobs waiting for it.
+_MAX_DEPTH: Final = 16
+
+
+def request_body(job_key: str) -> str:
+    """The body of the job request message of ``job_key``: ``{"mediajobs": "job",
+    "job_key": <64 hex>}``. The worker runs the job from its row (:meth:`JobView.spec`): a
+    message names a job, it never defines one."""
+    return json.dumps({"mediajobs": JOB_REQUEST, "job_key": job_key}, separators=(",", ":"), sort_keys=True)
+
+
+def job_key_of(body: Mapping[str, Any]) -> str | None:
+    """The job key a job request message's body names, or ``None`` when it is not one."""
+    key = body.get("job_key")
+    if body.get("mediajobs") != JOB_REQUEST or not isinstance(key, str) or not _JOB_KEY.fullmatch(key):
+        return None
+    return key
+
+
+class JobRequests:
+    """Jobs in steps (see the module docstring).
+
+    Parameters
+    ----------
+    settings: ``jobs_queue_arn`` (where a job request goes when no delivery names a
+        queue), ``max_attempts``.
+    ledger: the job ledger.
+    queue: the jobs queue (``None``: no request can be sent; a requested job then waits
+        for a delivery whose plan holds it).
+    clock: Unix time in seconds.
+    """
+
+    def __init__(self, settings: Settings, *, ledger: Ledger, queue: Queue | None, clock: Callable[[], float]) -> None:
+        self._settings = settings
+        self._ledger = ledger
+        self._queue = queue
+        self._clock = clock
+
+    def wait(
+        self, spec: JobSpec, views: Mapping[str, JobView], held: Mapping[str, Claim], *, lease_until_s: int
+    ) -> Claim:
+        """Make sure the job ``spec`` is written, waiting for its inputs not done yet (the
+        rows ``views`` read, the claims ``held`` just made), and each of those names it; the
+        claim it stands for: ``WAITING``, or -- every input done -- ``RUN`` (claimed now),
+        or what a row written before holds.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the ledger's.
+        """
+        now = int(self._clock())
+        seen = self._written(spec, views, held)
+        if seen is None:
+            return Claim(ClaimOutcome.WAITING, spec.job_key, lease_expires_at_s=lease_until_s)
+        decision = decide(seen, now_s=now, max_attempts=self._settings.max_attempts)
+        if decision in (Decision.TAKE_OVER, Decision.EXHAUST):
+            return self._ledger.claim(spec, now_s=now, lease_until_s=lease_until_s, seen=seen)
+        if decision is Decision.WAIT:
+            return Claim(ClaimOutcome.WAITING, spec.job_key, lease_expires_at_s=lease_until_s)
+        return standing_claim(seen)
+
+    def _written(self, spec: JobSpec, views: Mapping[str, JobView], held: Mapping[str, Claim]) -> JobView | None:
+        """The job's row, written first when ``views`` has none: ``waiting`` for its inputs
+        not done (each told to name it), or ``requested`` when none is pending."""
+        seen = views.get(spec.job_key)
+        if seen is not None:
+            return seen
+        now = int(self._clock())
+        pending = frozenset(u for u in spec.upstream if not _done(u, views, held))
+        if self._ledger.wait(spec, pending, now_s=now):
+            log.info("job written", extra={"job_key": spec.job_key, "pending": len(pending)})
+        for upstream in sorted(pending):
+            if not self._ledger.register(upstream, spec.job_key, now_s=now):
+                ended = self._ledger.get(upstream)  # it ended since (or has no row yet)
+                if ended is not None and ended.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
+                    self._tell_one(spec.job_key, ended)
+        return self._ledger.get(spec.job_key)
+
+    def request(self, specs: Sequence[JobSpec], delivery: Delivery | None = None) -> list[str]:
+        """Request jobs that no S3 event causes (a backfill, a fan-out), each after the jobs
+        whose outputs it takes: each written unless it is (``requested``, or ``waiting`` for
+        its inputs not done), and a job request sent for each that is ``requested`` now.
+
+        Returns
+        -------
+        list[str]
+            The job keys a request was sent for.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the ledger's.
+        """
+        views = self._ledger.find([spec.job_key for spec in specs])
+        sent: list[str] = []
+        for spec in specs:
+            row = self._written(spec, views, {})
+            if row is not None:
+                views = {**views, spec.job_key: row}
+            if row is not None and row.state == JobState.REQUESTED and self.request_one(spec.job_key, delivery):
+                sent.append(spec.job_key)
+        return sent
+
+    def tell(
+        self,
+        ended: JobView,
+        *,
+        delivery: Delivery | None = None,
+        in_plan: frozenset[str] = frozenset(),
+        again: bool = True,
+        depth: int = 0,
+    ) -> None:
+        """Tell every job waiting for ``ended`` (a row ``done`` or ``permanent_failure``)
+        that it ended, then forget them on its row.
+
+        A job made ``requested`` by this call gets a job request (:func:`request_body`)
+        unless ``in_plan`` holds it (this delivery runs it next); with ``again`` (telling
+        again what an earlier delivery may not have finished), so does one found
+        ``requested``. A failure fails the jobs waiting for it, and theirs in turn.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the ledger's (the next delivery of ``ended`` tells again).
+        """
+        if not ended.waiting or ended.state not in (JobState.DONE, JobState.PERMANENT_FAILURE):
+            return
+        for waiter in sorted(ended.waiting):
+            view, made = self._tell_one(waiter, ended)
+            if view is None:
+                continue
+            if view.state == JobState.PERMANENT_FAILURE and made and depth < _MAX_DEPTH:
+                self.tell(view, delivery=delivery, in_plan=in_plan, again=again, depth=depth + 1)
+            elif view.state == JobState.REQUESTED and (made or again) and waiter not in in_plan:
+                self.request_one(waiter, delivery)
+        self._ledger.told(ended.job_key, ended.waiting, now_s=int(self._clock()))
+
+    def _tell_one(self, waiter: str, ended: JobView) -> tuple[JobView | None, bool]:
+        """Tell ``waiter`` that its input ``ended`` ended: its row after, and whether this
+        call changed its state (made it ``requested``, or failed it)."""
+        now = int(self._clock())
+        if ended.state == JobState.DONE:
+            return self._ledger.input_done(waiter, ended.job_key, now_s=now)
+        failed = self._ledger.input_failed(waiter, ended.job_key, ended.failure_reason, ended.failure_detail, now_s=now)
+        return self._ledger.get(waiter), failed
+
+    def request_one(self, job_key: str, delivery: Delivery | None = None) -> bool:
+        """Send the job request of ``job_key`` to the jobs queue (the settings' ``jobs_queue_arn``,
+        else the queue ``delivery`` came from). Returns whether it was sent; a request that
+        cannot be sent is logged (the job stays ``requested``: the next delivery of its
+        input, or of an original whose plan holds it, finishes it).
+        """
+        queue_arn = self._settings.jobs_queue_arn or (delivery.queue_arn if delivery is not None else "")
+        if self._queue is None or not queue_arn:
+            log.warning("a requested job has no queue to go to", extra={"job_key": job_key})
+            return False
+        try:
+            self._queue.resend(queue_arn, request_body(job_key), 0)
+        except TransientFailure as exc:
+            log.warning("could not send a job request: %s", exc, extra={"job_key": job_key})
+            return False
+        log.info("job requested", extra={"job_key": job_key})
+        return True
+
+
+def _done(job_key: str, views: Mapping[str, JobView], held: Mapping[str, Claim]) -> bool:
+    """Whether the input ``job_key`` is done, as this delivery knows it."""
+    claim = held.get(job_key)
+    if claim is not None:
+        return claim.outcome is ClaimOutcome.DONE
+    view = views.get(job_key)
+    return view is not None and view.state == JobState.DONE

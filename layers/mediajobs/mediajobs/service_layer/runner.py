@@ -1,0 +1,384 @@
+"""Run: steps 5 and 6 of a delivery, one job at a time, whatever caused it (an S3 event,
+a backfill, another job's completion).
+
+A held job runs **under its lease** (:class:`~mediajobs.service_layer.lease.LeaseKeeper`:
+a heartbeat renewing the lease and the message's visibility): its step renders its inputs
+-- the original, or other jobs' named outputs, taken from this delivery's work folder when
+it rendered them and from S3 otherwise -- then it **commits**
+(:mod:`mediajobs.service_layer.commit`: register -> write with ``If-None-Match`` -> stage
+the manifest -> write ``manifest.json`` -> done). A takeover that finds a staged manifest
+only adopts it. A permanent failure is recorded in the job's row; anything else gives the
+claim back and is raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from mediajobs.domain.errors import (
+    INVALID_OUTPUT,
+    DeadlineReached,
+    DeliveryLost,
+    JobBusy,
+    PermanentFailure,
+    Superseded,
+    TransientFailure,
+)
+from mediajobs.domain.jobs import (
+    Claim,
+    ClaimOutcome,
+    ContentInput,
+    Delivery,
+    JobResult,
+    JobState,
+    ObjectRef,
+    OutputInput,
+    OutputRecord,
+    RenderContext,
+)
+from mediajobs.domain.plan import PlannedJob
+from mediajobs.service_layer.assets import KeptAsset
+from mediajobs.service_layer.commit import Commit
+from mediajobs.service_layer.lease import Heartbeats
+from mediajobs.service_layer.observer import PipelineObserver
+from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Step
+from mediajobs.service_layer.reading import Work
+from mediajobs.service_layer.work import work_folder
+from mediajobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Progress of a long render is logged at most this often, seconds (Lambda's logs are the
+#: only progress bar there).
+PROGRESS_LOG_EVERY_S = 10.0
+
+#: What a held job's work returns: the outputs committed and the decisions of its manifest.
+_Committed = tuple[list[OutputRecord], Mapping[str, Any] | None]
+
+
+class JobRunner:
+    """Runs one job of a delivery (see the module docstring).
+
+    Parameters
+    ----------
+    settings: the work folder.
+    store: S3: the derivatives, and the inputs that are other jobs' outputs.
+    ledger: the job ledger (the commit, failures).
+    steps: the recipe steps by name.
+    heartbeats: the lease and heartbeat of each claim (and the clock).
+    observer: hooks (``claimed``, ``render_started``, ``step``, ``progress``).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: ObjectStore,
+        ledger: Ledger,
+        steps: Mapping[str, Step],
+        heartbeats: Heartbeats,
+        observer: PipelineObserver,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._ledger = ledger
+        self._steps = steps
+        self._heartbeats = heartbeats
+        self._observer = observer
+        self._clock = heartbeats.clock
+
+    @property
+    def queue(self) -> Queue | None:
+        """The queue the records come from."""
+        return self._heartbeats.queue
+
+    def run(
+        self,
+        job: PlannedJob,
+        claim: Claim,
+        source: ObjectRef,
+        delivery: Delivery | None,
+        work: Work | None,
+        asset: KeptAsset | None,
+        produced: Mapping[str, JobResult],
+    ) -> JobResult:
+        """One job: what its claim found, or -- held -- adopt its staged manifest, or run its
+        step on its inputs and commit.
+
+        Parameters
+        ----------
+        job, claim: the job and its claim.
+        source: the original the job's plan started from (its bucket holds the derivatives).
+        delivery: the SQS delivery, or ``None``.
+        work: the original read into this delivery's work folder, or ``None``.
+        asset: the asset whose progress a long render reports, or ``None``.
+        produced: what this delivery ended so far, by job key (a job's inputs that are other
+            jobs' outputs are taken from its work folder when they were rendered there).
+
+        Raises
+        ------
+        JobBusy
+            The job runs elsewhere, or still waits for its inputs.
+        Superseded
+            This worker's claim was taken over while it worked.
+        TransientFailure
+            Anything that may pass (the claim given back first).
+        """
+        if claim.outcome is not ClaimOutcome.RUN:
+            return settled(job, claim)
+        assert claim.lease_token is not None, "a held claim carries its token"
+        extra = {"job_key": job.key, "source_key": source.key, "recipe": job.recipe.ref}
+        self._observer.claimed(claim, source)
+        keeper = self._heartbeats.keep(job.key, claim.lease_token, claim.lease_expires_at_s, delivery)
+        commit = Commit(
+            self._store, self._ledger, source, job.spec, claim.lease_token, keeper, self._clock, self._observer.step
+        )
+        staged = claim.staged_manifest
+        if staged is not None:
+            return self._under_lease(job, commit, extra, functools.partial(_adopt, commit, staged, extra))
+        render = functools.partial(self._render_and_commit, job, commit, claim.sweep, delivery, work, asset, produced)
+        return self._under_lease(job, commit, extra, render)
+
+    def _render_and_commit(
+        self,
+        job: PlannedJob,
+        commit: Commit,
+        sweep: bool,
+        delivery: Delivery | None,
+        work: Work | None,
+        asset: KeptAsset | None,
+        produced: Mapping[str, JobResult],
+    ) -> _Committed:
+        """Run the recipe's step on the job's inputs into its folder (a bounded step stops
+        its child at the invocation's deadline: ``DeadlineReached``), then commit its files.
+
+        ``sweep``: the claim took over an interrupted collection: what is left under the
+        job's prefix (its old manifest first) is deleted before the render."""
+        key, source = job.key, commit.source
+        extra = {"job_key": key, "source_key": source.key, "recipe": job.recipe.ref}
+        with self._folder(work) as folder:
+            inputs = self._inputs(job, work, folder, produced)
+            if sweep:
+                removed = self._store.delete_prefix(source.bucket, job.spec.output_prefix, first=commit.manifest_key)
+                log.info("swept %d objects an interrupted collection left", removed, extra=extra)
+            log.info("processing started", extra=extra)
+            self._observer.render_started(key, source)
+            out_dir = folder / key
+            out_dir.mkdir()
+            context = RenderContext(
+                check=commit.keeper.check,
+                remaining_s=(delivery.remaining_s if delivery is not None else lambda: None),
+                progress=self._progress_sink(key, source, asset),
+                inputs=inputs,
+            )
+            main = next(iter(inputs.values()))
+            step = self._steps[job.recipe.step].run(main, job.recipe.params, context, out_dir)
+            size = work.size_bytes if work is not None and main == work.original else main.stat().st_size
+            return commit.rendered(step.files, step.decisions, input_bytes=size), step.decisions
+
+    @contextlib.contextmanager
+    def _folder(self, work: Work | None) -> Iterator[Path]:
+        """The delivery's work folder, or one of the job's own when no original was read."""
+        if work is not None:
+            yield work.folder
+            return
+        with work_folder(self._settings.work_dir) as folder:
+            yield folder
+
+    def _inputs(
+        self, job: PlannedJob, work: Work | None, folder: Path, produced: Mapping[str, JobResult]
+    ) -> dict[str, Path]:
+        """The job's inputs as files, by name.
+
+        Raises
+        ------
+        TransientFailure
+            The original was not read by this delivery (only a staged manifest commits
+            without it: the claim is given back and the message redelivered), or an input
+            read from S3 is not the bytes its job committed.
+        PermanentFailure
+            ``invalid_output``: an input names an output its job did not commit.
+        """
+        paths: dict[str, Path] = {}
+        for name, wanted in job.spec.inputs.items():
+            if isinstance(wanted, ContentInput):
+                if work is None or work.sha256 != wanted.sha256:
+                    raise TransientFailure("the original was not read: only a staged manifest commits without it")
+                paths[name] = work.original
+            else:
+                paths[name] = self._output_file(wanted, folder, produced, job.spec.source_bucket)
+        return paths
+
+    def _output_file(self, wanted: OutputInput, folder: Path, produced: Mapping[str, JobResult], bucket: str) -> Path:
+        """Another job's committed output as a file: the one this delivery rendered when
+        its bytes are the committed ones, else read from S3 (and checked)."""
+        ended = produced.get(wanted.job_key)
+        outputs = ended.outputs if ended is not None else ()
+        if not outputs:
+            row = self._ledger.get(wanted.job_key)
+            if row is None or row.state != JobState.DONE:
+                raise TransientFailure(f"input job {wanted.job_key[:12]} is not done")
+            outputs, bucket = row.outputs, row.source_bucket or bucket
+        record = next((o for o in outputs if o.name == wanted.output), None)
+        if record is None:
+            names = sorted(o.name for o in outputs)
+            raise PermanentFailure(
+                INVALID_OUTPUT, f"input job {wanted.job_key[:12]} has no output {wanted.output!r} ({names})"
+            )
+        local = folder / wanted.job_key / PurePosixPath(record.key).name
+        if local.is_file() and _sha256(local) == record.sha256:
+            return local
+        dest = folder / "inputs" / wanted.job_key / PurePosixPath(record.key).name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        downloaded = self._store.download(ObjectRef(bucket, record.key), dest)
+        if downloaded.sha256 != record.sha256:
+            raise TransientFailure(f"{record.key} is not the bytes its job committed")
+        return dest
+
+    def _under_lease(
+        self, job: PlannedJob, commit: Commit, extra: dict[str, str], work: Callable[[], _Committed]
+    ) -> JobResult:
+        """Do a held job's ``work`` (which ends with its commit) with its heartbeat running,
+        and classify what went wrong: a permanent failure is recorded in the job's row; any
+        other failure gives the claim back (unless the heartbeat did) and is raised."""
+        key, keeper = job.key, commit.keeper
+        lease = keeper.lease
+        started = time.monotonic()
+        try:
+            self._observer.step("claimed", key)
+            with keeper:
+                # A claim made with the others of its content can run down while the jobs
+                # before it run: entering renewed it, or found it taken over -- then this
+                # worker stops here, before any work, not at its first write.
+                keeper.check()
+                outputs, decisions = work()
+            self._observer.step("done", key)
+        except PermanentFailure as failure:
+            log.warning("permanent failure: %s (%s)", failure.reason, failure.detail, extra=extra)
+            now = int(self._clock())
+            row = self._ledger.fail_permanently(
+                key, commit.token, reason=failure.reason, detail=failure.detail, now_s=now
+            )
+            lease.forget()
+            seconds = time.monotonic() - started
+            return JobResult(
+                job.recipe.ref,
+                key,
+                JobState.PERMANENT_FAILURE,
+                reused=False,
+                reason=failure.reason,
+                detail=failure.detail,
+                seconds=seconds,
+                row=row,
+            )
+        except (Superseded, JobBusy):
+            raise
+        except (DeadlineReached, DeliveryLost) as exc:
+            if keeper.problem is not exc:  # else the heartbeat already gave the claim back
+                log.warning("transient failure: %r", exc, extra=extra)
+                lease.release(exc)
+            raise
+        except TransientFailure as exc:
+            log.warning("transient failure: %r", exc, extra=extra)
+            lease.release(exc)
+            raise
+        except Exception as exc:
+            log.warning("transient failure: %r", exc, extra=extra)
+            lease.release(exc)
+            raise TransientFailure(f"{type(exc).__name__}: {exc}") from exc
+        lease.forget()
+        seconds = time.monotonic() - started
+        log.info("processing committed in %.3f s", seconds, extra=extra)
+        return JobResult(
+            job.recipe.ref,
+            key,
+            JobState.DONE,
+            reused=False,
+            manifest_key=commit.manifest_key,
+            outputs=tuple(outputs),
+            seconds=seconds,
+            decisions=decisions,
+            row=commit.row,
+        )
+
+    def _progress_sink(
+        self, key: str, ref: ObjectRef, asset: KeptAsset | None
+    ) -> Callable[[tuple[str, ...], float, float], None]:
+        """Passes progress to the observer and the asset (at most every
+        :data:`~mediajobs.service_layer.assets.PROGRESS_EVERY_S`), and logs it at most every
+        :data:`PROGRESS_LOG_EVERY_S`."""
+        last_logged = [self._clock()]
+        to_asset = asset.progress_sink(key) if asset is not None else (lambda done_s, total_s: None)
+
+        def sink(names: tuple[str, ...], done_s: float, total_s: float) -> None:
+            self._observer.progress(key, names, done_s, total_s)
+            to_asset(done_s, total_s)
+            now = self._clock()
+            if now - last_logged[0] >= PROGRESS_LOG_EVERY_S:
+                last_logged[0] = now
+                log.info(
+                    "rendering %s: %.0f%% (%.1f of %.1f s)",
+                    "+".join(names),
+                    100 * done_s / total_s if total_s else 100.0,
+                    done_s,
+                    total_s,
+                    extra={"job_key": key, "source_key": ref.key},
+                )
+
+        return sink
+
+
+def settled(job: PlannedJob, claim: Claim) -> JobResult:
+    """The result of a job this delivery found finished (or just ended exhausted).
+
+    Raises
+    ------
+    JobBusy
+        When the claim found the job running elsewhere, or waiting for its inputs.
+    """
+    extra = {"job_key": claim.job_key, "recipe": job.recipe.ref}
+    if claim.outcome is ClaimOutcome.DONE:
+        log.info("job already done: reusing its outputs", extra=extra)
+        return JobResult(
+            job.recipe.ref,
+            claim.job_key,
+            JobState.DONE,
+            reused=True,
+            manifest_key=claim.manifest_key,
+            outputs=claim.outputs,
+            decisions=claim.decisions,
+        )
+    if claim.outcome is ClaimOutcome.FAILED:
+        log.info("job failed permanently: %s", claim.failure_reason, extra=extra)
+        return JobResult(
+            job.recipe.ref,
+            claim.job_key,
+            JobState.PERMANENT_FAILURE,
+            reused=not claim.failed_now,
+            reason=claim.failure_reason,
+            detail=claim.failure_detail or "",
+        )
+    log.info(
+        "job is running elsewhere" if claim.outcome is ClaimOutcome.BUSY else "job waits for its inputs", extra=extra
+    )
+    raise JobBusy(claim.job_key, claim.lease_expires_at_s)
+
+
+def _adopt(commit: Commit, staged: str, extra: dict[str, str]) -> _Committed:
+    """A lost holder stored every output and staged the manifest: write that body (it may be
+    there already) instead of rendering again."""
+    log.info("adopting the manifest a lost holder staged", extra=extra)
+    return commit.adopt(staged), json.loads(staged).get("decisions")
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
