@@ -1,8 +1,12 @@
-"""The composition root: builds the service from settings with the real adapters, and
-registers the recipe steps (:func:`steps`, one line each).
+"""The composition root: builds the four functions -- the worker (:func:`worker_function`,
+which also runs the collection), the status function (:func:`status_function`), the
+dispatcher (:func:`dispatcher_function`) -- from one client factory
+(:class:`~mediajobs.adapters.clients.ClientFactory`: one endpoint, one retry configuration),
+and registers the recipe steps (:func:`steps`, one line each).
 
-Tests and the local tools pass their own settings, adapters (real ones wrapped, or fakes)
-or observer (:func:`build_service`); nothing else in the package constructs adapters.
+Tests and the local tools pass their own settings, client factory, adapters (real ones
+wrapped, or fakes) or observer (:func:`build_service`, :func:`default_adapters`); nothing
+else in the package constructs a client, binds a model or builds an adapter.
 
 What only videos need is imported where that path starts, not when the handler is
 imported (Lambda's INIT, paid by every cold start): the video adapter (the ffmpeg runner
@@ -17,41 +21,62 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import boto3
-from botocore.config import Config
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from pydantic import BaseModel
 
+from mediajobs.adapters.assets import DynamoAssets
+from mediajobs.adapters.clients import ClientFactory
 from mediajobs.adapters.imaging import identify
 from mediajobs.adapters.isolated import IsolatedStep, StepSpec
-from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
+from mediajobs.adapters.ledger import DynamoLedger, JobModel
+from mediajobs.adapters.metrics import FunctionMetrics
 from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
 from mediajobs.domain import recipes as domain_recipes
 from mediajobs.domain.inspections.containers import looks_like_video
 from mediajobs.domain.recipes import Recipe
-from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver, remove_work_folders
+from mediajobs.entrypoints import collector as collector_entry
+from mediajobs.entrypoints import worker as worker_entry
+from mediajobs.service_layer.assets import AssetKeeper
+from mediajobs.service_layer.claims import Claims, DiskUsage
+from mediajobs.service_layer.collection import Collector
+from mediajobs.service_layer.identify import Identify
+from mediajobs.service_layer.lease import Heartbeats
+from mediajobs.service_layer.observer import PipelineObserver
+from mediajobs.service_layer.pipeline import Pipeline
 from mediajobs.service_layer.ports import Assets, Ledger, ObjectStore, Queue, Sources, Step
+from mediajobs.service_layer.reading import Reader
+from mediajobs.service_layer.requests import JobRequests
+from mediajobs.service_layer.runner import JobRunner
+from mediajobs.service_layer.work import remove_work_folders
 from mediajobs.settings import Settings
 from mediajobs.steps.image_variants import ImageVariantsStep
 from mediajobs.steps.placeholder import ImagePlaceholder, VideoPlaceholder
 from mediajobs.steps.video_renditions import VideoRenditionsStep
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver
+
     from mediajobs.adapters.video import FfmpegRenderer
+    from mediajobs.entrypoints.dispatcher import DispatcherAdapters
+    from mediajobs.service_layer.dispatch import Dispatcher
+
+#: A Lambda handler: ``(event, context) -> response``.
+Handler = Callable[[Any, Any], Any]
 
 #: Extensions that send bytes no sniffing recognises to ffprobe, whose allow-list and
 #: classification then name the failure (an S3 error page saved as ``.mp4`` is
 #: ``invalid_media``, not ``unsupported_format``). Never used to accept anything.
 VIDEO_EXTENSIONS: frozenset[str] = frozenset({".mp4", ".m4v", ".mov", ".qt", ".webm", ".mkv", ".3gp", ".3g2"})
-
-#: SDK retry mode: throttling and S3 SlowDown are retried by botocore, not by our code.
-RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=60)
 
 
 def detect_media(path: Path, key: str = "") -> str | None:
@@ -143,19 +168,9 @@ def active_recipes() -> dict[str, list[Recipe]]:
     return domain_recipes.load_active(params_models(steps(Settings())))
 
 
-def s3_client(settings: Settings) -> Any:
-    """A boto3 S3 client for ``settings`` (endpoint, region, standard retries)."""
-    return boto3.client("s3", region_name=settings.region, endpoint_url=settings.endpoint_url, config=RETRY_CONFIG)
-
-
-def sqs_client(settings: Settings) -> Any:
-    """A boto3 SQS client for ``settings``."""
-    return boto3.client("sqs", region_name=settings.region, endpoint_url=settings.endpoint_url, config=RETRY_CONFIG)
-
-
 @dataclasses.dataclass(frozen=True)
 class Adapters:
-    """Every adapter the service uses; :func:`default_adapters` builds the real ones.
+    """Every adapter the worker uses; :func:`default_adapters` builds the real ones.
 
     Tests and local tools take the defaults and replace or wrap some of them
     (``dataclasses.replace(default_adapters(settings), store=Counting(adapters.store))``)
@@ -181,23 +196,19 @@ class Adapters:
     assets: Assets | None = None
 
 
-def default_adapters(settings: Settings, *, s3: Any = None) -> Adapters:
-    """The real adapters for ``settings`` (``s3``: a boto3 S3 client to use instead of a new one)."""
-    from mediajobs.adapters.assets import DynamoAssets, asset_models
-
-    jobs = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
-    sources = bind_model(SourceModel, settings.sources_table_name, settings.region, settings.endpoint_url)
+def default_adapters(settings: Settings, *, clients: ClientFactory | None = None) -> Adapters:
+    """The real adapters for ``settings``, from ``clients`` (default: the function's own
+    :meth:`ClientFactory.for_settings`): one unit of work for the three tables, the outbox
+    its asset changes put their notifications in."""
+    clients = clients or ClientFactory.for_settings(settings)
+    uow = clients.unit_of_work(settings.outbox_table_name)
     return Adapters(
-        store=S3Store(s3 or s3_client(settings)),
-        ledger=DynamoLedger(jobs, max_attempts=settings.max_attempts),
-        sources=SourceIndex(sources),
-        queue=SqsQueue(sqs_client(settings)),
+        store=S3Store(clients.client("s3")),
+        ledger=DynamoLedger(uow, clients.model(JobModel, settings.jobs_table_name), max_attempts=settings.max_attempts),
+        sources=SourceIndex(uow, clients.model(SourceModel, settings.sources_table_name)),
+        queue=SqsQueue(clients.client("sqs")),
         steps=steps(settings),
-        assets=DynamoAssets(
-            asset_models(
-                settings.assets_table_name, settings.region, settings.endpoint_url, settings.outbox_table_name
-            )
-        ),
+        assets=DynamoAssets(uow, clients.asset_models(settings.assets_table_name)),
     )
 
 
@@ -207,8 +218,10 @@ def build_service(
     adapters: Adapters | None = None,
     observer: PipelineObserver | None = None,
     recipes: Mapping[str, list[Recipe]] | None = None,
+    disk_usage: Callable[[str], DiskUsage] = shutil.disk_usage,
+    detect: Callable[[Path, str], str | None] = detect_media,
 ) -> Pipeline:
-    """Build the service.
+    """Build the worker's service: the pipeline and each step of a delivery.
 
     Parameters
     ----------
@@ -217,22 +230,202 @@ def build_service(
     observer: hooks for the CLI and tests.
     recipes: the recipes to apply by media type; defaults to the active ones
         (:func:`active_recipes`, ``recipes/active.json``).
+    disk_usage: sizes of the disk holding the work folder (tests pass a small one).
+    detect: the media type of an original's bytes (:func:`detect_media`; tests pass their own).
+
+    Raises
+    ------
+    ValueError
+        If a recipe names a step that is not registered (every job of it would fail).
     """
     settings = settings or Settings.from_env()
     # Once per cold start: every work folder here was left by a worker that died in this sandbox.
     remove_work_folders(settings.work_dir)
-    adapters = adapters or default_adapters(settings)
+    a = adapters or default_adapters(settings)
+    observer = observer or PipelineObserver()
+    recipes = dict(recipes) if recipes is not None else active_recipes()
+    missing = sorted({r.step for rs in recipes.values() for r in rs} - set(a.steps))
+    if missing:
+        raise ValueError(f"recipes name steps that are not registered: {missing}")
+    requests = JobRequests(settings, ledger=a.ledger, queue=a.queue, clock=a.clock)
+    claims = Claims(settings, ledger=a.ledger, recipes=recipes, requests=requests, clock=a.clock, disk_usage=disk_usage)
+    heartbeats = Heartbeats(
+        a.ledger, a.queue, lease_s=settings.lease_s, margin_s=settings.deadline_margin_s, clock=a.clock
+    )
     return Pipeline(
-        settings,
-        store=adapters.store,
-        ledger=adapters.ledger,
-        sources=adapters.sources,
-        steps=adapters.steps,
-        queue=adapters.queue,
-        recipes=dict(recipes) if recipes is not None else active_recipes(),
-        detect_media=detect_media,
+        identify=Identify(settings, store=a.store, sources=a.sources, clock=a.clock),
+        claims=claims,
+        reader=Reader(
+            settings, store=a.store, sources=a.sources, claims=claims, detect_media=detect, observer=observer
+        ),
+        runner=JobRunner(
+            settings, store=a.store, ledger=a.ledger, steps=a.steps, heartbeats=heartbeats, observer=observer
+        ),
+        assets=AssetKeeper(a.assets, a.clock, on_write=observer.step),
         observer=observer,
-        clock=adapters.clock,
-        assets=adapters.assets,
     )
 
+
+def build_collector(settings: Settings, adapters: Adapters) -> Collector:
+    """The collection over ``adapters`` (its store, ledger, assets and clock).
+
+    Raises
+    ------
+    ValueError
+        When ``adapters`` carries no assets adapter.
+    """
+    if adapters.assets is None:
+        raise ValueError("the collection needs the assets adapter")
+    return Collector(adapters.assets, adapters.ledger, adapters.store, settings, clock=adapters.clock)  # type: ignore[arg-type]
+
+
+def dispatcher_adapters(settings: Settings, *, clients: ClientFactory | None = None) -> DispatcherAdapters:
+    """The dispatcher's real adapters: the outbox table, the bus (when
+    ``notification_bus_name`` is set), the webhook (when ``webhook_url`` is set, its secret
+    read through Powertools' parameters, cached 300 s, at each signature), the on-failure queue.
+
+    Raises
+    ------
+    ValueError
+        A webhook URL that is not https (or http to 127.0.0.1), or no secret for it.
+    """
+    from aws_lambda_powertools.utilities import parameters
+
+    from mediajobs.adapters.notify import EventBridgeDestination, SqsFailureSink
+    from mediajobs.adapters.outbox import DynamoOutbox, OutboxModel
+    from mediajobs.adapters.webhooks import StandardWebhooksSigner, UrllibTransport, checked_webhook_url
+    from mediajobs.entrypoints.dispatcher import DispatcherAdapters
+    from mediajobs.service_layer.dispatch import Destination, WebhookDestination, WebhookPolicy
+
+    clients = clients or ClientFactory.for_settings(settings)
+    destinations: list[Destination] = []
+    if settings.notification_bus_name:
+        destinations.append(EventBridgeDestination(clients.client("events"), settings.notification_bus_name))
+    if settings.webhook_url:
+        if not settings.webhook_secret_arn:
+            raise ValueError("WEBHOOK_URL is set without WEBHOOK_SECRET_ARN")
+        provider = parameters.SecretsProvider(boto3_client=clients.client("secretsmanager"))
+        secret_arn = settings.webhook_secret_arn
+
+        def secret() -> str:  # cached 300 s by Powertools: a rotated secret is read then
+            return str(provider.get(secret_arn, max_age=300))
+
+        policy = WebhookPolicy(
+            timeout_s=settings.webhook_timeout_s,
+            attempts=settings.webhook_attempts,
+            retry_after_cap_s=settings.webhook_retry_after_cap_s,
+        )
+        url = checked_webhook_url(settings.webhook_url)
+        destinations.append(WebhookDestination(url, UrllibTransport(), StandardWebhooksSigner(secret), policy=policy))
+    outbox = DynamoOutbox(clients.unit_of_work(), clients.model(OutboxModel, settings.outbox_table_name))
+    failures = SqsFailureSink(clients.client("sqs"), settings.notification_failures_queue_url)
+    return DispatcherAdapters(outbox, tuple(destinations), failures)
+
+
+def build_dispatcher(adapters: DispatcherAdapters) -> Dispatcher:
+    """The dispatcher over ``adapters``."""
+    from mediajobs.service_layer.dispatch import Dispatcher
+
+    return Dispatcher(
+        adapters.outbox, adapters.destinations, adapters.failures, clock=adapters.clock, sleep=adapters.sleep
+    )
+
+
+def status_app(
+    settings: Settings,
+    *,
+    clients: ClientFactory | None = None,
+    assets: Assets | None = None,
+    logger: Logger | None = None,
+) -> LambdaFunctionUrlResolver:
+    """The status function's resolver: the asset records of ``settings.media_bucket``
+    (read only: a unit of work without the outbox)."""
+    from mediajobs.entrypoints.status import make_status_app
+
+    clients = clients or ClientFactory.for_settings(settings)
+    assets = assets or DynamoAssets(clients.unit_of_work(), clients.asset_models(settings.assets_table_name))
+    return make_status_app(assets, settings, logger=logger or powertools_logger())
+
+
+# -- The functions as Lambda runs them ------------------------------------------------------
+
+
+def powertools_logger() -> Logger:
+    """The functions' logger (service from ``POWERTOOLS_SERVICE_NAME``, which the template
+    sets), its configuration copied to the package's own loggers."""
+    logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mediajobs"))
+    copy_config_to_registered_loggers(source_logger=logger, include={"mediajobs"})
+    return logger
+
+
+def function_metrics() -> FunctionMetrics:
+    """The functions' metrics (namespace from ``POWERTOOLS_METRICS_NAMESPACE``)."""
+    namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "mediajobs")
+    return FunctionMetrics(Metrics(namespace=namespace, service=os.environ.get("POWERTOOLS_SERVICE_NAME", "mediajobs")))
+
+
+class OnFirstCall:
+    """A Lambda handler built at the first invocation of its execution environment, then
+    kept for the environment's life (what Lambda's INIT imports builds nothing, reads no
+    setting and makes no client).
+
+    Parameters
+    ----------
+    build: builds the handler.
+    """
+
+    def __init__(self, build: Callable[[], Handler]) -> None:
+        self._build = build
+        self._handler: Handler | None = None
+
+    def built(self) -> Handler:
+        """The handler, built now if it was not yet (what the first invocation does)."""
+        if self._handler is None:
+            self._handler = self._build()
+        return self._handler
+
+    def __call__(self, event: Any, context: Any) -> Any:
+        return self.built()(event, context)
+
+
+def worker_function(settings: Settings | None = None, *, adapters: Adapters | None = None) -> OnFirstCall:
+    """The worker function's handler: an SQS batch goes to the worker's handler, the
+    schedule's collection request (:func:`mediajobs.entrypoints.collector.is_collection_request`)
+    to the collection (``adapters``: default :func:`default_adapters`)."""
+
+    def build() -> Handler:
+        s = settings or Settings.from_env()
+        logger, metrics = powertools_logger(), function_metrics()
+        adapters_ = adapters or default_adapters(s)
+        work = worker_entry.make_handler(build_service(s, adapters=adapters_), logger=logger, metrics=metrics)
+        collect = collector_entry.make_handler(build_collector(s, adapters_), logger=logger, metrics=metrics)
+        return lambda event, context: (collect if collector_entry.is_collection_request(event) else work)(
+            event, context
+        )
+
+    return OnFirstCall(build)
+
+
+def status_function(settings: Settings | None = None) -> OnFirstCall:
+    """The status function's handler (``GET /assets?key=...`` behind its function URL)."""
+
+    def build() -> Handler:
+        logger = powertools_logger()
+        app = status_app(settings or Settings.from_env(), logger=logger)
+        return logger.inject_lambda_context(app.resolve)  # type: ignore[no-any-return]
+
+    return OnFirstCall(build)
+
+
+def dispatcher_function(settings: Settings | None = None) -> OnFirstCall:
+    """The dispatcher's handler (the outbox table's stream)."""
+
+    def build() -> Handler:
+        from mediajobs.entrypoints.dispatcher import make_handler
+
+        s = settings or Settings.from_env()
+        return make_handler(
+            build_dispatcher(dispatcher_adapters(s)), logger=powertools_logger(), metrics=function_metrics()
+        )
+
+    return OnFirstCall(build)
