@@ -345,12 +345,11 @@ def _delete_and_collect(session: LocalSession, first: str, copy: str) -> bool:
     """The demo's deletes: two originals share a derivative set; deleting one leaves it
     (the other still references it), deleting the second leaves it unreferenced, and the
     collection (with no grace, here) deletes it. Prints each step; whether it went so."""
-    from mediajobs.adapters.assets import DynamoAssets
-    from mediajobs.entrypoints.collector import run_collection
+    from mediajobs.bootstrap import build_collector
     from mediajobs.local.session import local_adapters
 
     stack = session.stack
-    assets = DynamoAssets(stack.asset_models())
+    assets = stack.assets()
     s3 = stack.client("s3")
     view = assets.get(stack.bucket, first)
     if view is None or not view.jobs:
@@ -381,7 +380,7 @@ def _delete_and_collect(session: LocalSession, first: str, copy: str) -> bool:
         s3.delete_object(Bucket=stack.bucket, Key=key)  # a delete marker: S3 sends Object Deleted
         session.run()
         print(f"  {step:<19} {line(key)}")
-    report = run_collection(session.settings, local_adapters(stack, session.settings), grace_s=0)
+    report = build_collector(session.settings, local_adapters(stack, session.settings)).run(grace_s=0)
     print(f"  collection          {report.collected} jobs collected, {report.deleted_objects} objects deleted")
     print(f"  after it            manifests {present()}/{len(manifests)} left")
     return present() == 0 and report.collected == len(shared)
@@ -482,9 +481,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("press Ctrl-C to stop", flush=True)
         try:
             if args.worker:
-                _serve_worker(
-                    stack, args.log_level, webhook_url=args.webhook_url, webhook_secret=args.webhook_secret
-                )
+                _serve_worker(stack, args.log_level, webhook_url=args.webhook_url, webhook_secret=args.webhook_secret)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
@@ -520,13 +517,13 @@ def _serve_worker(
     from mediajobs.local.session import configure_worker_logs, local_adapters, local_handler
 
     settings = stack.settings()
-    configure_worker_logs(worker, log_level)
+    logger = configure_worker_logs(log_level)
     service = build_service(settings, adapters=local_adapters(stack, settings))
     esm = EventSourceMapping(
         stack.client("sqs"),
         stack.queue_url,
         stack.queue_arn,
-        local_handler(worker.make_handler(service), worker.metrics),
+        local_handler(worker.make_handler(service, logger=logger)),
         batch_size=stack.batch_size,
         timeout_s=stack.timeout_s,
         region=stack.region,
@@ -568,6 +565,7 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         BUCKET_ID,
         FUNCTION_ID,
         OUTBOX_TABLE_ID,
+        QUEUE_ID,
         SOURCES_TABLE_ID,
         TABLE_ID,
         find_template,
@@ -614,6 +612,7 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
     refs[OUTBOX_TABLE_ID] = view.outbox_table_name
     arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table"
     attrs = {(BUCKET_ID, "Arn"): f"arn:aws:s3:::{view.bucket}", (TABLE_ID, "Arn"): f"{arn}/{view.table_name}"}
+    attrs[(QUEUE_ID, "Arn")] = queues["jobs"][1]
     params = parameter_defaults(template)
     function = resolve(template["Resources"][FUNCTION_ID]["Properties"], refs, attrs, params)
     globals_env = (template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get("Variables", {})
@@ -649,9 +648,7 @@ def _served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
 def _served_assets(stack: LocalStack) -> Assets:
     """The served stack's asset records: the DynamoDB adapter on its assets table, signing
     with the stack's credentials (never the user's)."""
-    from mediajobs.adapters.assets import DynamoAssets
-
-    return DynamoAssets(stack.asset_models())
+    return stack.assets()
 
 
 def asset_document(
@@ -822,15 +819,15 @@ def storm_failures(summary: dict[str, Any], cfg: StormConfig) -> list[str]:
 def cmd_collect(args: argparse.Namespace) -> int:
     """One collection run against a running ``mediajobs serve``; prints its counts; exit 1
     when a job could not be collected (it is kept for the next run)."""
-    from mediajobs.entrypoints import collector
-    from mediajobs.entrypoints.collector import run_collection
+    from mediajobs.bootstrap import build_collector
     from mediajobs.local.session import configure_worker_logs, local_adapters
 
-    configure_worker_logs(collector, args.log_level)  # stderr: stdout is the counts
+    configure_worker_logs(args.log_level)  # stderr: stdout is the counts
     stack = _served_stack(args.endpoint)
     settings = stack.settings()
     assets = _served_assets(stack)
-    report = run_collection(settings, local_adapters(stack, settings), grace_s=args.grace_seconds, assets=assets)
+    adapters = dataclasses.replace(local_adapters(stack, settings), assets=assets)
+    report = build_collector(settings, adapters).run(grace_s=args.grace_seconds)
     counts = report.to_json()
     if args.json:
         print(json.dumps(counts), flush=True)

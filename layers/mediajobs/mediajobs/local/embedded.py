@@ -31,6 +31,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,10 +45,11 @@ from pynamodb.models import Model
 from werkzeug.serving import BaseWSGIServer, make_server
 from werkzeug.wsgi import get_input_stream
 
-from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, ReferenceModel
-from mediajobs.adapters.ledger import JobModel, bind_model
+from mediajobs.adapters.assets import AssetModels, DynamoAssets
+from mediajobs.adapters.clients import ClientFactory
+from mediajobs.adapters.ledger import DynamoLedger, JobModel
 from mediajobs.adapters.outbox import OutboxModel
-from mediajobs.adapters.sources import SourceModel
+from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.domain.keys import encode_event_key
 from mediajobs.local.conflicts import TransactionConflicts
 from mediajobs.local.events import (
@@ -630,15 +632,6 @@ class EmbeddedServer:
         self._server.server_close()
 
 
-def credentialed(model: type[M], credentials: Mapping[str, str]) -> type[M]:
-    """A subclass of a bound PynamoDB ``model`` (:func:`mediajobs.adapters.ledger.bind_model`)
-    that signs with ``credentials`` (PynamoDB's ``Meta.aws_access_key_id``,
-    ``aws_secret_access_key``, ``aws_session_token``) instead of the default chain's."""
-    parent_meta: type = model.Meta  # type: ignore[assignment]  # the bound model's Meta is a class
-    meta = type("Meta", (parent_meta,), dict(credentials))
-    return type(model.__name__, (model,), {"Meta": meta})
-
-
 @dataclass(frozen=True)
 class LocalStack:
     """Names and settings of the resources created locally, and what a worker needs to
@@ -711,10 +704,14 @@ class LocalStack:
         """A boto3 client of ``service`` for the embedded server (``kwargs``: e.g. ``config``)."""
         return self.boto_session().client(service, endpoint_url=self.endpoint_url, **kwargs)
 
+    def clients(self) -> ClientFactory:
+        """The client factory of this stack: its endpoint, region and credentials, the one
+        retry configuration (every client and model of a local worker comes from it)."""
+        return ClientFactory(self.region, self.endpoint_url, self.credentials)
+
     def model(self, model: type[M], table_name: str) -> type[M]:
-        """PynamoDB ``model`` bound to ``table_name`` on the embedded server, signing with
-        the stack's credentials."""
-        return credentialed(bind_model(model, table_name, self.region, self.endpoint_url), self.credentials)
+        """PynamoDB ``model`` bound to ``table_name`` on the embedded server (:meth:`clients`)."""
+        return self.clients().model(model, table_name)
 
     def job_model(self) -> type[JobModel]:
         """The jobs table's model (:meth:`model`)."""
@@ -725,13 +722,24 @@ class LocalStack:
         return self.model(SourceModel, self.sources_table_name)
 
     def asset_models(self) -> AssetModels:
-        """The assets table's three models and the outbox's (:meth:`model` each)."""
-        return AssetModels(
-            self.model(AssetModel, self.assets_table_name),
-            self.model(ReferenceModel, self.assets_table_name),
-            self.model(CandidateModel, self.assets_table_name),
-            self.outbox_model(),
-        )
+        """The assets table's three models (:meth:`model` each)."""
+        return self.clients().asset_models(self.assets_table_name)
+
+    def assets(self, *, writer: bool = False, sleep: Callable[[float], None] = time.sleep) -> DynamoAssets:
+        """The asset records of this stack: to read (a unit of work without the outbox), or
+        with ``writer`` to write too (its changes' notifications put in the stack's outbox);
+        ``sleep``: how lost rounds wait (tests pass a no-op)."""
+        clients = self.clients()
+        uow = clients.unit_of_work(self.outbox_table_name if writer else None, sleep=sleep)
+        return DynamoAssets(uow, clients.asset_models(self.assets_table_name))
+
+    def ledger(self, *, max_attempts: int = 4) -> DynamoLedger:
+        """The job ledger of this stack."""
+        return DynamoLedger(self.clients().unit_of_work(), self.job_model(), max_attempts=max_attempts)
+
+    def sources(self) -> SourceIndex:
+        """The source index of this stack."""
+        return SourceIndex(self.clients().unit_of_work(), self.source_model())
 
     def outbox_model(self) -> type[OutboxModel]:
         """The outbox table's model (:meth:`model`)."""
@@ -988,9 +996,9 @@ class EmbeddedAws:
         )
 
         # The tables, with the key schemas of the PynamoDB models.
+        clients = ClientFactory(REGION, endpoint, CREDENTIALS)
         for model, name in ((JobModel, table_name), (SourceModel, sources_table_name)):
-            bound = credentialed(bind_model(model, name, REGION, endpoint), CREDENTIALS)
-            bound.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
+            clients.model(model, name).create_table(billing_mode="PAY_PER_REQUEST", wait=True)
         # The assets table as the template declares it (its items are of several models).
         # Like the models' create_table, a table this process's moto already has is kept.
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)

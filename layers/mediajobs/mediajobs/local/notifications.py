@@ -11,13 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mediajobs.entrypoints.dispatcher import (
-    DispatcherAdapters,
-    make_dispatcher,
-    make_handler,
-    metrics,
-    real_dispatcher_adapters,
-)
+from mediajobs.bootstrap import build_dispatcher, dispatcher_adapters
+from mediajobs.entrypoints.dispatcher import DispatcherAdapters, make_handler
 from mediajobs.local.embedded import LocalStack
 from mediajobs.local.session import local_handler
 from mediajobs.local.streams import StreamEventSourceMapping, sqs_failure_sink
@@ -59,14 +54,12 @@ def local_dispatcher(
         name = f"mediajobs-webhook-{secrets.token_hex(4)}"
         arn = stack.client("secretsmanager").create_secret(Name=name, SecretString=secret)["ARN"]
         extra.update(webhook_url=webhook_url, webhook_secret_arn=arn)
-    adapters = real_dispatcher_adapters(
-        stack.dispatcher_settings(**extra), session=stack.boto_session(), outbox_model_=stack.outbox_model()
-    )
+    adapters = dispatcher_adapters(stack.dispatcher_settings(**extra), clients=stack.clients())
     if wrap is not None:
         adapters = wrap(adapters)
     dispatched: list[Dispatched] = []
     # Its metrics' EMF documents are dropped: stdout is the CLI's (simulate's one JSON object).
-    handler = local_handler(make_handler(make_dispatcher(adapters), on_dispatched=dispatched.append), metrics)
+    handler = local_handler(make_handler(build_dispatcher(adapters), on_dispatched=dispatched.append))
     mapping = StreamEventSourceMapping(
         stack.client("dynamodbstreams"),
         stack.outbox_stream_arn(),

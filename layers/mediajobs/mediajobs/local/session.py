@@ -4,7 +4,6 @@ mapping, and helpers to upload originals and fetch their derivatives."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import json
 import logging
@@ -14,17 +13,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, Final
 
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
-from mediajobs.adapters.ledger import DynamoLedger
-from mediajobs.adapters.sources import SourceIndex
-from mediajobs.adapters.sqs import SqsQueue
-from mediajobs.bootstrap import RETRY_CONFIG, Adapters, build_service, default_adapters
+from mediajobs.bootstrap import Adapters, build_service, default_adapters, powertools_logger
 from mediajobs.domain.jobs import Claim, JobResult, ObjectRef, SourceResult
 from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.progress import ProgressBars
 from mediajobs.local.runner import DeliveryStats, EventSourceMapping
-from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver
+from mediajobs.service_layer.observer import PipelineObserver
+from mediajobs.service_layer.pipeline import Pipeline
 from mediajobs.settings import Settings
 
 
@@ -59,32 +57,19 @@ class _Discard(io.TextIOBase):
         return len(text)
 
 
-def local_handler(handler: Any, metrics: Any = None) -> Any:
-    """``handler`` for local runs: the metrics it would publish are dropped.
-
-    ``handler`` is a Lambda handler and ``metrics`` its Powertools ``Metrics``; given the
-    worker module alone (the older spelling, ``local_handler(worker)``), its
-    ``lambda_handler`` (looked up at each call) and ``metrics`` are used.
+def local_handler(handler: Any) -> Any:
+    """``handler`` (a Lambda handler) for local runs: what it prints to stdout is dropped.
 
     On Lambda, Powertools publishes metrics by printing EMF documents to stdout; locally
-    stdout is the CLI's (``process --json``), so the documents a handler prints are
-    discarded (stdout is redirected while it runs), and ``metrics`` (the handler's
-    Powertools ``Metrics``) is cleared after each invocation: when
-    ``POWERTOOLS_METRICS_DISABLED`` is set, Powertools (3.x) neither prints nor clears
-    them, so they pile up, and at 100 values ``add_metric`` prints them anyway.
+    stdout is the CLI's (``process --json``, ``simulate --json``), so whatever a handler
+    prints is discarded (stdout is redirected while it runs). Local handlers are built
+    without metrics (``make_handler(..., metrics=None)``); a handler built with them holds
+    none after an invocation (:meth:`~mediajobs.adapters.metrics.FunctionMetrics.around`).
     """
 
-    module = handler if metrics is None else None
-    if module is not None:
-        metrics = module.metrics
-
     def run(event: dict[str, Any], context: Any) -> Any:
-        call = module.lambda_handler if module is not None else handler
-        try:
-            with contextlib.redirect_stdout(_Discard()):
-                return call(event, context)
-        finally:
-            metrics.clear_metrics()
+        with contextlib.redirect_stdout(_Discard()):
+            return handler(event, context)
 
     return run
 
@@ -103,21 +88,23 @@ class _CurrentStderr:
 _STDERR: Final = _CurrentStderr()
 
 
-def configure_worker_logs(worker: Any, level: str, stream: IO[str] | None = None) -> None:
-    """Set the level of the worker's Powertools logger and of the package's loggers it
-    configures, on the loggers (not through ``POWERTOOLS_LOG_LEVEL``), and send their
-    records to ``stream`` (default stderr, so stdout stays the CLI's).
+def configure_worker_logs(level: str, stream: IO[str] | None = None) -> Logger:
+    """The functions' Powertools logger (:func:`mediajobs.bootstrap.powertools_logger`: the
+    one the handlers log with), its level and that of the package's loggers it configures set
+    on the loggers (not through ``POWERTOOLS_LOG_LEVEL``), its records sent to ``stream``
+    (default stderr, so stdout stays the CLI's).
 
     Parameters
     ----------
-    worker: the handler module (:mod:`mediajobs.entrypoints.worker`), with its ``logger``.
     level: a logging level name (``"WARNING"``).
     """
-    worker.logger.setLevel(level)
-    for handler in logging.getLogger(worker.logger.name).handlers:
+    logger = powertools_logger()
+    logger.setLevel(level)
+    for handler in logging.getLogger(logger.name).handlers:
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(stream or _STDERR)  # type: ignore[arg-type]  # a text stream's write and flush
-    copy_config_to_registered_loggers(source_logger=worker.logger, include={"mediajobs"}, log_level=level)
+    copy_config_to_registered_loggers(source_logger=logger, include={"mediajobs"}, log_level=level)
+    return logger
 
 
 #: Wraps the real adapters before the service is built (see :class:`LocalSession`).
@@ -125,21 +112,10 @@ AdapterWrapper = Callable[[Adapters], Adapters]
 
 
 def local_adapters(stack: LocalStack, settings: Settings) -> Adapters:
-    """The real adapters (:func:`~mediajobs.bootstrap.default_adapters`), every AWS one
-    reaching the embedded AWS with its credentials: S3 and SQS clients from
-    :meth:`LocalStack.client`, the tables' models from :meth:`LocalStack.job_model`,
-    :meth:`LocalStack.source_model` and :meth:`LocalStack.asset_models`, so nothing reads
-    credentials from the environment."""
-    from mediajobs.adapters.assets import DynamoAssets
-
-    adapters = default_adapters(settings, s3=stack.client("s3", config=RETRY_CONFIG))
-    return dataclasses.replace(
-        adapters,
-        ledger=DynamoLedger(stack.job_model(), max_attempts=settings.max_attempts),
-        sources=SourceIndex(stack.source_model()),
-        queue=SqsQueue(stack.client("sqs", config=RETRY_CONFIG)),
-        assets=DynamoAssets(stack.asset_models()),
-    )
+    """The real adapters (:func:`~mediajobs.bootstrap.default_adapters`) from the stack's
+    client factory (:meth:`LocalStack.clients`): every client and model signs with the
+    stack's credentials and reaches its endpoint, so nothing reads the process environment."""
+    return default_adapters(settings, clients=stack.clients())
 
 
 class LocalSession:
@@ -197,14 +173,14 @@ class LocalSession:
             from mediajobs.entrypoints import worker
 
             self._worker = worker
-            configure_worker_logs(worker, self._log_level)
+            logger = configure_worker_logs(self._log_level)
             self.s3 = self.stack.client("s3")
             self.sqs = self.stack.client("sqs")
             adapters = local_adapters(self.stack, self.settings)
             if self._wrap_adapters is not None:
                 adapters = self._wrap_adapters(adapters)
             self.service = build_service(self.settings, adapters=adapters, observer=self.collector)
-            self.handler = local_handler(worker.make_handler(self.service), worker.metrics)
+            self.handler = local_handler(worker.make_handler(self.service, logger=logger))
         except BaseException:
             self._aws.__exit__(None, None, None)
             raise

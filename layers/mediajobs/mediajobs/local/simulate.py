@@ -230,9 +230,9 @@ def _worker_main(
     from mediajobs.entrypoints import worker
     from mediajobs.local.runner import EventSourceMapping
     from mediajobs.local.session import configure_worker_logs, local_adapters, local_handler
-    from mediajobs.service_layer.pipeline import PipelineObserver
+    from mediajobs.service_layer.observer import PipelineObserver
 
-    configure_worker_logs(worker, cfg.log_level)
+    logger = configure_worker_logs(cfg.log_level)
     # Lost acknowledgements: a stream of its own per worker process, fixed by the seed.
     rng = random.Random(f"{cfg.seed}-acks-{slot}-{spawn_index}")
     log_file = open(log_path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole process life
@@ -328,7 +328,7 @@ def _worker_main(
         )
         finished_key[0] = None
 
-    handler = local_handler(worker.make_handler(service, on_record=on_record), worker.metrics)
+    handler = local_handler(worker.make_handler(service, logger=logger, on_record=on_record))
 
     # Asset id -> "<hand-overs>.<receive count>" of the batch's record naming it.
     deliveries: dict[str, str] = {}
@@ -573,10 +573,9 @@ class _Collections:
     duplicate-render accounting."""
 
     def __init__(self, stack: LocalStack, settings: Settings, cfg: StormConfig) -> None:
-        from mediajobs.entrypoints import collector
         from mediajobs.local.session import configure_worker_logs, local_adapters
 
-        configure_worker_logs(collector, cfg.log_level)  # stderr: stdout holds the one JSON object
+        configure_worker_logs(cfg.log_level)  # stderr: stdout holds the one JSON object
 
         self._cfg = cfg
         self._settings = settings
@@ -593,10 +592,10 @@ class _Collections:
 
     def run(self, *, grace_s: int) -> None:
         """One collection run; a transient failure is counted and the next run goes on."""
-        from mediajobs.entrypoints.collector import run_collection
+        from mediajobs.bootstrap import build_collector
 
         try:
-            report = run_collection(self._settings, self._adapters, grace_s=grace_s, limit=10_000)
+            report = build_collector(self._settings, self._adapters).run(grace_s=grace_s, limit=10_000)
         except Exception:  # noqa: BLE001 - counted: the storm goes on, the end checks judge
             self.failed_runs += 1
             return
@@ -803,11 +802,10 @@ def _end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict
     """
     from collections import Counter
 
-    from mediajobs.adapters.assets import DynamoAssets
     from mediajobs.domain.assets import AssetState
 
     s3 = stack.client("s3")
-    assets = DynamoAssets(stack.asset_models())
+    assets = stack.assets()
     checks = dict.fromkeys(
         (
             "assets_not_current",
