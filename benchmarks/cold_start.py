@@ -14,7 +14,7 @@ Lambda mounts it:
   pointed at an empty folder and the instance metadata service disabled.
 
 **ours** imports ``app`` (``functions/worker/app.py``, the template's handler module) and
-builds the pipeline (``mediajobs.entrypoints.worker.default_handler()``, which otherwise runs
+builds the pipeline (``app.lambda_handler.built()``, which otherwise runs
 at the first record). **boto3 only** imports ``app`` from a task folder whose handler imports
 only boto3 and creates the clients the pipeline creates (S3 and SQS, with its ``Config``).
 Its boto3 is the layer's own (same versions), copied and compiled into a folder of its own:
@@ -133,8 +133,7 @@ if check:
     sys.addaudithook(refuse)
 import app
 if kind == "ours":
-    from mediajobs.entrypoints import worker
-    worker.default_handler()
+    app.lambda_handler.built()
 else:
     app.build()
 t1 = time.perf_counter()

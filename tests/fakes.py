@@ -7,10 +7,11 @@ are injected by wrapping a fake (or a real adapter) with :class:`Wrapping`, neve
 replacing methods on it.
 
 * :class:`FakeStore` -- S3 (:class:`~mediajobs.service_layer.ports.ObjectStore`).
-* :class:`FakeLedger` -- the job ledger; its claims follow :func:`mediajobs.domain.jobs.decide`
-  (the one takeover rule), not a copy of it.
+* :class:`FakeLedger` -- the job ledger; its writes apply the domain's row transitions
+  (:mod:`mediajobs.domain.jobs`) under the DynamoDB ledger's conditions: no rule is copied.
 * :class:`FakeSources` -- the source index.
-* :class:`FakeAssets` -- the asset records, references and collection candidates.
+* :class:`FakeAssets` -- the asset records, references and collection candidates; its
+  changes are the domain's plans (:func:`~mediajobs.domain.assets.plan_current` ...).
 * :class:`FakeQueue` -- the SQS queue (every operation of the ``Queue`` port, recorded;
   failing on demand).
 * :class:`FakeImageStep`, :class:`FakeVideoStep` -- recipe steps (the ``Step`` port) writing
@@ -26,39 +27,50 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from mediajobs.domain.assets import (
     FAILED_PREFIX,
+    AssetChange,
     AssetJobState,
-    AssetState,
     AssetView,
     Candidate,
-    recorded,
-    reference_id,
-    same_version,
+    plan_current,
+    plan_delete,
+    plan_record,
 )
-from mediajobs.domain.errors import (
-    ATTEMPTS_EXHAUSTED,
-    OUTPUT_CONFLICT,
-    SOURCE_MISSING,
-    DeliveryLost,
-    PermanentFailure,
-    Superseded,
-    TransientFailure,
-)
+from mediajobs.domain.errors import SOURCE_MISSING, DeliveryLost, PermanentFailure, Superseded, TransientFailure
 from mediajobs.domain.jobs import (
+    AWAITING,
+    HELD_ANY,
+    HELD_COLLECTING,
+    HELD_RENDERING,
     Claim,
     ClaimOutcome,
     Decision,
     Delivery,
     Downloaded,
+    Fence,
     JobState,
     JobView,
     KnownSource,
     ObjectHead,
     Reading,
     RenderedFile,
+    collecting,
+    collection_ended,
+    completed,
     decide,
+    failed,
+    holds,
+    input_failed,
+    new_row,
+    ready,
+    released,
+    renewed,
+    requested,
     standing_claim,
+    taken_over,
 )
 from mediajobs.domain.keys import sha256_hex
 from mediajobs.domain.manifest import RenderDecisions
@@ -142,11 +154,12 @@ class FakeStore:
 
 
 class FakeLedger:
-    """The job ledger in a dict of :class:`JobView` rows. A claim on an existing row does
-    what :func:`decide` says (the rule the DynamoDB ledger's conditions implement); tokens
-    are ``t1``, ``t2`` ... by attempt (``t1r1``, ``t1r2`` ... for the first attempt of each
-    render again after a collection). The collection's methods (``CollectionLedger``) are
-    here too: a collector passes its own token."""
+    """The job ledger in a dict of :class:`JobView` rows. Every write applies the domain's
+    row transitions (:func:`~mediajobs.domain.jobs.taken_over`, :func:`~mediajobs.domain.jobs.completed`
+    ...) under the conditions the DynamoDB ledger writes (a fence, a holder's token), so
+    no rule is copied here; tokens are ``t1``, ``t2`` ... by attempt (``t1r1``, ``t1r2`` ...
+    for the first attempt of each render again after a collection). The collection's
+    methods (``CollectionLedger``) are here too: a collector passes its own token."""
 
     def __init__(self, log: list, max_attempts: int = 4) -> None:
         self.log = log
@@ -160,112 +173,74 @@ class FakeLedger:
         self.log.append(("find", len(job_keys)))
         return {k: self._view(k) for k in job_keys if k in self.rows}
 
+    def get(self, job_key):
+        return self._view(job_key) if job_key in self.rows else None
+
     def _view(self, key):
         """The row as read: with the manifest staged in it, if any."""
         return dataclasses.replace(self.rows[key], staged_manifest=self.staged.get(key))
 
+    def _apply(self, key, changes):
+        """Write ``changes`` (a domain transition's) to the row."""
+        fields = {f.name for f in dataclasses.fields(JobView)}
+        for name, value in changes.items():
+            if name == "staged_manifest":
+                self.staged.pop(key, None) if value is None else self.staged.__setitem__(key, value)
+            elif name == "output_candidates":
+                self.candidates.pop(key, None)
+        kept = {k: (v if v is not None else _EMPTY.get(k)) for k, v in changes.items() if k in fields}
+        kept.pop("staged_manifest", None)
+        self.rows[key] = dataclasses.replace(self.rows[key], **kept)
+        return self._view(key)
+
+    def _write_new(self, spec, changes):
+        """A job's first row: its spec, and the domain's new row."""
+        self.rows[spec.job_key] = JobView(
+            spec.job_key, "", None, 0, 0, spec.recipe_id, source_bucket=spec.source_bucket,
+            output_prefix=spec.output_prefix, waiting=spec.waiting, spec=spec,
+        )  # fmt: skip
+        self._apply(spec.job_key, changes)
+
     def claim(self, spec, *, now_s, lease_until_s, seen=None):
         key = spec.job_key
         self.log.append(("claim", key))
-        row = self.rows.get(key)
-        if row is None:
-            self.rows[key] = JobView(
-                key,
-                JobState.RUNNING,
-                "t1",
-                lease_until_s,
-                1,
-                spec.recipe_id,
-                source_bucket=spec.source_bucket,
-                output_prefix=spec.output_prefix,
-            )
+        if key not in self.rows:
+            changes = new_row(spec, token="t1", lease_until_s=lease_until_s, now_s=now_s, pending=frozenset())
+            self._write_new(spec, changes)
             return Claim(ClaimOutcome.RUN, key, lease_token="t1", lease_expires_at_s=lease_until_s, attempts=1)
         row = self._view(key)
         decision = decide(row, now_s=now_s, max_attempts=self.max_attempts)
-        if decision in (Decision.DONE, Decision.FAILED, Decision.BUSY):
+        if decision not in (Decision.TAKE_OVER, Decision.EXHAUST):
             return standing_claim(row)
-        if decision is Decision.EXHAUST:
-            self.rows[key] = dataclasses.replace(
-                row, state=JobState.PERMANENT_FAILURE, failure_reason=ATTEMPTS_EXHAUSTED, staged_manifest=None
-            )
-            return Claim(ClaimOutcome.FAILED, key, failure_reason=ATTEMPTS_EXHAUSTED, failed_now=True)
         if row.state in (JobState.COLLECTING, JobState.COLLECTED):
             self.restarts += 1
             token = f"t1r{self.restarts}"
-            self.rows[key] = dataclasses.replace(
-                row,
-                state=JobState.RUNNING,
-                lease_token=token,
-                lease_expires_at_s=lease_until_s,
-                attempts=1,
-                manifest_key=None,
-                outputs=(),
-                decisions=None,
-                collected_at_s=None,
-            )
-            self.staged.pop(key, None)
-            self.candidates.pop(key, None)
-            return Claim(
-                ClaimOutcome.RUN,
-                key,
-                lease_token=token,
-                lease_expires_at_s=lease_until_s,
-                attempts=1,
-                took_over=True,
-                sweep=row.state == JobState.COLLECTING,
-            )
-        token = f"t{row.attempts + 1}"
-        self.rows[key] = dataclasses.replace(
-            row, state=JobState.RUNNING, lease_token=token, lease_expires_at_s=lease_until_s, attempts=row.attempts + 1
-        )
-        return Claim(
-            ClaimOutcome.RUN,
-            key,
-            lease_token=token,
-            lease_expires_at_s=lease_until_s,
-            attempts=row.attempts + 1,
-            took_over=True,
-            staged_manifest=self.staged.get(key),
-        )
+        else:
+            token = f"t{row.attempts + 1}"
+        changes, claim = taken_over(row, decision, token, lease_until_s=lease_until_s, now_s=now_s)
+        self._apply(key, changes)
+        return claim
 
-    def _finish(self, job_key, token, **changes):
+    def _held(self, job_key, token, states, changes):
         row = self.rows[job_key]
-        if row.state != JobState.RUNNING or row.lease_token != token:
+        if not holds(row, token, states):
             raise Superseded(job_key)
-        self.rows[job_key] = dataclasses.replace(row, **changes)
+        return self._apply(job_key, changes)
 
     def renew(self, job_key, token, *, lease_until_s, now_s):
-        row = self.rows[job_key]
-        if row.state not in (JobState.RUNNING, JobState.COLLECTING) or row.lease_token != token:
-            raise Superseded(job_key)
-        self.rows[job_key] = dataclasses.replace(row, lease_expires_at_s=lease_until_s)
+        self._held(job_key, token, HELD_ANY, renewed(lease_until_s, now_s))
 
-    def begin_collection(self, job_key, token, *, lease_until_s, now_s, seen=None):
+    def begin_collection(self, job_key, token, *, lease_until_s, now_s, seen):
         self.log.append(("begin_collection", job_key))
         row = self.rows.get(job_key)
-        if seen is not None and row is not None and (row.state, row.lease_token) != (seen.state, seen.lease_token):
+        if row is None or not Fence.of(seen).holds(self._view(job_key)):
             return False
-        startable = row is not None and (
-            row.state in (JobState.DONE, JobState.TRANSIENT_FAILURE)
-            or (row.state in (JobState.COLLECTING, JobState.RUNNING) and row.lease_expires_at_s <= now_s)
-        )
-        if startable:
-            self.rows[job_key] = dataclasses.replace(
-                row, state=JobState.COLLECTING, lease_token=token, lease_expires_at_s=lease_until_s
-            )
-        return startable
+        self._apply(job_key, collecting(token, lease_until_s=lease_until_s, now_s=now_s))
+        return True
 
     def end_collection(self, job_key, token, *, collected, now_s):
         self.log.append(("end_collection", job_key, collected))
-        row = self.rows[job_key]
-        if row.state != JobState.COLLECTING or row.lease_token != token:
-            raise Superseded(job_key)
-        if collected:
-            self.rows[job_key] = dataclasses.replace(
-                row, state=JobState.COLLECTED, collected_at_s=now_s, manifest_key=None, outputs=(), decisions=None
-            )
-        else:
-            self.rows[job_key] = dataclasses.replace(row, state=JobState.DONE)
+        self._held(job_key, token, HELD_COLLECTING, collection_ended(collected=collected, now_s=now_s))
 
     def mark_swept(self, job_key, *, now_s):
         self.log.append(("mark_swept", job_key))
@@ -275,39 +250,75 @@ class FakeLedger:
 
     def register_outputs(self, job_key, token, candidates, *, now_s):
         self.log.append(("register", len(candidates)))
-        self._finish(job_key, token)
+        self._held(job_key, token, HELD_RENDERING, {})
         self.candidates.setdefault(job_key, set()).update(candidates)
         return frozenset(self.candidates[job_key])
 
     def stage_manifest(self, job_key, token, body, *, now_s):
         self.log.append(("stage", job_key))
-        self._finish(job_key, token)
+        self._held(job_key, token, HELD_RENDERING, {})
         return self.staged.setdefault(job_key, body)
 
     def complete(self, job_key, token, *, manifest_key, outputs, now_s, decisions=None):
         self.log.append(("complete", job_key))
-        self._finish(
-            job_key,
-            token,
-            state=JobState.DONE,
-            manifest_key=manifest_key,
-            outputs=tuple(outputs),
-            decisions=dict(decisions or {}),
-        )
-        self.candidates.pop(job_key, None)
-        self.staged.pop(job_key, None)
+        return self._held(job_key, token, HELD_RENDERING, completed(manifest_key, outputs, decisions, now_s))
 
     def fail_permanently(self, job_key, token, *, reason, detail, now_s):
         self.log.append(("fail", reason))
-        self._finish(job_key, token, state=JobState.PERMANENT_FAILURE, failure_reason=reason)
+        return self._held(job_key, token, HELD_RENDERING, failed(reason, detail, now_s))
 
-    def release_transient(self, job_key, token, *, detail, now_s):
+    def release(self, job_key, token, *, detail, now_s):
         self.log.append(("release", detail))
-        self._finish(job_key, token, state=JobState.TRANSIENT_FAILURE, failure_detail=detail)
+        self._held(job_key, token, HELD_RENDERING, released(detail, now_s))
+
+    # -- jobs in steps
+
+    def wait(self, spec, pending, *, now_s):
+        self.log.append(("wait", spec.job_key, tuple(sorted(pending))))
+        if spec.job_key in self.rows:
+            return False
+        self._write_new(spec, new_row(spec, token=None, lease_until_s=0, now_s=now_s, pending=pending))
+        return True
+
+    def register(self, input_key, waiter_key, *, now_s):
+        self.log.append(("register_waiter", input_key, waiter_key))
+        row = self.rows.get(input_key)
+        if row is None or row.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
+            return False
+        self.rows[input_key] = dataclasses.replace(row, waiting=row.waiting | {waiter_key})
+        return True
+
+    def input_done(self, waiter_key, input_key, *, now_s):
+        self.log.append(("input_done", waiter_key, input_key))
+        row = self.rows.get(waiter_key)
+        if row is None:
+            return None, False
+        self.rows[waiter_key] = dataclasses.replace(row, pending=row.pending - {input_key})
+        if not ready(self._view(waiter_key)):
+            return self._view(waiter_key), False
+        return self._apply(waiter_key, requested(now_s)), True
+
+    def input_failed(self, waiter_key, input_key, reason, detail, *, now_s):
+        self.log.append(("input_failed", waiter_key, input_key))
+        row = self.rows.get(waiter_key)
+        if row is None or row.state not in AWAITING:
+            return False
+        self._apply(waiter_key, input_failed(input_key, reason, detail, now_s))
+        return True
+
+    def told(self, input_key, waiter_keys, *, now_s):
+        self.log.append(("told", input_key, tuple(sorted(waiter_keys))))
+        row = self.rows[input_key]
+        self.rows[input_key] = dataclasses.replace(row, waiting=row.waiting - set(waiter_keys))
+
+
+#: What a removed field reads back as on a :class:`JobView`.
+_EMPTY: dict[str, Any] = {"outputs": (), "waiting": frozenset(), "pending": frozenset()}
 
 
 class FakeSources:
-    """The source index in a dict: ``rows`` holds :class:`KnownSource` or :class:`Reading`."""
+    """The source index in a dict: ``rows`` holds :class:`KnownSource` or :class:`Reading`
+    (a reading mark, its lease fenced on its token as the DynamoDB index's)."""
 
     def __init__(self, log: list) -> None:
         self.log = log
@@ -315,23 +326,33 @@ class FakeSources:
 
     def lookup(self, source_id, *, now_s):
         self.log.append(("lookup", source_id))
-        return self.rows.get(source_id)
+        found = self.rows.get(source_id)
+        return None if isinstance(found, Reading) and found.lease_expires_at_s <= now_s else found
 
     def begin_reading(self, source_id, token, *, now_s, lease_until_s):
         self.log.append(("begin_reading", source_id))
-        if source_id in self.rows:
-            return self.rows[source_id]
-        self.rows[source_id] = Reading(lease_until_s)
+        found = self.rows.get(source_id)
+        if isinstance(found, KnownSource) or (isinstance(found, Reading) and found.lease_expires_at_s > now_s):
+            return found
+        self.rows[source_id] = Reading(lease_until_s, token)
         return None
+
+    def renew(self, source_id, token, *, lease_until_s, now_s):
+        found = self.rows.get(source_id)
+        if not isinstance(found, Reading) or found.lease_token != token:
+            raise Superseded(source_id)
+        self.rows[source_id] = Reading(lease_until_s, token)
+
+    def release(self, source_id, token, *, detail="", now_s=0):
+        self.log.append(("release_mark", source_id))
+        found = self.rows.get(source_id)
+        if isinstance(found, Reading) and found.lease_token == token:
+            del self.rows[source_id]
 
     def remember(self, source_ids, known, *, now_s):
         self.log.append(("remember", tuple(source_ids)))
         for i in source_ids:
             self.rows[i] = known
-
-    def abandon(self, source_id, token):
-        self.log.append(("abandon", source_id))
-        self.rows.pop(source_id, None)
 
 
 class FakeQueue:
@@ -443,69 +464,44 @@ class FakeAssets:
         self.candidate_rows: dict[tuple[str, str], int] = {}
         self.outbox: dict[str, Notification] = {}
 
-    def _store(self, old, new):
+    def _write(self, old, change, now_s, failed=()):
+        """Apply a change the domain planned, as one transaction: the asset, its references,
+        the candidates of the jobs released (and of those failed without a manifest), and
+        the notification it owes, put once."""
+        new = change.view
         told = notification_for(old, new)
         if told is not None:
             self.outbox.setdefault(told.id, told)
         self.assets[(new.bucket, new.key)] = new
+        for job_key in change.add:
+            self.refs.setdefault(job_key, set()).add((new.bucket, new.key))
+        for job_key in change.drop:
+            self.refs.get(job_key, set()).discard((new.bucket, new.key))
+        for c in change.candidates:
+            self.candidate_rows[(c.job_key, c.released_by)] = c.released_at_s
+        for job_key in failed:
+            self.candidate_rows.setdefault((job_key, FAILED_PREFIX), now_s)
+        return new
 
     def get(self, bucket, key):
         return self.assets.get((bucket, key))
 
-    def _release(self, bucket, key, job_keys, now_s):
-        for job_key in job_keys:
-            self.refs.get(job_key, set()).discard((bucket, key))
-            self.candidate_rows[(job_key, reference_id(bucket, key))] = now_s
-
-    def _reference(self, bucket, key, job_keys):
-        for job_key in job_keys:
-            self.refs.setdefault(job_key, set()).add((bucket, key))
-
     def make_current(self, bucket, key, version, *, sha256, media, jobs, now_s):
         self.log.append(("make_current", key, version.sequencer.lstrip("0")))
         old = self.assets.get((bucket, key))
-        if old is not None and version.sequencer < old.version.sequencer:
-            return None
-        if old is not None and version.sequencer == old.version.sequencer:
-            if jobs is None or old.jobs or old.state == AssetState.DELETED:
-                return old
-            new = dataclasses.replace(old, sha256=sha256, media=media, jobs=tuple(jobs), updated_at_s=now_s)
-            self._reference(bucket, key, new.job_keys)
-            self._store(old, new)
-            return new
-        if old is not None and old.state != AssetState.DELETED and same_version(old.version, version):
-            # The same version named by a later event (the key looked at again after a
-            # delete): only the sequencer moves; the state stays.
-            new = dataclasses.replace(old, version=version, updated_at_s=now_s)
-            self._store(old, new)
-            return new
-        new = AssetView(
-            bucket,
-            key,
-            AssetState.PENDING,
-            version,
-            sha256=sha256,
-            media=media,
-            jobs=tuple(jobs or ()),
-            updated_at_s=now_s,
-        )
-        released = old.job_keys - new.job_keys if old is not None else frozenset()
-        self._release(bucket, key, released, now_s)
-        self._reference(bucket, key, new.job_keys)
-        self._store(old, new)
-        return new
+        change = plan_current(old, bucket, key, version, sha256=sha256, media=media, jobs=jobs, now_s=now_s)
+        if change is None:
+            return old if old is not None and old.version.sequencer == version.sequencer else None
+        return self._write(old, change, now_s)
 
     def record(self, bucket, key, sequencer, jobs, *, now_s, failure=None, placeholder=None):
         self.log.append(("record", key, tuple(str(j.state) for j in jobs)))
         old = self.assets.get((bucket, key))
-        new = recorded(old, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
-        if new is None:
+        planned = plan_record(old, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
+        if planned is None:
             return None
-        for job in new.jobs:
-            if job.state == AssetJobState.FAILED and job.reason in (ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT):
-                self.candidate_rows.setdefault((job.job_key, FAILED_PREFIX), now_s)
-        self._store(old, new)
-        return new
+        view, failed = planned
+        return self._write(old, AssetChange(view), now_s, failed)
 
     def progress(self, bucket, key, sequencer, job_key, fraction, *, now_s):
         old = self.assets.get((bucket, key))
@@ -522,13 +518,8 @@ class FakeAssets:
     def delete(self, bucket, key, version, *, now_s):
         self.log.append(("delete", key, version.sequencer.lstrip("0")))
         old = self.assets.get((bucket, key))
-        if old is not None and version.sequencer <= old.version.sequencer:
-            return None
-        if old is not None:
-            self._release(bucket, key, old.job_keys, now_s)
-        new = AssetView(bucket, key, AssetState.DELETED, version, updated_at_s=now_s)
-        self._store(old, new)
-        return new
+        change = plan_delete(old, bucket, key, version, now_s=now_s)
+        return None if change is None else self._write(old, change, now_s)
 
     def referenced(self, job_key):
         return bool(self.refs.get(job_key))
@@ -547,3 +538,81 @@ class FakeAssets:
     def drop_candidate(self, candidate):
         if self.candidate_rows.get((candidate.job_key, candidate.released_by)) == candidate.released_at_s:
             del self.candidate_rows[(candidate.job_key, candidate.released_by)]
+
+
+def pipeline_on(
+    settings: Any,
+    *,
+    store: Any,
+    ledger: Any,
+    sources: Any,
+    steps: Any,
+    recipes: Any,
+    detect_media: Any,
+    clock: Callable[[], float] = lambda: 1000.0,
+    observer: Any = None,
+    disk_usage: Any = None,
+    assets: Any = None,
+    queue: Any = None,
+) -> Any:
+    """A pipeline on these adapters (fakes, or fakes wrapped), wired by the composition root
+    (:func:`mediajobs.bootstrap.build_service`) as the real one is."""
+    import shutil
+
+    from mediajobs.bootstrap import Adapters, build_service
+
+    adapters = Adapters(
+        store=store, ledger=ledger, sources=sources, queue=queue, steps=steps, clock=clock, assets=assets
+    )
+    return build_service(
+        settings,
+        adapters=adapters,
+        observer=observer,
+        recipes=recipes,
+        disk_usage=disk_usage or shutil.disk_usage,
+        detect=detect_media,
+    )
+
+
+class TextParams(BaseModel):
+    """Parameters of the test step ``test.text``: the prefix of its one output."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefix: str
+
+
+class TextStep:
+    """The test step ``test.text``: one output ``out`` (``out.txt``), its ``prefix`` then each
+    input's bytes in input-name order -- a job that takes two jobs' outputs joins them.
+    ``runs``: the inputs of each run, by name (their bytes)."""
+
+    name = "test.text"
+    params_model = TextParams
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, bytes]] = []
+
+    def run(self, source, params, context, out_dir):
+        read = {name: path.read_bytes() for name, path in sorted(context.inputs.items())}
+        self.runs.append(read)
+        data = params.prefix.encode() + b"|" + b"|".join(read.values())
+        path = out_dir / "out.txt"
+        path.write_bytes(data)
+        file = RenderedFile("out", "txt", path, 1, 1, len(data), sha256_hex(data), "text/plain")
+        return StepResult([file], {"inputs": sorted(read)})
+
+
+def pair_recipes() -> dict[str, list[Any]]:
+    """Three image recipes: ``left@1`` and ``right@1`` take the original, ``pair@1`` takes
+    their outputs ``out`` (a job with two inputs that are other jobs' outputs)."""
+    from mediajobs.domain.recipes import parse_recipe
+
+    models = {TextStep.name: TextParams}
+
+    def recipe(recipe_id: str, prefix: str, **inputs: str) -> Any:
+        wanted = {name: {"recipe": ref, "output": "out"} for name, ref in inputs.items()}
+        document = {"id": recipe_id, "version": 1, "media": "image", "step": TextStep.name}
+        return parse_recipe({**document, "params": {"prefix": prefix}, "inputs": wanted}, models)
+
+    return {"image": [recipe("left", "L"), recipe("right", "R"), recipe("pair", "P", left="left@1", right="right@1")]}

@@ -9,6 +9,7 @@ from mediajobs.domain.assets import AssetState
 from mediajobs.service_layer.collection import Collector
 from tests.fakes import Wrapping
 from tests.functional.test_asset_races import Events, adapters_of, deliver, jpeg, purge, services, written
+from tests.functional.test_ledger_collection import begin
 
 
 def put(session, key: str, body: bytes) -> dict:
@@ -83,7 +84,7 @@ def test_resumed_collection_of_a_job_a_render_finished_meanwhile(local_session):
     written(local_session, [worker], lambda: s3.delete_object(Bucket=bucket, Key=first))
     now = int(plain.clock())
     for job in mine:  # a collector that died right after its mark; its lease is over
-        assert plain.ledger.begin_collection(job, "dead", lease_until_s=now, now_s=now)
+        assert begin(plain.ledger, job, "dead", lease_until_s=now, now_s=now)
     (event,) = _events(local_session, lambda: put(local_session, second, content))
     outcomes = []
 

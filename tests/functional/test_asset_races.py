@@ -18,10 +18,10 @@ from collections.abc import Callable
 import pytest
 from PIL import Image
 
+from mediajobs.adapters.records import ObjectEventRecord, is_deleted, to_deleted, to_object_ref
 from mediajobs.bootstrap import Adapters, build_service, steps
 from mediajobs.domain.assets import AssetState
 from mediajobs.domain.errors import JobBusy, Superseded, TransientFailure
-from mediajobs.entrypoints.records import ObjectEventRecord, is_deleted, to_deleted, to_object_ref
 from mediajobs.local.embedded import listen_to_s3_events
 from mediajobs.local.events import sqs_record
 from mediajobs.local.session import local_adapters

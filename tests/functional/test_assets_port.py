@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, DynamoAssets, ReferenceModel
+from mediajobs.adapters.assets import AssetModel, CandidateModel, DynamoAssets, ReferenceModel
 from mediajobs.domain.assets import (
     FAILED_PREFIX,
     AssetJob,
@@ -72,10 +72,11 @@ def assets(request, stack):
     if request.param == "fake":
         return FakeAssets()
     name = fresh_table(stack)
-    models = AssetModels(
-        *(stack.model(m, name) for m in (AssetModel, ReferenceModel, CandidateModel)), stack.outbox_model()
-    )
-    return DynamoAssets(models, sleep=lambda s: None)
+    clients = stack.clients()
+    uow = clients.unit_of_work(stack.outbox_table_name, sleep=lambda s: None)
+    dynamo = DynamoAssets(uow, clients.asset_models(name))
+    dynamo.outbox_model = stack.outbox_model()  # type: ignore[attr-defined]  # what the tests read told from
+    return dynamo
 
 
 def key() -> str:
@@ -87,7 +88,7 @@ def told(assets, k: str) -> list[tuple[str, str, str]]:
     if isinstance(assets, FakeAssets):
         found = [(str(n.type), n.id, n.payload["asset"]["state"]) for n in assets.outbox.values() if n.key == k]
     else:
-        model = assets._models.outbox
+        model = assets.outbox_model
         found = [
             (item.type, item.id, json.loads(item.payload)["asset"]["state"])
             for item in model.scan(model.object_key == k, consistent_read=True)
@@ -406,7 +407,7 @@ def test_candidates_are_bounded_filtered_by_time_and_dropped_only_when_unchanged
 
 
 def test_an_asset_item_over_dynamodbs_limit_is_unstorable_input(stack):
-    assets = DynamoAssets(stack.asset_models(), sleep=lambda s: None)
+    assets = stack.assets(writer=True, sleep=lambda _: None)
     k = key()
     seq = sequencer_order("10")
     assets.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
@@ -482,7 +483,7 @@ def test_a_notification_already_in_the_outbox_does_not_block_the_assets_write(as
         assets.outbox[nid] = Notification(nid, NotificationType.READY, BUCKET, k, {"asset": {"state": "x"}})
     else:
         item = {"type": "Asset Ready", "bucket": BUCKET, "object_key": k, "created_at_s": 1}
-        assets._models.outbox(nid, payload='{"asset":{"state":"x"}}', **item).save()
+        assets.outbox_model(nid, payload='{"asset":{"state":"x"}}', **item).save()
     ready = assets.record(BUCKET, k, sequencer_order("10"), [AssetJob(IMAGE, jk("a"), AssetJobState.DONE)], now_s=102)
     assert ready is not None and ready.state == AssetState.READY
     assert assets.get(BUCKET, k).state == AssetState.READY

@@ -34,7 +34,7 @@ def stack() -> Iterator[LocalStack]:
 
 def worker(stack: LocalStack) -> DynamoAssets:
     """A worker's adapter: its own models, connection and backoff."""
-    return DynamoAssets(stack.asset_models())
+    return stack.assets(writer=True)
 
 
 @pytest.fixture(scope="module")

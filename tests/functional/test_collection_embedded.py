@@ -37,7 +37,7 @@ def world(local_session):
     s3.meta.events.register(
         "before-parameter-build.s3.*", lambda model, params, **_: calls.append((model.name, params))
     )
-    ledger = DynamoLedger(stack.job_model(), max_attempts=4)
+    ledger = stack.ledger(max_attempts=4)
     return stack, s3, calls, ledger
 
 
@@ -115,7 +115,7 @@ def delete(stack, assets: DynamoAssets, key: str, now_s: int) -> None:
 
 def test_a_shared_set_stays_until_its_last_original_goes_then_the_collection_takes_it(world):
     stack, s3, _, ledger = world
-    assets = DynamoAssets(stack.asset_models(), sleep=lambda _: None)
+    assets = stack.assets(writer=True, sleep=lambda _: None)
     one, two = f"originals/{uuid.uuid4().hex}/a.jpg", f"originals/{uuid.uuid4().hex}/b.jpg"
     job_key = shared_job(stack, s3, ledger, assets, [one, two])
     collector = Collector(assets, ledger, S3Store(s3), Settings(collect_grace_s=GRACE_S), FakeClock(NOW_S))
@@ -135,7 +135,7 @@ def test_a_shared_set_stays_until_its_last_original_goes_then_the_collection_tak
 
 def test_mediajobs_collect_runs_one_collection_against_the_served_aws(world, capsys):
     stack, s3, _, ledger = world
-    assets = DynamoAssets(stack.asset_models(), sleep=lambda _: None)
+    assets = stack.assets(writer=True, sleep=lambda _: None)
     key = f"originals/{uuid.uuid4().hex}/a.jpg"
     job_key = shared_job(stack, s3, ledger, assets, [key])
     delete(stack, assets, key, int(time.time()) - 100)  # the command runs on the real clock
@@ -151,7 +151,7 @@ def test_mediajobs_collect_prints_one_json_object_on_stdout(world):
     """The command as a user runs it (a process of its own): its logs go to stderr, so its
     stdout parses as one JSON object (the collection's INFO lines once came first)."""
     stack, s3, _, ledger = world
-    assets = DynamoAssets(stack.asset_models(), sleep=lambda _: None)
+    assets = stack.assets(writer=True, sleep=lambda _: None)
     key = f"originals/{uuid.uuid4().hex}/a.jpg"
     job_key = shared_job(stack, s3, ledger, assets, [key])
     delete(stack, assets, key, int(time.time()) - 100)

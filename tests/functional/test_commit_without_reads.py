@@ -18,7 +18,6 @@ from botocore.awsrequest import AWSResponse
 from botocore.httpsession import URLLib3Session
 from PIL import Image, ImageCms
 
-from mediajobs.adapters.ledger import bound_job_model
 from mediajobs.bootstrap import active_recipes, build_service, default_adapters, load_recipe
 from mediajobs.domain.errors import OUTPUT_CONFLICT, Superseded
 from mediajobs.domain.jobs import ObjectRef
@@ -57,7 +56,7 @@ def worker(session, settings: Settings, observer, attempt: int, *, store=None, l
     a fault or counts).
     """
     skew = attempt * (settings.lease_s + 60)
-    adapters = default_adapters(settings, s3=session.s3)
+    adapters = default_adapters(settings, clients=session.stack.clients())
     changes: dict[str, object] = {"clock": lambda: time.time() + skew}
     for name, wrap in (("store", store), ("ledger", ledger), ("steps", steps)):
         if wrap is not None:
@@ -72,7 +71,7 @@ ONE_JOB = {"image": [load_recipe("web-image", 1)]}
 
 
 def row_of(session, key: str):
-    model = bound_job_model(session.stack.table_name, "us-east-1", session.stack.endpoint_url)
+    model = session.stack.job_model()
     return model.get(key, consistent_read=True)
 
 
@@ -225,7 +224,7 @@ def test_a_takeover_retried_after_its_answer_was_lost_still_adopts_the_staged_ma
     ref = upload(local_session, data)
     with pytest.raises(Crash):
         worker(local_session, settings, CrashAt("manifest_stored"), 0).process(ref)
-    model = bound_job_model(settings.jobs_table_name, settings.region, settings.endpoint_url)
+    model = local_session.stack.job_model()
     client = model._get_connection().connection.client
     armed = [True]
 

@@ -14,6 +14,7 @@ from tests.functional.together import run_together
 #: Jobs per image: one per active image recipe (web-image@1, image-placeholder@1).
 IMAGE_JOBS = len(active_recipes()["image"])
 
+
 def test_same_event_delivered_ten_times_concurrently_renders_once(local_session):
     data = unique_png(1200, 900)
     bucket = local_session.stack.bucket

@@ -15,7 +15,6 @@ import time
 
 import pytest
 
-from mediajobs.adapters.ledger import bound_job_model
 from mediajobs.bootstrap import active_recipes, build_service, default_adapters, load_recipe
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.entrypoints import worker
@@ -57,6 +56,7 @@ def derivative_keys(session, key: str) -> list[str]:
 #: own, with the same boundaries).
 ONE_JOB = {"image": [load_recipe("web-image", 1)]}
 
+
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, point):
     local_session.run()  # nothing of an earlier test in flight
@@ -68,7 +68,10 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
     # Worker A dies at the step boundary.
     first = CrashAt(point)
     crashing = build_service(
-        settings, adapters=default_adapters(settings, s3=local_session.s3), observer=first, recipes=ONE_JOB
+        settings,
+        adapters=default_adapters(settings, clients=local_session.stack.clients()),
+        observer=first,
+        recipes=ONE_JOB,
     )
 
     def die_before_ack(messages):
@@ -84,14 +87,14 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
     a.expire(crashed_batch)
     second = Collector()
     skew = settings.lease_s + 60
-    adapters = dataclasses.replace(default_adapters(settings, s3=local_session.s3), clock=lambda: time.time() + skew)
+    adapters = dataclasses.replace(
+        default_adapters(settings, clients=local_session.stack.clients()), clock=lambda: time.time() + skew
+    )
     later = build_service(settings, adapters=adapters, observer=second, recipes=ONE_JOB)
     b = esm_for(local_session, later)
     assert b.poll_once() == 1
 
-    row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(
-        key, consistent_read=True
-    )
+    row = local_session.stack.job_model().get(key, consistent_read=True)
     took_over = point in ("claimed", "output_stored", "manifest_stored")
     assert row.state == "done"
     assert derivative_keys(local_session, key) == ["card.webp", "full.avif", "manifest.json", "thumb.webp"]

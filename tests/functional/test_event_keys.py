@@ -82,7 +82,7 @@ def test_a_redelivered_event_of_a_1000_byte_key_of_quotes_is_answered_from_the_s
     key = KEYS["quotes-1000-bytes"]
     head = local_session.s3.head_object(Bucket=local_session.stack.bucket, Key=key)
     sid = source_version_id(local_session.stack.bucket, key, version_id=head["VersionId"], etag="", size_bytes=0)
-    known = local_session.service._sources.lookup(sid, now_s=0)
+    known = local_session.stack.sources().lookup(sid, now_s=0)
     assert known is not None and known.size_bytes == head["ContentLength"]
     local_session.collector.results.clear()
     local_session.redeliver([json.dumps(delivered[encode_event_key(key)])])

@@ -19,13 +19,11 @@ from typing import Any
 import botocore.client
 import pytest
 
-from mediajobs.adapters.assets import DynamoAssets
-from mediajobs.bootstrap import active_recipes, build_service
+from mediajobs.bootstrap import active_recipes, build_collector, build_service
 from mediajobs.domain.assets import AssetJob, AssetJobState, AssetVersion, sequencer_order
 from mediajobs.domain.errors import OUTPUT_CONFLICT
 from mediajobs.domain.jobs import JobSpec
 from mediajobs.domain.keys import job_key, sha256_hex
-from mediajobs.entrypoints.collector import run_collection
 from mediajobs.local.session import Collector, local_adapters
 from mediajobs.local.template import load_template
 from tests.conftest import REPO
@@ -216,7 +214,7 @@ def test_every_call_of_real_deliveries_is_allowed_by_the_role(local_session, rec
 def test_every_call_of_the_assets_adapter_is_allowed_by_the_role(local_session, recorder):
     """Transactions (each item's action on its table), the reference queries, the
     candidates' queries and conditional deletes, the progress update."""
-    assets = DynamoAssets(local_session.stack.asset_models())
+    assets = local_session.stack.assets(writer=True)
     bucket, key = local_session.stack.bucket, "originals/iam/asset.jpg"
     image, other = "a" * 64, "b" * 64
     recorder.on = True
@@ -249,7 +247,7 @@ def test_every_call_of_the_collection_is_allowed_by_the_role(local_session, reco
     stack, s3 = local_session.stack, local_session.s3
     settings = local_session.settings
     adapters = local_adapters(stack, settings)
-    assets = DynamoAssets(stack.asset_models(), sleep=lambda _: None)
+    assets = stack.assets(writer=True, sleep=lambda _: None)
     now_s = int(time.time())
     for n, state in enumerate(["done", "failed"]):
         key = (str(n) + uuid.uuid4().hex * 2)[:64]
@@ -276,9 +274,8 @@ def test_every_call_of_the_collection_is_allowed_by_the_role(local_session, reco
         assets.delete(stack.bucket, original, AssetVersion("d", "", None, sequencer_order("2")), now_s=now_s - 7000)
     recorder.on = True
     try:
-        report = run_collection(
-            settings, dataclasses.replace(adapters, clock=FakeClock(now_s)), grace_s=60, limit=1000, assets=assets
-        )
+        collector = build_collector(settings, dataclasses.replace(adapters, clock=FakeClock(now_s), assets=assets))
+        report = collector.run(grace_s=60, limit=1000)
     finally:
         recorder.on = False
     assert report.collected >= 1 and report.swept_failed >= 1 and report.errors == 0

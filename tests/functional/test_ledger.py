@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from mediajobs.adapters.ledger import DynamoLedger, bound_job_model
+from mediajobs.adapters.ledger import DynamoLedger
 from mediajobs.domain.errors import Superseded
 from mediajobs.domain.jobs import ClaimOutcome, JobSpec, OutputCandidate, OutputRecord
 from tests.functional.together import run_together
@@ -20,7 +20,7 @@ OUT = OutputRecord("thumb", "derivatives/k/thumb.webp", "webp", 320, 213, 1000, 
 @pytest.fixture()
 def ledger(local_session) -> DynamoLedger:
     stack = local_session.stack
-    return DynamoLedger(bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url), max_attempts=MAX_ATTEMPTS)
+    return stack.ledger(max_attempts=MAX_ATTEMPTS)
 
 
 def spec(key: str) -> JobSpec:
@@ -63,7 +63,7 @@ def test_done_job_returns_the_stored_outcome(ledger):
         f"derivatives/{key}/manifest.json",
         (OUT,),
     )
-    row = ledger.get(key)
+    row = ledger._model.get(key, consistent_read=True)  # the stored row, whole
     assert (row.state, row.attempts, row.finished_at_s) == ("done", 1, 1001)
 
 
@@ -90,7 +90,7 @@ def test_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out(ledger):
 def test_transient_failure_is_taken_over_at_once(ledger):
     key = new_key()
     first = claim(ledger, key, 1000)
-    ledger.release_transient(key, first.lease_token, detail="ConnectionError", now_s=1001)
+    ledger.release(key, first.lease_token, detail="ConnectionError", now_s=1001)
     second = claim(ledger, key, 1002)
     assert (second.outcome, second.took_over, second.attempts) == (ClaimOutcome.RUN, True, 2)
 
@@ -145,7 +145,7 @@ def test_past_the_attempts_cap_the_job_ends_attempts_exhausted(ledger):
     for attempt in range(1, MAX_ATTEMPTS + 1):
         c = claim(ledger, key, now)
         assert (c.outcome, c.attempts) == (ClaimOutcome.RUN, attempt)
-        ledger.release_transient(key, c.lease_token, detail=f"ConnectionError #{attempt}", now_s=now + 1)
+        ledger.release(key, c.lease_token, detail=f"ConnectionError #{attempt}", now_s=now + 1)
         now += 10
     final = claim(ledger, key, now)
     assert (final.outcome, final.failure_reason, final.failed_now) == (ClaimOutcome.FAILED, "attempts_exhausted", True)
@@ -197,13 +197,13 @@ def test_candidates_accumulate_across_holders_and_a_takeover_carries_the_staged_
     # A second staging keeps the first body: every write of the manifest carries one body.
     assert ledger.stage_manifest(key, later.lease_token, '{"outputs": [1]}', now_s=1072) == '{"outputs": []}'
     ledger.complete(key, later.lease_token, manifest_key=f"derivatives/{key}/manifest.json", outputs=[], now_s=1073)
-    row = ledger.get(key)
+    row = ledger._model.get(key, consistent_read=True)  # the stored row, whole
     assert (row.state, row.output_candidates, row.staged_manifest) == ("done", None, None)
 
 
 def test_a_takeover_of_a_job_that_staged_nothing_carries_no_manifest(ledger):
     key = new_key()
     first = claim(ledger, key, 1000)
-    ledger.release_transient(key, first.lease_token, detail="S3 503", now_s=1001)
+    ledger.release(key, first.lease_token, detail="S3 503", now_s=1001)
     later = claim(ledger, key, 1002)
     assert (later.outcome, later.took_over, later.staged_manifest) == (ClaimOutcome.RUN, True, None)

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from mediajobs.adapters.ledger import DynamoLedger, bound_job_model
+from mediajobs.adapters.ledger import DynamoLedger
 from mediajobs.domain.errors import Superseded
-from mediajobs.domain.jobs import ClaimOutcome, JobSpec, JobState, OutputRecord
+from mediajobs.domain.jobs import ClaimOutcome, JobSpec, JobState, OutputRecord, collectable
 from tests.functional.together import run_together
 
 LEASE_S = 60
@@ -22,7 +22,7 @@ NOW_S = 10_000
 @pytest.fixture()
 def ledger(local_session) -> DynamoLedger:
     stack = local_session.stack
-    return DynamoLedger(bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url), max_attempts=MAX_ATTEMPTS)
+    return stack.ledger(max_attempts=MAX_ATTEMPTS)
 
 
 def spec(key: str) -> JobSpec:
@@ -51,9 +51,18 @@ def view(ledger: DynamoLedger, key: str):
     return ledger.find([key])[key]
 
 
+def begin(ledger: DynamoLedger, key: str, token: str, *, lease_until_s: int, now_s: int) -> bool:
+    """What a collector does to start: read the row, take it only if the domain says it is
+    collectable (:func:`~mediajobs.domain.jobs.collectable`), fenced on the row it read."""
+    seen = ledger.find([key]).get(key)
+    if seen is None or not collectable(seen, now_s=now_s):
+        return False
+    return ledger.begin_collection(key, token, lease_until_s=lease_until_s, now_s=now_s, seen=seen)
+
+
 def test_a_done_job_is_collected_under_the_collectors_token(ledger):
     key = done_job(ledger)
-    assert ledger.begin_collection(key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+    assert begin(ledger, key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
     seen = view(ledger, key)
     assert (seen.state, seen.lease_token, seen.lease_expires_at_s) == ("collecting", "c1", NOW_S + LEASE_S)
     assert (seen.source_bucket, seen.output_prefix) == ("media", f"derivatives/{key}/")
@@ -68,7 +77,7 @@ def test_a_done_job_is_collected_under_the_collectors_token(ledger):
 def test_a_collection_that_found_a_reference_goes_back_to_done_with_its_result(ledger):
     key = done_job(ledger)
     before = view(ledger, key)
-    assert ledger.begin_collection(key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+    assert begin(ledger, key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
     ledger.end_collection(key, "c1", collected=False, now_s=NOW_S + 1)
     after = view(ledger, key)
     assert after.state == "done" and after.collected_at_s is None
@@ -83,24 +92,24 @@ def test_a_collection_that_found_a_reference_goes_back_to_done_with_its_result(l
 def test_only_a_done_row_or_an_expired_collection_can_be_begun(ledger):
     running = uuid.uuid4().hex * 2
     ledger.claim(spec(running), now_s=NOW_S, lease_until_s=NOW_S + LEASE_S)
-    assert not ledger.begin_collection(running, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
-    assert not ledger.begin_collection(uuid.uuid4().hex * 2, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+    assert not begin(ledger, running, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+    assert not begin(ledger, uuid.uuid4().hex * 2, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
     key = done_job(ledger)
-    assert ledger.begin_collection(key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
-    assert not ledger.begin_collection(key, "c2", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S + 1)
+    assert begin(ledger, key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+    assert not begin(ledger, key, "c2", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S + 1)
     # The first collector died: a later run takes its expired lease over and finishes.
-    assert ledger.begin_collection(key, "c2", lease_until_s=NOW_S + 2 * LEASE_S, now_s=NOW_S + LEASE_S)
+    assert begin(ledger, key, "c2", lease_until_s=NOW_S + 2 * LEASE_S, now_s=NOW_S + LEASE_S)
     with pytest.raises(Superseded):
         ledger.end_collection(key, "c1", collected=True, now_s=NOW_S + LEASE_S + 1)
     ledger.end_collection(key, "c2", collected=True, now_s=NOW_S + LEASE_S + 1)
-    assert not ledger.begin_collection(key, "c3", lease_until_s=NOW_S + 9 * LEASE_S, now_s=NOW_S + 8 * LEASE_S)
+    assert not begin(ledger, key, "c3", lease_until_s=NOW_S + 9 * LEASE_S, now_s=NOW_S + 8 * LEASE_S)
     assert view(ledger, key).state == "collected"
 
 
 def test_a_render_of_a_collected_job_starts_again_from_attempt_1(ledger):
     key = done_job(ledger, attempts=2)
     assert view(ledger, key).attempts == 2
-    ledger.begin_collection(key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+    begin(ledger, key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
     ledger.end_collection(key, "c1", collected=True, now_s=NOW_S + 1)
     claim = ledger.claim(spec(key), now_s=NOW_S + 2, lease_until_s=NOW_S + 2 + LEASE_S, seen=view(ledger, key))
     assert (claim.outcome, claim.attempts, claim.took_over, claim.sweep) == (ClaimOutcome.RUN, 1, True, False)
@@ -117,7 +126,7 @@ def test_a_render_of_a_collected_job_starts_again_from_attempt_1(ledger):
 
 def test_a_live_collection_keeps_renders_away_and_an_expired_one_is_swept_and_rendered(ledger):
     key = done_job(ledger)
-    ledger.begin_collection(key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+    begin(ledger, key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
     busy = ledger.claim(spec(key), now_s=NOW_S + 1, lease_until_s=NOW_S + 1 + LEASE_S)
     assert (busy.outcome, busy.lease_expires_at_s) == (ClaimOutcome.BUSY, NOW_S + LEASE_S)
     later = NOW_S + LEASE_S
@@ -148,21 +157,19 @@ def test_a_failed_jobs_sweep_is_recorded_on_the_failed_row_only(ledger):
 def test_ten_collectors_racing_one_expired_collection_give_one_winner(ledger):
     for _ in range(3):
         key = done_job(ledger)
-        ledger.begin_collection(key, "dead", lease_until_s=NOW_S, now_s=NOW_S - 1)
-        won = run_together(
-            lambda n, key=key: ledger.begin_collection(key, f"c{n}", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
-        )
+        begin(ledger, key, "dead", lease_until_s=NOW_S, now_s=NOW_S - 1)
+        won = run_together(lambda n, key=key: begin(ledger, key, f"c{n}", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S))
         assert sorted(won) == [False] * 9 + [True]
 
 
 def test_a_render_and_a_collector_racing_an_expired_collection_give_one_winner(ledger):
     for _ in range(5):
         key = done_job(ledger)
-        ledger.begin_collection(key, "dead", lease_until_s=NOW_S, now_s=NOW_S - 1)
+        begin(ledger, key, "dead", lease_until_s=NOW_S, now_s=NOW_S - 1)
 
         def one(n, key=key):
             if n % 2:
-                return ledger.begin_collection(key, f"c{n}", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+                return begin(ledger, key, f"c{n}", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
             return ledger.claim(spec(key), now_s=NOW_S, lease_until_s=NOW_S + LEASE_S).outcome is ClaimOutcome.RUN
 
         assert sorted(run_together(one, 6)) == [False] * 5 + [True]
@@ -172,8 +179,8 @@ def test_a_render_and_a_collector_racing_an_expired_collection_give_one_winner(l
 def test_an_abandoned_render_is_taken_for_collection_once_its_lease_ended_and_its_holder_is_fenced(ledger):
     key = uuid.uuid4().hex * 2
     claim = ledger.claim(spec(key), now_s=NOW_S - 100, lease_until_s=NOW_S + 20)
-    assert not ledger.begin_collection(key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)  # lease running
-    assert ledger.begin_collection(key, "c1", lease_until_s=NOW_S + 30 + LEASE_S, now_s=NOW_S + 30)
+    assert not begin(ledger, key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)  # lease running
+    assert begin(ledger, key, "c1", lease_until_s=NOW_S + 30 + LEASE_S, now_s=NOW_S + 30)
     with pytest.raises(Superseded):  # the holder that came back finds its claim gone
         ledger.renew(key, str(claim.lease_token), lease_until_s=NOW_S + 200, now_s=NOW_S + 31)
     ledger.end_collection(key, "c1", collected=True, now_s=NOW_S + 40)
@@ -183,6 +190,6 @@ def test_an_abandoned_render_is_taken_for_collection_once_its_lease_ended_and_it
 def test_a_job_given_back_after_a_transient_failure_is_taken_for_collection(ledger):
     key = uuid.uuid4().hex * 2
     claim = ledger.claim(spec(key), now_s=NOW_S - 100, lease_until_s=NOW_S + 20)
-    ledger.release_transient(key, str(claim.lease_token), detail="S3 500", now_s=NOW_S - 50)
-    assert ledger.begin_collection(key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
+    ledger.release(key, str(claim.lease_token), detail="S3 500", now_s=NOW_S - 50)
+    assert begin(ledger, key, "c1", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)
     assert view(ledger, key).state == JobState.COLLECTING

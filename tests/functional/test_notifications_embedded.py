@@ -194,7 +194,7 @@ def test_a_worker_killed_after_its_commit_and_before_its_ack_is_told_once(local_
     before = local_session.run().received  # the session's counts are its whole life's
     stack = local_session.stack
     settings = Settings.from_env()
-    service = build_service(settings, adapters=default_adapters(settings, s3=local_session.s3))
+    service = build_service(settings, adapters=default_adapters(settings, clients=local_session.stack.clients()))
 
     def die_before_ack(messages):
         raise Crash("before_ack")

@@ -16,7 +16,7 @@ from mediajobs.domain.notifications import Notification, NotificationType
 @pytest.fixture()
 def outbox(local_session):
     model = local_session.stack.outbox_model()
-    return model, DynamoOutbox(model)
+    return model, DynamoOutbox(local_session.stack.clients().unit_of_work(), model)
 
 
 def notification() -> Notification:

@@ -6,9 +6,8 @@ import uuid
 
 import pytest
 
-from mediajobs.adapters.ledger import bind_model
 from mediajobs.adapters.s3 import S3Store
-from mediajobs.adapters.sources import Reading, SourceIndex, SourceModel
+from mediajobs.adapters.sources import Reading, SourceIndex
 from mediajobs.domain.errors import TransientFailure
 from mediajobs.domain.jobs import KnownSource, ObjectRef
 
@@ -16,14 +15,14 @@ from mediajobs.domain.jobs import KnownSource, ObjectRef
 @pytest.fixture()
 def index(local_session) -> SourceIndex:
     stack = local_session.stack
-    return SourceIndex(bind_model(SourceModel, stack.sources_table_name, "us-east-1", stack.endpoint_url))
+    return stack.sources()
 
 
 def test_a_reading_marker_sends_others_back_until_its_lease_ends(index):
     sid = f"sha256:{uuid.uuid4().hex}"
     assert index.begin_reading(sid, "a", now_s=1000, lease_until_s=1010) is None
-    assert index.begin_reading(sid, "b", now_s=1005, lease_until_s=1015) == Reading(1010)
-    assert index.lookup(sid, now_s=1005) == Reading(1010)
+    assert index.begin_reading(sid, "b", now_s=1005, lease_until_s=1015) == Reading(1010, "a")
+    assert index.lookup(sid, now_s=1005) == Reading(1010, "a")
     assert index.lookup(sid, now_s=1011) is None  # the reader died: its marker no longer counts
     assert index.begin_reading(sid, "b", now_s=1011, lease_until_s=1021) is None
 
@@ -35,9 +34,9 @@ def test_remembering_replaces_the_marker_and_abandoning_frees_it(index):
     assert index.lookup(known, now_s=1002) == KnownSource("c" * 64, 12, "image")
     assert index.begin_reading(known, "b", now_s=1003, lease_until_s=1013) == KnownSource("c" * 64, 12, "image")
     index.begin_reading(gone, "a", now_s=1000, lease_until_s=1010)
-    index.abandon(gone, "not-the-token")  # only the holder's marker is removed
-    assert index.lookup(gone, now_s=1001) == Reading(1010)
-    index.abandon(gone, "a")
+    index.release(gone, "not-the-token")  # only the holder's marker is removed
+    assert index.lookup(gone, now_s=1001) == Reading(1010, "a")
+    index.release(gone, "a")
     assert index.lookup(gone, now_s=1001) is None
 
 

@@ -295,7 +295,8 @@ def test_the_status_function_reads_the_stacks_bucket_and_assets_table():
     assert env["MEDIA_BUCKET"] == {"Ref": "MediaBucket"}
     assert env["ASSETS_TABLE_NAME"] == {"Ref": "AssetsTable"}
     assert function["Handler"] == "app.lambda_handler" and function["CodeUri"] == "functions/status"
-    assert (REPO / "functions" / "status" / "app.py").read_text().count("from mediajobs.entrypoints.status import") == 1
+    app = (REPO / "functions" / "status" / "app.py").read_text()
+    assert app.count("from mediajobs.bootstrap import status_function") == 1
     from mediajobs.settings import _ENV_NAMES
 
     assert set(env) <= set(_ENV_NAMES.values())  # every variable is a setting it reads
@@ -324,14 +325,14 @@ def allowed_by_status_role(action: str, resource: str, table_arn: str, log_group
 
 
 def test_every_call_of_the_status_handler_is_allowed_by_its_role(local_session, monkeypatch):
-    """Each AWS call the deployed handler (``lambda_handler``, building its default adapter
+    """Each AWS call the deployed handler (``status_function()``, building its default adapter
     from the environment the template gives it, on the embedded AWS) makes for a known
     key, an unknown key and a refused key is recorded at botocore and checked against
     StatusRole: GetItem on the assets table, nothing else."""
     import botocore.client
 
     adapters = pytest.importorskip("mediajobs.adapters.assets", reason="the DynamoDB assets adapter")
-    from mediajobs.entrypoints import status
+    from mediajobs.bootstrap import status_function
     from mediajobs.local.runner import LocalLambdaContext
 
     stack = local_session.stack
@@ -340,7 +341,7 @@ def test_every_call_of_the_status_handler_is_allowed_by_its_role(local_session, 
     monkeypatch.setenv("ASSETS_TABLE_NAME", stack.assets_table_name)
     key = "originals/least-privilege/a b.jpg"
     pending = jobs((AssetJobState.PENDING, {}), (AssetJobState.PENDING, {}))
-    writer = status.default_assets(stack.settings())
+    writer = stack.assets(writer=True)
     assert isinstance(writer, adapters.DynamoAssets)
     writer.make_current(stack.bucket, key, version(), sha256="c" * 64, media="image", jobs=pending, now_s=100)
 
@@ -352,18 +353,17 @@ def test_every_call_of_the_status_handler_is_allowed_by_its_role(local_session, 
         calls.append((f"{service}:{operation}", str(params.get("TableName", "?"))))
         return real(client, operation, params)
 
-    status._default_app.cache_clear()
+    handler = status_function()  # as functions/status/app.py: built at the first request
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
     try:
         answers = [
-            status.lambda_handler(
-                function_url_event("key=" + urllib.parse.quote(k, safe="")), LocalLambdaContext(timeout_s=10)
-            )["statusCode"]
+            handler(function_url_event("key=" + urllib.parse.quote(k, safe="")), LocalLambdaContext(timeout_s=10))[
+                "statusCode"
+            ]
             for k in (key, "originals/least-privilege/unknown.jpg", "elsewhere/x.jpg")
         ]
     finally:
         monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", real)
-        status._default_app.cache_clear()
     assert answers == [200, 404, 400]
     table_arn = f"arn:aws:dynamodb:{stack.region}:123456789012:table/{stack.assets_table_name}"
     assert calls and all(table == stack.assets_table_name for _, table in calls)

@@ -52,10 +52,10 @@ def test_a_ready_asset_is_missing_and_outstanding_until_dispatched_then_every_ch
     told.run()
     assert capsys.readouterr().out == ""  # stdout is simulate's one JSON object: no EMF documents
     # ... and none pile up: Powertools prints them anyway once 100 values are held (the
-    # 2,000-upload storm's stdout began with one).
-    from mediajobs.entrypoints.dispatcher import metrics
+    # 2,000-upload storm's stdout began with one). Its Metrics instances share one set.
+    from mediajobs.bootstrap import function_metrics
 
-    assert metrics.metric_set == {}
+    assert function_metrics().metrics.metric_set == {}
     checks, counts = notification_checks(stack, told)
     assert set(checks.values()) == {0}
     assert (counts["owed"], counts["webhook_ids"], counts["bus_events"]) == (1, 1, 1)

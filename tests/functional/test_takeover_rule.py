@@ -1,12 +1,13 @@
-"""One takeover rule: ``domain/jobs.decide()`` and the DynamoDB condition of the ledger's
-takeover (``adapters/ledger.takeover_condition``) give the same answer on every row shape.
+"""One takeover rule, ``domain/jobs.decide()``, and a write fenced on the row as read.
 
-Each row is written as it is to the moto table (no condition), read back through the
-ledger, given to ``decide()``, then given to the real conditional updates: the takeover
-succeeds exactly when ``decide`` says ``TAKE_OVER``, the exhaustion exactly when it says
-``EXHAUST``; a done, failed or busy row is never written. A takeover of a ``collecting``
-(lease over) or ``collected`` row restarts the job: attempt 1, the old result forgotten,
-``sweep`` set when it was ``collecting``.
+Each row is written as it is to the moto table (no condition) and claimed through the
+ledger: the claim does exactly what ``decide`` says of the row -- a takeover for
+``TAKE_OVER``, an exhaustion for ``EXHAUST``, no write for a done, failed, busy or waiting
+row. A takeover of a ``collecting`` (lease over) or ``collected`` row restarts the job:
+attempt 1, the old result forgotten, ``sweep`` set when it was ``collecting``. The write is
+fenced on the row as read (:class:`~mediajobs.domain.jobs.Fence`): a row changed since --
+renewed, staged, taken over, ended -- is not written, so a decision taken on a stale read
+never lands.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import uuid
 
 import pytest
 
-from mediajobs.adapters.ledger import DynamoLedger, bound_job_model, takeover_condition
 from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED
-from mediajobs.domain.jobs import ClaimOutcome, Decision, JobState, JobView, decide
+from mediajobs.domain.jobs import ClaimOutcome, Decision, JobSpec, JobState, JobView, decide, taken_over
 
 NOW_S = 1_000_000
 LEASE_S = 60
@@ -37,6 +37,8 @@ STATES = [
     ("collecting-lease-ends-now", JobState.COLLECTING, NOW_S),
     ("collecting-lease-past", JobState.COLLECTING, NOW_S - 1),
     ("collected", JobState.COLLECTED, NOW_S - 1),
+    ("waiting", JobState.WAITING, 0),
+    ("requested", JobState.REQUESTED, 0),
 ]
 RESTARTS = (JobState.COLLECTING, JobState.COLLECTED)
 ATTEMPTS = [("under-max", MAX_ATTEMPTS - 1), ("at-max", MAX_ATTEMPTS), ("over-max", MAX_ATTEMPTS + 1)]
@@ -52,7 +54,7 @@ ROWS = [
 @pytest.fixture(scope="module")
 def model(local_session):
     stack = local_session.stack
-    return bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url)
+    return stack.job_model()
 
 
 def write_row(model, *, state, lease_expires_at_s, attempts, staged_manifest, lease_token) -> str:
@@ -82,11 +84,15 @@ def write_row(model, *, state, lease_expires_at_s, attempts, staged_manifest, le
     return key
 
 
+def spec(key: str) -> JobSpec:
+    return JobSpec(key, "a" * 64, "web-image", 1, "b" * 64, "none", f"derivatives/{key}/", "bucket", "originals/x")
+
+
 @pytest.mark.parametrize(("state", "lease_expires_at_s", "attempts", "staged_manifest", "lease_token"), ROWS)
-def test_decide_and_the_dynamodb_condition_agree(
-    model, state, lease_expires_at_s, attempts, staged_manifest, lease_token
+def test_a_claim_does_what_decide_says_of_the_row(
+    local_session, model, state, lease_expires_at_s, attempts, staged_manifest, lease_token
 ):
-    ledger = DynamoLedger(model, max_attempts=MAX_ATTEMPTS)
+    ledger = local_session.stack.ledger(max_attempts=MAX_ATTEMPTS)
     row = {
         "state": state,
         "lease_expires_at_s": lease_expires_at_s,
@@ -94,34 +100,62 @@ def test_decide_and_the_dynamodb_condition_agree(
         "staged_manifest": staged_manifest,
         "lease_token": lease_token,
     }
-    wrote = {}
-    for attempt in (Decision.TAKE_OVER, Decision.EXHAUST):
-        key = write_row(model, **row)
-        [seen] = ledger.find([key]).values()
-        decision = decide(seen, now_s=NOW_S, max_attempts=MAX_ATTEMPTS)
-        claim = ledger.take_over(seen, "t-new", attempt, now_s=NOW_S, lease_until_s=NOW_S + LEASE_S)
-        wrote[attempt] = claim is not None
-        stored = model.get(key, consistent_read=True)
-        if claim is None:  # the condition failed: the row is as written
-            assert (stored.state, stored.lease_token, stored.attempts) == (state.value, lease_token, attempts)
-        elif attempt is Decision.TAKE_OVER and state in RESTARTS:
-            assert (claim.outcome, claim.attempts, claim.staged_manifest) == (ClaimOutcome.RUN, 1, None)
-            assert claim.sweep is (state is JobState.COLLECTING)
-            assert (stored.state, stored.lease_token, stored.attempts) == ("running", "t-new", 1)
-            assert (stored.manifest_key, stored.outputs, stored.collected_at_s, stored.staged_manifest) == (
-                None,
-                None,
-                None,
-                None,
-            )
-        elif attempt is Decision.TAKE_OVER:
-            assert claim.outcome is ClaimOutcome.RUN and claim.staged_manifest == staged_manifest
-            assert not claim.sweep
-            assert (stored.state, stored.lease_token, stored.attempts) == ("running", "t-new", attempts + 1)
-        else:
-            assert (claim.outcome, claim.failure_reason) == (ClaimOutcome.FAILED, ATTEMPTS_EXHAUSTED)
-            assert (stored.state, stored.failure_reason) == ("permanent_failure", ATTEMPTS_EXHAUSTED)
-    assert wrote == {Decision.TAKE_OVER: decision is Decision.TAKE_OVER, Decision.EXHAUST: decision is Decision.EXHAUST}
+    key = write_row(model, **row)
+    [seen] = ledger.find([key]).values()
+    decision = decide(seen, now_s=NOW_S, max_attempts=MAX_ATTEMPTS)
+    claim = ledger.claim(spec(key), now_s=NOW_S, lease_until_s=NOW_S + LEASE_S, seen=seen)
+    stored = model.get(key, consistent_read=True)
+    if decision not in (Decision.TAKE_OVER, Decision.EXHAUST):  # nothing written
+        assert (stored.state, stored.lease_token, stored.attempts) == (state.value, lease_token, attempts)
+        assert claim.outcome is not ClaimOutcome.RUN and claim.lease_token is None
+    elif decision is Decision.TAKE_OVER and state in RESTARTS:
+        assert (claim.outcome, claim.attempts, claim.staged_manifest) == (ClaimOutcome.RUN, 1, None)
+        assert claim.sweep is (state is JobState.COLLECTING)
+        assert (stored.state, stored.lease_token, stored.attempts) == ("running", claim.lease_token, 1)
+        assert (stored.manifest_key, stored.outputs, stored.collected_at_s, stored.staged_manifest) == (
+            None,
+            None,
+            None,
+            None,
+        )
+    elif decision is Decision.TAKE_OVER:
+        assert claim.outcome is ClaimOutcome.RUN and claim.staged_manifest == staged_manifest
+        assert not claim.sweep and claim.took_over is (state is not JobState.REQUESTED)
+        assert (stored.state, stored.lease_token, stored.attempts) == ("running", claim.lease_token, attempts + 1)
+    else:
+        assert (claim.outcome, claim.failure_reason) == (ClaimOutcome.FAILED, ATTEMPTS_EXHAUSTED)
+        assert (stored.state, stored.failure_reason) == ("permanent_failure", ATTEMPTS_EXHAUSTED)
+
+
+#: What another writer may have done to a row since it was read: each changes a field the
+#: fence holds, and each must make a takeover decided on the stale read lose.
+CHANGES = {
+    "lease renewed": {"lease_expires_at_s": NOW_S + LEASE_S},
+    "manifest staged": {"staged_manifest": '{"manifest": "staged"}'},
+    "taken over": {"lease_token": "t-other", "attempts": 2},
+    "ended": {"state": JobState.DONE.value},
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_takeover_decided_on_a_row_that_changed_since_is_not_written(local_session, model, change):
+    ledger = local_session.stack.ledger(max_attempts=MAX_ATTEMPTS)
+    key = write_row(
+        model,
+        state=JobState.RUNNING,
+        lease_expires_at_s=NOW_S - 1,
+        attempts=1,
+        staged_manifest=None,
+        lease_token="t-old",
+    )
+    [seen] = ledger.find([key]).values()
+    assert decide(seen, now_s=NOW_S, max_attempts=MAX_ATTEMPTS) is Decision.TAKE_OVER
+    row = model.get(key, consistent_read=True)
+    for name, value in CHANGES[change].items():
+        setattr(row, name, value)
+    row.save()
+    assert ledger.take_over(seen, "t-new", Decision.TAKE_OVER, now_s=NOW_S, lease_until_s=NOW_S + LEASE_S) is None
+    assert model.get(key, consistent_read=True).lease_token != "t-new"
 
 
 def test_the_rows_cover_every_decision():
@@ -139,8 +173,8 @@ def test_the_rows_cover_every_decision():
     assert seen == set(Decision)
 
 
-@pytest.mark.parametrize("decision", [Decision.DONE, Decision.FAILED, Decision.BUSY])
-def test_a_final_or_busy_row_has_no_takeover_condition(model, decision):
+@pytest.mark.parametrize("decision", [Decision.DONE, Decision.FAILED, Decision.BUSY, Decision.WAIT])
+def test_a_final_busy_or_waiting_row_is_never_written(decision):
     seen = JobView("k", JobState.DONE.value, "t-old", NOW_S, 1)
-    with pytest.raises(ValueError, match="no takeover condition"):
-        takeover_condition(model, seen, decision, now_s=NOW_S, max_attempts=MAX_ATTEMPTS)
+    with pytest.raises(ValueError, match="no write for"):
+        taken_over(seen, decision, "t-new", lease_until_s=NOW_S + LEASE_S, now_s=NOW_S)

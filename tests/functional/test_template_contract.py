@@ -15,7 +15,14 @@ from PIL import Image
 
 from mediajobs.adapters.ledger import JobModel
 from mediajobs.adapters.sources import SourceModel
-from mediajobs.bootstrap import active_recipes, build_service, default_adapters, steps
+from mediajobs.bootstrap import (
+    active_recipes,
+    build_service,
+    default_adapters,
+    function_metrics,
+    powertools_logger,
+    steps,
+)
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.entrypoints import worker
 from mediajobs.local.events import object_created_body
@@ -375,7 +382,7 @@ def package_logs(caplog):
     logger; a logger Powertools configured may not propagate there
     (``copy_config_to_registered_loggers`` turns propagation off), so the handler is put on
     every such logger directly -- once, so no record is captured twice."""
-    loggers = [logging.getLogger("mediajobs"), logging.getLogger(worker.logger.name)]
+    loggers = [logging.getLogger("mediajobs"), logging.getLogger(powertools_logger().name)]
     added = [logger for logger in set(loggers) if not _reaches_root(logger)]
     for logger in added:
         logger.addHandler(caplog.handler)
@@ -400,9 +407,9 @@ def in_process_handler(local_session):
     child): the log records and metrics are the handler's and the pipeline's either way."""
     settings = Settings.from_env()
     adapters = dataclasses.replace(
-        default_adapters(settings, s3=local_session.s3), steps=steps(settings, in_process=True)
+        default_adapters(settings, clients=local_session.stack.clients()), steps=steps(settings, in_process=True)
     )
-    return worker.make_handler(build_service(settings, adapters=adapters))
+    return worker.make_handler(build_service(settings, adapters=adapters), metrics=function_metrics())
 
 
 def truncated_upload(local_session, name: str) -> tuple[dict, list[str]]:
@@ -482,18 +489,17 @@ def test_the_dashboard_shows_queues_dead_letters_jobs_and_processing_time(local_
     # The worker publishes each metric of its namespace the dashboard shows: a first
     # delivery claims, renders and fails a job; a second reuses it.
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
-    worker.metrics.clear_metrics()
     capsys.readouterr()
     event, _ = truncated_upload(local_session, f"dashboard-{uuid.uuid4().hex}")
     handler = in_process_handler(local_session)
     handler(event, LocalLambdaContext())
     handler(event, LocalLambdaContext())
     published = emitted_metrics(capsys)
-    # The dispatcher's (entrypoints/dispatcher.py publishes them) beside the worker's.
-    from mediajobs.entrypoints.dispatcher import DELIVERED, RACED, REFUSED
+    # The dispatcher's (adapters/metrics.py publishes them for it) beside the worker's.
+    from mediajobs.adapters.metrics import DISPATCH_METRICS
 
     shown = {name for ns, name in metrics if ns == namespace}
-    assert shown - published <= {DELIVERED, REFUSED, RACED}, published
+    assert shown - published <= set(DISPATCH_METRICS.values()), published
     outputs = TEMPLATE["Outputs"]
     assert "#dashboards:name=${Dashboard}" in outputs["DashboardUrl"]["Value"]["Fn::Sub"]
     assert {"BucketName", "JobsQueueUrl", "DeadLetterQueueUrl", "JobsTableName", "SourcesTableName"} <= set(outputs)

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from mediajobs.adapters.ledger import DynamoLedger, bind_model, bound_job_model
+from mediajobs.adapters.ledger import DynamoLedger
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.bootstrap import build_service, default_adapters
 from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure, TransientFailure
@@ -29,13 +29,13 @@ TOO_BIG = "x" * 410_000
 @pytest.fixture()
 def index(local_session) -> SourceIndex:
     stack = local_session.stack
-    return SourceIndex(bind_model(SourceModel, stack.sources_table_name, "us-east-1", stack.endpoint_url))
+    return stack.sources()
 
 
 @pytest.fixture()
 def ledger(local_session) -> DynamoLedger:
     stack = local_session.stack
-    return DynamoLedger(bound_job_model(stack.table_name, "us-east-1", stack.endpoint_url), max_attempts=4)
+    return stack.ledger(max_attempts=4)
 
 
 def test_a_source_id_longer_than_a_partition_key_is_unstorable_not_transient(index):
@@ -73,7 +73,7 @@ def _keyed_by_the_document(sources, hashed: str, document: str) -> Wrapping:
         lookup=lambda source_id, **kw: sources.lookup(keyed(source_id), **kw),
         begin_reading=lambda source_id, token, **kw: sources.begin_reading(keyed(source_id), token, **kw),
         remember=lambda ids, known, **kw: sources.remember([keyed(i) for i in ids], known, **kw),
-        abandon=lambda source_id, token: sources.abandon(keyed(source_id), token),
+        release=lambda source_id, token, **kw: sources.release(keyed(source_id), token, **kw),
     )
 
 
@@ -90,7 +90,7 @@ def test_the_handler_acknowledges_a_record_whose_source_id_dynamodb_refuses(loca
     head = local_session.s3.head_object(Bucket=bucket, Key=key)
     version = {"version_id": head.get("VersionId"), "etag": head["ETag"], "size_bytes": len(data)}
     hashed, document = source_version_id(bucket, key, **version), source_version_document(bucket, key, **version)
-    adapters = default_adapters(settings, s3=local_session.s3)
+    adapters = default_adapters(settings, clients=local_session.stack.clients())
     adapters = dataclasses.replace(adapters, sources=_keyed_by_the_document(adapters.sources, hashed, document))
     local_session.collector.results.clear()
     event = event_for(local_session, key, len(data))
@@ -106,7 +106,7 @@ def test_a_request_the_table_schema_refuses_is_the_deployments_fault_and_transie
     keyed otherwise) must come back and reach the dead-letter queue and its alarm: were it
     ``unstorable_input``, every upload would be acknowledged as failed."""
     stack = local_session.stack
-    wrong = SourceIndex(bind_model(SourceModel, stack.table_name, "us-east-1", stack.endpoint_url))  # the jobs table
+    wrong = SourceIndex(stack.clients().unit_of_work(), stack.model(SourceModel, stack.table_name))  # the jobs table
     with pytest.raises(TransientFailure) as refused:
         wrong.begin_reading("a" * 64, "token", now_s=1000, lease_until_s=1060)
     assert not isinstance(refused.value, PermanentFailure)

@@ -11,7 +11,7 @@ from pathlib import Path
 from mediajobs.bootstrap import build_service, default_adapters
 from mediajobs.local.embedded import EmbeddedAws
 from mediajobs.local.simulate import worker_work_dir
-from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
+from mediajobs.service_layer.work import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
 from mediajobs.settings import Settings
 from tests.conftest import REPO
 
@@ -45,7 +45,9 @@ def test_a_local_worker_starting_removes_what_a_dead_one_left_in_its_folder(loca
     dead = Path(local_session._aws.work_dir) / f"{WORK_FOLDER_PREFIX}dead"
     (dead / "original").mkdir(parents=True)
     (dead / WORK_FOLDER_MARKER).touch()
-    build_service(settings := Settings.from_env(), adapters=default_adapters(settings, s3=local_session.s3))
+    build_service(
+        settings := Settings.from_env(), adapters=default_adapters(settings, clients=local_session.stack.clients())
+    )
     assert not dead.exists()
 
 

@@ -11,7 +11,6 @@ import uuid
 import numpy as np
 from PIL import Image
 
-from mediajobs.adapters.ledger import bound_job_model
 from mediajobs.bootstrap import build_service, default_adapters, load_recipe
 from mediajobs.domain.jobs import JobSpec
 from mediajobs.domain.keys import job_key, sha256_hex
@@ -85,7 +84,7 @@ def test_outputs_have_content_type_cache_control_and_a_manifest(local_session):
         body = s3.get_object(Bucket=bucket, Key=o["key"])["Body"].read()
         assert (len(body), sha256_hex(body)) == (o["bytes"], o["sha256"])
     assert manifest["decisions"]["orientation"] == 1
-    row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
+    row = local_session.stack.job_model().get(key)
     assert (row.state, row.manifest_key, row.attempts) == ("done", f"derivatives/{key}/manifest.json", 1)
 
 
@@ -106,7 +105,7 @@ def test_transient_failure_is_reported_and_released(local_session):
     data = unique_png()
     put(local_session, "originals/w/flaky.png", data)
     settings = Settings.from_env()
-    adapters = default_adapters(settings, s3=local_session.s3)
+    adapters = default_adapters(settings, clients=local_session.stack.clients())
     flaky = FlakyStep(adapters.steps["image.variants"], ConnectionResetError("peer reset"))
     steps = {**adapters.steps, "image.variants": flaky}
     handler = worker.make_handler(build_service(settings, adapters=dataclasses.replace(adapters, steps=steps)))
@@ -114,7 +113,7 @@ def test_transient_failure_is_reported_and_released(local_session):
     response = handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
     key = job_key(sha256_hex(data), RECIPE.sha256)
-    row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
+    row = local_session.stack.job_model().get(key)
     assert row.state == "transient_failure"
     flaky.error = None
     assert handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
@@ -138,7 +137,7 @@ def test_permanent_failure_is_deleted_and_recorded(local_session, tmp_path):
     )
     assert response == {"batchItemFailures": []}
     key = job_key(sha256_hex(truncated), RECIPE.sha256)
-    row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
+    row = local_session.stack.job_model().get(key)
     assert (row.state, row.failure_reason) == ("permanent_failure", "truncated_image")
     listed = local_session.s3.list_objects_v2(Bucket=local_session.stack.bucket, Prefix=f"derivatives/{key}/")
     assert listed.get("KeyCount", 0) == 0
@@ -160,7 +159,7 @@ def _hold(local_session, data: bytes, lease_s: int, now: int | None = None) -> s
         source_key="k",
     )
     now = int(time.time()) if now is None else now
-    local_session.service._ledger.claim(spec, now_s=now, lease_until_s=now + lease_s)
+    local_session.stack.ledger().claim(spec, now_s=now, lease_until_s=now + lease_s)
     return key
 
 
@@ -174,7 +173,7 @@ def one_job_handler(session, **changes):
     web-image@1 alone."""
     adapters = dataclasses.replace(local_adapters(session.stack, session.settings), **changes)
     service = build_service(session.settings, adapters=adapters, recipes=ONE_JOB)
-    return local_handler(worker.make_handler(service), worker.metrics)
+    return local_handler(worker.make_handler(service))
 
 
 def received_with(session, body: str) -> list[dict]:
@@ -229,7 +228,7 @@ def test_a_busy_record_that_cannot_be_resent_goes_back_after_the_lease(local_ses
     _hold(local_session, data, lease_s=3)
     settings = Settings.from_env()
     queue = FakeQueue(refuse_resend=True)
-    adapters = dataclasses.replace(default_adapters(settings, s3=local_session.s3), queue=queue)
+    adapters = dataclasses.replace(default_adapters(settings, clients=local_session.stack.clients()), queue=queue)
     handler = worker.make_handler(build_service(settings, adapters=adapters, recipes=ONE_JOB))
     event = event_for(local_session, "originals/w/busy-later.png", len(data))
     response = handler(event, LocalLambdaContext())
@@ -252,21 +251,20 @@ def test_a_handler_bound_to_a_service_reports_each_record_to_its_listener(local_
     assert seen == [(event["Records"][0]["messageId"], 2, "done")]  # a record that does not parse never reaches it
 
 
-def test_local_runs_never_print_metrics(capsys, monkeypatch):
-    """Disabled metrics pile up in Powertools and print at 100 values; local runs clear them."""
-    from aws_lambda_powertools.metrics import MetricUnit
-
-    from mediajobs.local.session import local_handler
+def test_a_handlers_metrics_never_pile_up_across_invocations(capsys, monkeypatch):
+    """Disabled metrics pile up in Powertools (its ``Metrics`` share one set) and print at
+    100 values: a handler's metrics hold none once an invocation ends."""
+    from mediajobs.bootstrap import function_metrics
 
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    metrics = function_metrics()
 
     def busy_handler(event, context):
         for _ in range(60):
-            worker.metrics.add_metric(name="JobsReused", unit=MetricUnit.Count, value=1)
+            metrics.busy()
         return {"batchItemFailures": []}
 
-    monkeypatch.setattr(worker, "lambda_handler", busy_handler)
-    handler = local_handler(worker)
+    handler = metrics.around(busy_handler)
     for _ in range(3):
         handler({"Records": []}, LocalLambdaContext())
     assert capsys.readouterr().out == ""
@@ -294,9 +292,7 @@ def test_a_record_on_its_last_receive_but_one_is_handed_over_before_any_work(loc
     assert copy["Attributes"]["ApproximateReceiveCount"] == "1"
     assert copy["MessageAttributes"]["mediajobs-handovers"]["StringValue"] == "1"
     key = job_key(sha256_hex(data), RECIPE.sha256)
-    assert (
-        bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).count(key) == 0
-    )  # no work was done on the handed-over receive
+    assert local_session.stack.job_model().count(key) == 0  # no work was done on the handed-over receive
     local_session.sqs.delete_message(QueueUrl=local_session.stack.queue_url, ReceiptHandle=copy["ReceiptHandle"])
 
 
@@ -306,7 +302,7 @@ def test_after_two_handovers_a_record_is_processed_and_left_to_sqs(local_session
     event = _record(local_session, "originals/w/handed-twice.png", len(data), receives=4, handovers=2)
     assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     key = job_key(sha256_hex(data), RECIPE.sha256)
-    row = bound_job_model(local_session.stack.table_name, "us-east-1", local_session.stack.endpoint_url).get(key)
+    row = local_session.stack.job_model().get(key)
     assert row.state == "done"
 
 

@@ -384,9 +384,7 @@ def test_an_avif_grid_listed_after_its_tile_that_libavif_refuses_is_unsupported_
     data = cases.avif_bytes(cases.quadrants(96, 64), quality=90, speed=10)
     heif = bmff.read_heif(data)
     tile = cases.coded_item(data, 2, hidden=True)
-    grid = bmff.Item(
-        1, "grid", bmff.grid_descriptor(1, 1, 96, 64), [(bmff.ispe(96, 64), False)], refs=[("dimg", [2])]
-    )
+    grid = bmff.Item(1, "grid", bmff.grid_descriptor(1, 1, 96, 64), [(bmff.ispe(96, 64), False)], refs=[("dimg", [2])])
     source = tmp_path / "tile-first.avif"
     source.write_bytes(bmff.write_heif(bmff.Heif(heif.brands, 1, [tile, grid])))
     out = tmp_path / "out"

@@ -183,9 +183,7 @@ def test_i17_html_error_page_named_jpg_is_unsupported(tmp_path):
 
 def test_corrupted_jpeg_is_a_permanent_failure_with_its_reason(tmp_path):
     with pytest.raises(PermanentFailure) as caught:
-        PillowRenderer(50_000_000).render(
-            media_file("bad", "corrupted.jpg"), RECIPE.params.variants, tmp_path
-        )
+        PillowRenderer(50_000_000).render(media_file("bad", "corrupted.jpg"), RECIPE.params.variants, tmp_path)
     assert caught.value.reason == "corrupt_image"
     assert caught.value.detail == "16384 fill bytes at byte 212992"  # then an invalid marker 0xFF9F
 

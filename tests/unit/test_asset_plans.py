@@ -1,21 +1,10 @@
-"""The pure part of the DynamoDB assets adapter: what each change writes (the reference
-rows added and deleted, the candidates), and the bounded retry of lost races."""
+"""What each change of an asset writes (the reference rows added and deleted, the
+candidates): the domain's plans, which the DynamoDB adapter and the fake both apply; and
+the adapter's keys."""
 
 from __future__ import annotations
 
-import pytest
-
-from mediajobs.adapters.assets import (
-    MAX_ROUNDS,
-    DynamoAssets,
-    _Retry,
-    candidate_pk,
-    candidate_sk,
-    plan_current,
-    plan_delete,
-    plan_record,
-    reference_sk,
-)
+from mediajobs.adapters.assets import candidate_pk, candidate_sk, reference_sk
 from mediajobs.domain.assets import (
     AssetJob,
     AssetJobState,
@@ -23,10 +12,12 @@ from mediajobs.domain.assets import (
     AssetVersion,
     AssetView,
     Candidate,
+    plan_current,
+    plan_delete,
+    plan_record,
     reference_id,
     sequencer_order,
 )
-from mediajobs.domain.errors import TransientFailure
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64
 
@@ -88,24 +79,3 @@ def test_record_names_the_jobs_failed_without_a_manifest():
     )
     assert (view.state, view.reason, failed) == (AssetState.FAILED, "attempts_exhausted", (A, B))
     assert plan_record(old, sequencer_order("2"), [], now_s=3) is None
-
-
-def test_lost_races_are_retried_a_bounded_number_of_times_then_transient():
-    waits: list[float] = []
-    assets = DynamoAssets(None, sleep=waits.append)  # type: ignore[arg-type]  # no model is used
-
-    def lose() -> None:
-        raise _Retry("ConditionalCheckFailed")
-
-    with pytest.raises(TransientFailure):
-        assets._rounds_of("asset make_current", lose)
-    assert len(waits) == MAX_ROUNDS - 1 and all(0 <= w <= 0.2 for w in waits)
-    tries = iter([_Retry("TransactionConflict"), None])
-
-    def once() -> str:
-        failure = next(tries)
-        if failure is not None:
-            raise failure
-        return "written"
-
-    assert assets._rounds_of("asset delete", once) == "written"

@@ -13,7 +13,7 @@ from mediajobs.domain.errors import OUTPUT_CONFLICT, PermanentFailure, Supersede
 from mediajobs.domain.jobs import JobSpec, ObjectRef, OutputRecord, RenderContext
 from mediajobs.domain.keys import sha256_hex
 from mediajobs.service_layer.commit import Commit
-from mediajobs.service_layer.lease import LeaseKeeper
+from mediajobs.service_layer.lease import Lease, LeaseKeeper
 from tests.fakes import FakeClock, FakeImageStep, FakeLedger, FakeStore
 
 KEY = "a" * 64
@@ -33,17 +33,8 @@ def held(tmp_path, objects=None):
     log: list = []
     store, ledger, clock = FakeStore(objects or {}, log), FakeLedger(log), FakeClock()
     claim = ledger.claim(SPEC, now_s=1000, lease_until_s=1300)
-    keeper = LeaseKeeper(
-        ledger=ledger,
-        queue=None,
-        job_key=KEY,
-        token=claim.lease_token,
-        expires_at_s=1300,
-        delivery=None,
-        lease_s=300,
-        margin_s=10,
-        clock=clock,
-    )
+    lease = Lease(ledger, KEY, claim.lease_token, 1300, clock=clock)
+    keeper = LeaseKeeper(lease, queue=None, delivery=None, lease_s=300, margin_s=10)
     steps: list[str] = []
     commit = Commit(store, ledger, SOURCE, SPEC, claim.lease_token, keeper, clock, lambda p, k: steps.append(p))
     params = types.SimpleNamespace(variants=[Variant("thumb"), Variant("card")])

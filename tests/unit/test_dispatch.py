@@ -14,6 +14,7 @@ from mediajobs.service_layer.dispatch import (
     Dispatcher,
     NotYet,
     OutboxRecord,
+    Timing,
     WebhookAnswer,
     WebhookDestination,
     WebhookPolicy,
@@ -181,9 +182,7 @@ def webhook(receiver, policy=None):
         receiver,
         Signer(),
         policy=policy or WebhookPolicy(),
-        clock=clock,
-        sleep=clock.sleep,
-        jitter=lambda: 0.5,
+        timing=Timing(clock, clock.sleep, lambda: 0.5),
     )
     return dest, clock
 

@@ -16,7 +16,7 @@ import pytest
 
 from mediajobs.adapters import ffmpeg
 from mediajobs.adapters.video import FfmpegRenderer
-from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, remove_work_folders
+from mediajobs.service_layer.work import WORK_FOLDER_MARKER, remove_work_folders
 from tests.conftest import REPO, load_script
 
 FAKE_FFPROBE = b"#!/bin/sh\necho fake ffprobe\nexit 0\n" + bytes(range(256)) * 64

@@ -6,7 +6,7 @@ import pytest
 
 from mediajobs.domain.errors import DeadlineReached, DeliveryLost, Superseded, TransientFailure
 from mediajobs.domain.jobs import Delivery
-from mediajobs.service_layer.lease import LeaseKeeper, lease_until
+from mediajobs.service_layer.lease import Lease, LeaseKeeper, lease_until
 from tests.fakes import FakeQueue
 
 
@@ -28,23 +28,14 @@ class FakeLedger:
         if self.lost:
             raise Superseded(job_key)
 
-    def release_transient(self, job_key, token, *, detail, now_s):
+    def release(self, job_key, token, *, detail, now_s):
         self.calls.append(("release", detail))
 
 
 def keeper(clock, ledger, queue, remaining, lease_s=60, margin_s=10):
     delivery = Delivery("arn:aws:sqs:us-east-1:1:q", "rh", 1, lambda: remaining[0])
-    return LeaseKeeper(
-        ledger=ledger,
-        queue=queue,
-        job_key="k" * 64,
-        token="t",
-        expires_at_s=int(clock()) + lease_s,
-        delivery=delivery,
-        lease_s=lease_s,
-        margin_s=margin_s,
-        clock=clock,
-    )
+    lease = Lease(ledger, "k" * 64, "t", int(clock()) + lease_s, clock=clock)
+    return LeaseKeeper(lease, queue=queue, delivery=delivery, lease_s=lease_s, margin_s=margin_s)
 
 
 def test_the_lease_never_outlives_the_invocation():
@@ -164,17 +155,8 @@ def test_sqs_answers_for_a_receipt_handle_that_is_no_longer_ours():
 def _claimed_earlier(clock, ledger, queue, held_s, lease_s=60, margin_s=10):
     """A keeper for a claim taken ``held_s`` seconds ago (an earlier job of the delivery ran meanwhile)."""
     delivery = Delivery("arn:aws:sqs:us-east-1:1:q", "rh", 1, lambda: 800.0)
-    return LeaseKeeper(
-        ledger=ledger,
-        queue=queue,
-        job_key="k" * 64,
-        token="t",
-        expires_at_s=int(clock()) - held_s + lease_s,
-        delivery=delivery,
-        lease_s=lease_s,
-        margin_s=margin_s,
-        clock=clock,
-    )
+    lease = Lease(ledger, "k" * 64, "t", int(clock()) - held_s + lease_s, clock=clock)
+    return LeaseKeeper(lease, queue=queue, delivery=delivery, lease_s=lease_s, margin_s=margin_s)
 
 
 @pytest.mark.parametrize("held_s", [20, 59, 75])

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from mediajobs.adapters.records import ObjectEventRecord, is_deleted, parses, to_deleted, to_object_ref
 from mediajobs.bootstrap import load_recipe
 from mediajobs.domain.assets import (
     AssetJobState,
@@ -22,7 +23,6 @@ from mediajobs.domain.assets import (
 from mediajobs.domain.errors import EMPTY_FILE, TOO_MANY_PIXELS, UNSUPPORTED_FORMAT, PermanentFailure, TransientFailure
 from mediajobs.domain.jobs import ClaimOutcome, ObjectRef, SourceState
 from mediajobs.domain.keys import encode_event_key, job_key, sha256_hex
-from mediajobs.entrypoints.records import ObjectEventRecord, is_deleted, parses, to_deleted, to_object_ref
 from mediajobs.entrypoints.worker import make_handler
 from mediajobs.local.events import object_created_event, sqs_event
 from mediajobs.local.runner import LocalLambdaContext
@@ -40,6 +40,7 @@ from tests.fakes import (
     FakeStore,
     FakeVideoStep,
     Wrapping,
+    pipeline_on,
 )
 
 pytestmark = pytest.mark.unit
@@ -110,7 +111,7 @@ def make(tmp_path, *, data=b"photo", checksums=False, media="image", error=None,
     adapters = {"store": store, "ledger": ledger, "sources": sources, "assets": assets}
     if wrap:
         adapters = {name: wrap.get(name, lambda a: a)(adapter) for name, adapter in adapters.items()}
-    pipeline = Pipeline(
+    pipeline = pipeline_on(
         Settings(work_dir=str(tmp_path)),
         store=adapters["store"],
         ledger=adapters["ledger"],
@@ -184,7 +185,7 @@ def test_the_reference_is_in_place_before_the_job_rows_are_read(tmp_path):
 
 
 @pytest.mark.parametrize("checksums", [True, False], ids=["checksum", "no-checksum"])
-def test_a_duplicate_of_a_ready_asset_writes_nothing_and_costs_one_read_beyond_the_jobs(tmp_path, checksums):
+def test_a_duplicate_of_a_ready_asset_writes_nothing_and_costs_one_read(tmp_path, checksums):
     reads: list[str] = []
     rig = make(
         tmp_path,
@@ -198,9 +199,10 @@ def test_a_duplicate_of_a_ready_asset_writes_nothing_and_costs_one_read_beyond_t
     assert result.state == SourceState.DONE and all(j.reused for j in result.jobs)
     assert rig.view() == before and rig.image_step.calls == renders
     assert rig.asset_calls() == []  # nothing moves it back, nothing is written
-    # DynamoDB requests: the asset's read (which knows the hash of this version: no source
-    # index lookup without a checksum) and the jobs' read. S3: one HeadObject, 0 bytes.
-    assert reads == ["get"] and [e for e in rig.log if e[0] != "head"] == [("find", 2)]
+    # One DynamoDB request, the asset's read: it holds what the answer needs (the version
+    # ended, every job final). No HeadObject, no job row, no byte of S3.
+    assert reads == ["get"] and rig.log == []
+    assert result.bytes_read == 0 and {j.job_key for j in result.jobs} == {j.job_key for j in before.jobs}
 
 
 def test_an_overwrite_with_other_bytes_makes_the_new_version_current_and_the_old_jobs_unreferenced(tmp_path):
@@ -418,7 +420,7 @@ def test_superseded_and_deleted_records_are_acknowledged():
 def test_without_assets_nothing_is_kept_and_deletes_are_acknowledged(tmp_path):
     log: list = []
     store = FakeStore({KEY: b"photo"}, log)
-    pipeline = Pipeline(
+    pipeline = pipeline_on(
         Settings(work_dir=str(tmp_path)),
         store=store,
         ledger=FakeLedger(log),

@@ -20,6 +20,7 @@ MODELS = params_models(steps(Settings()))
 def parse_recipe(document):
     return domain_recipes.parse_recipe(document, MODELS)
 
+
 RAW = json.loads(resources.files("mediajobs.recipes").joinpath("web-image.v1.json").read_text())
 VIDEO_V2 = json.loads(resources.files("mediajobs.recipes").joinpath("web-video.v2.json").read_text())
 
@@ -143,10 +144,10 @@ def test_max_fps_must_be_a_whole_rate_from_1_to_240(max_fps):
 
 
 def test_a_service_whose_recipes_name_an_unregistered_step_is_refused_when_built():
-    from mediajobs.service_layer.pipeline import Pipeline
+    from tests.fakes import pipeline_on
 
     with pytest.raises(ValueError, match=r"not registered: \['image.variants'\]"):
-        Pipeline(
+        pipeline_on(
             Settings(),
             store=None,
             ledger=None,

@@ -23,9 +23,10 @@ from mediajobs.domain.errors import (
 )
 from mediajobs.domain.jobs import Delivery, JobView, KnownSource, ObjectRef, OutputCandidate, OutputRecord, Reading
 from mediajobs.domain.keys import job_key, sha256_hex, source_version_id
-from mediajobs.service_layer.pipeline import Pipeline, PipelineObserver
+from mediajobs.service_layer.observer import PipelineObserver
+from mediajobs.service_layer.pipeline import Pipeline
 from mediajobs.settings import Settings
-from tests.fakes import FakeImageStep, FakeLedger, FakeSources, FakeStore, FakeVideoStep, Wrapping
+from tests.fakes import FakeImageStep, FakeLedger, FakeSources, FakeStore, FakeVideoStep, Wrapping, pipeline_on
 
 RECIPE = load_recipe("web-image", 1)
 
@@ -60,6 +61,7 @@ def make(
     wrap_sources=None,
     image_step=None,
     disk_usage=shutil.disk_usage,
+    observer=None,
 ):
     """``wrap_*``: a function of the fake returning the adapter the pipeline is given (a
     :class:`~tests.fakes.Wrapping` that injects a fault); the rig holds the fake itself."""
@@ -68,7 +70,7 @@ def make(
     ledger = FakeLedger(log)
     sources = FakeSources(log)
     image_step = image_step or FakeImageStep(error)
-    pipeline = Pipeline(
+    pipeline = pipeline_on(
         Settings(work_dir=str(tmp_path)),
         store=wrap_store(store) if wrap_store else store,
         ledger=wrap_ledger(ledger) if wrap_ledger else ledger,
@@ -77,7 +79,7 @@ def make(
         recipes=recipes or {"image": [RECIPE]},
         detect_media=lambda p, k: media,
         clock=clock,
-        observer=PipelineObserver(),
+        observer=observer or PipelineObserver(),
         disk_usage=disk_usage,
     )
     return Rig(pipeline, store, ledger, sources, image_step, log)
@@ -253,14 +255,13 @@ def test_content_remembered_while_this_delivery_marks_it_is_claimed_before_readi
 
 
 def test_the_observer_is_told_when_this_delivery_holds_the_reading_mark(tmp_path):
-    rig = make(tmp_path)
     told = []
 
     class Observer(PipelineObserver):
         def reading(self, source):
             told.append(source.key)
 
-    rig.pipeline.observer = Observer()
+    rig = make(tmp_path, observer=Observer())
     rig.pipeline.process(REF)
     rig.pipeline.process(REF)  # a redelivery: answered from the index, no mark
     assert told == ["originals/a.jpg"]
@@ -273,7 +274,7 @@ def test_a_failed_read_gives_up_its_reading_marker(tmp_path):
     rig = make(tmp_path, wrap_store=lambda store: Wrapping(store, download=broken))
     with pytest.raises(TransientFailure):
         rig.pipeline.process(REF)
-    assert [e[0] for e in rig.log if e[0] in ("begin_reading", "abandon")] == ["begin_reading", "abandon"]
+    assert [e[0] for e in rig.log if e[0] in ("begin_reading", "release_mark")] == ["begin_reading", "release_mark"]
     assert rig.sources.rows == {}
 
 
@@ -292,14 +293,13 @@ def test_a_superseded_worker_cannot_mark_the_job_done(tmp_path):
     """Another worker took the job over while this one rendered. Its writes are
     conditional (``If-None-Match``), so they cannot replace anything stored; marking the
     job done is fenced on the token, so it reports itself superseded."""
-    pipeline, store, ledger, _, _ = make(tmp_path)
 
     class Observer(PipelineObserver):
         def step(self, point, job_key):
             if point == "output_stored" and ledger.rows[job_key].lease_token == "t1":
                 ledger.rows[job_key] = dataclasses.replace(ledger.rows[job_key], lease_token="someone-else")
 
-    pipeline.observer = Observer()
+    pipeline, store, ledger, _, _ = make(tmp_path, observer=Observer())
     with pytest.raises(Superseded):
         pipeline.process(REF)
     row = ledger.rows[_key(pipeline)]
@@ -376,7 +376,7 @@ class ProgressSeen(PipelineObserver):
 def make_video(tmp_path, video_renderer, clock=lambda: 1000.0):
     log: list = []
     observer = ProgressSeen()
-    pipeline = Pipeline(
+    pipeline = pipeline_on(
         Settings(work_dir=str(tmp_path)),
         store=FakeStore({"originals/a.jpg": b"video"}, log, False),
         ledger=FakeLedger(log),
@@ -438,7 +438,7 @@ def test_video_progress_is_logged_at_most_every_10_seconds(tmp_path, caplog):
     now = [1000.0]
     renderer = SteppingRenderer(now, [1001.0, 1005.0, 1010.0, 1012.0, 1019.9, 1020.0, 1031.0])
     pipeline, _, _ = make_video(tmp_path, renderer, clock=lambda: now[0])
-    with caplog.at_level("INFO", logger="mediajobs.service_layer.pipeline"):
+    with caplog.at_level("INFO", logger="mediajobs.service_layer.runner"):
         pipeline.process(REF)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rendering ")]
     assert logged == ["rendering 720p: 17% (10.0 of 60.0 s)", "rendering 720p: 33% (20.0 of 60.0 s)",
@@ -465,7 +465,7 @@ def test_at_init_every_work_folder_is_a_dead_predecessors_and_is_removed_whateve
     import os
     import time
 
-    from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, remove_work_folders
+    from mediajobs.service_layer.work import WORK_FOLDER_MARKER, remove_work_folders
 
     just_died, long_dead, other = tmp_path / "mediajobs-a1", tmp_path / "mediajobs-b2", tmp_path / "someone-elses"
     for folder in (just_died, long_dead, other):
@@ -482,7 +482,7 @@ def test_at_init_every_work_folder_is_a_dead_predecessors_and_is_removed_whateve
 def test_a_users_folder_named_like_a_work_folder_is_not_removed(tmp_path):
     """Only folders the pipeline made (they hold the marker) go: ``mediajobs-out`` is the
     demo's output folder, and a ``WORK_DIR`` may be a folder the user keeps things in."""
-    from mediajobs.service_layer.pipeline import remove_work_folders
+    from mediajobs.service_layer.work import remove_work_folders
 
     for name in ("mediajobs-out", "mediajobs-photos"):
         (tmp_path / name).mkdir()
@@ -493,7 +493,7 @@ def test_a_users_folder_named_like_a_work_folder_is_not_removed(tmp_path):
 
 
 def test_a_live_worker_with_another_work_dir_keeps_its_folder(tmp_path):
-    from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, remove_work_folders
+    from mediajobs.service_layer.work import WORK_FOLDER_MARKER, remove_work_folders
 
     (live := tmp_path / "worker-1" / "mediajobs-live").mkdir(parents=True)
     (live / WORK_FOLDER_MARKER).touch()
@@ -504,7 +504,7 @@ def test_a_live_worker_with_another_work_dir_keeps_its_folder(tmp_path):
 
 def test_a_work_folder_is_named_for_the_cleanup(tmp_path):
     """The folder a record is read into is one the INIT cleanup recognises."""
-    from mediajobs.service_layer.pipeline import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
+    from mediajobs.service_layer.work import WORK_FOLDER_MARKER, WORK_FOLDER_PREFIX
 
     seen, marked = [], []
 
@@ -737,14 +737,13 @@ def test_a_job_taken_over_while_the_jobs_before_it_ran_is_not_rendered(tmp_path)
     now = [1000.0]
     started: list[str] = []
     step = TakingOverTheNextJob(None, now)
-    rig = make(tmp_path, recipes=TWO_JOBS, clock=lambda: now[0], image_step=step)
-    step.ledger = rig.ledger
 
     class Watching(PipelineObserver):
         def render_started(self, job_key, source):
             started.append(job_key)
 
-    rig.pipeline.observer = Watching()
+    rig = make(tmp_path, recipes=TWO_JOBS, clock=lambda: now[0], image_step=step, observer=Watching())
+    step.ledger = rig.ledger
     with pytest.raises(Superseded):
         rig.pipeline.process(REF)
     rows = {row.recipe_id: row for row in rig.ledger.rows.values()}

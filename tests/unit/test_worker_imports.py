@@ -38,8 +38,7 @@ _INIT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import app  # functions/worker/app.py, as the runtime imports the handler
-from mediajobs.entrypoints import worker
-handler = worker.default_handler()  # the service, built as the first record would
+handler = app.lambda_handler.built()  # the service, built as the first record would
 loaded = {"init": sorted(sys.modules)}
 """
 
