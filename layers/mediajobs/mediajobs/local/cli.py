@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
 from mediajobs.domain.jobs import JobResult, SourceResult
+from mediajobs.local.arguments import non_negative_seconds
 from mediajobs.local.gallery import (
     GalleryEntry,
     GalleryPlaceholder,
@@ -34,7 +35,7 @@ from mediajobs.local.gallery import (
 )
 from mediajobs.local.progress import ProgressBars
 from mediajobs.local.session import AdapterWrapper, LocalSession
-from mediajobs.local.simulate import StormConfig
+from mediajobs.local.simulate import StormConfig, storm_flags
 from mediajobs.local.template import FUNCTION_ID
 from mediajobs.settings import _ENV_NAMES, Settings
 
@@ -741,53 +742,30 @@ def cmd_delete(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     return 0
 
 
-def share(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"a share is between 0 and 1, got {text}")
-    return value
-
-
-def positive_integer(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
 #: The storm's bound on the mean DynamoDB requests of a duplicate delivery (see cmd_simulate).
 MAX_DDB_REQUESTS_PER_DUPLICATE: Final = 3.0
+
+
+def add_storm_flags(parser: argparse.ArgumentParser) -> None:
+    """Add a flag for each field of :class:`~mediajobs.local.simulate.StormConfig` that
+    declares one, in the fields' order: its name, type and help as the field's
+    :class:`~mediajobs.local.simulate.Flag` says, its default the field's."""
+    for field, flag in storm_flags():
+        parser.add_argument(flag.name, type=flag.parse, default=field.default, help=flag.help_for(field.default))
+
+
+def storm_config(args: argparse.Namespace) -> StormConfig:
+    """The :class:`~mediajobs.local.simulate.StormConfig` that ``simulate``'s parsed flags
+    (and the command's ``--log-level``) describe."""
+    given = {field.name: getattr(args, flag.dest) for field, flag in storm_flags()}
+    return StormConfig(**given, log_level=args.log_level)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Run the storm; print one JSON object; exit 1 when an exactly-once check fails."""
     from mediajobs.local.simulate import run_storm
 
-    cfg = StormConfig(
-        uploads=args.uploads,
-        workers=args.workers,
-        crash_rate=args.crash_rate,
-        identical_share=args.identical_share,
-        duplicate_share=args.duplicate_share,
-        redelivery_share=args.redelivery_share,
-        checksum_share=args.checksum_share,
-        lease_s=args.lease_seconds,
-        visibility_s=args.visibility_seconds,
-        max_seconds=args.max_seconds,
-        overwrite_rate=args.overwrite_rate,
-        delete_rate=args.delete_rate,
-        grace_s=args.grace_seconds,
-        conflict_hold_ms=args.conflict_hold_ms,
-        seed=args.seed,
-        log_level=args.log_level,
-    )
+    cfg = storm_config(args)
     summary = run_storm(cfg, events_log=args.events_log)
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=2), flush=True)
     failed = storm_failures(summary, cfg)
@@ -884,13 +862,6 @@ def cmd_webhook_listen(args: argparse.Namespace, parser: argparse.ArgumentParser
     return 0
 
 
-def non_negative_seconds(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``mediajobs`` command."""
     parser = argparse.ArgumentParser(prog="mediajobs", description=__doc__.splitlines()[0])
@@ -911,89 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit 1 when something was lost, dead-lettered or rendered twice, a check failed or a duplicate cost "
         "more than its bound (each reason on stderr).",
     )
-    storm = StormConfig()  # the storm's defaults, written once
-    sim.add_argument(
-        "--uploads", type=positive_integer, default=storm.uploads, help=f"originals uploaded (default {storm.uploads})"
-    )
-    sim.add_argument(
-        "--workers", type=positive_integer, default=storm.workers, help=f"worker processes (default {storm.workers})"
-    )
-    sim.add_argument(
-        "--crash-rate",
-        type=share,
-        default=storm.crash_rate,
-        help=f"probability a worker dies while holding a claim (default {storm.crash_rate})",
-    )
-    sim.add_argument(
-        "--identical-share",
-        type=share,
-        default=storm.identical_share,
-        help=f"byte-identical copies under other keys (default {storm.identical_share})",
-    )
-    sim.add_argument(
-        "--overwrite-rate",
-        type=share,
-        default=storm.overwrite_rate,
-        help=f"uploads written again later with other bytes, some events out of order (default {storm.overwrite_rate})",
-    )
-    sim.add_argument(
-        "--delete-rate",
-        type=share,
-        default=storm.delete_rate,
-        help=f"uploads deleted later, shared bytes first, some re-uploaded (default {storm.delete_rate})",
-    )
-    sim.add_argument(
-        "--grace-seconds",
-        type=int,
-        default=storm.grace_s,
-        help=f"the storm's collection grace period, seconds (default {storm.grace_s})",
-    )
-    sim.add_argument(
-        "--conflict-hold-ms",
-        type=float,
-        default=storm.conflict_hold_ms,
-        help="emulate DynamoDB's transaction conflicts, each transaction holding its items this long "
-        f"(0: off; default {storm.conflict_hold_ms:g})",
-    )
-    sim.add_argument(
-        "--duplicate-share",
-        type=share,
-        default=storm.duplicate_share,
-        help=f"events delivered twice (default {storm.duplicate_share})",
-    )
-    sim.add_argument(
-        "--redelivery-share",
-        type=share,
-        default=storm.redelivery_share,
-        help="records whose acknowledgement is lost, redelivered after the visibility timeout "
-        f"(default {storm.redelivery_share})",
-    )
-    sim.add_argument(
-        "--checksum-share",
-        type=share,
-        default=storm.checksum_share,
-        help=f"uploads sent with a full-object SHA-256 checksum (default {storm.checksum_share})",
-    )
-    sim.add_argument(
-        "--lease-seconds",
-        type=positive_integer,
-        default=storm.lease_s,
-        help=f"the workers' lease (default {storm.lease_s})",
-    )
-    sim.add_argument(
-        "--visibility-seconds",
-        type=positive_integer,
-        default=storm.visibility_s,
-        help="the queue's visibility timeout: how long a crashed batch's other records stay hidden "
-        f"(default {storm.visibility_s})",
-    )
-    sim.add_argument("--seed", type=int, default=storm.seed, help=f"random seed (default {storm.seed})")
-    sim.add_argument(
-        "--max-seconds",
-        type=positive_seconds,
-        default=storm.max_seconds,
-        help=f"give up after this long (default {storm.max_seconds:g})",
-    )
+    add_storm_flags(sim)
     sim.add_argument(
         "--events-log",
         type=Path,
