@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mediajobs.local.embedded import LocalStack
+    from mediajobs.local.notifications import LocalNotifications
     from mediajobs.service_layer.ports import Assets
 
 #: Where ``mediajobs serve`` listens unless told otherwise (its ``--port`` default).
@@ -230,12 +231,14 @@ def cmd_demo(
     args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters: AdapterWrapper | None = None
 ) -> int:
     """Run the demo: sample photos and videos through the embedded AWS, delivered twice."""
+    from mediajobs.local.notifications import LocalNotifications
+
     files, out_dir = _checked_inputs(args, parser)
     files = files or sample_photos() + _videos_if_ffmpeg()
     out_dir = out_dir.resolve()
     with (
         LocalSession(log_level=args.log_level, bars=ProgressBars(), wrap_adapters=wrap_adapters) as session,
-        _DemoNotifications(session) as told,
+        LocalNotifications(session.stack) as told,
     ):
         print(
             f"embedded AWS at {session.stack.endpoint_url}: bucket {session.stack.bucket}, "
@@ -266,7 +269,7 @@ def cmd_demo(
         )
         rows = [(title, _first_result(session, key)) for title, _, key in uploads]
         _print_table(rows)
-        told.deliver("notifications")
+        _tell(told, "notifications")
 
         session.redeliver(first_bodies)
         second_received = session.run().received - first_received
@@ -277,7 +280,7 @@ def cmd_demo(
             f"{renders_second} renders, {reused} jobs reused"
             f"{' - no render ran twice' if renders_second == 0 else ' - UNEXPECTED RENDERS'}"
         )
-        no_new_ids = told.deliver("notifications after the second delivery") == 0
+        no_new_ids = _tell(told, "notifications after the second delivery") == 0
         print(f"dead-letter queue: {session.dead_letters()} messages")
 
         entries = []
@@ -294,7 +297,7 @@ def cmd_demo(
             entries.append(entry)
         # The first photo and its copy share one derivative set: delete them one by one.
         collected = _delete_and_collect(session, uploads[0][2], uploads[-1][2])
-        told.deliver("notifications of the deletes")
+        _tell(told, "notifications of the deletes")
         for entry, (_, _, key) in zip(entries, uploads, strict=True):
             entry.status = asset_document(session.stack, key)
         index = write_gallery(out_dir, entries)
@@ -303,43 +306,16 @@ def cmd_demo(
     return 0 if renders_second == 0 and collected and no_new_ids else 1
 
 
-class _DemoNotifications:
-    """The demo's receiver and dispatcher: a verifying webhook receiver on 127.0.0.1 and
-    the real dispatcher on the outbox stream; :meth:`deliver` runs the dispatcher and
-    prints what reached the receiver and the bus since the last call."""
-
-    def __init__(self, session: LocalSession) -> None:
-        self.session = session
-
-    def __enter__(self) -> _DemoNotifications:
-        from mediajobs.local.notifications import local_dispatcher, new_webhook_secret
-        from mediajobs.local.receiver import WebhookReceiver
-
-        secret = new_webhook_secret()
-        self.receiver = WebhookReceiver(secret).start()
-        self.dispatcher = local_dispatcher(self.session.stack, webhook_url=self.receiver.url, webhook_secret=secret)
-        self._seen = 0
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.receiver.stop()
-
-    def deliver(self, title: str) -> int:
-        """Dispatch what the outbox holds; print the new notification ids; return how many."""
-        from mediajobs.local.notifications import seen_events
-
-        self.dispatcher.mapping.drain()
-        deliveries = self.receiver.received.deliveries[self._seen :]
-        self._seen = len(self.receiver.received.deliveries)
-        known = {d.id for d in self.receiver.received.deliveries[: self._seen - len(deliveries)]}
-        new = [d for d in deliveries if d.id not in known]
-        events = seen_events(self.session.stack)
-        print(f"\n{title}: {len(new)} new ids at the webhook ({len(deliveries)} deliveries), {len(events)} bus events")
-        width = max((len(str(d.payload.get("asset", {}).get("key"))) for d in new), default=0)
-        for d in new:
-            key = str(d.payload.get("asset", {}).get("key"))
-            print(f"  {d.payload.get('type'):<14} {key:<{width}}  id {d.id[:12]}")
-        return len(new)
+def _tell(told: LocalNotifications, title: str) -> int:
+    """Dispatch what the outbox holds; print the new notification ids; return how many."""
+    events = told.dispatch()
+    deliveries, new = told.new_deliveries()
+    print(f"\n{title}: {len(new)} new ids at the webhook ({len(deliveries)} deliveries), {len(events)} bus events")
+    width = max((len(str(d.payload.get("asset", {}).get("key"))) for d in new), default=0)
+    for d in new:
+        key = str(d.payload.get("asset", {}).get("key"))
+        print(f"  {d.payload.get('type'):<14} {key:<{width}}  id {d.id[:12]}")
+    return len(new)
 
 
 def _delete_and_collect(session: LocalSession, first: str, copy: str) -> bool:
@@ -483,9 +459,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("press Ctrl-C to stop", flush=True)
         try:
             if args.worker:
-                _serve_worker(
-                    stack, args.log_level, webhook_url=args.webhook_url, webhook_secret=args.webhook_secret
-                )
+                _serve_worker(stack, args.log_level, webhook_url=args.webhook_url, webhook_secret=args.webhook_secret)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:

@@ -46,6 +46,7 @@ from mediajobs.local.arguments import positive_integer, positive_seconds, share
 if TYPE_CHECKING:
     from mediajobs.domain.jobs import Downloaded, ObjectHead, ObjectRef
     from mediajobs.local.embedded import LocalStack
+    from mediajobs.local.notifications import LocalNotifications
     from mediajobs.service_layer.ports import ObjectStore
     from mediajobs.settings import Settings
 
@@ -126,7 +127,8 @@ class StormConfig:
         collection every ``collect_every_s``, and a last one with no grace at the end).
     collect_every_s: how often the parent runs a collection, seconds.
     dispatch_every_s: how often the parent runs the dispatcher on the outbox stream, seconds
-        (its webhook goes to a verifying receiver in the parent: :class:`StormNotifications`).
+        (its webhook goes to a verifying receiver in the parent:
+        :class:`~mediajobs.local.notifications.LocalNotifications`).
     conflict_hold_ms: when above 0, the embedded DynamoDB has transaction conflicts, each
         transaction holding its items this long (:mod:`mediajobs.local.conflicts`); the
         summary then counts the conflicts and the writes of the hottest item. With
@@ -711,46 +713,6 @@ def watch_asset_writes(stack: LocalStack) -> None:
     )
 
 
-class StormNotifications:
-    """The storm's notifications, in the parent process: a verifying webhook receiver on
-    127.0.0.1 answering 200, and the real dispatcher on the outbox stream (through the
-    local stream mapping), run every ``period_s`` while the storm goes on and once more at
-    the end; what the bus was given is read from the local rule's queue after each run."""
-
-    def __init__(self, stack: LocalStack) -> None:
-        from mediajobs.local.notifications import local_dispatcher, new_webhook_secret
-        from mediajobs.local.receiver import WebhookReceiver
-
-        secret = new_webhook_secret()
-        self._stack = stack
-        self.receiver = WebhookReceiver(secret).start()
-        self._dispatcher = local_dispatcher(stack, webhook_url=self.receiver.url, webhook_secret=secret)
-        self._stopped = threading.Event()
-        self.bus_events: list[dict[str, Any]] = []
-        self.failed_runs = 0
-
-    def run(self) -> None:
-        """Dispatch what the outbox stream holds; a failing run is counted, the next goes on."""
-        from mediajobs.local.notifications import seen_events
-
-        try:
-            self._dispatcher.mapping.drain()
-            self.bus_events.extend(seen_events(self._stack))
-        except Exception:  # noqa: BLE001 - counted: the end checks judge what was delivered
-            self.failed_runs += 1
-
-    def every(self, period_s: float) -> None:
-        """Run every ``period_s`` until :meth:`stop`."""
-        while not self._stopped.wait(period_s):
-            self.run()
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    def close(self) -> None:
-        self.receiver.stop()
-
-
 _UNSEEN: Final = ("unseen", "")
 
 
@@ -762,7 +724,7 @@ def _s3_version(version: dict[str, Any]) -> str:
     return f"{version.get('etag')}/{version.get('size_bytes')}"
 
 
-def notification_checks(stack: LocalStack, told: StormNotifications) -> tuple[dict[str, int], dict[str, Any]]:
+def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[dict[str, int], dict[str, Any]]:
     """Whether every asset version's end was told exactly once, counted (0 each when it
     holds), and what was told.
 
@@ -969,6 +931,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
     from mediajobs.bootstrap import active_recipes
     from mediajobs.domain.keys import encode_event_key, job_key, sha256_hex
     from mediajobs.local.embedded import EmbeddedAws, listen_to_s3_events
+    from mediajobs.local.notifications import LocalNotifications
     from mediajobs.local.runner import QUEUE_DEPTH_ATTRIBUTES
 
     started = time.monotonic()
@@ -1074,8 +1037,14 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             target=collections.every, args=(cfg.collect_every_s, feeder), name="collection", daemon=True
         )
         collector.start()
-        told = StormNotifications(stack)
-        dispatcher = threading.Thread(target=told.every, args=(cfg.dispatch_every_s,), name="dispatch", daemon=True)
+        told = LocalNotifications(stack)
+        dispatching = threading.Event()
+
+        def dispatch_every(period_s: float) -> None:
+            while not dispatching.wait(period_s):
+                told.run()
+
+        dispatcher = threading.Thread(target=dispatch_every, args=(cfg.dispatch_every_s,), name="dispatch", daemon=True)
         dispatcher.start()
 
         def queue_depth() -> int:
@@ -1111,7 +1080,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
         # were abandoned: an unreferenced job whose lease is live is left for a later run).
         time.sleep(cfg.lease_s + 1)
         collections.run(grace_s=0)
-        told.stop()
+        dispatching.set()
         dispatcher.join(timeout=120)
         told.run()  # everything committed is in the stream now: the last dispatch
 
