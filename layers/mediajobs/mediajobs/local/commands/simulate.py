@@ -1,5 +1,5 @@
-"""``mediajobs simulate``: the storm (:func:`mediajobs.local.simulate.run_storm`), its flags
-built from :class:`~mediajobs.local.simulate.StormConfig`'s fields, its summary printed
+"""``mediajobs simulate``: the storm (:func:`mediajobs.local.storm.run.run_storm`), its flags
+built from :class:`~mediajobs.local.storm.config.StormConfig`'s fields, its summary printed
 as one JSON object and judged (:func:`storm_failures`)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mediajobs.local.session import AdapterWrapper
-from mediajobs.local.simulate import StormConfig, storm_flags
+from mediajobs.local.storm.config import StormConfig, storm_flags
 
 #: The storm's bound on the mean DynamoDB requests of a duplicate delivery (see :func:`storm_failures`).
 MAX_DDB_REQUESTS_PER_DUPLICATE: Final = 3.0
@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def add_storm_flags(parser: argparse.ArgumentParser) -> None:
     """Add a flag for each field of :class:`StormConfig` that declares one, in the fields'
-    order: its name, type and help as the field's :class:`~mediajobs.local.simulate.Flag`
+    order: its name, type and help as the field's :class:`~mediajobs.local.storm.config.Flag`
     says, its default the field's."""
     for field, flag in storm_flags():
         parser.add_argument(flag.name, type=flag.parse, default=field.default, help=flag.help_for(field.default))
@@ -58,7 +58,7 @@ def storm_config(args: argparse.Namespace) -> StormConfig:
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters: AdapterWrapper | None = None) -> int:
     """Run the storm; print one JSON object; exit 1 when an exactly-once check fails (each
     reason a ``simulate:`` line on stderr)."""
-    from mediajobs.local.simulate import run_storm
+    from mediajobs.local.storm.run import run_storm
 
     cfg = storm_config(args)
     summary = run_storm(cfg, events_log=args.events_log)
