@@ -1,6 +1,6 @@
-"""What the commands share: the internal error (exit 1), and what
-``demo`` and ``process`` both do with their files and results (the inputs checked, the key
-of each upload, the table of results)."""
+"""What the commands share: the internal error (exit 1), and what ``demo`` and ``process``
+both do with their files and results (the inputs checked, the key of each upload, the
+table of results)."""
 
 from __future__ import annotations
 

@@ -70,6 +70,7 @@ class _RecordingDeletes:
         return getattr(self._inner, name)
 
     def delete_prefix(self, bucket: str, prefix: str, *, first: str | None = None) -> int:
+        """As ``inner.delete_prefix``; then ``on_delete(prefix)``."""
         deleted = self._inner.delete_prefix(bucket, prefix, first=first)
         self._on_delete(prefix)
         return deleted

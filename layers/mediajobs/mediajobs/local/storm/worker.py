@@ -126,6 +126,7 @@ class _EventLog:
         self._pid = os.getpid()
 
     def emit(self, event: str, **fields: Any) -> None:
+        """Write one event with its ``fields``."""
         self._file.write(json.dumps({"event": event, "t": time.time(), "pid": self._pid, **fields}) + "\n")
 
     def crash(self, point: str, job_key: str) -> NoReturn:
@@ -135,6 +136,7 @@ class _EventLog:
         os._exit(CRASH_EXIT)
 
     def close(self) -> None:
+        """Close the log (the worker stops)."""
         self._file.close()
 
 
