@@ -206,7 +206,7 @@ def test_every_call_of_real_deliveries_is_allowed_by_the_role(local_session, rec
     # The paths above did exercise what the role grants (a 412 listing, staging, hand-offs).
     assert {"s3:PutObject", "s3:ListBucket", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"} <= actions
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= actions
-    # Nothing under derivatives/ is ever read: only written, or listed.
+    # Nothing under derivatives/ is read by these deliveries (their jobs take the original): only written, or listed.
     reads = [arn for action, arn in recorder.calls if action in ("s3:GetObject", "s3:GetObjectVersion")]
     assert reads and all(f":::{bucket}/originals/" in arn for arn in reads)
 
@@ -291,14 +291,16 @@ def _visible(session) -> int:
     return int(attrs["ApproximateNumberOfMessages"])
 
 
-def test_the_role_grants_s3_reads_on_originals_and_writes_on_derivatives_only():
+def test_the_role_grants_s3_reads_on_originals_and_inputs_and_writes_on_derivatives_only():
     grants: dict[str, set[str]] = {}
     for st in STATEMENTS:
         for action in _as_list(st["Action"]):
             for resource in _as_list(st["Resource"]):
                 where = resource.get("Fn::Sub") or ".".join(resource["Fn::GetAtt"])
                 grants.setdefault(action, set()).add(where)
-    assert grants["s3:GetObject"] == grants["s3:GetObjectVersion"] == {"${MediaBucket.Arn}/originals/*"}
+    assert grants["s3:GetObjectVersion"] == {"${MediaBucket.Arn}/originals/*"}
+    # Derivatives are read only as a job's inputs (other jobs' outputs), never by a commit.
+    assert grants["s3:GetObject"] == {"${MediaBucket.Arn}/originals/*", "${MediaBucket.Arn}/derivatives/*"}
     assert grants["s3:PutObject"] == {"${MediaBucket.Arn}/derivatives/*"}
     assert grants["s3:ListBucket"] == {"MediaBucket.Arn"}
     sqs = {a for a in grants if a.startswith("sqs:")}

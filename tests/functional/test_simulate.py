@@ -11,7 +11,7 @@ import pytest
 
 from mediajobs.bootstrap import active_recipes
 from mediajobs.local.cli import MAX_DDB_REQUESTS_PER_DUPLICATE, build_parser
-from mediajobs.local.simulate import CRASH_POINTS, StormConfig, _plan, crash_point
+from mediajobs.local.simulate import CRASH_POINTS, StormConfig, crash_point, plan
 from tests.functional.test_cli import CLI
 
 FIELDS = [
@@ -173,8 +173,8 @@ def test_one_seed_chooses_the_same_crash_points_for_the_same_claims():
 
 def test_one_seed_plans_the_same_uploads_and_duplicated_events():
     cfg = StormConfig(uploads=60, duplicate_share=0.3, seed=3)
-    assert _plan(cfg) == _plan(cfg)
-    assert _plan(cfg)[0] != _plan(dataclasses.replace(cfg, seed=4))[0]
+    assert plan(cfg) == plan(cfg)
+    assert plan(cfg)[0] != plan(dataclasses.replace(cfg, seed=4))[0]
 
 
 def test_the_cli_defaults_are_the_storms():
@@ -201,7 +201,7 @@ def test_a_delivery_that_held_a_claim_is_not_a_duplicate_even_when_it_rendered_n
     """Under load a claim's lease can run out while its holder reads the original; another
     worker takes the job over and the holder stops before rendering (busy). It read the
     bytes for work it held: not a duplicate's cost."""
-    from mediajobs.local.simulate import _duplicate_deliveries
+    from mediajobs.local.simulate import duplicate_deliveries
 
     def record(outcome, *, rendered=False, claimed=False):
         return {"outcome": outcome, "rendered": rendered, "claimed": claimed, "s3_bytes": 5262}
@@ -209,7 +209,7 @@ def test_a_delivery_that_held_a_claim_is_not_a_duplicate_even_when_it_rendered_n
     held = record("busy_resent", claimed=True)
     answered, waited, rendered = record("done"), record("JobBusy"), record("done", rendered=True)
     copy = record("done")
-    found = _duplicate_deliveries([held, answered, waited, rendered, copy, record("superseded")], {id(copy): 6})
+    found = duplicate_deliveries([held, answered, waited, rendered, copy, record("superseded")], {id(copy): 6})
     assert [id(r) for r in found] == [id(answered), id(waited)]
 
 
@@ -219,7 +219,7 @@ def test_a_delivery_that_held_the_reading_mark_is_not_a_duplicate_even_when_anot
     later delivery marks, reads and claims first, so this one is sent back (busy). It was
     the one to read: not a duplicate's cost (the 2,000-upload storm on a09579d exited 1 on
     10,545 bytes read by two such records, every check 0)."""
-    from mediajobs.local.simulate import _duplicate_deliveries
+    from mediajobs.local.simulate import duplicate_deliveries
 
     def record(*, read_for_work):
         return {
@@ -231,7 +231,7 @@ def test_a_delivery_that_held_the_reading_mark_is_not_a_duplicate_even_when_anot
         }
 
     marked, waited = record(read_for_work=True), record(read_for_work=False)
-    assert [id(r) for r in _duplicate_deliveries([marked, waited], {})] == [id(waited)]
+    assert [id(r) for r in duplicate_deliveries([marked, waited], {})] == [id(waited)]
 
 
 def test_a_delete_event_is_not_a_duplicate_even_when_it_rendered_nothing():
@@ -239,13 +239,13 @@ def test_a_delete_event_is_not_a_duplicate_even_when_it_rendered_nothing():
     jobs' read (5 DynamoDB requests measured), answered ``done`` with nothing rendered. It
     is an event of its own, not a duplicate of the create (a 60-upload storm with
     noncurrent deletes exited 1 on 3.29 requests per "duplicate", every check 0)."""
-    from mediajobs.local.simulate import _duplicate_deliveries
+    from mediajobs.local.simulate import duplicate_deliveries
 
     def record(detail_type):
         return {"outcome": "done", "rendered": False, "claimed": False, "ddb_requests": 5, "detail_type": detail_type}
 
     created, deleted = record("Object Created"), record("Object Deleted")
-    assert [id(r) for r in _duplicate_deliveries([created, deleted], {})] == [id(created)]
+    assert [id(r) for r in duplicate_deliveries([created, deleted], {})] == [id(created)]
 
 
 def test_a_failing_storm_says_why_even_when_every_check_is_0():

@@ -376,9 +376,9 @@ def test_every_call_of_the_status_handler_is_allowed_by_its_role(local_session, 
 
 
 def test_the_served_stack_names_what_the_embedded_aws_created(local_session):
-    from mediajobs.local.cli import _served_stack
+    from mediajobs.local.commands.served import served_stack
 
-    stack, served = local_session.stack, _served_stack(local_session.stack.endpoint_url)
+    stack, served = local_session.stack, served_stack(local_session.stack.endpoint_url)
     for name in ("bucket", "queue_url", "queue_arn", "dlq_url", "events_dlq_url", "table_name", "assets_table_name"):
         assert getattr(served, name) == getattr(stack, name), name
     assert served.sources_table_name == stack.sources_table_name
@@ -389,10 +389,11 @@ def test_the_served_stack_names_what_the_embedded_aws_created(local_session):
 
 
 def test_the_served_stack_says_when_nothing_answers():
-    from mediajobs.local.cli import InternalError, _served_stack
+    from mediajobs.local.cli import InternalError
+    from mediajobs.local.commands.served import served_stack
 
     with pytest.raises(InternalError, match="mediajobs serve"):
-        _served_stack("http://127.0.0.1:9")  # the discard port: nothing listens
+        served_stack("http://127.0.0.1:9")  # the discard port: nothing listens
 
 
 def _cli(argv: list[str]) -> tuple[Any, Any]:
@@ -465,16 +466,17 @@ def test_serve_has_a_worker_flag_and_status_and_delete_an_endpoint():
 
 @pytest.mark.subprocess  # the worker renders in its bounded child process
 def test_the_served_worker_processes_what_reaches_the_served_queue(local_session):
-    from mediajobs.local.cli import _serve_worker, _served_stack
+    from mediajobs.local.commands.serve import serve_worker
+    from mediajobs.local.commands.served import served_stack
     from tests.functional.test_worker import unique_png
 
-    stack = _served_stack(local_session.stack.endpoint_url)
+    stack = served_stack(local_session.stack.endpoint_url)
     key = "originals/cli/served-worker.png"
     local_session.s3.put_object(Bucket=stack.bucket, Key=key, Body=unique_png())
     secret = new_webhook_secret()
     receiver = WebhookReceiver(secret).start()
     try:
-        _serve_worker(local_session.stack, "ERROR", polls=2, webhook_url=receiver.url, webhook_secret=secret)
+        serve_worker(local_session.stack, "ERROR", polls=2, webhook_url=receiver.url, webhook_secret=secret)
     finally:
         receiver.stop()
     listed = local_session.s3.list_objects_v2(Bucket=stack.bucket, Prefix="derivatives/")
@@ -501,12 +503,13 @@ def test_serve_refuses_a_webhook_without_the_worker_or_a_secret(capsys):
 
 def test_status_reads_the_served_assets_table_with_the_stacks_credentials(local_session, capsys):
     pytest.importorskip("mediajobs.adapters.assets", reason="the DynamoDB assets adapter")
-    from mediajobs.local.cli import _served_assets, _served_stack, cmd_status
+    from mediajobs.local.cli import cmd_status
+    from mediajobs.local.commands.served import served_assets, served_stack
 
-    stack = _served_stack(local_session.stack.endpoint_url)
+    stack = served_stack(local_session.stack.endpoint_url)
     key = "originals/cli/served-status.jpg"
     pending = jobs((AssetJobState.PENDING, {}), (AssetJobState.PENDING, {}))
-    _served_assets(stack).make_current(
+    served_assets(stack).make_current(
         stack.bucket, key, version(), sha256="c" * 64, media="image", jobs=pending, now_s=7
     )
     args, parser = _cli(["status", key, "--json", "--endpoint", stack.endpoint_url])

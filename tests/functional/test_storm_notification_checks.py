@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from mediajobs.adapters.assets import asset_pk
+from mediajobs.local.notifications import LocalNotifications
 from mediajobs.local.session import LocalSession
-from mediajobs.local.simulate import StormNotifications, notification_checks, watch_asset_writes
+from mediajobs.local.simulate import notification_checks, watch_asset_writes
 from tests.conftest import REPO
 
 PHOTO = REPO / "tests" / "media" / "photos" / "canon-40d-small.jpg"
@@ -28,9 +29,9 @@ def local_session() -> Iterator[LocalSession]:
 
 
 @pytest.fixture(scope="module")
-def told(local_session) -> Iterator[StormNotifications]:
+def told(local_session) -> Iterator[LocalNotifications]:
     watch_asset_writes(local_session.stack)
-    notifications = StormNotifications(local_session.stack)
+    notifications = LocalNotifications(local_session.stack)
     yield notifications
     notifications.close()
 

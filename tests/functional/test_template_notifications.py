@@ -56,17 +56,15 @@ def test_the_dispatcher_mapping_reports_partial_failures_retries_a_bounded_numbe
 
 
 def test_the_local_stream_mapping_runs_with_the_templates_settings():
-    import inspect
-
-    from mediajobs.local.streams import StreamEventSourceMapping
+    from mediajobs.local.streams import StreamMappingSettings
 
     (event,) = RESOURCES["DispatcherFunction"]["Properties"]["Events"].values()
-    defaults = {k: v.default for k, v in inspect.signature(StreamEventSourceMapping).parameters.items()}
+    defaults = StreamMappingSettings()  # what StreamEventSourceMapping runs with unless told
     props = event["Properties"]
-    assert defaults["batch_size"] == props["BatchSize"]
-    assert defaults["max_retries"] == props["MaximumRetryAttempts"]
-    assert defaults["bisect"] is props["BisectBatchOnFunctionError"]
-    assert defaults["timeout_s"] == RESOURCES["DispatcherFunction"]["Properties"]["Timeout"]
+    assert defaults.batch_size == props["BatchSize"]
+    assert defaults.max_retries == props["MaximumRetryAttempts"]
+    assert defaults.bisect is props["BisectBatchOnFunctionError"]
+    assert defaults.timeout_s == RESOURCES["DispatcherFunction"]["Properties"]["Timeout"]
 
 
 def test_the_dispatcher_role_holds_its_own_resources_only():

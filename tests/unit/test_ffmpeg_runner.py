@@ -118,12 +118,12 @@ def test_a_folder_named_by_the_environment_is_the_only_place_looked(tmp_path: Pa
 
 
 def test_without_ffmpeg_the_demo_leaves_its_videos_out_and_says_so(tmp_path: Path, monkeypatch, capsys) -> None:
-    from mediajobs.local import cli
+    from mediajobs.local.commands import demo
 
     monkeypatch.setenv("MEDIAJOBS_FFMPEG_DIR", str(tmp_path / "missing"))
     ffmpeg.find_binaries.cache_clear()
     try:
-        assert cli._videos_if_ffmpeg() == []
+        assert demo.videos_if_ffmpeg() == []
     finally:
         ffmpeg.find_binaries.cache_clear()
     assert "the demo runs without its videos" in capsys.readouterr().err

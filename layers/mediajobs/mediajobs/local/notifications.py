@@ -1,6 +1,7 @@
 """The dispatcher on the embedded AWS: the real handler with the real adapters, fed by
 the outbox stream as Lambda would (:class:`~mediajobs.local.streams.StreamEventSourceMapping`),
-and what the bus was given (:func:`seen_events`)."""
+what the bus was given (:func:`seen_events`), and the demo's and the storm's view of both
+with a webhook receiver (:class:`LocalNotifications`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from mediajobs.bootstrap import build_dispatcher, dispatcher_adapters
 from mediajobs.entrypoints.dispatcher import DispatcherAdapters, make_handler
 from mediajobs.local.embedded import LocalStack
+from mediajobs.local.receiver import Delivery, WebhookReceiver
 from mediajobs.local.session import local_handler
 from mediajobs.local.streams import StreamEventSourceMapping, sqs_failure_sink
 from mediajobs.service_layer.dispatch import Dispatched
@@ -67,6 +69,74 @@ def local_dispatcher(
         on_failure=sqs_failure_sink(stack.client("sqs"), stack.notification_failures_queue_url),
     )
     return LocalDispatcher(handler, mapping, dispatched)
+
+
+class LocalNotifications:
+    """The dispatcher and a webhook receiver on one stack, as the demo and the storm watch
+    them: a verifying receiver on 127.0.0.1 answering 200
+    (:class:`~mediajobs.local.receiver.WebhookReceiver`, listening from construction on),
+    and the real dispatcher on the outbox stream (:func:`local_dispatcher`) posting to it,
+    signed with a fresh secret. Each :meth:`dispatch` delivers what the stream holds and
+    reads what the bus was given; :meth:`new_deliveries` says what reached the receiver
+    since the last call.
+
+    Use as a context manager, or call :meth:`close`.
+
+    Attributes
+    ----------
+    receiver: the webhook receiver (its ``received``: every delivery, in order).
+    bus_events: every event the bus was given, in order (:func:`seen_events`).
+    failed_runs: the runs of :meth:`run` that raised.
+    """
+
+    def __init__(self, stack: LocalStack) -> None:
+        secret = new_webhook_secret()
+        self._stack = stack
+        self.receiver = WebhookReceiver(secret).start()
+        self._dispatcher = local_dispatcher(stack, webhook_url=self.receiver.url, webhook_secret=secret)
+        self.bus_events: list[dict[str, Any]] = []
+        self.failed_runs = 0
+        self._seen = 0
+
+    def __enter__(self) -> LocalNotifications:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the receiver."""
+        self.receiver.stop()
+
+    def dispatch(self) -> list[dict[str, Any]]:
+        """Run the dispatcher on what the outbox stream holds, to the end.
+
+        Returns
+        -------
+        list of dict
+            The events the bus was given since the last call (also added to :attr:`bus_events`).
+        """
+        self._dispatcher.mapping.drain()
+        events = seen_events(self._stack)
+        self.bus_events.extend(events)
+        return events
+
+    def run(self) -> None:
+        """:meth:`dispatch`, a failing run counted (:attr:`failed_runs`), not raised: the
+        storm goes on, and its end checks judge what was delivered."""
+        try:
+            self.dispatch()
+        except Exception:  # noqa: BLE001 - counted: the end checks judge what was delivered
+            self.failed_runs += 1
+
+    def new_deliveries(self) -> tuple[list[Delivery], list[Delivery]]:
+        """The deliveries at the receiver since the last call, and those of them whose id
+        no earlier call's delivery had (a repeat of one is the transport's)."""
+        received = self.receiver.received.deliveries
+        deliveries = received[self._seen :]
+        self._seen = len(received)
+        known = {d.id for d in received[: self._seen - len(deliveries)]}
+        return deliveries, [d for d in deliveries if d.id not in known]
 
 
 def seen_events(stack: LocalStack) -> list[dict[str, Any]]:

@@ -138,6 +138,7 @@ class WebhookReceiver(http.server.ThreadingHTTPServer):
             return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
     def keep(self, delivery: Delivery) -> None:
+        """Keep a verified delivery in :attr:`received`, then tell ``on_delivery`` (if any)."""
         with self._lock:
             self.received.deliveries.append(delivery)
         if self.on_delivery is not None:

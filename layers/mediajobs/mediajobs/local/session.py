@@ -37,16 +37,20 @@ class Collector(PipelineObserver):
         self.bars = bars
 
     def progress(self, job_key: str, names: tuple[str, ...], done_s: float, total_s: float) -> None:
+        """Pass a video job's progress (seconds of media done of ``total_s``) to the bars."""
         if self.bars is not None:
             self.bars.update(job_key, names, done_s, total_s)
 
     def claimed(self, claim: Claim, source: ObjectRef) -> None:
+        """Keep the claim."""
         self.claims.append(claim)
 
     def render_started(self, job_key: str, source: ObjectRef) -> None:
+        """Count the render (its job key)."""
         self.renders.append(job_key)
 
     def source_finished(self, result: SourceResult) -> None:
+        """Keep the result under its source's key."""
         self.results.setdefault(result.source.key, []).append(result)
 
 

@@ -18,7 +18,7 @@ import datetime
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from mediajobs.local.runner import HandlerFn, LocalLambdaContext
@@ -50,65 +50,70 @@ class _Shard:
     limit: int = 0  # a bisected batch's size; 0: BatchSize
 
 
+@dataclass(frozen=True)
+class StreamMappingSettings:
+    """The settings of a stream's event source mapping; the defaults are the template's for
+    the outbox stream (``DispatcherFunction``, event ``Outbox``).
+
+    Attributes
+    ----------
+    batch_size: ``BatchSize``.
+    max_retries: ``MaximumRetryAttempts``.
+    bisect: ``BisectBatchOnFunctionError``.
+    event_names: the filter's ``eventName`` values.
+    timeout_s: the function's ``Timeout``, seconds (the context's remaining time).
+    function_name: the function's name, as the context gives it.
+    """
+
+    batch_size: int = 10
+    max_retries: int = 3
+    bisect: bool = True
+    event_names: frozenset[str] = frozenset({"INSERT"})
+    timeout_s: int = 180
+    function_name: str = "mediajobs-dispatcher"
+
+
+@dataclass(eq=False)
 class StreamEventSourceMapping:
     """A DynamoDB stream -> handler, as Lambda's mapping with the template's settings.
 
-    Parameters
+    Attributes
     ----------
     streams: a boto3 ``dynamodbstreams`` client (endpoint: the moto server).
     stream_arn: the table's ``LatestStreamArn``.
     handler: the Lambda handler (``event, context -> response``).
-    batch_size: ``BatchSize``; max_retries: ``MaximumRetryAttempts``; bisect:
-        ``BisectBatchOnFunctionError``; event_names: the filter's ``eventName`` values.
     on_failure: called with the message Lambda would send to the on-failure destination.
-    timeout_s: the function's Timeout (the context's remaining time).
+    settings: the mapping's settings (default: the template's, :class:`StreamMappingSettings`).
+    stats: what it did so far.
     """
 
-    def __init__(
-        self,
-        streams: Any,
-        stream_arn: str,
-        handler: HandlerFn,
-        *,
-        batch_size: int = 10,
-        max_retries: int = 3,
-        bisect: bool = True,
-        event_names: frozenset[str] = frozenset({"INSERT"}),
-        on_failure: Callable[[dict[str, Any]], None],
-        timeout_s: int = 180,
-        function_name: str = "mediajobs-dispatcher",
-    ) -> None:
-        self._streams = streams
-        self._arn = stream_arn
-        self._handler = handler
-        self._batch_size = batch_size
-        self._max_retries = max_retries
-        self._bisect = bisect
-        self._event_names = event_names
-        self._on_failure = on_failure
-        self._timeout_s = timeout_s
-        self._function_name = function_name
-        self._shards: dict[str, _Shard] = {}
-        self.stats = StreamStats()
+    streams: Any
+    stream_arn: str
+    handler: HandlerFn
+    _: KW_ONLY
+    on_failure: Callable[[dict[str, Any]], None]
+    settings: StreamMappingSettings = field(default_factory=StreamMappingSettings)
+    stats: StreamStats = field(default_factory=StreamStats, init=False)
+    _shards: dict[str, _Shard] = field(default_factory=dict, init=False, repr=False)
 
     def _refresh_shards(self) -> None:
-        described = self._streams.describe_stream(StreamArn=self._arn)["StreamDescription"]
+        described = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
         for shard in described.get("Shards", []):
             shard_id = shard["ShardId"]
             if shard_id not in self._shards:
-                iterator = self._streams.get_shard_iterator(
-                    StreamArn=self._arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                iterator = self.streams.get_shard_iterator(
+                    StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
                 )["ShardIterator"]
                 self._shards[shard_id] = _Shard(shard_id, iterator)
 
     def _fill(self, shard: _Shard) -> None:
         if shard.buffer or shard.iterator is None:
             return
-        answer = self._streams.get_records(ShardIterator=shard.iterator, Limit=1000)
+        answer = self.streams.get_records(ShardIterator=shard.iterator, Limit=1000)
         shard.iterator = answer.get("NextShardIterator")
         for record in answer.get("Records", []):
-            if record.get("eventName") in self._event_names:
-                shard.buffer.append(_as_lambda_sends(record, self._arn))
+            if record.get("eventName") in self.settings.event_names:
+                shard.buffer.append(_as_lambda_sends(record, self.stream_arn))
             else:
                 self.stats.filtered_out += 1
 
@@ -135,19 +140,20 @@ class StreamEventSourceMapping:
         raise TimeoutError(f"stream not drained after {max_rounds} rounds")
 
     def _invoke(self, shard: _Shard) -> int:
-        size = shard.limit or self._batch_size
+        size = shard.limit or self.settings.batch_size
         batch = shard.buffer[:size]
         self.stats.invocations += 1
         self.stats.records += len(batch)
         self.stats.sequence_numbers.extend(r["dynamodb"]["SequenceNumber"] for r in batch)
         try:
-            result = self._handler(
-                {"Records": batch}, LocalLambdaContext(timeout_s=self._timeout_s, function_name=self._function_name)
+            result = self.handler(
+                {"Records": batch},
+                LocalLambdaContext(timeout_s=self.settings.timeout_s, function_name=self.settings.function_name),
             )
         except Exception as exc:  # noqa: BLE001 - an invocation error, as Lambda sees it
             log.warning("the dispatcher raised: %s", exc)
             self.stats.errors += 1
-            if self._bisect and len(batch) > 1:
+            if self.settings.bisect and len(batch) > 1:
                 shard.limit = max(1, len(batch) // 2)
             self._retry(shard)
             return len(batch)
@@ -170,29 +176,32 @@ class StreamEventSourceMapping:
     def _retry(self, shard: _Shard) -> None:
         """Count a retry of the shard's head batch; past ``max_retries``, give it up."""
         shard.attempts += 1
-        if shard.attempts <= self._max_retries:
+        if shard.attempts <= self.settings.max_retries:
             self.stats.retried += 1
             return
-        size = shard.limit or self._batch_size
+        size = shard.limit or self.settings.batch_size
         given_up = shard.buffer[:size]
         del shard.buffer[:size]
         shard.attempts, shard.limit = 0, 0
         self.stats.sent_to_failures += len(given_up)
-        self._on_failure(self._failure_message(shard.shard_id, given_up))
+        self.on_failure(self._failure_message(shard.shard_id, given_up))
 
     def _failure_message(self, shard_id: str, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The message Lambda sends to a stream mapping's on-failure destination (its
         ``DDBStreamBatchInfo`` shape)."""
         now = datetime.datetime.now(tz=datetime.UTC).isoformat()
         return {
-            "requestContext": {"condition": "RetryAttemptsExhausted", "approximateInvokeCount": self._max_retries + 1},
+            "requestContext": {
+                "condition": "RetryAttemptsExhausted",
+                "approximateInvokeCount": self.settings.max_retries + 1,
+            },
             "timestamp": now,
             "DDBStreamBatchInfo": {
                 "shardId": shard_id,
                 "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
                 "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
                 "batchSize": len(records),
-                "streamArn": self._arn,
+                "streamArn": self.stream_arn,
             },
         }
 

@@ -108,7 +108,7 @@ class Pipeline:
         ``Superseded`` (this worker's claim was taken over while it worked).
         """
         if not self._identify.ours(ref):
-            return self._told(SourceResult(ref, SourceState.IGNORED))
+            return SourceResult(ref, SourceState.IGNORED)
         asset: KeptAsset | None = None
         try:
             asset = self._assets.track(ref)  # 0. order: a late event reads nothing

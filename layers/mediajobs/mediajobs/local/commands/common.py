@@ -1,0 +1,113 @@
+"""What the commands share: the internal error (exit 1), and what ``demo`` and ``process``
+both do with their files and results (the inputs checked, the key of each upload, the
+table of results)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+from pathlib import Path
+
+from mediajobs.domain.jobs import SourceResult
+from mediajobs.local.session import LocalSession
+from mediajobs.settings import Settings
+
+
+class InternalError(Exception):
+    """Something the user cannot fix happened (exit code 1)."""
+
+
+def safe_name(name: str) -> str:
+    """A name for a local folder: letters, digits and ``._-`` only."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100] or "file"
+
+
+def key_name(name: str) -> str:
+    """A file's name as the last part of its object key: as it is (spaces, ``+``, ``%``,
+    non-ASCII letters reach S3 and its URL-encoded events unchanged), but for control
+    characters and path separators, at most 200 characters."""
+    return re.sub(r"[\x00-\x1f\x7f/\\]", "_", name)[:200] or "file"
+
+
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of the file at ``path``, hex."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def human_size(size: int) -> str:
+    """``size`` bytes in KB (below 1 MiB) or MB, for a table."""
+    return f"{size / 1024:.1f} KB" if size < 1024 * 1024 else f"{size / 1024 / 1024:.2f} MB"
+
+
+def because(detail: str | None) -> str:
+    """`` (detail)``, its first 100 characters, to follow a reason code; empty without one."""
+    return f" ({detail[:100]})" if detail else ""
+
+
+def first_result(session: LocalSession, key: str) -> SourceResult:
+    """The result of the first delivery of ``key``'s event in ``session``.
+
+    Raises
+    ------
+    InternalError
+        If ``key`` was not processed (its event dead-lettered, or never delivered).
+    """
+    results = session.collector.results.get(key)
+    if not results:
+        raise InternalError(f"{key} was not processed (dead-letter queue: {session.dead_letters()} messages)")
+    return results[0]
+
+
+def print_table(rows: list[tuple[str, SourceResult]]) -> None:
+    """Print the results table of ``demo`` and ``process``: per original (its title) each
+    job's key prefix and each output's size, bytes and the time taken, or why it failed."""
+    header = f"{'original':<28} {'job key':<12}  {'variant':<7} {'size':>11} {'bytes':>10}  {'time':>7}"
+    print(header)
+    print("-" * len(header))
+    for title, result in rows:
+        if not result.jobs:
+            print(f"{title[:28]:<28} {'-':<12}  failed: {result.reason}{because(result.detail)}")
+            continue
+        for job in result.jobs:
+            if job.state != "done":
+                print(
+                    f"{title[:28]:<28} {job.job_key[:12]:<12}  {job.recipe} failed: {job.reason}{because(job.detail)}"
+                )
+                continue
+            timing = "reused" if job.reused else f"{job.seconds:.2f} s"
+            if not job.outputs:  # a step whose result is data (a placeholder): its manifest holds it
+                print(f"{'':<28} {job.job_key[:12]:<12}  {job.recipe}: no files, values in its manifest  {timing}")
+                continue
+            for i, out in enumerate(job.outputs):
+                first = i == 0
+                print(
+                    f"{title[:28] if first else '':<28} {job.job_key[:12] if first else '':<12}  "
+                    f"{out.name:<7} {f'{out.width}x{out.height}':>11} {human_size(out.bytes):>10}  "
+                    f"{timing if first else '':>7}"
+                )
+
+
+def checked_inputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Path], Path]:
+    """The input files (``args.files``) and the output folder (``args.out``, created), or a
+    usage error (``parser.error``: exit 2): a file that is not there, an ``--out`` that is not
+    a folder or cannot be made, an invalid limit in the environment."""
+    files = [Path(f) for f in args.files]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        parser.error(f"not a readable file: {', '.join(missing)}")
+    if not args.out:
+        parser.error("--out must name a folder")
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        parser.error(f"--out {args.out} exists and is not a folder")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {args.out}: {exc.strerror or exc}")
+    try:
+        Settings.from_env()  # limits set in the environment must be valid before anything starts
+    except ValueError as exc:
+        parser.error(f"invalid setting in the environment: {exc}")
+    return files, out_dir

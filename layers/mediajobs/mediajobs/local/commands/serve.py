@@ -1,0 +1,150 @@
+"""``mediajobs serve``: the embedded AWS with the stack on a port until Ctrl-C, for ``sam
+local invoke`` (``--env-vars``) and, with ``--worker``, for ``status``, ``delete`` and
+``collect``: the worker behind its event source mapping and the dispatcher on the outbox
+stream."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from mediajobs.local.embedded import EmbeddedAws, LocalStack
+from mediajobs.local.session import AdapterWrapper
+from mediajobs.local.template import FUNCTION_ID
+from mediajobs.settings import _ENV_NAMES
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``mediajobs serve`` (its ``run``: :func:`run`)."""
+    serve = subparsers.add_parser(
+        "serve",
+        help="run the embedded AWS with the stack until Ctrl-C (for sam local invoke; with --worker, for "
+        "mediajobs status, delete and collect)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for Docker)")
+    serve.add_argument("--port", type=int, default=5000, help="port to listen on (default 5000)")
+    serve.add_argument("--docker-host", default="host.docker.internal", help="how the function's container reaches it")
+    serve.add_argument("--env-vars", metavar="FILE", help="write the function's environment for --env-vars")
+    serve.add_argument(
+        "--worker",
+        action="store_true",
+        help="also run the worker on the jobs queue (uploads and deletes are processed) and the dispatcher "
+        "on the outbox stream (notifications to the stack's bus, and to --webhook-url)",
+    )
+    serve.add_argument(
+        "--webhook-url",
+        metavar="URL",
+        help="with --worker: POST each notification there (https, or http to 127.0.0.1: a `mediajobs webhook "
+        "listen`), signed with --webhook-secret",
+    )
+    serve.add_argument(
+        "--webhook-secret", metavar="SECRET", help="the webhook's Standard Webhooks secret (whsec_ + base64)"
+    )
+    serve.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters: AdapterWrapper | None = None) -> int:
+    """Check the webhook's flags (a usage error when ``--webhook-url`` comes without
+    ``--worker`` and ``--webhook-secret``, or either is not valid), then :func:`cmd_serve`."""
+    if args.webhook_url and not (args.worker and args.webhook_secret):
+        parser.error("--webhook-url needs --worker and --webhook-secret")
+    if args.webhook_url:
+        from mediajobs.adapters.webhooks import StandardWebhooksSigner, checked_webhook_url
+
+        try:
+            checked_webhook_url(args.webhook_url)
+            StandardWebhooksSigner(args.webhook_secret)
+        except ValueError as exc:
+            parser.error(str(exc))
+    return cmd_serve(args)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the embedded AWS with the stack until interrupted (for ``sam local invoke``);
+    exit 0."""
+    with EmbeddedAws(host=args.host, port=args.port) as stack:
+        env = {k: v for k, v in stack.function_env.items()}
+        env.update(
+            {
+                _ENV_NAMES["endpoint_url"]: f"http://{args.docker_host}:{args.port}",
+                # boto3's own names for the credentials the function signs with.
+                "AWS_ACCESS_KEY_ID": stack.credentials["aws_access_key_id"],
+                "AWS_SECRET_ACCESS_KEY": stack.credentials["aws_secret_access_key"],
+                _ENV_NAMES["region"]: stack.region,
+            }
+        )
+        if args.env_vars:
+            Path(args.env_vars).write_text(json.dumps({FUNCTION_ID: env}, indent=2) + "\n")
+            print(f"wrote {args.env_vars} for sam local invoke --env-vars")
+        print(
+            f"embedded AWS at {stack.endpoint_url}: bucket {stack.bucket}, table {stack.table_name}, "
+            f"queue {stack.queue_url}"
+        )
+        print(
+            f"assets table {stack.assets_table_name}: `mediajobs status KEY --endpoint {stack.endpoint_url}`"
+            f"{'' if args.worker else ' (add --worker to process uploads and deletes here)'}"
+        )
+        print("press Ctrl-C to stop", flush=True)
+        try:
+            if args.worker:
+                serve_worker(stack, args.log_level, webhook_url=args.webhook_url, webhook_secret=args.webhook_secret)
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def serve_worker(
+    stack: LocalStack,
+    log_level: str,
+    *,
+    polls: int | None = None,
+    webhook_url: str | None = None,
+    webhook_secret: str | None = None,
+) -> None:
+    """Run the real worker handler behind the local event source mapping on ``stack``'s
+    queue (as ``demo`` does), long-polling until interrupted (or ``polls`` receives: tests).
+    Uploads, ``mediajobs delete`` and re-uploads to the served bucket are processed as
+    they arrive. After each poll the real dispatcher delivers what the outbox stream
+    holds: to the stack's bus, and to ``webhook_url`` signed with ``webhook_secret`` (a
+    ``mediajobs webhook listen``) when given.
+
+    Raises
+    ------
+    ValueError
+        A webhook URL that is not https or http to a loopback host, or a secret that is
+        not a Standard Webhooks secret.
+    """
+    from mediajobs.bootstrap import build_service
+    from mediajobs.entrypoints import worker
+    from mediajobs.local.notifications import local_dispatcher
+    from mediajobs.local.runner import EventSourceMapping
+    from mediajobs.local.session import configure_worker_logs, local_adapters, local_handler
+
+    settings = stack.settings()
+    logger = configure_worker_logs(log_level)
+    service = build_service(settings, adapters=local_adapters(stack, settings))
+    esm = EventSourceMapping(
+        stack.client("sqs"),
+        stack.queue_url,
+        stack.queue_arn,
+        local_handler(worker.make_handler(service, logger=logger)),
+        batch_size=stack.batch_size,
+        timeout_s=stack.timeout_s,
+        region=stack.region,
+    )
+    dispatcher = local_dispatcher(stack, webhook_url=webhook_url, webhook_secret=webhook_secret)
+    print("worker: processing the jobs queue", flush=True)
+    print(
+        f"dispatcher: notifications to the bus {stack.notification_bus_name}"
+        + (f" and to the webhook {webhook_url}" if webhook_url else " (add --webhook-url and --webhook-secret)"),
+        flush=True,
+    )
+    done = 0
+    while polls is None or done < polls:
+        esm.poll_once(wait_s=1)
+        dispatcher.mapping.drain()
+        done += 1

@@ -1,0 +1,151 @@
+"""A running ``mediajobs serve`` as the commands that reach it see it (``status``,
+``delete``, ``collect``): its stack found by its endpoint, its asset records, an asset's
+status document."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Final
+
+import botocore.exceptions
+
+from mediajobs.domain.assets import status_document
+from mediajobs.local import template
+from mediajobs.local.commands.common import InternalError
+from mediajobs.local.embedded import CREDENTIALS, LOCAL_DEFAULTS, LocalStack
+from mediajobs.local.events import ACCOUNT_ID, REGION
+from mediajobs.service_layer.ports import Assets
+from mediajobs.settings import _ENV_NAMES
+
+#: Where ``mediajobs serve`` listens unless told otherwise (its ``--port`` default).
+DEFAULT_ENDPOINT: Final = "http://127.0.0.1:5000"
+#: The prefix of the names a ``serve``'s stack has (:class:`~mediajobs.local.embedded.EmbeddedAws`).
+SERVED_NAME: Final = "mediajobs-local"
+
+
+def add_endpoint(parser: argparse.ArgumentParser) -> None:
+    """Give a command the ``--endpoint`` of the ``serve`` it reaches (default :data:`DEFAULT_ENDPOINT`)."""
+    parser.add_argument(
+        "--endpoint", default=DEFAULT_ENDPOINT, help=f"the serve's endpoint (default {DEFAULT_ENDPOINT})"
+    )
+
+
+def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
+    """The :class:`~mediajobs.local.embedded.LocalStack` of a running ``mediajobs serve`` at
+    ``endpoint``: the names :class:`~mediajobs.local.embedded.EmbeddedAws` gives its
+    resources (``<name>-media``, ``<name>-jobs`` ...), the queues' URLs and ARNs asked of the
+    server, the worker's environment resolved from the template as ``serve`` resolved it.
+    Its :attr:`~mediajobs.local.embedded.LocalStack.worker_env` has no ``WORK_DIR``: it is
+    for reading and writing the served stack (``status``, ``delete``, ``collect``), not for
+    rendering (``serve --worker`` renders, in the serving process).
+
+    Raises
+    ------
+    InternalError
+        If nothing answers at ``endpoint`` or it holds no such stack.
+    """
+    found = template.load_template(template.find_template())
+    view = LocalStack(
+        endpoint_url=endpoint,
+        bucket=f"{name}-media",
+        rule_name=f"{name}-object-created",
+        queue_url="",
+        queue_arn="",
+        dlq_url="",
+        dlq_arn="",
+        events_dlq_url="",
+        events_dlq_arn="",
+        table_name=f"{name}-jobs",
+        sources_table_name=f"{name}-sources",
+        assets_table_name=f"{name}-assets",
+        outbox_table_name=f"{name}-outbox",
+        function_env={},
+        batch_size=1,
+        timeout_s=1,
+        region=REGION,
+        credentials=dict(CREDENTIALS),
+    )
+    sqs = view.client("sqs")
+    queues: dict[str, tuple[str, str]] = {}
+    try:
+        view.client("s3").head_bucket(Bucket=view.bucket)
+        for suffix in ("jobs", "dlq", "events-dlq"):
+            url = sqs.get_queue_url(QueueName=f"{name}-{suffix}")["QueueUrl"]
+            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            queues[suffix] = (url, arn)
+    except botocore.exceptions.EndpointConnectionError as exc:
+        raise InternalError(f"nothing answers at {endpoint}: start `mediajobs serve` first") from exc
+    except botocore.exceptions.ClientError as exc:
+        raise InternalError(f"{endpoint} holds no mediajobs stack ({exc}): is it `mediajobs serve`?") from exc
+    env, batch_size, timeout_s = _function_env(found, view, queues["jobs"][1])
+    return dataclasses.replace(
+        view,
+        queue_url=queues["jobs"][0],
+        queue_arn=queues["jobs"][1],
+        dlq_url=queues["dlq"][0],
+        dlq_arn=queues["dlq"][1],
+        events_dlq_url=queues["events-dlq"][0],
+        events_dlq_arn=queues["events-dlq"][1],
+        function_env=env,
+        batch_size=batch_size,
+        timeout_s=timeout_s,
+        worker_env={
+            **env,
+            **LOCAL_DEFAULTS,
+            _ENV_NAMES["endpoint_url"]: endpoint,
+            _ENV_NAMES["region"]: REGION,
+            _ENV_NAMES["media_bucket"]: view.bucket,
+        },
+    )
+
+
+def _function_env(found: dict[str, Any], view: LocalStack, queue_arn: str) -> tuple[dict[str, str], int, int]:
+    """The worker function's environment, its SQS event's ``BatchSize`` and its
+    ``Timeout`` (seconds), resolved from the template ``found`` with ``view``'s names and
+    the jobs queue's ARN, as ``serve`` resolved them."""
+    refs = {template.BUCKET_ID: view.bucket, template.TABLE_ID: view.table_name}
+    refs[template.SOURCES_TABLE_ID] = view.sources_table_name
+    refs[template.ASSETS_TABLE_ID] = view.assets_table_name
+    refs[template.OUTBOX_TABLE_ID] = view.outbox_table_name
+    arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table"
+    attrs = {
+        (template.BUCKET_ID, "Arn"): f"arn:aws:s3:::{view.bucket}",
+        (template.TABLE_ID, "Arn"): f"{arn}/{view.table_name}",
+        (template.QUEUE_ID, "Arn"): queue_arn,
+    }
+    params = template.parameter_defaults(found)
+    function = template.resolve(found["Resources"][template.FUNCTION_ID]["Properties"], refs, attrs, params)
+    globals_env = (found.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get("Variables", {})
+    env = {
+        k: str(v)
+        for k, v in {
+            **template.resolve(globals_env, refs, attrs, params),
+            **function.get("Environment", {}).get("Variables", {}),
+        }.items()
+    }
+    sqs_event = next(e["Properties"] for e in function["Events"].values() if e["Type"] == "SQS")
+    return env, int(sqs_event.get("BatchSize", 10)), int(function.get("Timeout", 3))
+
+
+def served_assets(stack: LocalStack) -> Assets:
+    """The served stack's asset records: the DynamoDB adapter on its assets table, signing
+    with the stack's credentials (never the user's)."""
+    return stack.assets()
+
+
+def asset_document(
+    stack: LocalStack, key: str, assets_of: Callable[[LocalStack], Assets] | None = None
+) -> dict[str, Any] | None:
+    """The status document of ``key``'s asset on ``stack`` (a session's or a served one), or
+    ``None`` when it has none: what the gallery's badge shows (``GalleryEntry.status``).
+
+    Parameters
+    ----------
+    assets_of: builds the Assets port for ``stack`` (default :func:`served_assets`).
+    """
+    view = (assets_of or served_assets)(stack).get(stack.bucket, key)
+    if view is None:
+        return None
+    return status_document(view)

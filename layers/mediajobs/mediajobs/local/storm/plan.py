@@ -1,0 +1,99 @@
+"""The storm's plan: every write it makes, in order (puts, copies under other keys,
+overwrites, deletes, re-uploads), and the distinct contents they write, each choice drawn
+from the storm's seed (:func:`plan`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import random
+
+from mediajobs.local.storm.config import StormConfig
+
+
+@dataclasses.dataclass
+class Upload:
+    """One write of the storm: a put of ``contents[data_index]`` under ``key`` (``kind``
+    ``put``, ``overwrite`` or ``reupload``), or a delete of ``key``: a delete marker
+    (``delete``), its current version for good (``delete_version``), or its oldest
+    noncurrent version for good (``delete_noncurrent``)."""
+
+    key: str
+    data_index: int
+    checksum: bool
+    #: Its event is sent a second time (the same event: same sequencer).
+    twice: bool = False
+    kind: str = "put"
+    #: An overwrite whose replaced version's event is delivered again after its own.
+    late: bool = False
+
+
+def jpeg(seed: int, size: tuple[int, int] = (96, 64)) -> bytes:
+    """A small unique real JPEG (noise from ``seed``), ``size`` in pixels (width, height)."""
+    from PIL import Image
+
+    rng = random.Random(seed)
+    pixels = rng.randbytes(size[0] * size[1] * 3)
+    out = io.BytesIO()
+    Image.frombytes("RGB", size, pixels).save(out, "JPEG", quality=85)
+    return out.getvalue()
+
+
+def plan(cfg: StormConfig) -> tuple[list[Upload], list[bytes]]:
+    """The uploads in order and the distinct contents, every choice drawn from ``cfg.seed``."""
+    rng = random.Random(cfg.seed)
+    copies = round(cfg.uploads * cfg.identical_share)
+    uniques = max(1, cfg.uploads - copies)
+    contents = [jpeg(cfg.seed * 1_000_003 + i) for i in range(uniques)]
+    uploads = [Upload(f"originals/storm/{i:05d}.jpg", i, rng.random() < cfg.checksum_share) for i in range(uniques)]
+    # Copies under names S3's events URL-encode (a space, parentheses, "+" and an accent),
+    # which the worker must decode to find them.
+    for j in range(cfg.uploads - uniques):
+        position = rng.randrange(1, len(uploads) + 1)  # after at least one original
+        source = rng.randrange(0, min(position, uniques))
+        source_index = uploads[source].data_index
+        copy = Upload(f"originals/storm/copy {j:05d} (1)+é.jpg", source_index, rng.random() < cfg.checksum_share)
+        uploads.insert(position, copy)
+    # Chosen here, in upload order, not by the upload threads as they happen to run.
+    duplicates = random.Random(cfg.seed + 7)
+    for u in uploads:
+        u.twice = duplicates.random() < cfg.duplicate_share
+    _plan_changes(cfg, uploads, contents)
+    return uploads, contents
+
+
+def _plan_changes(cfg: StormConfig, uploads: list[Upload], contents: list[bytes]) -> None:
+    """Insert the overwrites, deletes and re-uploads into ``uploads``, each after the write
+    it changes (new contents for overwrites appended to ``contents``)."""
+    rng = random.Random(f"{cfg.seed}-changes")
+    originals = [u for u in uploads if u.kind == "put"]
+    overwrites = round(len(originals) * cfg.overwrite_rate)
+    for i, target in enumerate(rng.sample(originals, min(overwrites, len(originals)))):
+        contents.append(jpeg(cfg.seed * 1_000_003 + 500_000 + i))
+        change = Upload(target.key, len(contents) - 1, target.checksum, kind="overwrite")
+        change.late = rng.random() < cfg.late_share
+        at = uploads.index(target)
+        uploads.insert(rng.randrange(at + 1, len(uploads) + 1), change)
+    # Deletes: first the originals whose bytes another key shares (the shared set must stay).
+    shared = {u.data_index for u in originals if sum(v.data_index == u.data_index for v in originals) > 1}
+    ordered = sorted(originals, key=lambda u: (u.data_index not in shared, rng.random()))
+    for j, target in enumerate(ordered[: round(len(originals) * cfg.delete_rate)]):
+        at = max(i for i, u in enumerate(uploads) if u.key == target.key)  # after its last write
+        position = rng.randrange(at + 1, len(uploads) + 1)
+        # A third delete the current version for good (S3 then serves the one before, if
+        # any: no event says so); the others create a delete marker.
+        kind = "delete_version" if rng.random() < 1 / 3 else "delete"
+        uploads.insert(position, Upload(target.key, target.data_index, target.checksum, kind=kind))
+        if rng.random() < cfg.reupload_share:
+            again = Upload(f"originals/storm/again {j:05d}.jpg", target.data_index, target.checksum, kind="reupload")
+            uploads.insert(position + 1, again)
+    # Half the overwritten keys later lose their oldest noncurrent version for good (as a
+    # lifecycle expiration does): a "Permanently Deleted" of a version the asset no longer
+    # shows, which changes nothing an app sees and owes no notification. A generator of its
+    # own keeps the other choices of a seed as they were.
+    noncurrent = random.Random(f"{cfg.seed}-noncurrent")
+    for change in [u for u in uploads if u.kind == "overwrite"]:
+        if noncurrent.random() < 0.5:
+            at = uploads.index(change)
+            drop = Upload(change.key, change.data_index, change.checksum, kind="delete_noncurrent")
+            uploads.insert(noncurrent.randrange(at + 1, len(uploads) + 1), drop)

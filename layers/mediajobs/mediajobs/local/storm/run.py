@@ -1,0 +1,146 @@
+"""The storm, start to end (:func:`run_storm`): the embedded AWS, the plan fed to the
+bucket while worker processes run the real handler, the collection and the dispatcher
+running beside them, and once all is settled the last collection and dispatch, the checks
+and the summary."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mediajobs.local.embedded import EmbeddedAws
+from mediajobs.local.notifications import LocalNotifications
+from mediajobs.local.runner import QUEUE_DEPTH_ATTRIBUTES
+from mediajobs.local.storm.accounting import read_logs
+from mediajobs.local.storm.checks import end_checks
+from mediajobs.local.storm.collection import Collections
+from mediajobs.local.storm.config import StormConfig
+from mediajobs.local.storm.feeder import Feeder
+from mediajobs.local.storm.notification_checks import notification_checks, watch_asset_writes
+from mediajobs.local.storm.plan import plan
+from mediajobs.local.storm.pool import WorkerPool
+from mediajobs.local.storm.summary import summarize
+
+#: How long nothing may be in flight, once every upload is sent, for the storm to be settled.
+SETTLED_S = 2
+
+
+def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: Path | None = None) -> dict[str, Any]:
+    """Run the storm; returns the summary (:func:`~mediajobs.local.storm.summary.summarize`;
+    the package's docstring and docs/local.md say what it holds).
+
+    Parameters
+    ----------
+    template_path: the SAM template the embedded stack is built from (default: the repository's).
+    events_log: where to write every event the workers and the collection logged
+        (``claimed``, ``render_started``, ``committed``, ``crash``, ``record``, ``collected``
+        ...), one JSON object per line in time order, to find out why a check failed.
+    """
+    started = time.monotonic()
+    hold_s = cfg.conflict_hold_ms / 1000 if cfg.conflict_hold_ms > 0 else None
+    aws = EmbeddedAws(template_path, transaction_hold_s=hold_s)
+    folder = Path(tempfile.mkdtemp(prefix="mediajobs.storm-"))  # never mediajobs-*, a work folder's name
+    try:
+        stack = aws.__enter__()
+        # The workers' settings, passed to each as an argument (short leases and margins).
+        settings = stack.settings(lease_s=cfg.lease_s, deadline_margin_s=2, image_job_s=2, retry_base_s=1)
+        sqs = stack.client("sqs")
+        watch_asset_writes(stack)
+        sqs.set_queue_attributes(QueueUrl=stack.queue_url, Attributes={"VisibilityTimeout": str(cfg.visibility_s)})
+        feeder = Feeder(stack, *plan(cfg))  # hears S3's events from now on
+        workers = WorkerPool(stack, settings, cfg, folder)
+        deadline = time.monotonic() + cfg.max_seconds
+        feeder.start(deadline)
+        collections = Collections(stack, settings, cfg)
+        collecting = _Every(lambda: collections.run(grace_s=cfg.grace_s), cfg.collect_every_s, "collection")
+        with LocalNotifications(stack) as told:
+            dispatching = _Every(told.run, cfg.dispatch_every_s, "dispatch")
+            _settle(sqs, stack.queue_url, workers, feeder, deadline)
+            timed_out = time.monotonic() >= deadline
+            workers.stop()
+            collecting.stop(timeout_s=60)
+            feeder.stop_listening()
+            # Everything is settled: the last collection has no grace (nothing can revive now),
+            # once the leases of workers that died holding a claim have run out (their renders
+            # were abandoned: an unreferenced job whose lease is live is left for a later run).
+            time.sleep(cfg.lease_s + 1)
+            collections.run(grace_s=0)
+            dispatching.stop(timeout_s=120)
+            told.run()  # everything committed is in the stream now: the last dispatch
+
+            events = sorted([*read_logs(folder), *collections.events], key=lambda e: e["t"])
+            if events_log is not None:
+                with open(events_log, "w", encoding="utf-8") as log_out:
+                    log_out.writelines(json.dumps(e) + "\n" for e in events)
+            end = end_checks(stack, {u.key for u in feeder.uploads})
+            told_checks = notification_checks(stack, told)
+        return summarize(
+            feeder,
+            collections,
+            events,
+            end=end,
+            told=told_checks,
+            dlq=_messages(sqs, stack.dlq_url),
+            worker_processes=workers.spawned,
+            timed_out=timed_out,
+            conflicts=aws.conflicts,
+            started=started,
+        )
+    finally:
+        aws.__exit__(None, None, None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _settle(sqs: Any, queue_url: str, workers: WorkerPool, feeder: Feeder, deadline: float) -> None:
+    """Replace the workers that die until every upload is sent and nothing has been in the
+    queue for :data:`SETTLED_S` seconds, or until ``deadline`` (``time.monotonic()``)."""
+    empty_since = None
+    while time.monotonic() < deadline:
+        workers.replace_dead()
+        if not feeder.is_alive() and _queue_depth(sqs, queue_url) == 0:
+            empty_since = empty_since or time.monotonic()
+            if time.monotonic() - empty_since > SETTLED_S:  # settled: nothing in flight for 2 s
+                break
+        else:
+            empty_since = None
+        time.sleep(0.5)
+
+
+def _queue_depth(sqs: Any, queue_url: str) -> int:
+    """Every message ``queue_url`` holds: visible, in flight and delayed."""
+    attrs = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=list(QUEUE_DEPTH_ATTRIBUTES))["Attributes"]
+    return sum(int(attrs.get(name, 0)) for name in QUEUE_DEPTH_ATTRIBUTES)
+
+
+def _messages(sqs: Any, queue_url: str) -> int:
+    """The visible messages of ``queue_url`` (the dead-letter queue's: all it holds)."""
+    attrs = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
+    return int(attrs["Attributes"]["ApproximateNumberOfMessages"])
+
+
+class _Every:
+    """Calls ``run`` every ``period_s`` seconds, the first call ``period_s`` from now, from
+    a daemon thread named ``name`` until :meth:`stop` (the storm's collections and
+    dispatches while it goes on)."""
+
+    def __init__(self, run: Callable[[], None], period_s: float, name: str) -> None:
+        self._run = run
+        self._period_s = period_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._period_s):
+            self._run()
+
+    def stop(self, timeout_s: float) -> None:
+        """Make no further call; wait up to ``timeout_s`` for a call under way to end."""
+        self._stopped.set()
+        self._thread.join(timeout=timeout_s)
