@@ -36,7 +36,7 @@ def end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict[
     )
     end_states: dict[str, int] = defaultdict(int)
     used: Counter[str] = Counter()
-    jobs = stack.job_model()
+    ledger = stack.ledger()
     for key in sorted(keys):
         view = assets.get(stack.bucket, key)
         try:
@@ -50,11 +50,8 @@ def end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict[
             checks["assets_not_ready"] += 1
         for entry in view.jobs if view is not None else ():
             used[entry.job_key] += 1
-            try:
-                row = jobs.get(entry.job_key, consistent_read=True)
-                end_states[str(row.failure_reason or row.state)] += 1
-            except jobs.DoesNotExist:
-                end_states["no_job"] += 1
+            row = ledger.get(entry.job_key)
+            end_states["no_job" if row is None else str(row.failure_reason or row.state)] += 1
     for job_key in used:
         try:
             s3.head_object(Bucket=stack.bucket, Key=f"derivatives/{job_key}/manifest.json")
