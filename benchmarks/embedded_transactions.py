@@ -1,13 +1,13 @@
 """The embedded AWS's ``TransactWriteItems``: its cost against the size of the table.
 
 moto (5.x) deep-copies every table a transaction names, once per item, to roll back on a
-failed condition; ``mediajobs.local.embedded`` checks the conditions first and applies a
-transaction without copying (``_transactions_without_table_copies``). This measures a
-three-item transaction (an asset, two reference rows: what a worker's asset write is) on
+failed condition; the embedded AWS checks the conditions first and applies a transaction
+without copying (``mediajobs.local.moto_dynamodb.TransactionsAsDynamoDB``). This measures
+a three-item transaction (an asset, two reference rows: what a worker's asset write is) on
 a table holding ``--small`` items and on one holding ``--large`` items, in the same run,
-with the patch and without it (moto's own code), and prints the seconds per transaction
-and the large table's as a ratio to the small one's; and the Python heap's peak during
-the large table's transactions (``tracemalloc``), MB.
+with the adaptation and without it (moto's own code), and prints the seconds per
+transaction and the large table's as a ratio to the small one's; and the Python heap's
+peak during the large table's transactions (``tracemalloc``), MB.
 
     .venv/bin/python benchmarks/embedded_transactions.py [--small 100] [--large 5000] [--rounds 50] [--json]
 
@@ -22,8 +22,6 @@ import time
 import tracemalloc
 import uuid
 from typing import Any
-
-from moto.dynamodb import models as ddb_models
 
 
 def _client() -> Any:
@@ -79,23 +77,22 @@ def _transactions(client: Any, table: str, rounds: int) -> tuple[float, float]:
     return per_s, peak / 1e6
 
 
-def measure(small: int, large: int, rounds: int, *, patched: bool) -> dict[str, float]:
+def measure(small: int, large: int, rounds: int, *, adapted: bool) -> dict[str, float]:
     from moto import mock_aws
 
-    from mediajobs.local import embedded
+    from mediajobs.local.adaptations import Patches
+    from mediajobs.local.moto_dynamodb import TransactionsAsDynamoDB
 
-    original = ddb_models.DynamoDBBackend.transact_write_items
-    original_copy = ddb_models.copy
-    if patched:
-        embedded._transactions_without_table_copies()
+    patches = Patches()
+    if adapted:
+        TransactionsAsDynamoDB().apply(patches)
     try:
         with mock_aws():
             client = _client()
             small_s, _ = _transactions(client, _table(client, small), rounds)
             large_s, peak_mb = _transactions(client, _table(client, large), rounds)
     finally:
-        ddb_models.DynamoDBBackend.transact_write_items = original  # type: ignore[method-assign]
-        ddb_models.copy = original_copy  # type: ignore[attr-defined]
+        patches.undo()
     return {
         "small_ms": round(small_s * 1000, 2),
         "large_ms": round(large_s * 1000, 2),
@@ -111,8 +108,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    moto_own = measure(args.small, args.large, args.rounds, patched=False)
-    embedded = measure(args.small, args.large, args.rounds, patched=True)
+    moto_own = measure(args.small, args.large, args.rounds, adapted=False)
+    embedded = measure(args.small, args.large, args.rounds, adapted=True)
     result = {"moto": moto_own, "embedded": embedded}
     if args.json:
         print(json.dumps(result))

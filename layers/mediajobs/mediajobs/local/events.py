@@ -1,7 +1,7 @@
 """The one event factory of the local tools and tests: S3's "Object Created" and "Object
 Deleted" events as EventBridge puts them in SQS, and the Lambda SQS event a batch of
 messages becomes. The embedded AWS builds the events its S3 sends here too
-(:func:`mediajobs.local.embedded.send_s3_events_as_aws`).
+(:class:`mediajobs.local.moto_s3.S3EventsAsAws`).
 
 Used by the local event source mapping (:mod:`mediajobs.local.runner` turns received
 messages into records here), ``simulate`` (duplicated events), the tests, and the sample
