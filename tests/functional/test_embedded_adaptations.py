@@ -6,17 +6,24 @@ which ran before it (``mediajobs.local.adaptations``)."""
 from __future__ import annotations
 
 import copy
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 from moto import backends as moto_backends
+from moto import mock_aws
 from moto.dynamodb import models as ddb_models
+from moto.dynamodb.models.table import Table
 from moto.s3 import models as s3_models
 from moto.s3 import notifications as s3_notifications
 
 from mediajobs.local import moto_s3
 from mediajobs.local.adaptations import MotoAdaptations, Patches
 from mediajobs.local.embedded import ADAPTATIONS, EmbeddedAws, EmbeddedServer, listen_to_s3_events
+from mediajobs.local.moto_dynamodb import QueryByPartition
+from mediajobs.local.template import load_template
 from tests.conftest import REPO
 
 
@@ -28,6 +35,8 @@ def moto_now() -> dict[str, Any]:
         "S3Backend.delete_object": vars(s3_models.S3Backend).get("delete_object"),
         "DynamoDBBackend.transact_write_items": vars(ddb_models.DynamoDBBackend).get("transact_write_items"),
         "dynamodb copy": ddb_models.copy,  # type: ignore[attr-defined]
+        "Table.query": vars(Table).get("query"),
+        "Table.all_items": vars(Table).get("all_items"),
         "moto_s3._ACTIVE": moto_s3._ACTIVE,
     }
 
@@ -143,3 +152,92 @@ def test_reference_counting_applies_once_and_undoes_once():
     assert (applied, resets, adaptations.users) == (["applied"], [0, 0], 0)
     with pytest.raises(RuntimeError):
         adaptations.active(Counts)
+
+
+# Query by partition answers what moto's own Query answers.
+
+
+@pytest.fixture
+def plain_moto() -> Iterator[Any]:
+    """moto in this process (no server), the assets table as the template declares it,
+    with several partitions: reference rows and candidates, as the assets table holds them."""
+    assert ADAPTATIONS.users == 0
+    declared = load_template(REPO / "template.yaml")["Resources"]["AssetsTable"]["Properties"]
+    with mock_aws():
+        client = boto3.client(
+            "dynamodb", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+        )
+        table = f"query-{uuid.uuid4().hex[:8]}"
+        schema = {name: declared[name] for name in ("AttributeDefinitions", "KeySchema")}
+        client.create_table(TableName=table, BillingMode="PAY_PER_REQUEST", **schema)
+        for p in range(30):
+            for s in range(p % 7):
+                item = {"pk": {"S": f"job#{p:02d}"}, "sk": {"S": f"ref#{s:03d}"}, "n": {"N": str(s * p)}}
+                client.put_item(TableName=table, Item=item)
+            client.put_item(TableName=table, Item={"pk": {"S": f"collect#{p:02d}"}, "sk": {"S": "c"}})
+        yield client, table
+
+
+QUERIES: list[dict[str, Any]] = [
+    {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "job#06"}}},
+    {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "job#07"}}},  # empty
+    {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "nothing"}}},
+    {
+        "KeyConditionExpression": "pk = :p AND begins_with(sk, :s)",
+        "ExpressionAttributeValues": {":p": {"S": "job#13"}, ":s": {"S": "ref#00"}},
+        "ScanIndexForward": False,
+    },
+    {
+        "KeyConditionExpression": "pk = :p AND sk BETWEEN :a AND :b",
+        "ExpressionAttributeValues": {
+            ":p": {"S": "job#20"},
+            ":a": {"S": "ref#001"},
+            ":b": {"S": "ref#004"},
+            ":n": {"N": "30"},
+        },
+        "FilterExpression": "n > :n",
+    },
+    {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "job#27"}}, "Select": "COUNT"},
+    {
+        "KeyConditionExpression": "pk = :p",
+        "ExpressionAttributeValues": {":p": {"S": "job#27"}},
+        "ProjectionExpression": "sk",
+    },
+]
+
+
+def _answers(client: Any, table: str) -> list[Any]:
+    """Every query of :data:`QUERIES`, each paged two items at a time, and whole."""
+    answers = []
+    for spec in QUERIES:
+        answers.append({k: v for k, v in client.query(TableName=table, **spec).items() if k != "ResponseMetadata"})
+        pages, start = [], None
+        while True:
+            page = client.query(TableName=table, Limit=2, **spec, **({"ExclusiveStartKey": start} if start else {}))
+            pages.append({k: v for k, v in page.items() if k != "ResponseMetadata"})
+            start = page.get("LastEvaluatedKey")
+            if start is None:
+                break
+        answers.append(pages)
+    return answers
+
+
+def test_a_query_by_partition_answers_what_moto_answers_without_reading_the_table(plain_moto):
+    client, table = plain_moto
+    whole_table_reads: list[str] = []
+    counting = Patches()
+    all_items = counting.set(Table, "all_items", lambda t: whole_table_reads.append(t.name) or all_items(t))
+    try:
+        own = _answers(client, table)
+        read_by_moto = len(whole_table_reads)
+        patches = Patches()
+        QueryByPartition().apply(patches)
+        try:
+            adapted = _answers(client, table)
+        finally:
+            patches.undo()
+    finally:
+        counting.undo()
+    assert adapted == own
+    assert any(answer.get("Count") for answer in own if isinstance(answer, dict))  # not all empty
+    assert read_by_moto > 0 and len(whole_table_reads) == read_by_moto  # adapted: no whole-table read

@@ -10,7 +10,8 @@ Where moto is not AWS in a way the product depends on, the embedded AWS adapts m
 it is open, and puts it back when the last one in the process closes
 (:mod:`mediajobs.local.adaptations`, :data:`~mediajobs.local.server.ADAPTATIONS`): its
 S3 sends AWS's events (:mod:`mediajobs.local.moto_s3`), its DynamoDB runs transactions
-as DynamoDB does (:mod:`mediajobs.local.moto_dynamodb`), its server makes conditional writes atomic
+as DynamoDB does and answers a ``Query`` from one partition
+(:mod:`mediajobs.local.moto_dynamodb`), its server makes conditional writes atomic
 (:class:`~mediajobs.local.server.AtomicWrites`). Each embedded AWS starts from an empty
 moto, unless another is open in the process (they then share moto's state: give each a
 name of its own). Lifecycle expirations of noncurrent versions happen on demand

@@ -1,8 +1,9 @@
 """The embedded AWS's DynamoDB: transactions as DynamoDB runs them
-(:class:`TransactionsAsDynamoDB`); applied while an embedded AWS is open
+(:class:`TransactionsAsDynamoDB`) and a ``Query`` that reads one partition
+(:class:`QueryByPartition`); applied while an embedded AWS is open
 (:mod:`mediajobs.local.adaptations`).
 
-It relies on the embedded server running DynamoDB requests one at a time
+Both rely on the embedded server running DynamoDB requests one at a time
 (:class:`~mediajobs.local.server.AtomicWrites`).
 """
 
@@ -189,3 +190,76 @@ def _check_conditions(
     if any(code is not None for code, _, _ in errors):
         raise TransactionCanceledException(errors)
     return touched
+
+
+class QueryByPartition:
+    """Make moto's ``Query`` of a table (not of an index) read the partition it names,
+    not the whole table.
+
+    moto (5.2.5, ``Table.query``) takes ``all_items()`` (every item of the table, sorted)
+    and keeps those whose partition key is the one asked: the cost of a query grows with
+    the table, and the assets table holds every asset, its reference rows (``job#...``,
+    ``ref#...``) and its collection candidates (``collect#...``). Its items are stored by
+    partition already (``Table.items[hash_key][range_key]``, keyed by ``DynamoType``, whose
+    hash and equality are the same type and value): while a query of the table runs,
+    ``all_items()`` gives that partition's items only, in the order ``all_items()`` would
+    (sort key), so moto's own code sorts, pages, filters, projects and counts them, and the
+    answer is what moto gives. Queries of an index, and scans, keep moto's way.
+    """
+
+    def __init__(self) -> None:
+        self._querying = threading.local()
+
+    def apply(self, patches: Patches) -> None:
+        """Replace ``Table.query`` and ``Table.all_items``."""
+        from moto.dynamodb.models.table import Table
+
+        querying = self._querying
+
+        def query(
+            table: Any,
+            hash_key: Any,
+            range_comparison: Any,
+            range_objs: Any,
+            limit: Any,
+            exclusive_start_key: Any,
+            scan_index_forward: Any,
+            projection_expressions: Any,
+            index_name: str | None = None,
+            *args: Any,
+            **kwargs: Any,
+        ) -> Any:
+            scoped = not index_name and hash_key is not None
+            if scoped:
+                querying.partition = (table, hash_key)
+            try:
+                return original_query(
+                    table,
+                    hash_key,
+                    range_comparison,
+                    range_objs,
+                    limit,
+                    exclusive_start_key,
+                    scan_index_forward,
+                    projection_expressions,
+                    index_name,
+                    *args,
+                    **kwargs,
+                )
+            finally:
+                if scoped:
+                    querying.partition = None
+
+        def all_items(table: Any) -> list[Any]:
+            scope = getattr(querying, "partition", None)
+            if scope is None or scope[0] is not table:
+                return original_all_items(table)  # type: ignore[no-any-return]
+            partition = table.items.get(scope[1])  # .get: Table.items is a defaultdict
+            if partition is None:
+                return []
+            if not table.range_key_attr:
+                return [partition]
+            return sorted(partition.values(), key=lambda item: item.range_key)
+
+        original_query = patches.set(Table, "query", query)
+        original_all_items = patches.set(Table, "all_items", all_items)
