@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import boto3
@@ -18,6 +19,7 @@ from moto.dynamodb import models as ddb_models
 from moto.dynamodb.models.table import Table
 from moto.s3 import models as s3_models
 from moto.s3 import notifications as s3_notifications
+from moto.sqs import models as sqs_models
 
 from mediajobs.local import moto_s3
 from mediajobs.local.adaptations import MotoAdaptations, Patches
@@ -38,6 +40,7 @@ def moto_now() -> dict[str, Any]:
         "Table.query": vars(Table).get("query"),
         "Table.all_items": vars(Table).get("all_items"),
         "moto_s3._ACTIVE": moto_s3._ACTIVE,
+        "sqs unix_time_millis": sqs_models.unix_time_millis,
     }
 
 
@@ -241,3 +244,21 @@ def test_a_query_by_partition_answers_what_moto_answers_without_reading_the_tabl
     assert adapted == own
     assert any(answer.get("Count") for answer in own if isinstance(answer, dict))  # not all empty
     assert read_by_moto > 0 and len(whole_table_reads) == read_by_moto  # adapted: no whole-table read
+
+
+def test_the_sqs_clock_reads_what_motos_reads():
+    from moto.core.utils import unix_time_millis
+
+    from mediajobs.local.moto_sqs import SqsClock
+
+    patches = Patches()
+    SqsClock().apply(patches)
+    try:
+        before = unix_time_millis()
+        adapted = sqs_models.unix_time_millis()
+        after = unix_time_millis()
+        moment = datetime(2026, 12, 3, 12, 0, 0, 250_000)
+        assert sqs_models.unix_time_millis(moment) == unix_time_millis(moment)
+    finally:
+        patches.undo()
+    assert before <= adapted <= after and sqs_models.unix_time_millis is unix_time_millis
