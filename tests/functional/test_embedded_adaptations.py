@@ -40,6 +40,8 @@ def moto_now() -> dict[str, Any]:
         "Table.query": vars(Table).get("query"),
         "Table.all_items": vars(Table).get("all_items"),
         "moto_s3._ACTIVE": moto_s3._ACTIVE,
+        "S3Backend.list_object_versions": vars(s3_models.S3Backend).get("list_object_versions"),
+        "s3 copy": s3_models.copy,  # type: ignore[attr-defined]
         "sqs unix_time_millis": sqs_models.unix_time_millis,
     }
 
@@ -50,7 +52,7 @@ def moto_own() -> dict[str, Any]:
     would be torn down by now)."""
     assert ADAPTATIONS.users == 0
     own = moto_now()
-    assert own["dynamodb copy"] is copy and own["moto_s3._ACTIVE"] is None
+    assert own["dynamodb copy"] is copy and own["s3 copy"] is copy and own["moto_s3._ACTIVE"] is None
     return own
 
 
@@ -244,6 +246,94 @@ def test_a_query_by_partition_answers_what_moto_answers_without_reading_the_tabl
     assert adapted == own
     assert any(answer.get("Count") for answer in own if isinstance(answer, dict))  # not all empty
     assert read_by_moto > 0 and len(whole_table_reads) == read_by_moto  # adapted: no whole-table read
+
+
+# The versions listed under a prefix answer what moto's own listing answers.
+
+
+@pytest.fixture
+def versioned_bucket() -> Iterator[Any]:
+    """moto in this process (no server), a versioned bucket: keys under two prefixes, each
+    overwritten, one deleted (a delete marker)."""
+    assert ADAPTATIONS.users == 0
+    with mock_aws():
+        client = boto3.client(
+            "s3", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+        )
+        bucket = f"versions-{uuid.uuid4().hex[:8]}"
+        client.create_bucket(Bucket=bucket)
+        client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        for folder in ("originals/a/", "originals/b/", "derivatives/"):
+            for n in range(4):
+                for body in (b"first", b"second"):
+                    client.put_object(Bucket=bucket, Key=f"{folder}{n}.jpg", Body=body)
+            client.delete_object(Bucket=bucket, Key=f"{folder}0.jpg")
+        yield client, bucket
+
+
+def _listings(client: Any, bucket: str) -> list[Any]:
+    """Listings under several prefixes, whole and paged three at a time."""
+    listings = []
+    for prefix in ("originals/a/1.jpg", "originals/b/", "originals/", "", "nothing/"):
+        whole = client.list_object_versions(Bucket=bucket, Prefix=prefix)
+        listings.append({k: v for k, v in whole.items() if k != "ResponseMetadata"})
+        pages = client.get_paginator("list_object_versions").paginate(
+            Bucket=bucket, Prefix=prefix, PaginationConfig={"PageSize": 3}
+        )
+        listings.append([{k: v for k, v in page.items() if k != "ResponseMetadata"} for page in pages])
+    listings.append(client.list_object_versions(Bucket=bucket, Prefix="originals/", Delimiter="/"))
+    listings[-1].pop("ResponseMetadata")
+    return listings
+
+
+def test_versions_listed_under_a_prefix_answer_what_moto_answers_copying_only_those(versioned_bucket):
+    from mediajobs.local.moto_s3 import VersionsListedUnderPrefix
+
+    client, bucket = versioned_bucket
+    copied: list[str] = []
+    counting = Patches()
+    getstate = counting.set(s3_models.FakeKey, "__getstate__", lambda key: copied.append(key.name) or getstate(key))
+
+    def copies_of_one_key() -> int:
+        del copied[:]
+        client.list_object_versions(Bucket=bucket, Prefix="originals/a/1.jpg")
+        return len(copied)
+
+    try:
+        own, own_copies = _listings(client, bucket), copies_of_one_key()
+        patches = Patches()
+        VersionsListedUnderPrefix().apply(patches)
+        try:
+            adapted, adapted_copies = _listings(client, bucket), copies_of_one_key()
+        finally:
+            patches.undo()
+    finally:
+        counting.undo()
+    assert adapted == own
+    assert len(own[0]["Versions"]) == 2 and len(own[2]["Versions"]) == 8 and own[2]["DeleteMarkers"]
+    assert (own_copies, adapted_copies) == (24, 2)  # every object's versions, or the key's two
+
+
+def test_a_key_deleted_while_its_bucket_is_listed_is_not_a_500(versioned_bucket):
+    """moto reads a key's versions after listing the keys; a key deleted between the two
+    has none (moto: TypeError, answered 500)."""
+    from moto.s3.models import s3_backends
+
+    from mediajobs.local.moto_s3 import VersionsListedUnderPrefix
+
+    client, bucket = versioned_bucket
+    keys = s3_backends["123456789012"]["aws"].get_bucket(bucket).keys
+    gone = "originals/b/3.jpg"
+    patches = Patches()
+    VersionsListedUnderPrefix().apply(patches)
+    getlist = keys.getlist
+    try:
+        keys.getlist = lambda key, default=None: default if key == gone else getlist(key, default)
+        listed = client.list_object_versions(Bucket=bucket, Prefix="originals/b/")
+    finally:
+        del keys.getlist
+        patches.undo()
+    assert {v["Key"] for v in listed["Versions"]} == {f"originals/b/{n}.jpg" for n in range(3)}
 
 
 def test_the_sqs_clock_reads_what_motos_reads():

@@ -5,7 +5,9 @@ moto's differ in a way the worker depends on; applied while an embedded AWS is o
 
 from __future__ import annotations
 
+import copy
 import sys
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -205,6 +207,89 @@ class S3EventsAsAws:
             self.object_deleted(
                 account_id, bucket, key_name, deletion_type=PERMANENTLY_DELETED, version=gone, reason=reason
             )
+
+
+class _VersionSeen:
+    """What moto's ``list_object_versions`` reads of a version it sorts and pages but
+    never returns (outside the prefix asked for): its key, time and version id; it sets
+    ``is_latest`` on it."""
+
+    def __init__(self, version: Any) -> None:
+        self.name = version.name
+        self.last_modified = version.last_modified
+        self.version_id = version.version_id
+        self.is_latest = False
+
+
+class _CopyUnderPrefix:
+    """Stands for the ``copy`` module inside moto's S3 backend: while ``listing`` is set
+    for this thread (to the prefix asked for), the versions of a key outside the prefix
+    are not copied (a :class:`_VersionSeen` each stands for them), and a key whose
+    versions went while it was listed has none; everything else is copied as ``copy``
+    does."""
+
+    def __init__(self) -> None:
+        self.listing = threading.local()
+
+    def deepcopy(self, value: Any, memo: dict[int, Any] | None = None) -> Any:
+        prefix = getattr(self.listing, "prefix", None)
+        if prefix is not None:
+            if value is None:
+                return []
+            if isinstance(value, list) and value and not str(value[0].name).startswith(prefix):
+                return [_VersionSeen(version) for version in value]
+        return copy.deepcopy(value, memo)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+
+class VersionsListedUnderPrefix:
+    """Make moto's ``ListObjectVersions`` copy only the versions it may return.
+
+    moto (5.2.5, ``S3Backend.list_object_versions``) deep-copies every version of every
+    key of the bucket, the objects' bytes included, before it sorts them, pages them and
+    keeps those under the prefix asked for (2 % of the storm's server process's samples,
+    listing one key's versions in a bucket of thousands of objects). It also reads the
+    keys without the S3 write lock (a read): a key deleted meanwhile has no version list,
+    and moto answers 500 (``TypeError: 'NoneType' object is not iterable``); S3 answers.
+    Here a key outside the prefix is stood for by its name, time and version id (all
+    moto's code reads of it before it drops it), and a key gone meanwhile by no version:
+    moto's own code sorts, pages and filters, and answers as it would.
+    """
+
+    def apply(self, patches: Patches) -> None:
+        """Replace ``S3Backend.list_object_versions`` and the ``copy`` module moto's S3
+        backend copies the versions with."""
+        from moto.s3 import models
+
+        copies = _CopyUnderPrefix()
+        patches.set(models, "copy", copies)
+
+        def list_object_versions(
+            backend: Any,
+            bucket_name: str,
+            delimiter: str | None = None,
+            key_marker: str | None = None,
+            max_keys: int | None = 1000,
+            prefix: str = "",
+            version_id_marker: str | None = None,
+        ) -> Any:
+            copies.listing.prefix = prefix or ""
+            try:
+                return original(
+                    backend,
+                    bucket_name,
+                    delimiter=delimiter,
+                    key_marker=key_marker,
+                    max_keys=max_keys,
+                    prefix=prefix,
+                    version_id_marker=version_id_marker,
+                )
+            finally:
+                copies.listing.prefix = None
+
+        original = patches.set(models.S3Backend, "list_object_versions", list_object_versions)
 
 
 def _version_of(key: Any, bucket: Any) -> str | None:
