@@ -78,6 +78,15 @@ def test_the_adaptations_stay_until_the_last_of_several_open_ones_closes(moto_ow
     assert ADAPTATIONS.users == 0 and changed(moto_own) == set()
 
 
+def test_a_server_that_fails_to_start_holds_no_adaptation(moto_own):
+    server = EmbeddedServer("127.0.0.1", 0)
+    with server:
+        with pytest.raises(RuntimeError):  # a thread starts once
+            server.start()
+        assert ADAPTATIONS.users == 1
+    assert ADAPTATIONS.users == 0 and changed(moto_own) == set()
+
+
 def test_a_later_embedded_aws_of_the_same_name_starts_empty():
     """Before, the second stack found the first one's assets table, items included."""
     name = "mediajobs-adapt-empty"

@@ -242,7 +242,7 @@ def test_a_local_session_neither_writes_nor_needs_the_environment(tmp_path, monk
             local_dispatcher(session.stack, webhook_url=receiver.url, webhook_secret=secret).mapping.drain()
         finally:
             receiver.stop()
-        # (moto's state is the process's: other modules' notifications may be dispatched too)
+        # (the module's server is open too and shares moto's state: only this key is looked at)
         key = "originals/env/photo.jpg"
         told = [d.payload["type"] for d in receiver.received.deliveries if d.payload["asset"]["key"] == key]
         assert told == ["Asset Ready"]

@@ -135,10 +135,22 @@ class EmbeddedServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        """Adapt moto (:data:`ADAPTATIONS`) and answer requests (the socket is already bound)."""
+        """Adapt moto (:data:`ADAPTATIONS`) and answer requests (the socket is already bound).
+
+        Raises
+        ------
+        RuntimeError
+            If it was started already (once only, as a thread).
+        """
+        if self._adapted or self._thread.ident is not None:
+            raise RuntimeError("an embedded server starts once")
         ADAPTATIONS.acquire()
+        try:
+            self._thread.start()
+        except BaseException:
+            ADAPTATIONS.release()
+            raise
         self._adapted = True
-        self._thread.start()
 
     def stop(self) -> None:
         """Stop answering, close the socket and release moto's adaptations."""
