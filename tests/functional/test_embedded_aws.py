@@ -3,6 +3,7 @@ writes without a lock, so the server serialises DynamoDB requests and S3 writes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -17,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 from werkzeug.test import EnvironBuilder
 
-from mediajobs.local.embedded import AtomicWrites, EmbeddedAws, EmbeddedServer
+from mediajobs.local.embedded import AtomicWrites, EmbeddedAws, EmbeddedServer, LocalStack
 from mediajobs.local.notifications import local_dispatcher, new_webhook_secret, seen_events
 from mediajobs.local.receiver import WebhookReceiver
 from mediajobs.local.runner import EventSourceMapping
@@ -241,7 +242,7 @@ def test_a_local_session_neither_writes_nor_needs_the_environment(tmp_path, monk
             local_dispatcher(session.stack, webhook_url=receiver.url, webhook_secret=secret).mapping.drain()
         finally:
             receiver.stop()
-        # (moto's state is the process's: other modules' notifications may be dispatched too)
+        # (the module's server is open too and shares moto's state: only this key is looked at)
         key = "originals/env/photo.jpg"
         told = [d.payload["type"] for d in receiver.received.deliveries if d.payload["asset"]["key"] == key]
         assert told == ["Asset Ready"]
@@ -271,3 +272,24 @@ def test_the_users_settings_reach_the_worker_but_not_over_the_stacks_names(tmp_p
         assert settings.region == "us-east-1" and settings.retry_base_s == 1  # LOCAL_DEFAULTS
         assert Path(settings.work_dir).parent == tmp_path
         assert "UNRELATED" not in stack.worker_env
+
+
+def test_local_sessions_share_one_service_model_loader():
+    """A fresh boto3 session parses a service's model again for its first client (0.7 to
+    1 s here); the stack's sessions share one loader, whose search paths stay as they are."""
+    required = [
+        f.name
+        for f in dataclasses.fields(LocalStack)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    names = {name: "unused" for name in required if name not in ("function_env", "batch_size", "timeout_s")}
+    names["endpoint_url"] = "http://127.0.0.1:9"  # nothing listens: no request is made
+    stack = LocalStack(**names, function_env={}, batch_size=1, timeout_s=1)  # type: ignore[arg-type]
+    first, second = stack.boto_session(), stack.boto_session()
+    assert first is not second and first.get_credentials().access_key == "testing"
+    loader = first._session.get_component("data_loader")
+    paths = list(loader.search_paths)
+    assert second._session.get_component("data_loader") is loader
+    for service in ("sqs", "dynamodb"):
+        stack.client(service)
+    assert loader.search_paths == paths and len(set(paths)) == len(paths)

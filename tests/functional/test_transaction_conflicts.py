@@ -9,34 +9,32 @@ import uuid
 import boto3
 import pytest
 from botocore.config import Config
-from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-from werkzeug.serving import make_server
 
-from mediajobs.local.conflicts import TransactionConflicts
-from mediajobs.local.embedded import CREDENTIALS, AtomicWrites
+from mediajobs.local.embedded import CREDENTIALS, EmbeddedServer
 
 
 @pytest.fixture
 def held():
-    """A server whose transactions stay held until the test sets ``release``; yields
-    (client factory, middleware, entered, release, table)."""
+    """An embedded server (moto adapted as the embedded AWS runs it, whatever ran before)
+    whose transactions stay held until the test sets ``release``; yields (client factory,
+    middleware, entered, release, table)."""
     entered, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         entered.set()
         release.wait(timeout=30)
 
-    middleware = TransactionConflicts(AtomicWrites(DomainDispatcherApplication(create_backend_app)), hold=hold)
-    server = make_server("127.0.0.1", 0, middleware, threaded=True, request_handler=MotoRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = EmbeddedServer("127.0.0.1", 0, hold=hold)
+    middleware = server.conflicts
+    assert middleware is not None
+    server.start()
     session = boto3.session.Session(region_name="us-east-1", **CREDENTIALS)
-
-    endpoint = f"http://127.0.0.1:{server.server_port}"
+    endpoint = server.endpoint_url
 
     def client():
         return session.client("dynamodb", endpoint_url=endpoint, config=Config(retries={"max_attempts": 1}))
 
-    table = f"conflicts-test-{uuid.uuid4().hex[:8]}"  # moto's tables outlive a server in this process
+    table = f"conflicts-test-{uuid.uuid4().hex[:8]}"
     client().create_table(
         TableName=table,
         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
@@ -45,8 +43,7 @@ def held():
     )
     yield client, middleware, entered, release, table
     release.set()
-    server.shutdown()
-    server.server_close()
+    server.stop()
 
 
 def _put(table: str, pk: str) -> list[dict]:

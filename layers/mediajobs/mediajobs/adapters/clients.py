@@ -36,6 +36,8 @@ class ClientFactory:
     credentials: ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``;
         empty for the default chain (the function's role).
     retry: the retry configuration.
+    session: the boto3 session clients come from (default: a new one for ``region`` and
+        ``credentials``; the embedded AWS passes one whose service models it loaded once).
     """
 
     def __init__(
@@ -45,9 +47,11 @@ class ClientFactory:
         credentials: Mapping[str, str] | None = None,
         *,
         retry: RetryConfig = RETRY,
+        session: boto3.session.Session | None = None,
     ) -> None:
         self.endpoint = Endpoint(region, endpoint_url, dict(credentials or {}))
         self.retry = retry
+        self._session = session
 
     @classmethod
     def for_settings(cls, settings: Settings) -> ClientFactory:
@@ -57,6 +61,8 @@ class ClientFactory:
     @functools.cached_property
     def session(self) -> boto3.session.Session:
         """The boto3 session every client of this factory comes from."""
+        if self._session is not None:
+            return self._session
         return boto3.session.Session(region_name=self.endpoint.region, **self.endpoint.credentials)
 
     def client(self, service: str) -> Any:

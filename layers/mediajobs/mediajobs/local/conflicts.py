@@ -33,6 +33,10 @@ from werkzeug.wsgi import get_input_stream
 _TARGET_PREFIX: Final = "DynamoDB_20120810."
 _SINGLE_WRITES: Final = frozenset({"PutItem", "UpdateItem", "DeleteItem"})
 
+#: How long a transaction holds its items by default, seconds: in the range of DynamoDB's
+#: transaction latency.
+DEFAULT_HOLD_S: Final = 0.010
+
 ItemId = tuple[str, str]  # (table name, canonical JSON of the item's key)
 
 
@@ -95,7 +99,7 @@ class TransactionConflicts:
         self,
         app: Callable[..., Iterable[bytes]],
         *,
-        hold_s: float = 0.010,
+        hold_s: float = DEFAULT_HOLD_S,
         hold: Callable[[], object] | None = None,
     ) -> None:
         self.app = app

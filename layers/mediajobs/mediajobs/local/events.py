@@ -1,7 +1,7 @@
 """The one event factory of the local tools and tests: S3's "Object Created" and "Object
 Deleted" events as EventBridge puts them in SQS, and the Lambda SQS event a batch of
 messages becomes. The embedded AWS builds the events its S3 sends here too
-(:func:`mediajobs.local.embedded.send_s3_events_as_aws`).
+(:class:`mediajobs.local.moto_s3.S3EventsAsAws`).
 
 Used by the local event source mapping (:mod:`mediajobs.local.runner` turns received
 messages into records here), ``simulate`` (duplicated events), the tests, and the sample
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 from mediajobs.domain.keys import encode_event_key
 
@@ -87,6 +87,28 @@ class Sequencers:
         return f"{value:0{width}X}"
 
 
+class EventOrigin(TypedDict, total=False):
+    """Where and when an S3 event comes from: the same fields in every event S3 sends,
+    each optional.
+
+    Attributes
+    ----------
+    region: the bucket's region (default :data:`REGION`).
+    event_id, time, request_id: fixed values (the sample files); by default a fresh UUID,
+        now (``YYYY-MM-DDTHH:MM:SSZ``), and random hex of S3's length.
+    sequencer: the event's sequencer (S3's orders the events of one key), by default
+        :data:`DEFAULT_SEQUENCER`.
+    source_ip: the requester's address (``source-ip-address``), left out when ``None``.
+    """
+
+    region: str
+    event_id: str | None
+    time: str | None
+    sequencer: str | None
+    request_id: str | None
+    source_ip: str | None
+
+
 def object_created_event(
     bucket: str,
     key: str,
@@ -94,13 +116,8 @@ def object_created_event(
     size: int,
     etag: str = "",
     version_id: str | None = None,
-    region: str = REGION,
-    event_id: str | None = None,
-    time: str | None = None,
-    sequencer: str | None = None,
-    request_id: str | None = None,
-    source_ip: str | None = None,
     reason: str = PUT_OBJECT,
+    **origin: Unpack[EventOrigin],
 ) -> dict[str, Any]:
     """The EventBridge event S3 sends when ``key`` is created in ``bucket`` (S3 user guide,
     "EventBridge event message structure", "Object created").
@@ -113,35 +130,18 @@ def object_created_event(
     etag: its ETag (quotes are removed), ``""`` when unknown.
     version_id: its version id, ``None`` for an unversioned bucket (the event then has no
         ``version-id``).
-    region: the bucket's region.
-    event_id, time, request_id: fixed values (the sample files); by default a fresh UUID,
-        now (``YYYY-MM-DDTHH:MM:SSZ``), and random hex of S3's length.
-    sequencer: the event's sequencer (S3's orders the events of one key), by default
-        :data:`DEFAULT_SEQUENCER`.
-    source_ip: the requester's address (``source-ip-address``), left out when ``None``.
     reason: the API that created the object: ``PutObject``, ``POST Object``,
         ``CopyObject`` or ``CompleteMultipartUpload``.
+    origin: :class:`EventOrigin` (``region``, ``event_id``, ``time``, ``sequencer``,
+        ``request_id``, ``source_ip``).
 
     Raises
     ------
     UnicodeEncodeError
         If ``key`` is not valid Unicode text (no S3 key is).
     """
-    obj: dict[str, Any] = {"key": encode_event_key(key), "size": size, "etag": etag.strip('"')}
-    if version_id:
-        obj["version-id"] = version_id
-    obj["sequencer"] = sequencer or DEFAULT_SEQUENCER
-    detail: dict[str, Any] = {
-        "version": "0",
-        "bucket": {"name": bucket},
-        "object": obj,
-        "request-id": request_id or uuid.uuid4().hex[:16].upper(),
-        "requester": ACCOUNT_ID,
-    }
-    if source_ip is not None:
-        detail["source-ip-address"] = source_ip
-    detail["reason"] = reason
-    return _envelope("Object Created", bucket, detail, region=region, event_id=event_id, time=time)
+    obj = {"key": encode_event_key(key), "size": size, "etag": etag.strip('"')}
+    return _s3_event("Object Created", bucket, obj, version_id, ACCOUNT_ID, {"reason": reason}, origin)
 
 
 def object_deleted_event(
@@ -152,12 +152,7 @@ def object_deleted_event(
     version_id: str | None = None,
     etag: str = DELETE_MARKER_ETAG,
     reason: str = DELETE_OBJECT,
-    region: str = REGION,
-    event_id: str | None = None,
-    time: str | None = None,
-    sequencer: str | None = None,
-    request_id: str | None = None,
-    source_ip: str | None = None,
+    **origin: Unpack[EventOrigin],
 ) -> dict[str, Any]:
     """The EventBridge event S3 sends when ``key`` is deleted from ``bucket`` (S3 user
     guide, "EventBridge event message structure": "Object deleted (using DeleteObject)",
@@ -176,8 +171,7 @@ def object_deleted_event(
         (as AWS's examples), the version's for a version. The event has no ``size``.
     reason: :data:`DELETE_OBJECT` or :data:`LIFECYCLE_EXPIRATION`. A lifecycle event's
         requester is :data:`LIFECYCLE_REQUESTER` and it has no ``source-ip-address``.
-    region, event_id, time, sequencer, request_id: as :func:`object_created_event`.
-    source_ip: the requester's address, left out when ``None`` (always for lifecycle).
+    origin: :class:`EventOrigin`; its ``source_ip`` is left out of a lifecycle event.
 
     Raises
     ------
@@ -190,86 +184,71 @@ def object_deleted_event(
         raise ValueError(f"not an S3 deletion-type: {deletion_type!r}")
     if reason not in (DELETE_OBJECT, LIFECYCLE_EXPIRATION):
         raise ValueError(f"not the reason of an S3 Object Deleted event: {reason!r}")
-    obj: dict[str, Any] = {"key": encode_event_key(key), "etag": etag.strip('"')}
+    lifecycle = reason == LIFECYCLE_EXPIRATION
+    if lifecycle:
+        origin = {**origin, "source_ip": None}
+    obj = {"key": encode_event_key(key), "etag": etag.strip('"')}
+    requester = LIFECYCLE_REQUESTER if lifecycle else ACCOUNT_ID
+    last = {"reason": reason, "deletion-type": deletion_type}
+    return _s3_event("Object Deleted", bucket, obj, version_id, requester, last, origin)
+
+
+def _s3_event(
+    detail_type: str,
+    bucket: str,
+    obj: dict[str, Any],
+    version_id: str | None,
+    requester: str,
+    last: dict[str, str],
+    origin: EventOrigin,
+) -> dict[str, Any]:
+    """An S3 event in its EventBridge envelope: ``obj`` (the object's fields before its
+    version and sequencer), ``requester``, and the ``last`` fields of its detail, in the
+    order of S3's examples."""
     if version_id:
         obj["version-id"] = version_id
-    obj["sequencer"] = sequencer or DEFAULT_SEQUENCER
-    lifecycle = reason == LIFECYCLE_EXPIRATION
+    obj["sequencer"] = origin.get("sequencer") or DEFAULT_SEQUENCER
     detail: dict[str, Any] = {
         "version": "0",
         "bucket": {"name": bucket},
         "object": obj,
-        "request-id": request_id or uuid.uuid4().hex[:16].upper(),
-        "requester": LIFECYCLE_REQUESTER if lifecycle else ACCOUNT_ID,
+        "request-id": origin.get("request_id") or uuid.uuid4().hex[:16].upper(),
+        "requester": requester,
     }
-    if source_ip is not None and not lifecycle:
+    source_ip = origin.get("source_ip")
+    if source_ip is not None:
         detail["source-ip-address"] = source_ip
-    detail["reason"] = reason
-    detail["deletion-type"] = deletion_type
-    return _envelope("Object Deleted", bucket, detail, region=region, event_id=event_id, time=time)
-
-
-def _envelope(
-    detail_type: str, bucket: str, detail: dict[str, Any], *, region: str, event_id: str | None, time: str | None
-) -> dict[str, Any]:
-    """The EventBridge envelope of an S3 event's ``detail``."""
+    detail.update(last)
     return {
         "version": "0",
-        "id": event_id or str(uuid.uuid4()),
+        "id": origin.get("event_id") or str(uuid.uuid4()),
         "detail-type": detail_type,
         "source": "aws.s3",
         "account": ACCOUNT_ID,
-        "time": time or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "region": region,
+        "time": origin.get("time") or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": origin.get("region", REGION),
         "resources": [f"arn:aws:s3:::{bucket}"],
         "detail": detail,
     }
 
 
-def object_created_body(
-    bucket: str,
-    key: str,
-    *,
-    size: int,
-    etag: str = "",
-    version_id: str | None = None,
-    sequencer: str | None = None,
-) -> str:
+def object_created_body(bucket: str, key: str, **fields: Any) -> str:
     """:func:`object_created_event` as the JSON text of an SQS message body (what the
-    rule's target puts in the jobs queue)."""
-    return json.dumps(
-        object_created_event(bucket, key, size=size, etag=etag, version_id=version_id, sequencer=sequencer)
-    )
+    rule's target puts in the jobs queue); ``fields`` are its keyword parameters (``size``
+    is required)."""
+    return json.dumps(object_created_event(bucket, key, **fields))
 
 
-def object_deleted_body(
-    bucket: str,
-    key: str,
-    *,
-    deletion_type: str,
-    version_id: str | None = None,
-    etag: str = DELETE_MARKER_ETAG,
-    reason: str = DELETE_OBJECT,
-    sequencer: str | None = None,
-) -> str:
-    """:func:`object_deleted_event` as the JSON text of an SQS message body.
+def object_deleted_body(bucket: str, key: str, **fields: Any) -> str:
+    """:func:`object_deleted_event` as the JSON text of an SQS message body; ``fields`` are
+    its keyword parameters (``deletion_type`` is required).
 
     Raises
     ------
     ValueError
         If ``deletion_type`` or ``reason`` is not one S3 sends.
     """
-    return json.dumps(
-        object_deleted_event(
-            bucket,
-            key,
-            deletion_type=deletion_type,
-            version_id=version_id,
-            etag=etag,
-            reason=reason,
-            sequencer=sequencer,
-        )
-    )
+    return json.dumps(object_deleted_event(bucket, key, **fields))
 
 
 def sqs_record(message: Mapping[str, Any], queue_arn: str, region: str = REGION) -> dict[str, Any]:

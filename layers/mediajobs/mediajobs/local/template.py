@@ -4,6 +4,7 @@ intrinsic functions the local runner needs against local resource names."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -126,3 +127,44 @@ def resolve(value: Any, refs: dict[str, str], attrs: dict[tuple[str, str], str],
 def parameter_defaults(template: dict[str, Any]) -> dict[str, str]:
     """Parameter name -> its default, as a string."""
     return {name: str(spec.get("Default", "")) for name, spec in (template.get("Parameters") or {}).items()}
+
+
+@dataclass(frozen=True)
+class WorkerFunction:
+    """The worker function as the template declares it, resolved (:func:`worker_function`).
+
+    Attributes
+    ----------
+    env: its environment (the template's ``Globals`` then its own ``Variables``), as strings.
+    batch_size: its SQS event source's ``BatchSize`` (default 10, as Lambda's).
+    timeout_s: its ``Timeout``, seconds (default 3, as Lambda's).
+    """
+
+    env: dict[str, str]
+    batch_size: int
+    timeout_s: int
+
+
+def worker_function(
+    template: dict[str, Any], refs: dict[str, str], attrs: dict[tuple[str, str], str]
+) -> WorkerFunction:
+    """The worker function of ``template`` (:data:`FUNCTION_ID`), its references resolved
+    with ``refs`` and ``attrs`` (:func:`resolve`) and the parameters' defaults.
+
+    Raises
+    ------
+    KeyError
+        If the template has no worker function.
+    StopIteration
+        If the function has no SQS event source.
+    """
+    params = parameter_defaults(template)
+    function = resolve(template["Resources"][FUNCTION_ID]["Properties"], refs, attrs, params)
+    globals_env = (template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get("Variables", {})
+    env = {**resolve(globals_env, refs, attrs, params), **function.get("Environment", {}).get("Variables", {})}
+    sqs_event = next(e["Properties"] for e in function["Events"].values() if e["Type"] == "SQS")
+    return WorkerFunction(
+        env={k: str(v) for k, v in env.items()},
+        batch_size=int(sqs_event.get("BatchSize", 10)),
+        timeout_s=int(function.get("Timeout", 3)),
+    )
