@@ -224,25 +224,25 @@ def test_a_takeover_retried_after_its_answer_was_lost_still_adopts_the_staged_ma
     ref = upload(local_session, data)
     with pytest.raises(Crash):
         worker(local_session, settings, CrashAt("manifest_stored"), 0).process(ref)
-    model = local_session.stack.job_model()
-    client = model._get_connection().connection.client
     armed = [True]
 
     def lose_answer(request, **_):
         body = request.body.decode() if isinstance(request.body, bytes) else str(request.body)
-        if armed[0] and "attempts" in body and "ADD" in body:  # the takeover's update
+        if armed[0] and '"attempts"' in body:  # the takeover's update (fenced on the attempts seen)
             armed[0] = False
             URLLib3Session().send(request)  # applied by DynamoDB ...
             error = b'{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"lost"}'
             return AWSResponse(request.url, 500, {"x-amzn-RequestId": "lost"}, _Body(error))  # ... answer lost
         return None
 
-    client.meta.events.register("before-send.dynamodb.UpdateItem", lose_answer)
-    try:
-        collector = Collector()
-        result = worker(local_session, settings, collector, 1).process(ref)
-    finally:
-        client.meta.events.unregister("before-send.dynamodb.UpdateItem", lose_answer)
+    def losing_answers(ledger):
+        """The worker's own ledger, its DynamoDB client losing the takeover's answer."""
+        client = ledger._model._get_connection().connection.client
+        client.meta.events.register("before-send.dynamodb.UpdateItem", lose_answer)
+        return ledger
+
+    collector = Collector()
+    result = worker(local_session, settings, collector, 1, ledger=losing_answers).process(ref)
     assert not armed[0] and result.state == "done"
     assert [(c.took_over, c.staged_manifest is not None) for c in collector.claims] == [(True, True)]
     assert collector.renders == []

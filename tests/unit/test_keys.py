@@ -9,8 +9,11 @@ from urllib.parse import unquote_plus
 import pytest
 
 from mediajobs.bootstrap import load_recipe
+from mediajobs.domain.jobs import ContentInput
 from mediajobs.domain.keys import (
     KEY_ALGORITHM_VERSION,
+    NO_POLICY,
+    ORIGINAL_INPUT,
     canonical_json,
     content_id,
     encode_event_key,
@@ -21,6 +24,7 @@ from mediajobs.domain.keys import (
     source_version_document,
     source_version_id,
 )
+from mediajobs.domain.plan import Where, plan_jobs
 
 EMPTY_SHA = sha256_hex(b"")
 HELLO_SHA = sha256_hex(b"hello")
@@ -55,6 +59,55 @@ def test_golden_job_keys():
 def test_golden_web_image_v1_recipe_hash():
     """The shipped recipe's hash: changing web-image.v1.json without a version bump fails here."""
     assert load_recipe("web-image", 1).sha256 == "e367c8290d2fe6172691d759eb4f2b2dcb6f1247e2b38a40a0172d76b1f8f9fa"
+
+
+# The keys jobs of the shipped recipes had before jobs took inputs (``job_key`` of the
+# content, the recipe's hash and policy ``none``; computed on 3044034): (content, key).
+SHIPPED_KEYS = {
+    ("web-image", 1): (
+        (
+            "d99048a07ee0f1ff37a2ba172a3b9f2f9f71f67a0ce3954ea78ac80adcc22ded",
+            "e5bc56951264a11e7aa5d4f70609979ab829c56b27a38b66197f14e4233101a8",
+        )
+    ),
+    ("image-placeholder", 1): (
+        (
+            "084040be159fbca2cc258444260e9f013c3bd1fa9c3e87b68605c092f6340295",
+            "76f4db288cbd73c6a108b03539870b952e7516901ef0b8532a5c49f42d8f6c88",
+        )
+    ),
+    ("web-video", 1): (
+        (
+            "cb3e9b8de59148aed60f249ca6d2d71379cd342aa17261d1ff87fec7e6a1f1a8",
+            "4a21f0fd008dd267e1971f7697b33590a72d86298baadb18d4034cf998a03a88",
+        )
+    ),
+    ("web-video", 2): (
+        (
+            "47f8918d19f90bf384eb53ca6aade0a631b98c142b686f55366da4b5769d8bc3",
+            "9e842636486d884dd978674428c5a07f5597e65423d583a7a9619eb894e9636b",
+        )
+    ),
+    ("video-placeholder", 1): (
+        (
+            "078ae3a84c4bd7780a3aadf9c6d692888e58e97c48709810b311a761fcc52e1d",
+            "7fa528d58fcda609b9e9d9b11f96a9b079bf5e79ff0ac8044683ff14b2757bc9",
+        )
+    ),
+}
+
+
+@pytest.mark.parametrize("ref", sorted(SHIPPED_KEYS), ids=lambda r: f"{r[0]}@{r[1]}")
+def test_the_plan_gives_the_shipped_recipes_their_keys_byte_for_byte(ref):
+    """A recipe whose one input is the original keeps the key it had before jobs took inputs:
+    the plan's key (:func:`~mediajobs.domain.keys.inputs_job_key`) of the content's SHA-256,
+    for the empty content and for ``hello``."""
+    recipe = load_recipe(*ref)
+    where = Where("bucket", "originals/a.png", "derivatives/", NO_POLICY)
+    for content, expected in zip((EMPTY_SHA, HELLO_SHA), SHIPPED_KEYS[ref], strict=True):
+        (planned,) = plan_jobs(content, recipe.media, {recipe.media: [recipe]}, where)
+        assert planned.key == expected == job_key(content, recipe.sha256)
+        assert planned.spec.inputs == {ORIGINAL_INPUT: ContentInput(content)}
 
 
 def test_reordered_parameters_give_the_same_key():
