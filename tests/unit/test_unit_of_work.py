@@ -111,3 +111,21 @@ def test_notifications_owed_without_an_outbox_are_refused():
     tx.tell(object(), now_s=1)
     with pytest.raises(RuntimeError, match="no outbox"):
         tx.commit()
+
+
+def test_models_bound_to_tables_share_one_parse_of_the_service_model_and_keep_their_credentials():
+    """Each model's connection has its own botocore session (PynamoDB's), all on one data
+    loader (``mediajobs.adapters.sessions``); each signs with its endpoint's credentials."""
+    from mediajobs.adapters.dynamo import Endpoint, bind
+    from mediajobs.adapters.ledger import JobModel
+    from mediajobs.adapters.sessions import SESSIONS
+
+    keys = {"aws_access_key_id": "key-a", "aws_secret_access_key": "secret-a", "aws_session_token": "token-a"}
+    other = {**keys, "aws_access_key_id": "key-b"}
+    a = bind(JobModel, "uow-loader-a", Endpoint("eu-west-1", "http://127.0.0.1:9", keys))
+    b = bind(JobModel, "uow-loader-b", Endpoint("eu-west-1", "http://127.0.0.1:9", other))
+    clients = [m._get_connection().connection.client for m in (a, b)]
+    assert [c._request_signer._credentials.access_key for c in clients] == ["key-a", "key-b"]
+    assert [c.meta.region_name for c in clients] == ["eu-west-1", "eu-west-1"]
+    loaders = {id(m._get_connection().connection.session.get_component("data_loader")) for m in (a, b)}
+    assert loaders == {id(SESSIONS.botocore_session({}).get_component("data_loader"))}

@@ -21,6 +21,7 @@ from pynamodb.models import Model
 from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, ReferenceModel
 from mediajobs.adapters.dynamo import RETRY, Endpoint, RetryConfig, UnitOfWork, bind
 from mediajobs.adapters.outbox import OutboxModel, outbox_put
+from mediajobs.adapters.sessions import SESSIONS
 from mediajobs.settings import Settings
 
 M = TypeVar("M", bound=Model)
@@ -63,7 +64,7 @@ class ClientFactory:
         """The boto3 session every client of this factory comes from."""
         if self._session is not None:
             return self._session
-        return boto3.session.Session(region_name=self.endpoint.region, **self.endpoint.credentials)
+        return SESSIONS.boto3_session(self.endpoint.region, self.endpoint.credentials)
 
     def client(self, service: str) -> Any:
         """A boto3 client of ``service`` (``"s3"``, ``"sqs"``, ``"events"`` ...) at the

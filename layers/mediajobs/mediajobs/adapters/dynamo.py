@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from pynamodb.expressions.update import Action
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
+from mediajobs.adapters.sessions import SESSIONS
 from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure, TransientFailure
 
 log = logging.getLogger(__name__)
@@ -141,8 +143,16 @@ def bind(model: type[M], table_name: str, endpoint: Endpoint, retry: RetryConfig
     return _bind(model, table_name, endpoint, retry)
 
 
-@functools.cache
+_BIND_LOCK: Final = threading.Lock()
+
+
 def _bind(model: type[M], table_name: str, endpoint: Endpoint, retry: RetryConfig) -> type[M]:
+    with _BIND_LOCK:
+        return _bound(model, table_name, endpoint, retry)
+
+
+@functools.cache
+def _bound(model: type[M], table_name: str, endpoint: Endpoint, retry: RetryConfig) -> type[M]:
     meta: dict[str, Any] = {
         "table_name": table_name,
         "region": endpoint.region,
@@ -153,7 +163,21 @@ def _bind(model: type[M], table_name: str, endpoint: Endpoint, retry: RetryConfi
     }
     if endpoint.host:
         meta["host"] = endpoint.host
-    return type(f"{model.__name__}_{table_name}", (model,), {"Meta": type("Meta", (), meta)})
+    bound: type[M] = type(f"{model.__name__}_{table_name}", (model,), {"Meta": type("Meta", (), meta)})
+    # PynamoDB gives each model's connection a botocore session of its own, which parses
+    # DynamoDB's service model again (:mod:`mediajobs.adapters.sessions`): about 0.3 s a
+    # model, for each of the worker's six models on a cold start. So the model's one
+    # connection gets its botocore session from the shared loader and makes its client now,
+    # in this thread: PynamoDB keeps a session per thread but one client per
+    # connection (made on first use), so every later request of any thread uses this client.
+    # PynamoDB has no public way to give a model a session; without ``_local`` (another
+    # PynamoDB) the connection makes its own session, as before: slower, not wrong.
+    connection = bound._get_connection().connection
+    local = getattr(connection, "_local", None)
+    if local is not None and getattr(local, "session", None) is None:
+        local.session = SESSIONS.botocore_session(endpoint.credentials)
+    _ = connection.client
+    return bound
 
 
 # -- Sizes, as DynamoDB counts them ---------------------------------------------------------

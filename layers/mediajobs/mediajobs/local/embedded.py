@@ -36,8 +36,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 from mediajobs.adapters.clients import ClientFactory
 from mediajobs.adapters.ledger import JobModel
 from mediajobs.adapters.sources import SourceModel
@@ -54,6 +52,7 @@ from mediajobs.local.stack import (
     USER_TUNABLE,
     LocalStack,
     resource_names,
+    shared_session,
 )
 from mediajobs.settings import _ENV_NAMES, LAMBDA_MEMORY_ENV
 
@@ -308,7 +307,7 @@ class EmbeddedAws:
             )
 
     def _create(self, endpoint: str) -> LocalStack:
-        session = boto3.session.Session(region_name=REGION, **CREDENTIALS)
+        session = shared_session(REGION, CREDENTIALS)  # service models parsed once per process
         s3 = session.client("s3", endpoint_url=endpoint)
         sqs = session.client("sqs", endpoint_url=endpoint)
         events = session.client("events", endpoint_url=endpoint)
@@ -362,7 +361,7 @@ class EmbeddedAws:
         )
 
         # The tables, with the key schemas of the PynamoDB models.
-        clients = ClientFactory(REGION, endpoint, CREDENTIALS)
+        clients = ClientFactory(REGION, endpoint, CREDENTIALS, session=session)
         for model, name in ((JobModel, names.table), (SourceModel, names.sources_table)):
             clients.model(model, name).create_table(billing_mode="PAY_PER_REQUEST", wait=True)
         # The assets table as the template declares it (its items are of several models).

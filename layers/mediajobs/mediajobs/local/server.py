@@ -121,7 +121,11 @@ class EmbeddedServer:
         self._server: BaseWSGIServer = make_server(
             host, port, self.app, threaded=True, request_handler=MotoRequestHandler
         )
-        self._thread = threading.Thread(target=self._server.serve_forever, name="moto-server", daemon=True)
+        # serve_forever looks for shutdown() every poll interval (0.5 s by default): every
+        # embedded AWS closed would wait that long for nothing.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="moto-server", daemon=True
+        )
         self._adapted = False
 
     @property

@@ -9,20 +9,19 @@ and every client is built with the endpoint and credentials explicitly.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 import boto3
-import botocore.session
 from pynamodb.models import Model
 
 from mediajobs.adapters.assets import AssetModels, DynamoAssets
 from mediajobs.adapters.clients import ClientFactory
 from mediajobs.adapters.ledger import DynamoLedger, JobModel
 from mediajobs.adapters.outbox import OutboxModel
+from mediajobs.adapters.sessions import SESSIONS
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.local.events import REGION
 from mediajobs.settings import _ENV_NAMES, Settings
@@ -113,37 +112,10 @@ def resource_names(name: str = DEFAULT_NAME) -> ResourceNames:
     return ResourceNames(**{resource: f"{name}-{suffix}" for resource, suffix in _NAME_SUFFIXES.items()})
 
 
-class _SharedLoader:
-    """One botocore data loader for every session :meth:`LocalStack.boto_session` makes.
-
-    A fresh boto3 session loads and parses a service's JSON model and ``endpoints.json``
-    again for its first client: 0.7 to 1 s a client on this project's 2-core machine,
-    against 40 to 120 ms with the loader (and its cache) shared; the storm's notification
-    thread made an SQS client every 2 s, 14 % of its server process's samples. botocore
-    shares one loader among all the clients of a session already; here the sessions
-    share it too. boto3 adds its own data folder to a session's loader for each session:
-    kept once.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loader: Any = None
-
-    def session(self, region: str, credentials: Mapping[str, str]) -> boto3.session.Session:
-        """A new boto3 session with ``region`` and ``credentials``, on the shared loader."""
-        with self._lock:
-            core = botocore.session.Session()
-            if self._loader is None:
-                self._loader = core.get_component("data_loader")
-            else:
-                core.register_component("data_loader", self._loader)
-            session = boto3.session.Session(region_name=region, botocore_session=core, **credentials)
-            paths = self._loader.search_paths
-            paths[:] = list(dict.fromkeys(paths))
-            return session
-
-
-_SESSIONS: Final = _SharedLoader()
+def shared_session(region: str, credentials: Mapping[str, str]) -> boto3.session.Session:
+    """A new boto3 session for ``region`` and ``credentials`` on the process's shared
+    loader (:data:`mediajobs.adapters.sessions.SESSIONS`)."""
+    return SESSIONS.boto3_session(region, credentials)
 
 
 @dataclass(frozen=True)
@@ -213,8 +185,8 @@ class LocalStack:
         """A new boto3 session with the stack's credentials and region (no profile, no
         environment credentials); build clients with ``endpoint_url=self.endpoint_url``.
         Its service models come from a loader the process's local sessions share
-        (:class:`_SharedLoader`), so its first client costs what a later one does."""
-        return _SESSIONS.session(self.region, self.credentials)
+        (:mod:`mediajobs.adapters.sessions`), so its first client costs what a later one does."""
+        return shared_session(self.region, self.credentials)
 
     def client(self, service: str, **kwargs: Any) -> Any:
         """A boto3 client of ``service`` for the embedded server (``kwargs``: e.g. ``config``)."""
