@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck check install ffmpeg clean
+.PHONY: demo test test-fast test-reverse lint typecheck check install ffmpeg clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,13 +30,23 @@ endif
 demo: ffmpeg
 	$(BIN)/mediajobs demo --out mediajobs-out
 
-test: ffmpeg
-	$(BIN)/pytest
+# The tests run on one pytest-xdist worker per core (PYTEST_WORKERS=1 for one process);
+# each test file passes alone and in any order. The long storms are in benchmarks/storms.py.
+PYTEST_WORKERS ?= auto
+PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal
 
-# The fast subset, about two minutes: unit and functional tests that start no child process
-# (no render child, ffmpeg, CLI run, storm or layer build; markers in pyproject.toml).
+test: ffmpeg
+	$(PYTEST)
+
+# The fast subset: unit and functional tests that start no child process (no render child,
+# ffmpeg, CLI run, storm or layer build; markers in pyproject.toml).
 test-fast: ffmpeg
-	$(BIN)/pytest -m "(unit or functional) and not subprocess" tests/unit tests/functional
+	$(PYTEST) -m "(unit or functional) and not subprocess" tests/unit tests/functional
+
+# The functional tier file by file in reverse order (CI runs it): no file may depend on
+# what an earlier one left behind.
+test-reverse: ffmpeg
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -q $$(ls tests/functional/test_*.py | sort -r)
 
 lint: $(STAMP)
 	$(BIN)/ruff check layers functions tests benchmarks
