@@ -9,30 +9,54 @@ permanent failure naming the budget.
 
 How, in order:
 
-1. The parent starts ``sys.executable -P -s -m mediajobs.adapters.isolated_child`` with
-   :mod:`subprocess`: no shell, and the argv holds no user string; the request (paths,
-   the step's parameters, the inner step's factory and options) goes on stdin as JSON. Not
-   :mod:`multiprocessing`: its queues and pools need ``/dev/shm``, which Lambda lacks.
-   The child's ``sys.path`` is the parent's (``PYTHONPATH``): the same package and wheels,
-   ``/opt/python`` in Lambda. ``-P`` keeps the working folder off it.
-2. The child imports the step's module and Pillow's plugins (the layer's code, not the
-   input), builds the step, reads its own ``VmSize`` and sets ``RLIMIT_AS`` (soft and
-   hard) to that plus the budget, and only then opens the input. So the budget is exactly
-   what the input can make the child add, on any architecture or Python (the baseline is
-   about 60 MB on x86_64 with Python 3.11 here, another figure on arm64). The limit is not
-   set from the parent with ``preexec_fn``: that runs between fork and exec in a process
-   with threads (the lease heartbeat, boto3's transfer threads), where Python documents it
-   as unsafe.
-3. ``MALLOC_ARENA_MAX=2`` in the child: glibc reserves a 64 MB heap arena per thread (up
-   to 8 per core) as address space that is never touched; with it the iPhone HEIC of the
-   tests peaks at 248 MB of address space instead of 689 MB, for the same 134-141 MB RSS.
-4. The child's environment is an allow-list (:data:`PASSED_ENVIRONMENT`): it gets no AWS
-   credentials, so a decoder exploited by a hostile file has no role to act with. It asks
-   the kernel to kill it with its parent (``PR_SET_PDEATHSIG``), so it cannot outlive a
-   worker that Lambda stops at its timeout.
-5. The parent waits at most the time left (:class:`~mediajobs.domain.jobs.RenderContext`'s
-   ``remaining_s`` less the margin, else ``timeout_s``, which :func:`mediajobs.bootstrap.steps`
-   sets to the function's timeout less the margin), then kills the child's process group.
+1. On a thread's first render the parent starts the thread's **zygote** (a fork server):
+   ``sys.executable -P -s -m mediajobs.adapters.isolated_child --zygote`` with
+   :mod:`subprocess`: no shell, and the argv holds no user string; its stdin is its end of
+   a Unix socketpair. Not :mod:`multiprocessing`: its queues and pools need ``/dev/shm``,
+   which Lambda lacks. The zygote's ``sys.path`` is the parent's (``PYTHONPATH``): the same
+   package and wheels, ``/opt/python`` in Lambda. ``-P`` keeps the working folder off it.
+   One zygote per thread (:func:`_zygote`): ``PR_SET_PDEATHSIG`` fires when the *thread*
+   that started a process ends (``prctl(2)``), so only that thread may use it.
+2. Per render the parent writes the request (paths, the step's parameters, the inner
+   step's factory and options) to a temporary file and passes it, and two temporary files
+   for stdout and stderr, to the zygote as descriptors (``SCM_RIGHTS``,
+   :func:`socket.send_fds`). The zygote imports the step's module, the modules its class
+   names in ``child_imports`` and Pillow's plugins (the layer's code, not the input) once,
+   then forks with :func:`os.fork`: it is single-threaded (it checks, and NumPy's OpenBLAS
+   is held to one thread), so the fork is safe; the parent, which has threads (the lease
+   heartbeat, boto3's transfer threads), never forks. The render child calls ``setsid``,
+   takes the files as 0/1/2 and closes every other descriptor.
+3. The render child builds the step, reads its own ``VmSize`` and sets ``RLIMIT_AS`` (soft
+   and hard) to that plus the budget, and only then opens the input. So the budget is
+   exactly what the input can make the child add, on any architecture or Python (the
+   baseline is about 60 MB on x86_64 with Python 3.11 here, another figure on arm64). The
+   limit is not set from the parent with ``preexec_fn``: that runs between fork and exec in
+   a process with threads, where Python documents it as unsafe; nor in the zygote, which
+   must stay unbounded to fork the next child.
+4. ``MALLOC_ARENA_MAX=2`` in the zygote and so in every child: glibc reserves a 64 MB heap
+   arena per thread (up to 8 per core) as address space that is never touched; with it the
+   iPhone HEIC of the tests peaks at 248 MB of address space instead of 689 MB, for the
+   same 134-141 MB RSS.
+5. The zygote's environment is an allow-list (:data:`PASSED_ENVIRONMENT`), and a forked
+   child has the zygote's: no AWS credentials, so a decoder exploited by a hostile file has
+   no role to act with. Each asks the kernel to kill it with its parent
+   (``PR_SET_PDEATHSIG``: the zygote with the worker's thread, a render child with the
+   zygote), so neither outlives a worker that Lambda stops at its timeout.
+6. The zygote answers the child's pid, waits for it and answers its exit status (negative:
+   the signal, as :class:`subprocess.Popen`). The parent waits for that status at most the
+   time left (:class:`~mediajobs.domain.jobs.RenderContext`'s ``remaining_s`` less the
+   margin, else ``timeout_s``, which :func:`mediajobs.bootstrap.steps` sets to the
+   function's timeout less the margin), then kills the child and its process group and
+   takes the status the zygote then sends (at most :data:`KILLED_CHILD_WAIT_S` more).
+7. A zygote that is gone or answers anything else is killed and replaced: before it named
+   the child (no render ran: a child it forked dies with it) the render is asked once more
+   of a fresh zygote, and a second failure is a :class:`TransientFailure`; during the
+   render, the render is a :class:`TransientFailure` (it may have run; the ledger's
+   attempts bound the retries). Every wait has a bound.
+
+``IsolatedStep(zygote=False)`` starts a fresh interpreter per render instead
+(``python -P -s -m mediajobs.adapters.isolated_child``, with the request on stdin; steps 3
+to 5 and the outcomes are the same): the comparison the benchmark makes.
 
 Outcomes (:func:`interpret` applies them in this order):
 
@@ -76,7 +100,11 @@ A decoder that reports a failed allocation as a generic error (libavif's "Decodi
 planes failed" when dav1d cannot allocate a frame) keeps that error's reason
 (``corrupt_image``); the structural checks before decoding name such headers.
 
-Cost: one interpreter start and the imports per original (``benchmarks/peak_memory.py``).
+Cost: one interpreter start and the imports per worker thread that renders (per Lambda
+execution environment, about 0.3 s of CPU and 40 MB of RSS kept for the zygote), then one
+fork and the render per original: a few milliseconds of CPU over the render in-process
+(``benchmarks/isolation_overhead.py``), instead of an interpreter start and the imports per
+original (``benchmarks/peak_memory.py`` measures the peaks).
 """
 
 from __future__ import annotations
@@ -512,6 +540,16 @@ def _zygote(python: str) -> Zygote:
     if current is None:
         current = _THREADS.zygote = Zygote(python)
     return current
+
+
+def close_zygote() -> None:
+    """Stop the calling thread's zygote, if it has one, and wait for it (at most
+    :data:`KILLED_CHILD_WAIT_S`). The CPU time of the render children it waited for then
+    counts in this process's ``RUSAGE_CHILDREN`` (``getrusage(2)``: a reaped child's count
+    includes the descendants it waited for). The thread's next render starts a fresh one."""
+    current: Zygote | None = getattr(_THREADS, "zygote", None)
+    if current is not None:
+        _discard(current)
 
 
 def _discard(zygote: Zygote) -> None:
