@@ -109,6 +109,7 @@ original (``benchmarks/peak_memory.py`` measures the peaks).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import importlib
@@ -122,6 +123,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Final, TypedDict
@@ -514,6 +516,8 @@ class Zygote:
         """Close the socket and kill its session (its render children die with it,
         ``PR_SET_PDEATHSIG``); wait for it at most :data:`KILLED_CHILD_WAIT_S`."""
         self._sock.close()
+        if self._proc.poll() is not None:
+            return
         _kill(self._proc.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=KILLED_CHILD_WAIT_S)
@@ -521,6 +525,17 @@ class Zygote:
 
 #: Each thread's zygote (``.zygote``, or none yet).
 _THREADS = threading.local()
+#: Every zygote of this process not yet closed, for :func:`_close_all` at exit.
+_STARTED: weakref.WeakSet[Zygote] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """At the interpreter's exit, stop and reap every zygote (so that their CPU time is
+    counted as this process's children's, and none is left to ``init``). A process that
+    ends without it (``os._exit``, a signal) takes them with it: ``PR_SET_PDEATHSIG``."""
+    for zygote in list(_STARTED):
+        zygote.close()
 
 
 def _zygote(python: str) -> Zygote:
@@ -539,6 +554,7 @@ def _zygote(python: str) -> Zygote:
         current = None
     if current is None:
         current = _THREADS.zygote = Zygote(python)
+        _STARTED.add(current)
     return current
 
 
