@@ -1,7 +1,6 @@
 """Benchmark: the bounded image render (a child process under the decode memory budget)
-against the in-process renderer, for peak memory and for time.
-
-Two tables, one run:
+against the in-process renderer, for peak memory. What it costs in CPU per image:
+``benchmarks/isolation_overhead.py``.
 
 * **Peak memory.** Each input is rendered once per mode in a fresh worker process that
   imports what the Lambda worker imports (``mediajobs.bootstrap``): ``in-process``
@@ -9,21 +8,18 @@ Two tables, one run:
   renderer, ``DECODE_MEMORY_MB`` = the settings' default unless ``--budget-mb``). The
   worker's peak is its ``VmHWM``; the child's peak RSS and address space are what the child
   reports (``VmHWM``, ``VmPeak``), or, for a child that died without a report, the worker's
-  ``RUSAGE_CHILDREN`` ``ru_maxrss`` (an upper bound: Linux starts a vforked child's count
+  ``RUSAGE_CHILDREN`` ``ru_maxrss`` once the zygote is reaped (an upper bound: Linux starts a forked child's count
   at its parent's peak). Inputs: photos of ``tests/media/photos/``, a generated 50 MP WebP
   (the largest legitimate render measured), the crafted cases of the case registry named in
   :data:`CRAFTED_CASES` (skipped, with a message, while absent), and two bombs built here:
   an AVIF whose ``ispe`` says 64x64 over a 16384x16384 AV1 frame, and a 0.3 MB 16-bit grey
   PNG of 13000x13000 (about 1.7 GB to render) with ``max_pixels`` raised to 10^9, standing
   for any file a header check lets through.
-* **Cost per original.** In one worker process, ``--runs`` renders of each photo per mode,
-  interleaved; the medians of wall time and of CPU time (the worker's own for in-process,
-  its children's for bounded) and their difference: what the child's start and imports add.
 
 It is a benchmark, not a test: it always exits 0. The bombs need about 5.5 GB while the
 AVIF is encoded and 2.5 GB for the PNG rendered in-process (a child process each).
 
-    .venv/bin/python benchmarks/peak_memory.py [--runs 7] [--budget-mb 1536] [--json]
+    .venv/bin/python benchmarks/peak_memory.py [--budget-mb 1536] [--json]
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ import argparse
 import json
 import logging
 import resource
-import statistics
 import struct
 import subprocess
 import sys
@@ -47,7 +42,6 @@ PHOTOS = REPO_ROOT / "tests" / "media" / "photos"
 CASES_DIR = REPO_ROOT / "tests" / "media"
 #: Crafted cases of the registry (tests/media/cases_*.py) whose headers lie about the size.
 CRAFTED_CASES = ("B01", "B02", "B03")
-COST_PHOTOS = ("canon-40d-small.jpg", "phone-jolla.jpg", "iphone-13-pro-max.heic")
 PEAK_PHOTOS = ("phone-jolla.jpg", "iphone-13-pro-max.heic")
 DEFAULT_MAX_PIXELS = 50_000_000
 BOMB_MAX_PIXELS = 1_000_000_000
@@ -170,6 +164,7 @@ class BoundedRenderer:
 def worker_peak(mode: str, source: Path, max_pixels: int, budget_mb: int) -> dict[str, Any]:
     """Render once; the outcome, this process's peak and the child's."""
     from mediajobs.adapters.imaging import PillowRenderer
+    from mediajobs.adapters.isolated import close_zygote
     from mediajobs.bootstrap import load_recipe
     from mediajobs.settings import Settings
 
@@ -188,6 +183,7 @@ def worker_peak(mode: str, source: Path, max_pixels: int, budget_mb: int) -> dic
         except Exception as exc:  # noqa: BLE001 - reported
             outcome = str(getattr(exc, "reason", type(exc).__name__))
         ms = (time.perf_counter() - start) * 1000
+    close_zygote()  # reaped, the zygote's peak (and its render child's) is in RUSAGE_CHILDREN
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {
         "outcome": outcome,
@@ -199,33 +195,6 @@ def worker_peak(mode: str, source: Path, max_pixels: int, budget_mb: int) -> dic
         "child_vm_mb": peaks.peak.get("vm_mb"),
         "child_baseline_vm_mb": peaks.peak.get("baseline_mb"),
         "child_limit_vm_mb": peaks.peak.get("limit_mb"),
-    }
-
-
-def worker_cost(source: Path, runs: int, budget_mb: int) -> dict[str, Any]:
-    """``runs`` renders per mode, interleaved in this process; medians of wall and CPU ms."""
-    from mediajobs.adapters.imaging import PillowRenderer
-    from mediajobs.bootstrap import load_recipe
-    from mediajobs.settings import Settings
-
-    variants = load_recipe("web-image", 1).params.variants
-    renderers = {
-        "in-process": PillowRenderer(DEFAULT_MAX_PIXELS),
-        "bounded": BoundedRenderer(Settings(decode_memory_mb=budget_mb)),
-    }
-    samples: dict[str, dict[str, list[float]]] = {m: {"wall": [], "cpu": []} for m in renderers}
-    for _ in range(runs + 1):  # the first round warms the in-process renderer's imports
-        for mode, renderer in renderers.items():
-            who = resource.RUSAGE_CHILDREN if mode == "bounded" else resource.RUSAGE_SELF
-            with tempfile.TemporaryDirectory(prefix="mj-cost-") as out:
-                before, start = resource.getrusage(who), time.perf_counter()
-                renderer.render(source, variants, Path(out))
-                wall, after = time.perf_counter() - start, resource.getrusage(who)
-            samples[mode]["wall"].append(wall * 1000)
-            samples[mode]["cpu"].append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
-    return {
-        mode: {kind: round(statistics.median(values[1:])) for kind, values in taken.items()}
-        for mode, taken in samples.items()
     }
 
 
@@ -274,25 +243,7 @@ def print_peaks(rows: list[dict[str, Any]], budget_mb: int) -> None:
     )
 
 
-def print_costs(costs: dict[str, dict[str, Any]], runs: int) -> None:
-    print(f"cost per original, ms (median of {runs} interleaved renders per mode, one worker process)")
-    print(
-        f"{'input':<28} {'in-process wall':>16} {'bounded wall':>13} {'added':>7} {'ratio':>6} "
-        f"{'in-process cpu':>15} {'cpu added':>10}"
-    )
-    for name, result in costs.items():
-        if "error" in result:
-            print(f"{name:<28} error: {result['error']}")
-            continue
-        a, b = result["in-process"], result["bounded"]
-        print(
-            f"{name:<28} {a['wall']:>16} {b['wall']:>13} {b['wall'] - a['wall']:>7} "
-            f"{b['wall'] / max(a['wall'], 1):>6.2f} {a['cpu']:>15} {b['cpu'] - a['cpu']:>10}"
-        )
-    print()
-
-
-def run(runs: int, budget_mb: int, as_json: bool) -> int:
+def run(budget_mb: int, as_json: bool) -> int:
     crafted, missing = crafted_cases(CRAFTED_CASES)
     with tempfile.TemporaryDirectory(prefix="mj-peak-inputs-") as tmp:
         built = {}
@@ -313,14 +264,12 @@ def run(runs: int, budget_mb: int, as_json: bool) -> int:
         if "png_bomb" in built:
             inputs.append(("own: PNG 13000x13000 16-bit, max_pixels 1e9", built["png_bomb"], BOMB_MAX_PIXELS))
         rows = peak_table(inputs, budget_mb)
-    costs = {name: spawn("--_worker", "cost", str(PHOTOS / name), str(runs), str(budget_mb)) for name in COST_PHOTOS}
     if as_json:
-        print(json.dumps({"budget_mb": budget_mb, "peaks": rows, "costs": costs, "skipped": missing}, indent=1))
+        print(json.dumps({"budget_mb": budget_mb, "peaks": rows, "skipped": missing}, indent=1))
         return 0
     for message in missing:
         print(message)
     print_peaks(rows, budget_mb)
-    print_costs(costs, runs)
     return 0
 
 
@@ -328,7 +277,6 @@ def main(argv: list[str] | None = None) -> int:
     from mediajobs.settings import Settings
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=7, help="renders per mode for the cost table")
     parser.add_argument("--budget-mb", type=int, default=Settings().decode_memory_mb)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--_worker", nargs="+", help=argparse.SUPPRESS)
@@ -339,15 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"made": args._make[1]}))
         return 0
     if args._worker:
-        kind, *rest = args._worker
-        if kind == "peak":
-            mode, source, max_pixels, budget = rest
-            print(json.dumps(worker_peak(mode, Path(source), int(max_pixels), int(budget))))
-        else:
-            source, runs, budget = rest
-            print(json.dumps(worker_cost(Path(source), int(runs), int(budget))))
+        _, mode, source, max_pixels, budget = args._worker
+        print(json.dumps(worker_peak(mode, Path(source), int(max_pixels), int(budget))))
         return 0
-    return run(args.runs, args.budget_mb, args.json)
+    return run(args.budget_mb, args.json)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ layer builds, the bounded render child, ffmpeg and ffprobe -- also carry ``subpr
 Which tests those are is decided by what a test does, and kept honest: while a test runs,
 :func:`forbid_unmarked_children` fails it if it starts a child process without the marker
 (``subprocess.Popen`` is what every child of the product and of the tests goes through:
-the render child, the ffmpeg runner, the CLI runs, pip). The media makers building the
-synthetic cases on first use are not the test's children.
+the render zygote, the ffmpeg runner, the CLI runs, pip; and a render child forked from a
+zygote that an earlier test started goes through ``Zygote.start``). The media makers
+building the synthetic cases on first use are not the test's children.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
+from mediajobs.adapters.isolated import Zygote
 
 SUBPROCESS = "subprocess"
 #: The synthetic media makers' folder.
@@ -70,11 +73,19 @@ def forbid_unmarked_children(request: pytest.FixtureRequest) -> Iterator[None]:
             started.append(str(args)[:120])
         original(self, args, *rest, **kwargs)  # type: ignore[arg-type]
 
+    original_start = Zygote.start
+
+    def record_fork(self: Zygote, factory: str, *rest: object, **kwargs: object) -> int:
+        started.append(f"a render child of {factory} forked from the zygote")
+        return original_start(self, factory, *rest, **kwargs)  # type: ignore[arg-type]
+
     subprocess.Popen.__init__ = record  # type: ignore[method-assign]
+    Zygote.start = record_fork  # type: ignore[method-assign]
     try:
         yield
     finally:
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+        Zygote.start = original_start  # type: ignore[method-assign]
     if started:
         pytest.fail(
             f"{request.node.nodeid} started a child process ({started[0]}) but is not marked "

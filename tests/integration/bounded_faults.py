@@ -61,11 +61,13 @@ class Raising(Fault):
         raise LookupError("a bug in the renderer")
 
 
-class ReportingEnvironment(Fault):
-    """Fails permanently with the names of its environment variables as the detail."""
+class ReportingItself(Fault):
+    """Fails permanently with, as the detail, JSON: its ``pid``, its parent's (``ppid``) and
+    the names of its environment variables (``environment``)."""
 
     def render(self, source: Path, variants: object, out_dir: Path) -> object:
-        raise PermanentFailure(CORRUPT_IMAGE, json.dumps(sorted(os.environ)))
+        itself = {"pid": os.getpid(), "ppid": os.getppid(), "environment": sorted(os.environ)}
+        raise PermanentFailure(CORRUPT_IMAGE, json.dumps(itself))
 
 
 class Escaping(Fault):

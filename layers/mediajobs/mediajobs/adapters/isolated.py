@@ -9,30 +9,54 @@ permanent failure naming the budget.
 
 How, in order:
 
-1. The parent starts ``sys.executable -P -s -m mediajobs.adapters.isolated_child`` with
-   :mod:`subprocess`: no shell, and the argv holds no user string; the request (paths,
-   the step's parameters, the inner step's factory and options) goes on stdin as JSON. Not
-   :mod:`multiprocessing`: its queues and pools need ``/dev/shm``, which Lambda lacks.
-   The child's ``sys.path`` is the parent's (``PYTHONPATH``): the same package and wheels,
-   ``/opt/python`` in Lambda. ``-P`` keeps the working folder off it.
-2. The child imports the step's module and Pillow's plugins (the layer's code, not the
-   input), builds the step, reads its own ``VmSize`` and sets ``RLIMIT_AS`` (soft and
-   hard) to that plus the budget, and only then opens the input. So the budget is exactly
-   what the input can make the child add, on any architecture or Python (the baseline is
-   about 60 MB on x86_64 with Python 3.11 here, another figure on arm64). The limit is not
-   set from the parent with ``preexec_fn``: that runs between fork and exec in a process
-   with threads (the lease heartbeat, boto3's transfer threads), where Python documents it
-   as unsafe.
-3. ``MALLOC_ARENA_MAX=2`` in the child: glibc reserves a 64 MB heap arena per thread (up
-   to 8 per core) as address space that is never touched; with it the iPhone HEIC of the
-   tests peaks at 248 MB of address space instead of 689 MB, for the same 134-141 MB RSS.
-4. The child's environment is an allow-list (:data:`PASSED_ENVIRONMENT`): it gets no AWS
-   credentials, so a decoder exploited by a hostile file has no role to act with. It asks
-   the kernel to kill it with its parent (``PR_SET_PDEATHSIG``), so it cannot outlive a
-   worker that Lambda stops at its timeout.
-5. The parent waits at most the time left (:class:`~mediajobs.domain.jobs.RenderContext`'s
-   ``remaining_s`` less the margin, else ``timeout_s``, which :func:`mediajobs.bootstrap.steps`
-   sets to the function's timeout less the margin), then kills the child's process group.
+1. On a thread's first render the parent starts the thread's **zygote** (a fork server):
+   ``sys.executable -P -s -m mediajobs.adapters.isolated_child --zygote`` with
+   :mod:`subprocess`: no shell, and the argv holds no user string; its stdin is its end of
+   a Unix socketpair. Not :mod:`multiprocessing`: its queues and pools need ``/dev/shm``,
+   which Lambda lacks. The zygote's ``sys.path`` is the parent's (``PYTHONPATH``): the same
+   package and wheels, ``/opt/python`` in Lambda. ``-P`` keeps the working folder off it.
+   One zygote per thread (:func:`_zygote`): ``PR_SET_PDEATHSIG`` fires when the *thread*
+   that started a process ends (``prctl(2)``), so only that thread may use it.
+2. Per render the parent writes the request (paths, the step's parameters, the inner
+   step's factory and options) to a temporary file and passes it, and two temporary files
+   for stdout and stderr, to the zygote as descriptors (``SCM_RIGHTS``,
+   :func:`socket.send_fds`). The zygote imports the step's module, the modules its class
+   names in ``child_imports`` and Pillow's plugins (the layer's code, not the input) once,
+   then forks with :func:`os.fork`: it is single-threaded (it checks, and NumPy's OpenBLAS
+   is held to one thread), so the fork is safe; the parent, which has threads (the lease
+   heartbeat, boto3's transfer threads), never forks. The render child calls ``setsid``,
+   takes the files as 0/1/2 and closes every other descriptor.
+3. The render child builds the step, reads its own ``VmSize`` and sets ``RLIMIT_AS`` (soft
+   and hard) to that plus the budget, and only then opens the input. So the budget is
+   exactly what the input can make the child add, on any architecture or Python (the
+   baseline is about 60 MB on x86_64 with Python 3.11 here, another figure on arm64). The
+   limit is not set from the parent with ``preexec_fn``: that runs between fork and exec in
+   a process with threads, where Python documents it as unsafe; nor in the zygote, which
+   must stay unbounded to fork the next child.
+4. ``MALLOC_ARENA_MAX=2`` in the zygote and so in every child: glibc reserves a 64 MB heap
+   arena per thread (up to 8 per core) as address space that is never touched; with it the
+   iPhone HEIC of the tests peaks at 248 MB of address space instead of 689 MB, for the
+   same 134-141 MB RSS.
+5. The zygote's environment is an allow-list (:data:`PASSED_ENVIRONMENT`), and a forked
+   child has the zygote's: no AWS credentials, so a decoder exploited by a hostile file has
+   no role to act with. Each asks the kernel to kill it with its parent
+   (``PR_SET_PDEATHSIG``: the zygote with the worker's thread, a render child with the
+   zygote), so neither outlives a worker that Lambda stops at its timeout.
+6. The zygote answers the child's pid, waits for it and answers its exit status (negative:
+   the signal, as :class:`subprocess.Popen`). The parent waits for that status at most the
+   time left (:class:`~mediajobs.domain.jobs.RenderContext`'s ``remaining_s`` less the
+   margin, else ``timeout_s``, which :func:`mediajobs.bootstrap.steps` sets to the
+   function's timeout less the margin), then kills the child and its process group and
+   takes the status the zygote then sends (at most :data:`KILLED_CHILD_WAIT_S` more).
+7. A zygote that is gone or answers anything else is killed and replaced: before it named
+   the child (no render ran: a child it forked dies with it) the render is asked once more
+   of a fresh zygote, and a second failure is a :class:`TransientFailure`; during the
+   render, the render is a :class:`TransientFailure` (it may have run; the ledger's
+   attempts bound the retries). Every wait has a bound.
+
+``IsolatedStep(zygote=False)`` starts a fresh interpreter per render instead
+(``python -P -s -m mediajobs.adapters.isolated_child``, with the request on stdin; steps 3
+to 5 and the outcomes are the same): the comparison the benchmark makes.
 
 Outcomes (:func:`interpret` applies them in this order):
 
@@ -76,11 +100,16 @@ A decoder that reports a failed allocation as a generic error (libavif's "Decodi
 planes failed" when dav1d cannot allocate a frame) keeps that error's reason
 (``corrupt_image``); the structural checks before decoding name such headers.
 
-Cost: one interpreter start and the imports per original (``benchmarks/peak_memory.py``).
+Cost: one interpreter start and the imports per worker thread that renders (per Lambda
+execution environment, about 0.3 s of CPU and 40 MB of RSS kept for the zygote), then one
+fork and the render per original: a few milliseconds of CPU over the render in-process
+(``benchmarks/isolation_overhead.py``), instead of an interpreter start and the imports per
+original (``benchmarks/peak_memory.py`` measures the peaks).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import importlib
@@ -88,9 +117,13 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Final, TypedDict
@@ -118,6 +151,14 @@ CHILD_MODULE: Final = "mediajobs.adapters.isolated_child"
 PASSED_ENVIRONMENT: Final = ("PATH", "LD_LIBRARY_PATH", "PYTHONHOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 #: glibc malloc arenas in the child (``mallopt(3)``, ``M_ARENA_MAX``): see the module docstring.
 MALLOC_ARENA_MAX: Final = "2"
+#: OpenBLAS threads (NumPy's, where it is installed: ``thash`` imports it): one, so that
+#: importing NumPy in the zygote starts no thread and the zygote can fork.
+OPENBLAS_NUM_THREADS: Final = "1"
+#: How long the worker waits for the zygote's answer once it has killed a render child, seconds;
+#: past it the zygote is taken for broken and replaced.
+KILLED_CHILD_WAIT_S: Final = 10.0
+#: Longest answer line the worker reads from a zygote, bytes.
+MAX_ANSWER_BYTES: Final = 4096
 #: What the parent reads of the child's report channel and of its stderr, bytes.
 MAX_REPORT_BYTES: Final = 1 * MB
 STDERR_TAIL_BYTES: Final = 2000
@@ -340,11 +381,198 @@ def interpret(exit_: ChildExit, *, out_dir: Path, budget_bytes: int, waited_s: f
 
 def _child_environment() -> dict[str, str]:
     """The child's environment: :data:`PASSED_ENVIRONMENT`, this interpreter's ``sys.path``
-    as ``PYTHONPATH``, and :data:`MALLOC_ARENA_MAX`."""
+    as ``PYTHONPATH``, :data:`MALLOC_ARENA_MAX` and :data:`OPENBLAS_NUM_THREADS`."""
     env = {name: os.environ[name] for name in PASSED_ENVIRONMENT if name in os.environ}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isabs(p))
     env["MALLOC_ARENA_MAX"] = MALLOC_ARENA_MAX
+    env["OPENBLAS_NUM_THREADS"] = OPENBLAS_NUM_THREADS
     return env
+
+
+def _start_child(
+    argv: list[str], stdin: int | IO[bytes], stdout: int | IO[bytes], stderr: int | IO[bytes] | None
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` (our interpreter and module: no user string) with the child's
+    environment, in the temporary folder, in a session of its own (killed whole)."""
+    return subprocess.Popen(  # noqa: S603 - our interpreter and module; the request is on stdin
+        argv,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        env=_child_environment(),
+        cwd=tempfile.gettempdir(),
+        start_new_session=True,  # its own process group, killed whole at the deadline
+        close_fds=True,
+    )
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL the process ``pid`` and its process group (a render child may be killed before
+    its ``setsid``); one already gone is not an error."""
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signal.SIGKILL)
+
+
+class ZygoteError(Exception):
+    """The zygote is gone (its socket closed or broken) or answered what it must not."""
+
+
+class Zygote:
+    """A started zygote (fork server, :func:`mediajobs.adapters.isolated_child.zygote`) and
+    the worker's end of its socket. Used by one thread at a time (see :func:`_zygote`).
+
+    Parameters
+    ----------
+    python: the interpreter to run.
+
+    Raises
+    ------
+    OSError
+        When it cannot be started.
+    """
+
+    def __init__(self, python: str) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = _start_child(
+                [python, "-P", "-s", "-m", CHILD_MODULE, "--zygote"], theirs.fileno(), subprocess.DEVNULL, None
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._buffer = b""
+        self.python = python
+        self.environment = _child_environment()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        """Whether it has not ended (as far as :meth:`subprocess.Popen.poll` knows)."""
+        return self._proc.poll() is None
+
+    def start(self, factory: str, fds: tuple[int, int, int], deadline: float) -> int:
+        """Ask for a render child of ``factory`` with ``fds`` as its stdin, stdout, stderr;
+        return its pid. ``deadline``: :func:`time.monotonic` seconds.
+
+        Raises
+        ------
+        ZygoteError
+            When the zygote is gone or answers anything but a pid.
+        TimeoutError
+            When no answer came before the deadline.
+        """
+        try:
+            socket.send_fds(self._sock, [json.dumps({"factory": factory}).encode() + b"\n"], list(fds))
+        except OSError as exc:  # BrokenPipeError, ConnectionResetError: it is gone
+            raise ZygoteError(f"the zygote took no request: {exc}") from exc
+        return self._answer("pid", deadline)
+
+    def status(self, deadline: float) -> int:
+        """The exit status of the render child it started (negative: the signal), waiting
+        until ``deadline`` (:func:`time.monotonic` seconds).
+
+        Raises
+        ------
+        ZygoteError
+            When the zygote is gone or answers anything but a status.
+        TimeoutError
+            When the child has not ended by the deadline.
+        """
+        return self._answer("status", deadline)
+
+    def _answer(self, key: str, deadline: float) -> int:
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no {key} from the zygote in time")
+            self._sock.settimeout(remaining)
+            try:
+                data = self._sock.recv(MAX_ANSWER_BYTES)
+            except TimeoutError:
+                raise
+            except OSError as exc:
+                raise ZygoteError(f"the zygote's socket broke: {exc}") from exc
+            if not data:
+                raise ZygoteError(f"the zygote ended (status {self._proc.poll()})")
+            self._buffer += data
+            if len(self._buffer) > MAX_ANSWER_BYTES:
+                raise ZygoteError(f"the zygote sent {len(self._buffer)} bytes without a line end")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            value = json.loads(line)[key]
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{key} is {type(value).__name__}")
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ZygoteError(f"the zygote answered {line[:300]!r} instead of a {key}") from exc
+        return value
+
+    def close(self) -> None:
+        """Close the socket and kill its session (its render children die with it,
+        ``PR_SET_PDEATHSIG``); wait for it at most :data:`KILLED_CHILD_WAIT_S`."""
+        self._sock.close()
+        if self._proc.poll() is not None:
+            return
+        _kill(self._proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=KILLED_CHILD_WAIT_S)
+
+
+#: Each thread's zygote (``.zygote``, or none yet).
+_THREADS = threading.local()
+#: Every zygote of this process not yet closed, for :func:`_close_all` at exit.
+_STARTED: weakref.WeakSet[Zygote] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """At the interpreter's exit, stop and reap every zygote (so that their CPU time is
+    counted as this process's children's, and none is left to ``init``). A process that
+    ends without it (``os._exit``, a signal) takes them with it: ``PR_SET_PDEATHSIG``."""
+    for zygote in list(_STARTED):
+        zygote.close()
+
+
+def _zygote(python: str) -> Zygote:
+    """The calling thread's zygote for ``python``, started when it has none, or when its
+    own has ended or was started with another interpreter or environment (``sys.path``).
+
+    One per thread, because ``PR_SET_PDEATHSIG`` fires when the *thread* that started the
+    zygote ends (``prctl(2)``): a zygote handed to another thread would be killed mid-render
+    when its starter ends. The thread that renders is the one that started it.
+    """
+    current: Zygote | None = getattr(_THREADS, "zygote", None)
+    if current is not None and (
+        current.python != python or current.environment != _child_environment() or not current.alive()
+    ):
+        _discard(current)
+        current = None
+    if current is None:
+        current = _THREADS.zygote = Zygote(python)
+        _STARTED.add(current)
+    return current
+
+
+def close_zygote() -> None:
+    """Stop the calling thread's zygote, if it has one, and wait for it (at most
+    :data:`KILLED_CHILD_WAIT_S`). The CPU time of the render children it waited for then
+    counts in this process's ``RUSAGE_CHILDREN`` (``getrusage(2)``: a reaped child's count
+    includes the descendants it waited for). The thread's next render starts a fresh one."""
+    current: Zygote | None = getattr(_THREADS, "zygote", None)
+    if current is not None:
+        _discard(current)
+
+
+def _discard(zygote: Zygote) -> None:
+    """Kill ``zygote`` and forget it (the thread's next render starts a fresh one)."""
+    if getattr(_THREADS, "zygote", None) is zygote:
+        _THREADS.zygote = None
+    zygote.close()
 
 
 def _reports(stream: IO[bytes]) -> tuple[dict[str, Any], ...]:
@@ -379,6 +607,8 @@ class IsolatedStep:
     timeout_s: longest a render may take when no context gives the time left, seconds.
     margin_s: seconds kept before the invocation's end (``Settings.deadline_margin_s``).
     python: the interpreter to run (default: this one).
+    zygote: fork each render child from the thread's zygote (default); False: start a
+        fresh interpreter per render (the one-shot child: benchmarks, comparison).
 
     Raises
     ------
@@ -396,6 +626,7 @@ class IsolatedStep:
         timeout_s: float,
         margin_s: float = 0.0,
         python: str = sys.executable,
+        zygote: bool = True,
     ) -> None:
         if memory_budget_mb <= 0 or timeout_s <= 0 or margin_s < 0:
             raise ValueError("memory_budget_mb and timeout_s must be positive, margin_s not negative")
@@ -408,6 +639,7 @@ class IsolatedStep:
         self.timeout_s = float(timeout_s)
         self.margin_s = float(margin_s)
         self._python = python
+        self._zygote = zygote
 
     def _deadline_s(self, context: RenderContext | None) -> float:
         remaining = context.remaining_s() if context is not None else None
@@ -454,7 +686,6 @@ class IsolatedStep:
             "memory_budget_bytes": self.memory_budget_bytes,
             "parent_pid": os.getpid(),
         }
-        argv = [self._python, "-P", "-s", "-m", CHILD_MODULE]
         with (
             tempfile.TemporaryFile() as stdin,
             tempfile.TemporaryFile() as stdout,
@@ -462,23 +693,62 @@ class IsolatedStep:
         ):
             stdin.write(json.dumps(request).encode())
             stdin.seek(0)
-            exit_ = self._run(argv, stdin, stdout, stderr, deadline_s)
+            run = self._forked if self._zygote else self._run
+            exit_ = run(stdin, stdout, stderr, deadline_s)
+        _log_exit(exit_)
         return interpret(exit_, out_dir=out_dir, budget_bytes=self.memory_budget_bytes, waited_s=deadline_s)
 
-    def _run(
-        self, argv: list[str], stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes], deadline_s: float
-    ) -> ChildExit:
-        """Run the child to its end or to the deadline (then kill its process group)."""
-        proc = subprocess.Popen(  # noqa: S603 - our interpreter and module; the request is on stdin
-            argv,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            env=_child_environment(),
-            cwd=tempfile.gettempdir(),
-            start_new_session=True,  # its own process group, killed whole at the deadline
-            close_fds=True,
-        )
+    def _forked(self, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes], deadline_s: float) -> ChildExit:
+        """Run the render in a child forked from the thread's zygote, to its end or to the
+        deadline (then kill its process group).
+
+        A zygote that is gone or answers garbage before it names the child (so before any
+        render ran: a child it forked dies with it) is replaced, and the render asked once
+        more of the fresh one; a second failure is a :class:`TransientFailure`. One that
+        fails once the child runs is replaced too, and the render is a
+        :class:`TransientFailure` (it may have run: the ledger's attempts bound a retry).
+        """
+        deadline = time.monotonic() + deadline_s
+        for attempt in (1, 2):
+            zygote = _zygote(self._python)
+            stdin.seek(0)
+            for stream in (stdout, stderr):
+                stream.seek(0)
+                stream.truncate()
+            try:
+                pid = zygote.start(self.spec.factory, (stdin.fileno(), stdout.fileno(), stderr.fileno()), deadline)
+            except TimeoutError:  # the zygote's imports took the whole time
+                _discard(zygote)
+                return ChildExit(-signal.SIGKILL, True, _reports(stdout), _tail(stderr))
+            except ZygoteError as exc:
+                _discard(zygote)
+                if attempt == 2:
+                    raise TransientFailure(f"render zygote failed twice before rendering: {exc}") from exc
+                log.warning("render zygote replaced", extra={"error": str(exc)})
+                continue
+            return self._collect(zygote, pid, deadline, stdout, stderr)
+        raise AssertionError("unreachable")
+
+    def _collect(self, zygote: Zygote, pid: int, deadline: float, stdout: IO[bytes], stderr: IO[bytes]) -> ChildExit:
+        """Wait for the render child ``pid`` until ``deadline``, killing it there."""
+        timed_out = False
+        try:
+            status = zygote.status(deadline)
+        except TimeoutError:
+            timed_out = True
+            status = _kill_and_collect(zygote, pid)
+        except ZygoteError as exc:
+            _kill(pid)
+            _discard(zygote)
+            raise TransientFailure(f"render zygote failed during the render: {exc}") from exc
+        except BaseException:  # this thread interrupted: the child must not outlive the wait
+            _kill_and_collect(zygote, pid)
+            raise
+        return ChildExit(status, timed_out, _reports(stdout), _tail(stderr))
+
+    def _run(self, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes], deadline_s: float) -> ChildExit:
+        """Run a one-shot child to its end or to the deadline (then kill its process group)."""
+        proc = _start_child([self._python, "-P", "-s", "-m", CHILD_MODULE], stdin, stdout, stderr)
         timed_out = False
         try:
             proc.wait(timeout=deadline_s)
@@ -489,15 +759,30 @@ class IsolatedStep:
                 with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        exit_ = ChildExit(proc.returncode, timed_out, _reports(stdout), _tail(stderr))
-        if exit_.stderr_tail.strip():
-            log.debug("render child stderr: %s", exit_.stderr_tail[-500:])
-        ready = next((r for r in exit_.reports if r.get("event") == "ready"), {})
-        for report in exit_.reports:
-            if report.get("event") not in ("ready", None) and isinstance(report.get("peak"), dict):
-                limits = {
-                    "baseline_mb": round(int(ready.get("baseline_bytes", 0)) / MB, 1),
-                    "limit_mb": round(int(ready.get("limit_bytes", 0)) / MB, 1),
-                }
-                log.info("render child ended", extra={"event": report["event"], **report["peak"], **limits})
-        return exit_
+        return ChildExit(proc.returncode, timed_out, _reports(stdout), _tail(stderr))
+
+
+def _kill_and_collect(zygote: Zygote, pid: int) -> int:
+    """Kill the render child ``pid`` and return its status from ``zygote``; a zygote that
+    does not give it within :data:`KILLED_CHILD_WAIT_S` is replaced (the status is then
+    SIGKILL's: the child dies with the zygote)."""
+    _kill(pid)
+    try:
+        return zygote.status(time.monotonic() + KILLED_CHILD_WAIT_S)
+    except (TimeoutError, ZygoteError):
+        _discard(zygote)
+        return -signal.SIGKILL
+
+
+def _log_exit(exit_: ChildExit) -> None:
+    """Log a render child's stderr (debug) and its peaks (info)."""
+    if exit_.stderr_tail.strip():
+        log.debug("render child stderr: %s", exit_.stderr_tail[-500:])
+    ready = next((r for r in exit_.reports if r.get("event") == "ready"), {})
+    for report in exit_.reports:
+        if report.get("event") not in ("ready", None) and isinstance(report.get("peak"), dict):
+            limits = {
+                "baseline_mb": round(int(ready.get("baseline_bytes", 0)) / MB, 1),
+                "limit_mb": round(int(ready.get("limit_bytes", 0)) / MB, 1),
+            }
+            log.info("render child ended", extra={"event": report["event"], **report["peak"], **limits})

@@ -159,6 +159,9 @@ class ImagePlaceholder:
 
     name: ClassVar[str] = "image.placeholder"
     params_model: ClassVar[type[ImagePlaceholderParams]] = ImagePlaceholderParams
+    #: Imported by the bounded render child's zygote before it forks (code, not input), so
+    #: that no render child pays for them or counts them against its budget.
+    child_imports: ClassVar[tuple[str, ...]] = ("thash",)
 
     def __init__(self, max_pixels: int, max_frames: int = MAX_FRAMES, max_jpeg_scans: int = MAX_JPEG_SCANS) -> None:
         self._renderer = PillowRenderer(max_pixels, max_frames=max_frames, max_jpeg_scans=max_jpeg_scans)
