@@ -30,9 +30,10 @@ endif
 demo: ffmpeg
 	$(BIN)/mediajobs demo --out mediajobs-out
 
-# The tests run on one pytest-xdist worker per core (PYTEST_WORKERS=1 for one process);
-# each test file passes alone and in any order. The long storms are in benchmarks/storms.py.
-PYTEST_WORKERS ?= auto
+# The tests run on pytest-xdist workers, one more than the cores (a test often waits on the
+# embedded AWS or a child process); PYTEST_WORKERS=1 runs one. Each test file passes alone
+# and in any order. The long storms are in benchmarks/storms.py.
+PYTEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print((os.cpu_count() or 1) + 1)')
 PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 test: ffmpeg
