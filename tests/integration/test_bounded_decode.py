@@ -5,6 +5,7 @@ photos render exactly as in-process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -180,6 +181,25 @@ def test_a_render_past_its_deadline_is_killed_and_the_claim_comes_back(tmp_path)
     assert itself(tmp_path / "after")["ppid"] == zygote  # the next render forks from the same zygote
     files, _ = render(image_step(Settings()), PHOTO, tmp_path / "photo")
     assert len(files) == 3
+
+
+def test_a_stopped_zygote_is_replaced_within_the_invocations_margin(tmp_path):
+    """A zygote that cannot answer (stopped with SIGSTOP): the render ends
+    ``DeadlineReached`` at its deadline and the zygote is replaced. Any wait for a zygote's
+    answer after the deadline is a small share of the margin the invocation keeps for
+    releasing its claims."""
+    from mediajobs.adapters.isolated import KILLED_CHILD_WAIT_S
+
+    assert Settings().deadline_margin_s / 4 >= KILLED_CHILD_WAIT_S
+    zygote = itself(tmp_path / "before")["ppid"]
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        with pytest.raises(DeadlineReached):
+            render(faulty("Sleeping", timeout_s=2), PHOTO, tmp_path)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zygote, signal.SIGCONT)
+    assert itself(tmp_path / "after")["ppid"] != zygote  # a fresh zygote
 
 
 def test_an_error_that_is_not_the_inputs_is_transient(tmp_path):

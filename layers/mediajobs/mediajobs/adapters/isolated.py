@@ -38,8 +38,11 @@ How, in order:
    iPhone HEIC of the tests peaks at 248 MB of address space instead of 689 MB, for the
    same 134-141 MB RSS.
 5. The zygote's environment is an allow-list (:data:`PASSED_ENVIRONMENT`), and a forked
-   child has the zygote's: no AWS credentials, so a decoder exploited by a hostile file has
-   no role to act with. Each asks the kernel to kill it with its parent
+   child has the zygote's: no AWS credentials in its own environment, so a decoder that
+   fails in a hostile way does not hand them to whatever it runs. It is not a sandbox: the
+   child runs as the worker's user, and such a user may read the worker's
+   ``/proc/<pid>/environ`` (proc(5); the one-shot child could too), where Lambda puts the
+   role's credentials. Each asks the kernel to kill it with its parent
    (``PR_SET_PDEATHSIG``: the zygote with the worker's thread, a render child with the
    zygote), so neither outlives a worker that Lambda stops at its timeout.
 6. The zygote answers the child's pid, waits for it and answers its exit status (negative:
@@ -155,8 +158,10 @@ MALLOC_ARENA_MAX: Final = "2"
 #: importing NumPy in the zygote starts no thread and the zygote can fork.
 OPENBLAS_NUM_THREADS: Final = "1"
 #: How long the worker waits for the zygote's answer once it has killed a render child, seconds;
-#: past it the zygote is taken for broken and replaced.
-KILLED_CHILD_WAIT_S: Final = 10.0
+#: past it the zygote is taken for broken and replaced. A zygote that works answers within
+#: milliseconds; the wait must stay well inside the invocation's margin (10 s by default,
+#: ``Settings.deadline_margin_s``), or a stopped zygote would use it up.
+KILLED_CHILD_WAIT_S: Final = 2.0
 #: Longest answer line the worker reads from a zygote, bytes.
 MAX_ANSWER_BYTES: Final = 4096
 #: What the parent reads of the child's report channel and of its stderr, bytes.
