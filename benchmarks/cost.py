@@ -77,7 +77,7 @@ def render(photo: Path | None) -> dict[str, Any]:
 def count_requests(photos: list[Path]) -> tuple[collections.Counter[tuple[str, str]], int, int, float]:
     """Run the handler on ``photos`` against the embedded AWS: calls by (service, operation),
     log bytes, output bytes stored (manifests included) and the mean manifest size."""
-    from mediajobs.entrypoints import worker
+    from mediajobs.bootstrap import powertools_logger
     from mediajobs.local.session import LocalSession
 
     calls: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -93,7 +93,7 @@ def count_requests(photos: list[Path]) -> tuple[collections.Counter[tuple[str, s
     logs = io.StringIO()
     try:
         with LocalSession(log_level="INFO") as session:
-            for handler in logging.getLogger(worker.logger.name).handlers:
+            for handler in logging.getLogger(powertools_logger().name).handlers:
                 if isinstance(handler, logging.StreamHandler):
                     handler.setStream(logs)
             for photo in photos:
