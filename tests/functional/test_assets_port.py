@@ -4,11 +4,13 @@ cases, the same right values."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from pynamodb.signals import pre_dynamodb_send
 
 from mediajobs.adapters.assets import AssetModel, CandidateModel, DynamoAssets, ReferenceModel
 from mediajobs.domain.assets import (
@@ -506,3 +508,64 @@ def test_a_ready_version_named_again_by_a_later_event_is_not_told_again(assets):
     assert still is not None and still.state == AssetState.READY
     found = told(assets, k)
     assert [t for t, _, _ in found] == ["Asset Ready"], f"one version's ready told under {len(found)} ids: {found}"
+
+
+@contextlib.contextmanager
+def reads_of(table: str) -> Iterator[list[str]]:
+    """The ``GetItem`` requests PynamoDB sends to ``table`` while the block runs."""
+    seen: list[str] = []
+
+    def count(sender: object, operation_name: str, table_name: str | None, req_uuid: str) -> None:
+        if operation_name == "GetItem" and table_name == table:
+            seen.append(operation_name)
+
+    pre_dynamodb_send.connect(count)
+    try:
+        yield seen
+    finally:
+        pre_dynamodb_send.disconnect(count)
+
+
+def dynamo_assets(stack: LocalStack, table: str) -> DynamoAssets:
+    clients = stack.clients()
+    return DynamoAssets(
+        clients.unit_of_work(stack.outbox_table_name, sleep=lambda s: None), clients.asset_models(table)
+    )
+
+
+def test_a_change_starts_from_the_asset_as_last_read_or_written_without_reading_it_again(stack):
+    table = fresh_table(stack)
+    assets, k, seq = dynamo_assets(stack, table), key(), sequencer_order("10")
+    with reads_of(table) as reads:
+        assert assets.get(BUCKET, k) is None
+        assets.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+        assets.record(BUCKET, k, seq, [AssetJob(IMAGE, jk("a"), AssetJobState.PROCESSING)], now_s=101)
+        ready = assets.record(BUCKET, k, seq, [AssetJob(IMAGE, jk("a"), AssetJobState.DONE)], now_s=102)
+    assert len(reads) == 1  # the first get: every write after it started from what it wrote
+    assert ready.state == AssetState.READY and dynamo_assets(stack, table).get(BUCKET, k) == ready
+
+
+def test_a_remembered_asset_another_writer_changed_loses_a_round_then_decides_on_the_stored_one(stack):
+    table = fresh_table(stack)
+    mine, theirs, k = dynamo_assets(stack, table), dynamo_assets(stack, table), key()
+    mine.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    newer = theirs.make_current(BUCKET, k, version("20"), sha256="s2", media="image", jobs=jobs_of(jk("b")), now_s=101)
+    with reads_of(table) as reads:
+        # What ``mine`` remembers is stale: its first round loses, the next reads version 20.
+        done = [AssetJob(IMAGE, jk("a"), AssetJobState.DONE)]
+        assert mine.record(BUCKET, k, sequencer_order("10"), done, now_s=102) is None
+    assert len(reads) == 1
+    assert mine.get(BUCKET, k) == newer
+    assert refs(mine, jk("a"), jk("b")) == [0, 1]
+
+
+def test_a_progress_write_makes_the_next_change_read_the_asset_again(stack):
+    table = fresh_table(stack)
+    assets, k, seq = dynamo_assets(stack, table), key(), sequencer_order("10")
+    assets.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    assets.record(BUCKET, k, seq, [AssetJob(IMAGE, jk("a"), AssetJobState.PROCESSING)], now_s=101)
+    assets.progress(BUCKET, k, seq, jk("a"), 0.5, now_s=102)
+    with reads_of(table) as reads:
+        kept = assets.record(BUCKET, k, seq, [AssetJob(IMAGE, jk("a"), AssetJobState.PROCESSING)], now_s=103)
+    assert len(reads) == 1  # the progress write changed the item without its revision
+    assert kept.jobs[0].progress == 0.5

@@ -18,7 +18,10 @@ reference rows it adds and deletes and the candidates of the jobs it releases in
 ``revision``, or its absence), with the notification the change owes collected by the
 unit of work (:mod:`mediajobs.adapters.dynamo`), which puts it in the outbox in the same
 transaction. A lost race (a failed condition, a conflict, throttling) reads again and
-decides anew, in the unit of work's rounds. The rules of each change are the domain's
+decides anew, in the unit of work's rounds. The first round of a change starts from the
+asset as this adapter last read or wrote it, when it has (a delivery reads its asset
+first, then writes it up to three times): the condition on the revision makes a stale
+start a lost round, never a wrong write, and saves a read per write otherwise. The rules of each change are the domain's
 (:func:`~mediajobs.domain.assets.plan_current`, :func:`~mediajobs.domain.assets.plan_delete`,
 :func:`~mediajobs.domain.assets.plan_record`).
 """
@@ -26,8 +29,10 @@ decides anew, in the unit of work's rounds. The rules of each change are the dom
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, NamedTuple
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, NamedTuple, TypeVar
 
 from pynamodb.attributes import JSONAttribute, MapAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.models import Model
@@ -252,6 +257,13 @@ class _Read(NamedTuple):
     revision: int | None
 
 
+T = TypeVar("T")
+
+#: How many assets :class:`DynamoAssets` remembers as last read or written (a worker
+#: handles one record at a time: a batch's are at most 10).
+_REMEMBERED: Final = 64
+
+
 class DynamoAssets:
     """The ``Assets`` port (``service_layer/ports.py``) on the assets table.
 
@@ -265,12 +277,43 @@ class DynamoAssets:
     def __init__(self, uow: UnitOfWork, models: AssetModels) -> None:
         self._uow = uow
         self._models = models
+        # The asset as last read or written here, by (bucket, key): where the first round
+        # of the next change starts (the module's docstring).
+        self._last: OrderedDict[tuple[str, str], _Read] = OrderedDict()
+        self._last_lock = threading.Lock()
 
     # -- reads ---------------------------------------------------------------------------
 
     def _read(self, bucket: str, key: str) -> _Read:
         item = self._uow.get(self._models.asset, asset_pk(bucket, key), ASSET_SK, what="asset read")
-        return _Read(None, None) if item is None else _Read(_view(item), int(item.revision or 0))
+        read = _Read(None, None) if item is None else _Read(_view(item), int(item.revision or 0))
+        self._remember(bucket, key, read)
+        return read
+
+    def _remember(self, bucket: str, key: str, read: _Read | None) -> None:
+        """Keep ``read`` as the asset's last known item (``None``: forget it)."""
+        with self._last_lock:
+            if read is None:
+                self._last.pop((bucket, key), None)
+                return
+            self._last[(bucket, key)] = read
+            self._last.move_to_end((bucket, key))
+            while len(self._last) > _REMEMBERED:
+                self._last.popitem(last=False)
+
+    def _rounds(self, what: str, bucket: str, key: str, change: Callable[[_Read], T]) -> T:
+        """The unit of work's rounds of ``change`` (decide and write, conditional on the
+        read it is given): the first round starts from the asset as last read or written
+        here, if remembered; every other round reads it again."""
+        with self._last_lock:
+            known = self._last.pop((bucket, key), None)
+
+        def attempt() -> T:
+            nonlocal known
+            read, known = (known, None) if known is not None else (self._read(bucket, key), None)
+            return change(read)
+
+        return self._uow.rounds(what, attempt)
 
     def get(self, bucket: str, key: str) -> AssetView | None:
         """The asset (strongly consistent ``GetItem``), or ``None`` when never seen.
@@ -362,7 +405,8 @@ class DynamoAssets:
         models, view = self._models, change.view
         asset = models.asset
         condition = asset.pk.does_not_exist() if read.revision is None else asset.revision == read.revision
-        tx = self._uow.transaction(what).put(_item(asset, view, (read.revision or 0) + 1), condition)
+        written = _item(asset, view, (read.revision or 0) + 1)
+        tx = self._uow.transaction(what).put(written, condition)
         notification = notification_for(read.view, view)
         if notification is not None:
             tx.tell(notification, now_s=view.updated_at_s or now_s)
@@ -390,7 +434,9 @@ class DynamoAssets:
             ]
             tx.update(row, actions)
         if not tx.commit():
+            self._remember(view.bucket, view.key, None)
             raise Lost(what)
+        self._remember(view.bucket, view.key, _Read(_view(written), (read.revision or 0) + 1))
 
     def make_current(
         self,
@@ -419,8 +465,7 @@ class DynamoAssets:
             ``unstorable_input``: the asset item over DynamoDB's 400 KB.
         """
 
-        def attempt() -> AssetView | None:
-            read = self._read(bucket, key)
+        def attempt(read: _Read) -> AssetView | None:
             change = plan_current(read.view, bucket, key, version, sha256=sha256, media=media, jobs=jobs, now_s=now_s)
             if change is None:
                 old = read.view
@@ -428,7 +473,7 @@ class DynamoAssets:
             self._commit(read, change, "asset make_current")
             return change.view
 
-        return self._uow.rounds("asset make_current", attempt)
+        return self._rounds("asset make_current", bucket, key, attempt)
 
     def delete(self, bucket: str, key: str, version: AssetVersion, *, now_s: int) -> AssetView | None:
         """Record the asset ``deleted`` (:func:`~mediajobs.domain.assets.plan_delete`): one
@@ -443,15 +488,14 @@ class DynamoAssets:
             As :meth:`make_current`.
         """
 
-        def attempt() -> AssetView | None:
-            read = self._read(bucket, key)
+        def attempt(read: _Read) -> AssetView | None:
             change = plan_delete(read.view, bucket, key, version, now_s=now_s)
             if change is None:
                 return None
             self._commit(read, change, "asset delete")
             return change.view
 
-        return self._uow.rounds("asset delete", attempt)
+        return self._rounds("asset delete", bucket, key, attempt)
 
     def record(
         self,
@@ -476,8 +520,7 @@ class DynamoAssets:
             As :meth:`make_current`.
         """
 
-        def attempt() -> AssetView | None:
-            read = self._read(bucket, key)
+        def attempt(read: _Read) -> AssetView | None:
             planned = plan_record(read.view, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
             if planned is None:
                 return None
@@ -485,7 +528,7 @@ class DynamoAssets:
             self._commit(read, AssetChange(view), "asset record", failed=failed, now_s=now_s)
             return view
 
-        return self._uow.rounds("asset record", attempt)
+        return self._rounds("asset record", bucket, key, attempt)
 
     def progress(self, bucket: str, key: str, sequencer: str, job_key: str, fraction: float, *, now_s: int) -> None:
         """Set a job's progress: one ``UpdateItem`` of ``progress_by_job.<job key>``,
@@ -494,6 +537,7 @@ class DynamoAssets:
         model = self._models.asset
         item = model(asset_pk(bucket, key), ASSET_SK)
         actions = [model.progress_by_job[job_key].set(float(fraction)), model.updated_at_s.set(now_s)]
+        self._remember(bucket, key, None)  # the item changes without its revision: read it again
         try:
             self._uow.update(
                 item, actions, (model.sequencer == sequencer) & model.progress_by_job.exists(), what="asset progress"
