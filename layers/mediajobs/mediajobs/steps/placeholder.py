@@ -166,9 +166,7 @@ class ImagePlaceholder:
     def __init__(self, max_pixels: int, max_frames: int = MAX_FRAMES, max_jpeg_scans: int = MAX_JPEG_SCANS) -> None:
         self._renderer = PillowRenderer(max_pixels, max_frames=max_frames, max_jpeg_scans=max_jpeg_scans)
 
-    def run(
-        self, source: Path, params: ImagePlaceholderParams, context: RenderContext, out_dir: Path
-    ) -> StepResult:
+    def run(self, source: Path, params: ImagePlaceholderParams, context: RenderContext, out_dir: Path) -> StepResult:
         """The placeholder of the image at ``source`` (``params.box_px``: the box it is
         computed in, at most :data:`THUMBHASH_MAX_PX`). ``context`` and ``out_dir`` are not
         used: a decode at 100 px is short, and nothing is written.
@@ -214,9 +212,7 @@ class VideoPlaceholder:
         self._make_source = make_source
         self._source: FrameSource | None = None
 
-    def run(
-        self, source: Path, params: VideoPlaceholderParams, context: RenderContext, out_dir: Path
-    ) -> StepResult:
+    def run(self, source: Path, params: VideoPlaceholderParams, context: RenderContext, out_dir: Path) -> StepResult:
         """The placeholder of the video at ``source``: probed (the adapter's allow-list and
         limits), one frame at ``params.at_fraction`` of its duration (0 s when there is
         none there), fitted inside ``params.box_px``. The decisions add ``frame_at_s``.
