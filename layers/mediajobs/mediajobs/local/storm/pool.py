@@ -24,6 +24,7 @@ class WorkerPool:
     Attributes
     ----------
     spawned: worker processes started so far, replacements included.
+    killed: workers :meth:`stop` had to kill (they may have died holding a claim).
     """
 
     def __init__(self, stack: LocalStack, settings: Settings, cfg: StormConfig, folder: Path) -> None:
@@ -34,6 +35,7 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context("spawn")
         self._procs: dict[int, tuple[Any, str]] = {}
         self.spawned = 0
+        self.killed = 0
         for slot in range(cfg.workers):
             self._spawn(slot)
 
@@ -63,3 +65,4 @@ class WorkerPool:
             p.join(timeout=timeout_s)
             if p.is_alive():
                 p.kill()
+                self.killed += 1

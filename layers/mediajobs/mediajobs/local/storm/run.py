@@ -69,12 +69,13 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             # Everything is settled: the last collection has no grace (nothing can revive now),
             # once the leases of workers that died holding a claim have run out (their renders
             # were abandoned: an unreferenced job whose lease is live is left for a later run).
-            time.sleep(cfg.lease_s + 1)
+            logged = list(read_logs(folder))
+            time.sleep(_until_leases_end_s(logged, workers, cfg.lease_s))
             collections.run(grace_s=0)
             dispatching.stop(timeout_s=120)
             told.run()  # everything committed is in the stream now: the last dispatch
 
-            events = sorted([*read_logs(folder), *collections.events], key=lambda e: e["t"])
+            events = sorted([*logged, *collections.events], key=lambda e: e["t"])
             if events_log is not None:
                 with open(events_log, "w", encoding="utf-8") as log_out:
                     log_out.writelines(json.dumps(e) + "\n" for e in events)
@@ -110,6 +111,18 @@ def _settle(sqs: Any, queue_url: str, workers: WorkerPool, feeder: Feeder, deadl
         else:
             empty_since = None
         time.sleep(0.5)
+
+
+def _until_leases_end_s(logged: list[dict[str, Any]], workers: WorkerPool, lease_s: int) -> float:
+    """Seconds from now until the leases of every worker that died holding a claim have
+    run out (plus 1 s): ``lease_s`` after the last crash the workers' logs show (a lease
+    ends at most ``lease_s`` after its last renewal, before the crash). When a worker died
+    without logging its crash, or was killed at the end, the whole ``lease_s`` + 1 from now."""
+    crashes = [e["t"] for e in logged if e["event"] == "crash"]
+    replaced = workers.spawned - len({e["pid"] for e in logged if e["event"] == "stopped"})
+    if workers.killed or replaced > len(crashes):
+        return lease_s + 1.0
+    return max(0.0, max(crashes, default=0.0) + lease_s + 1 - time.time())
 
 
 def _queue_depth(sqs: Any, queue_url: str) -> int:
