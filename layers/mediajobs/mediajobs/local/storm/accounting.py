@@ -66,9 +66,11 @@ def _settled_elsewhere(record: dict[str, Any]) -> bool:
 
 
 def duplicate_deliveries(records: list[dict[str, Any]], copies: dict[int, int]) -> list[dict[str, Any]]:
-    """The records that were duplicates: settled elsewhere (:func:`_settled_elsewhere`) and
-    not a copy's first record (:func:`copy_deliveries`)."""
-    return [r for r in records if _settled_elsewhere(r) and id(r) not in copies]
+    """The records that were duplicates: settled elsewhere (:func:`_settled_elsewhere`),
+    wrote nothing to DynamoDB and are not a copy's first record (:func:`copy_deliveries`).
+    One that wrote finished what a crashed delivery left (the asset's record of jobs
+    committed just before the crash): a duplicate only reads."""
+    return [r for r in records if _settled_elsewhere(r) and not r.get("ddb_writes", 0) and id(r) not in copies]
 
 
 def duplicate_renders(events: list[dict[str, Any]]) -> int:

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 CRASH_POINTS: Final = ("claimed", "output_stored", "manifest_stored", "done", "before_ack")
 #: Where it can die after an asset write (the pipeline observer's asset points).
 ASSET_CRASH_POINTS: Final = ("asset_current", "asset_recorded", "asset_deleted")
+#: The DynamoDB operations that write: a record that sent one did work, it was no duplicate.
+DDB_WRITES: Final = frozenset(("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"))
 #: Exit status of a worker that crashed on purpose.
 CRASH_EXIT: Final = 70
 
@@ -148,19 +150,23 @@ class _Tally:
     def __init__(self, store: CountingStore) -> None:
         self.store = store
         self.ddb_requests = 0
+        self.ddb_writes = 0
         self.renders = 0
         self.claims = 0  # claims held: work a delivery did, even when a takeover stopped it
         self.readings = 0  # reading marks held: the delivery was the one to read an original
-        self._mark = {"ddb": 0, "s3_bytes": 0, "renders": 0, "claims": 0, "readings": 0}
+        self._mark = {"ddb": 0, "ddb_writes": 0, "s3_bytes": 0, "renders": 0, "claims": 0, "readings": 0}
 
-    def count_request(self, *args: Any, **kwargs: Any) -> None:
-        """PynamoDB's ``pre_dynamodb_send`` receiver: one request more."""
+    def count_request(self, *args: Any, operation_name: str = "", **kwargs: Any) -> None:
+        """PynamoDB's ``pre_dynamodb_send`` receiver: one request more (a write, for
+        ``operation_name`` in :data:`DDB_WRITES`)."""
         self.ddb_requests += 1
+        self.ddb_writes += operation_name in DDB_WRITES
 
     def take_mark(self) -> dict[str, int]:
         """The counts' change since the previous mark; marks now."""
         now = {
             "ddb": self.ddb_requests,
+            "ddb_writes": self.ddb_writes,
             "s3_bytes": self.store.bytes_read,
             "renders": self.renders,
             "claims": self.claims,
@@ -285,6 +291,7 @@ def worker_main(
             claimed=spent["claims"] > 0,  # held a job's claim (it read the bytes for it)
             read_for_work=spent["readings"] > 0,  # held an original's reading mark
             ddb_requests=spent["ddb"],
+            ddb_writes=spent["ddb_writes"],  # a delivery that wrote did work: no duplicate
             s3_bytes=spent["s3_bytes"],
             key=batch.finished_key,
             detail_type=batch.detail_types.get(message_id),
