@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -567,5 +568,73 @@ def test_a_progress_write_makes_the_next_change_read_the_asset_again(stack):
     assets.progress(BUCKET, k, seq, jk("a"), 0.5, now_s=102)
     with reads_of(table) as reads:
         kept = assets.record(BUCKET, k, seq, [AssetJob(IMAGE, jk("a"), AssetJobState.PROCESSING)], now_s=103)
-    assert len(reads) == 1  # the progress write changed the item without its revision
+    assert len(reads) == 1  # the progress write changed the item: what was remembered is stale
     assert kept.jobs[0].progress == 0.5
+
+
+def test_a_remembered_asset_is_not_enough_to_decide_to_write_nothing(stack):
+    """What was remembered is checked against the stored revision only by a write: a
+    decision taken on it to write nothing (superseded, unchanged) is taken again on the
+    stored asset. Found by trying to break the remembered asset: ``record`` of the version
+    current now returned ``None``, and ``make_current`` answered for an asset deleted since."""
+    table = fresh_table(stack)
+    mine, theirs, k = dynamo_assets(stack, table), dynamo_assets(stack, table), key()
+    mine.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    theirs.make_current(BUCKET, k, version("20"), sha256="s2", media="image", jobs=jobs_of(jk("b")), now_s=101)
+    done = [AssetJob(IMAGE, jk("b"), AssetJobState.DONE)]
+    recorded = mine.record(BUCKET, k, sequencer_order("20"), done, now_s=102)
+    assert recorded is not None and recorded.state == AssetState.READY
+
+    other = key()
+    mine.make_current(BUCKET, other, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    theirs.delete(BUCKET, other, version("20"), now_s=101)
+    again = mine.make_current(
+        BUCKET, other, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=102
+    )
+    assert again is None  # superseded by the delete
+    assert dynamo_assets(stack, table).get(BUCKET, other).state == AssetState.DELETED
+
+
+def test_a_read_answered_before_a_later_write_does_not_replace_what_that_write_remembered(stack):
+    """Two threads sharing one adapter: a read whose answer is remembered after the other
+    thread's later write must not make the next change start from the older item."""
+    table = fresh_table(stack)
+    shared, k = dynamo_assets(stack, table), key()
+    shared.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a")), now_s=100)
+    real_get = shared._uow.get
+    answered, written = threading.Event(), threading.Event()
+
+    def slow_get(*args, **kwargs):
+        item = real_get(*args, **kwargs)
+        if threading.current_thread().name == "late-read":
+            answered.set()
+            written.wait(5)  # the answer is in hand; remembering it comes after the write
+        return item
+
+    shared._uow.get = slow_get
+    reader = threading.Thread(target=lambda: shared.get(BUCKET, k), name="late-read")
+    reader.start()
+    assert answered.wait(5)
+    shared.make_current(BUCKET, k, version("20"), sha256="s2", media="image", jobs=jobs_of(jk("b")), now_s=101)
+    written.set()
+    reader.join()
+    shared._uow.get = real_get
+    with reads_of(table) as reads:
+        done = [AssetJob(IMAGE, jk("b"), AssetJobState.DONE)]
+        recorded = shared.record(BUCKET, k, sequencer_order("20"), done, now_s=102)
+    assert recorded is not None and recorded.state == AssetState.READY
+    assert len(reads) == 0  # it started from its own write, the newer item
+
+
+def test_a_progress_write_by_another_worker_is_not_put_back_by_a_remembered_asset(stack):
+    table = fresh_table(stack)
+    mine, theirs, k, seq = dynamo_assets(stack, table), dynamo_assets(stack, table), key(), sequencer_order("10")
+    jobs = [
+        AssetJob(IMAGE, jk("a"), AssetJobState.PROCESSING),
+        AssetJob(PLACEHOLDER, jk("b"), AssetJobState.PROCESSING),
+    ]
+    mine.make_current(BUCKET, k, version("10"), sha256="s1", media="image", jobs=jobs_of(jk("a"), jk("b")), now_s=100)
+    mine.record(BUCKET, k, seq, jobs, now_s=101)
+    theirs.progress(BUCKET, k, seq, jk("b"), 0.5, now_s=102)  # another worker, rendering job b
+    recorded = mine.record(BUCKET, k, seq, [AssetJob(IMAGE, jk("a"), AssetJobState.DONE)], now_s=103)
+    assert [(j.job_key, j.state, j.progress) for j in recorded.jobs][1] == (jk("b"), AssetJobState.PROCESSING, 0.5)

@@ -73,8 +73,10 @@ class AssetModel(Model):
     job_key, state, reason, detail, manifest_key, outputs as ``OutputRecord.to_json``
     dicts, progress); ``progress_by_job`` maps a job key to the fraction the heartbeat last
     reported (one cheap ``UpdateItem``; it wins over ``jobs``' progress while the job is
-    ``processing``). ``revision`` counts the writes of everything but progress: every such
-    write is conditional on the revision read.
+    ``processing``). ``revision`` counts every write, progress too: every write but
+    progress's is conditional on the revision read, so a write that started from an item
+    read (or remembered) before a progress write loses its round and reads again, rather
+    than put back the progress it read.
     """
 
     class Meta:
@@ -296,22 +298,31 @@ class DynamoAssets:
             if read is None:
                 self._last.pop((bucket, key), None)
                 return
+            kept = self._last.get((bucket, key))
+            if kept is not None and (kept.revision or 0) > (read.revision or 0):
+                return  # a read answered before a later write of this adapter's landed
             self._last[(bucket, key)] = read
             self._last.move_to_end((bucket, key))
             while len(self._last) > _REMEMBERED:
                 self._last.popitem(last=False)
 
-    def _rounds(self, what: str, bucket: str, key: str, change: Callable[[_Read], T]) -> T:
-        """The unit of work's rounds of ``change`` (decide and write, conditional on the
-        read it is given): the first round starts from the asset as last read or written
-        here, if remembered; every other round reads it again."""
+    def _rounds(self, what: str, bucket: str, key: str, change: Callable[[_Read], tuple[T, bool]]) -> T:
+        """The unit of work's rounds of ``change`` (decide, and write conditional on the
+        read it is given; it returns its answer and whether it wrote). The first round
+        starts from the asset as last read or written here, if remembered; a decision
+        taken on it to write nothing is taken again on the asset read now (only a write is
+        checked against the stored revision); every other round reads it again."""
         with self._last_lock:
             known = self._last.pop((bucket, key), None)
 
         def attempt() -> T:
             nonlocal known
-            read, known = (known, None) if known is not None else (self._read(bucket, key), None)
-            return change(read)
+            if known is not None:
+                remembered, known = known, None
+                answer, wrote = change(remembered)
+                if wrote:
+                    return answer
+            return change(self._read(bucket, key))[0]
 
         return self._uow.rounds(what, attempt)
 
@@ -465,13 +476,13 @@ class DynamoAssets:
             ``unstorable_input``: the asset item over DynamoDB's 400 KB.
         """
 
-        def attempt(read: _Read) -> AssetView | None:
+        def attempt(read: _Read) -> tuple[AssetView | None, bool]:
             change = plan_current(read.view, bucket, key, version, sha256=sha256, media=media, jobs=jobs, now_s=now_s)
             if change is None:
                 old = read.view
-                return old if old is not None and old.version.sequencer == version.sequencer else None
+                return (old if old is not None and old.version.sequencer == version.sequencer else None), False
             self._commit(read, change, "asset make_current")
-            return change.view
+            return change.view, True
 
         return self._rounds("asset make_current", bucket, key, attempt)
 
@@ -488,12 +499,12 @@ class DynamoAssets:
             As :meth:`make_current`.
         """
 
-        def attempt(read: _Read) -> AssetView | None:
+        def attempt(read: _Read) -> tuple[AssetView | None, bool]:
             change = plan_delete(read.view, bucket, key, version, now_s=now_s)
             if change is None:
-                return None
+                return None, False
             self._commit(read, change, "asset delete")
-            return change.view
+            return change.view, True
 
         return self._rounds("asset delete", bucket, key, attempt)
 
@@ -520,13 +531,13 @@ class DynamoAssets:
             As :meth:`make_current`.
         """
 
-        def attempt(read: _Read) -> AssetView | None:
+        def attempt(read: _Read) -> tuple[AssetView | None, bool]:
             planned = plan_record(read.view, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
             if planned is None:
-                return None
+                return None, False
             view, failed = planned
             self._commit(read, AssetChange(view), "asset record", failed=failed, now_s=now_s)
-            return view
+            return view, True
 
         return self._rounds("asset record", bucket, key, attempt)
 
@@ -536,8 +547,12 @@ class DynamoAssets:
         ``processing``). Never raises: failures are logged."""
         model = self._models.asset
         item = model(asset_pk(bucket, key), ASSET_SK)
-        actions = [model.progress_by_job[job_key].set(float(fraction)), model.updated_at_s.set(now_s)]
-        self._remember(bucket, key, None)  # the item changes without its revision: read it again
+        actions = [
+            model.progress_by_job[job_key].set(float(fraction)),
+            model.updated_at_s.set(now_s),
+            model.revision.add(1),
+        ]
+        self._remember(bucket, key, None)
         try:
             self._uow.update(
                 item, actions, (model.sequencer == sequencer) & model.progress_by_job.exists(), what="asset progress"
