@@ -293,3 +293,21 @@ def test_local_sessions_share_one_service_model_loader():
     for service in ("sqs", "dynamodb"):
         stack.client(service)
     assert loader.search_paths == paths and len(set(paths)) == len(paths)
+
+
+def test_connections_that_send_nothing_hold_up_no_other_request():
+    """The server answers connections from a pool of threads that grows with the
+    connections open at once: 100 clients that connected and sent nothing (or long polls)
+    leave a thread for the next request (a pool of 64 threads left none: found by trying
+    to break it)."""
+    import socket
+
+    with EmbeddedServer("127.0.0.1", 0) as server:
+        silent = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(100)]
+        try:
+            # The timeout only stops a hang from hanging the suite.
+            with urllib.request.urlopen(server.endpoint_url + "/moto-api/", timeout=30) as answer:
+                assert answer.status == 200
+        finally:
+            for connection in silent:
+                connection.close()

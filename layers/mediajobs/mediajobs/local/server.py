@@ -10,7 +10,7 @@ import queue
 import socket
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any
 
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer
@@ -89,14 +89,13 @@ class AtomicWrites:
                     response.close()
 
 
-#: The most requests an embedded server answers at once (long polls included); more wait
-#: for a thread.
-MAX_REQUEST_THREADS: Final = 64
-
-
 class PooledWSGIServer(BaseWSGIServer):
     """werkzeug's WSGI server with its connections answered by a pool of daemon threads,
-    grown as needed up to ``max_threads``, instead of a new thread per connection.
+    instead of a new thread per connection: a connection goes to an idle thread, and a
+    thread is started only when none is idle, so the pool grows to the most connections
+    open at once, as many threads as werkzeug's threaded server would run then. (A bound
+    would let that many connections that send nothing, or long polls, hold up every other
+    request: a bug found by trying to break it.)
 
     werkzeug (3.x) closes every connection after one response ("Connection: close": its
     server cannot drain a request body before the next request line), so each request is
@@ -108,7 +107,6 @@ class PooledWSGIServer(BaseWSGIServer):
     Parameters
     ----------
     host, port, app, handler: as :class:`werkzeug.serving.BaseWSGIServer`'s.
-    max_threads: the most connections answered at once.
     """
 
     multithread = True  # werkzeug then speaks HTTP/1.1, as its threaded server does
@@ -120,20 +118,17 @@ class PooledWSGIServer(BaseWSGIServer):
         app: Callable[..., Iterable[bytes]],
         *,
         handler: type[MotoRequestHandler],
-        max_threads: int = MAX_REQUEST_THREADS,
     ) -> None:
         super().__init__(host, port, app, handler=handler)
-        self._max_threads = max_threads
         self._connections: queue.SimpleQueue[tuple[socket.socket, Any] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._idle = 0
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Hand the connection to an idle thread of the pool (a new one while there is
-        none and the pool is under ``max_threads``)."""
+        """Hand the connection to an idle thread of the pool (a new one when none is idle)."""
         with self._lock:
-            if self._idle == 0 and len(self._threads) < self._max_threads:
+            if self._idle == 0:
                 thread = threading.Thread(target=self._answer, name="moto-request", daemon=True)
                 self._threads.append(thread)
                 self._idle += 1
