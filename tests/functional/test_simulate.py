@@ -228,25 +228,36 @@ def test_a_delete_event_is_not_a_duplicate_even_when_it_rendered_nothing():
     assert [id(r) for r in duplicate_deliveries([created, deleted], {})] == [id(created)]
 
 
-def test_a_delivery_that_wrote_is_not_a_duplicate_even_when_it_rendered_nothing():
+def test_a_delivery_finishing_a_crashed_one_is_not_a_duplicate_but_a_writing_duplicate_is():
     """A worker that dies between a job's commit and the asset's record of it leaves that
-    write to the redelivery: it finds the job done, renders nothing and claims nothing, and
-    writes the asset (3 DynamoDB requests, 1 a write, measured). It finished the crashed
-    delivery's work, not a duplicate's: a duplicate only reads (a 400-upload storm counted
-    6 such records among 139, 1.094 requests per "duplicate"; 1.008 without them)."""
+    write to the next receive of its message: it finds the job done, renders and claims
+    nothing, and writes the asset (3 DynamoDB requests, 1 a write, measured). It finished
+    the dead delivery's work, not a duplicate's (a 400-upload storm counted 6 such records
+    among 139, 1.094 requests per "duplicate"; 1.008 without them). A delivery that writes
+    on any other receive -- its message's earlier receives all logged a record -- is still
+    a duplicate, its writes and bytes counted (a rule that let any write through would hide
+    a duplicate that wrote: found by trying to break it)."""
     from mediajobs.local.simulate import duplicate_deliveries
 
-    def record(ddb_requests, ddb_writes):
+    def record(message_id, receive_count, t, *, ddb_writes, s3_bytes=0):
         return {
             "outcome": "done",
             "rendered": False,
             "claimed": False,
-            "ddb_requests": ddb_requests,
+            "message_id": message_id,
+            "receive_count": receive_count,
+            "t": t,
+            "ddb_requests": 3 if ddb_writes else 1,
             "ddb_writes": ddb_writes,
+            "s3_bytes": s3_bytes,
         }
 
-    finished, answered = record(7, 2), record(1, 0)
-    assert [id(r) for r in duplicate_deliveries([finished, answered], {})] == [id(answered)]
+    # m1's first receive died (no record); its second finished the asset's record.
+    finished = record("m1", 2, 10.0, ddb_writes=1)
+    # m2 was answered, its acknowledgement lost; its second receive wrote and read bytes.
+    answered, wrote = record("m2", 1, 5.0, ddb_writes=0), record("m2", 2, 11.0, ddb_writes=1, s3_bytes=5_000_000)
+    found = duplicate_deliveries([finished, answered, wrote], {})
+    assert [id(r) for r in found] == [id(answered), id(wrote)]
 
 
 def test_a_failing_storm_says_why_even_when_every_check_is_0():

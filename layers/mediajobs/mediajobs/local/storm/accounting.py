@@ -5,7 +5,7 @@ rendered again after their collection."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,10 +67,25 @@ def _settled_elsewhere(record: dict[str, Any]) -> bool:
 
 def duplicate_deliveries(records: list[dict[str, Any]], copies: dict[int, int]) -> list[dict[str, Any]]:
     """The records that were duplicates: settled elsewhere (:func:`_settled_elsewhere`),
-    wrote nothing to DynamoDB and are not a copy's first record (:func:`copy_deliveries`).
-    One that wrote finished what a crashed delivery left (the asset's record of jobs
-    committed just before the crash): a duplicate only reads."""
-    return [r for r in records if _settled_elsewhere(r) and not r.get("ddb_writes", 0) and id(r) not in copies]
+    not a copy's first record (:func:`copy_deliveries`), and not one finishing what a
+    crashed delivery left (:func:`_finishers`)."""
+    finishing = _finishers(records)
+    return [r for r in records if _settled_elsewhere(r) and id(r) not in copies and id(r) not in finishing]
+
+
+def _finishers(records: list[dict[str, Any]]) -> set[int]:
+    """The records (their ``id``) that wrote to DynamoDB on a receive of their message
+    after one that left no record -- the worker died holding it: they finished what that
+    delivery left (the asset's record of jobs it committed just before dying), work a
+    duplicate does not do. A write on any other receive stays a duplicate's cost."""
+    logged: Counter[str] = Counter()
+    found: set[int] = set()
+    for r in sorted(records, key=lambda r: r.get("t", 0.0)):
+        message = str(r.get("message_id"))
+        if r.get("ddb_writes", 0) and int(r.get("receive_count", 1)) > logged[message] + 1:
+            found.add(id(r))
+        logged[message] += 1
+    return found
 
 
 def duplicate_renders(events: list[dict[str, Any]]) -> int:
