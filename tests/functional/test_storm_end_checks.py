@@ -92,3 +92,16 @@ def test_a_reference_no_live_asset_holds_is_a_count_mismatch(session):
     stray.bucket, stray.object_key = stack.bucket, "originals/gone.jpg"
     stray.save()
     assert failing(end_checks(stack, set(keys))[0]) == {"count_mismatches": 1}
+
+
+def test_an_unversioned_bucket_serves_its_objects_under_no_version_id(session):
+    """``HeadObject`` on an unversioned bucket gives no version id and the listing of
+    versions gives ``"null"``: the end checks read it as none, as the asset has it (found by
+    trying to break the bulk reads: every key counted ``assets_not_current``)."""
+    from mediajobs.local.storm.checks import _served_versions
+
+    s3 = session.stack.client("s3")
+    s3.create_bucket(Bucket="unversioned")
+    s3.put_object(Bucket="unversioned", Key="originals/a.jpg", Body=b"x")
+    assert s3.head_object(Bucket="unversioned", Key="originals/a.jpg").get("VersionId") is None
+    assert _served_versions(s3, "unversioned", "originals/") == {"originals/a.jpg": None}

@@ -110,13 +110,14 @@ def _asset_views(stack: LocalStack) -> dict[str, AssetView]:
     return views
 
 
-def _served_versions(s3: Any, bucket: str, prefix: str) -> dict[str, str]:
+def _served_versions(s3: Any, bucket: str, prefix: str) -> dict[str, str | None]:
     """The keys under ``prefix`` that S3 serves now (its latest version is not a delete
     marker), with that version's id: what ``HeadObject`` without a version answers, from
-    one listing of the versions."""
-    served: dict[str, str] = {}
+    one listing of the versions. An unversioned bucket lists ``"null"`` where
+    ``HeadObject`` gives no id: ``None`` then, as the asset has it."""
+    served: dict[str, str | None] = {}
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
         for version in page.get("Versions", ()):
             if version["IsLatest"]:
-                served[version["Key"]] = version["VersionId"]
+                served[version["Key"]] = None if version["VersionId"] == "null" else version["VersionId"]
     return served
