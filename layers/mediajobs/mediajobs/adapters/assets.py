@@ -21,7 +21,8 @@ transaction. A lost race (a failed condition, a conflict, throttling) reads agai
 decides anew, in the unit of work's rounds. The first round of a change starts from the
 asset as this adapter last read or wrote it, when it has (a delivery reads its asset
 first, then writes it up to three times): the condition on the revision makes a stale
-start a lost round, never a wrong write, and saves a read per write otherwise. The rules of each change are the domain's
+start a lost round, never a wrong write, and saves a read per write otherwise; a decision
+taken on it to write nothing is taken again on a fresh read. The rules of each change are the domain's
 (:func:`~mediajobs.domain.assets.plan_current`, :func:`~mediajobs.domain.assets.plan_delete`,
 :func:`~mediajobs.domain.assets.plan_record`).
 """

@@ -122,17 +122,16 @@ class PooledWSGIServer(BaseWSGIServer):
         super().__init__(host, port, app, handler=handler)
         self._connections: queue.SimpleQueue[tuple[socket.socket, Any] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self._threads = 0
         self._idle = 0
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Hand the connection to an idle thread of the pool (a new one when none is idle)."""
         with self._lock:
             if self._idle == 0:
-                thread = threading.Thread(target=self._answer, name="moto-request", daemon=True)
-                self._threads.append(thread)
+                self._threads += 1
                 self._idle += 1
-                thread.start()
+                threading.Thread(target=self._answer, name="moto-request", daemon=True).start()
             self._idle -= 1
         self._connections.put((request, client_address))
 
@@ -152,7 +151,7 @@ class PooledWSGIServer(BaseWSGIServer):
         """Close the socket; the pool's threads end once they have answered what they hold."""
         super().server_close()
         with self._lock:
-            threads = len(self._threads)
+            threads = self._threads
         for _ in range(threads):
             self._connections.put(None)
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 CRASH_POINTS: Final = ("claimed", "output_stored", "manifest_stored", "done", "before_ack")
 #: Where it can die after an asset write (the pipeline observer's asset points).
 ASSET_CRASH_POINTS: Final = ("asset_current", "asset_recorded", "asset_deleted")
-#: The DynamoDB operations that write: a record that sent one did work, it was no duplicate.
+#: The DynamoDB operations that write (a record's count of them: ``accounting._finishers``).
 DDB_WRITES: Final = frozenset(("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"))
 #: Exit status of a worker that crashed on purpose.
 CRASH_EXIT: Final = 70
@@ -291,7 +291,7 @@ def worker_main(
             claimed=spent["claims"] > 0,  # held a job's claim (it read the bytes for it)
             read_for_work=spent["readings"] > 0,  # held an original's reading mark
             ddb_requests=spent["ddb"],
-            ddb_writes=spent["ddb_writes"],  # a delivery that wrote did work: no duplicate
+            ddb_writes=spent["ddb_writes"],
             s3_bytes=spent["s3_bytes"],
             key=batch.finished_key,
             detail_type=batch.detail_types.get(message_id),
