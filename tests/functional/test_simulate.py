@@ -132,9 +132,12 @@ def test_without_checksums_duplicates_use_the_source_index(tmp_path):
     assert code == 0
     assert summary["duplicate_deliveries"] > 0
     assert summary["s3_bytes_read_for_duplicates"] == 0
-    if summary["busy_resent"] == 0:  # every duplicate answered by one read: the asset knows its version is ready
+    if summary["busy_resent"] == 0 and summary["duplicates_that_wrote"] == 0:
+        # every duplicate answered by one read: the asset knows its version is ready
         assert summary["ddb_requests_per_duplicate"] == 1.0, summary
-    else:  # a copy that came while the first was being read went back after the asset and the lookup
+    else:  # a copy that came while the first was being read went back after the asset and the
+        # lookup, or one that came while the first recorded its end recorded it itself (the
+        # asset, the lookup, the jobs, the record: a fresh clone's run measured 1.5)
         assert 1.0 <= summary["ddb_requests_per_duplicate"] <= 2.0, summary
 
 

@@ -83,6 +83,9 @@ def summarize(
         # Beyond the contract: what the storm was made of.
         "deliveries": len(records),
         "duplicate_deliveries": len(duplicates),
+        # Duplicates that wrote: they came while the first delivery of their version was
+        # still recording its end in the asset, and recorded it themselves.
+        "duplicates_that_wrote": sum(1 for r in duplicates if r.get("ddb_writes", 0)),
         "duplicated_events": feeder.duplicated_events,
         "acks_lost": sum(1 for e in events if e["event"] == "ack_lost"),
         "busy_resent": sum(1 for r in records if r["outcome"] in ("busy_resent", "JobBusy")),
