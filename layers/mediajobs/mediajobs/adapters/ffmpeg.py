@@ -359,22 +359,27 @@ def run(
         cwd=cwd,
         start_new_session=True,  # its own process group: a kill reaches every child
     )
-    assert proc.stdout is not None and proc.stderr is not None
-    tail: collections.deque[bytes] = collections.deque()
-    stderr_reader = threading.Thread(target=_keep_tail, args=(proc.stderr, tail), daemon=True)
-    stderr_reader.start()
+    # From here on, anything raised (a SIGTERM unwinding the CLI included, even while the
+    # reader thread starts) kills the group: a stop that came before the try left ffmpeg
+    # running (tests/functional/test_cli.py's SIGTERM test, under load).
+    stderr_reader: threading.Thread | None = None
+    timer: threading.Timer | None = None
     timed_out = threading.Event()
-
-    def kill() -> None:
-        if proc.poll() is None:
-            timed_out.set()
-            _kill_group(proc)
-
-    timer = threading.Timer(timeout_s, kill)
-    timer.daemon = True
-    timer.start()
+    tail: collections.deque[bytes] = collections.deque()
     stdout = b""
     try:
+        assert proc.stdout is not None and proc.stderr is not None
+        stderr_reader = threading.Thread(target=_keep_tail, args=(proc.stderr, tail), daemon=True)
+        stderr_reader.start()
+
+        def kill() -> None:
+            if proc.poll() is None:
+                timed_out.set()
+                _kill_group(proc)
+
+        timer = threading.Timer(timeout_s, kill)
+        timer.daemon = True
+        timer.start()
         if on_progress is None:
             stdout = proc.stdout.read()
         else:
@@ -385,10 +390,13 @@ def run(
         proc.wait()
         raise
     finally:
-        timer.cancel()
-        stderr_reader.join()
-        proc.stdout.close()
-        proc.stderr.close()
+        if timer is not None:
+            timer.cancel()
+        if stderr_reader is not None:
+            stderr_reader.join()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     if timed_out.is_set():
         raise FfmpegTimeout(f"{Path(argv[0]).name} killed after {timeout_s:.0f} s")
     return Completed(proc.returncode, stdout, b"".join(tail)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace"))
