@@ -182,25 +182,30 @@ class _Batch:
     """What the worker knows of the batch it handles: per poll, the crash point armed for
     each claim and the armed ``before_ack`` jobs committed; per invocation, each record's
     delivery (asset id -> ``"<hand-overs>.<receive count>"``) and detail-type (message id
-    -> ``"Object Created"``, ``"Object Deleted"``); the original of the record being
+    -> ``"Object Created"``, ``"Object Deleted"``) and original's key (message id -> key,
+    for a record the pipeline raised on: busy, say); the original of the record being
     handled, once it is answered."""
 
     armed: dict[str, str] = dataclasses.field(default_factory=dict)
     done_before_ack: list[str] = dataclasses.field(default_factory=list)
     deliveries: dict[str, str] = dataclasses.field(default_factory=dict)
     detail_types: dict[str, str] = dataclasses.field(default_factory=dict)
+    keys: dict[str, str] = dataclasses.field(default_factory=dict)
     finished_key: str | None = None
 
     def read(self, event: dict[str, Any]) -> None:
         """Keep the deliveries and detail-types of the records of the SQS ``event``."""
         self.deliveries.clear()
         self.detail_types.clear()
+        self.keys.clear()
         for record in event.get("Records", ()):
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 body = json.loads(record["body"])
                 self.detail_types[record["messageId"]] = str(body.get("detail-type"))
                 detail = body["detail"]
-                asset = f"{detail['bucket']['name']}/{urllib.parse.unquote_plus(detail['object']['key'])}"
+                key = urllib.parse.unquote_plus(detail["object"]["key"])
+                self.keys[record["messageId"]] = key
+                asset = f"{detail['bucket']['name']}/{key}"
                 handovers = (record.get("messageAttributes") or {}).get(HANDOVERS_ATTRIBUTE, {}).get("stringValue", "0")
                 self.deliveries[asset] = f"{handovers}.{record['attributes']['ApproximateReceiveCount']}"
 
@@ -293,7 +298,7 @@ def worker_main(
             ddb_requests=spent["ddb"],
             ddb_writes=spent["ddb_writes"],
             s3_bytes=spent["s3_bytes"],
-            key=batch.finished_key,
+            key=batch.finished_key or batch.keys.get(message_id),
             detail_type=batch.detail_types.get(message_id),
         )
         batch.finished_key = None
