@@ -616,3 +616,18 @@ def pair_recipes() -> dict[str, list[Any]]:
         return parse_recipe({**document, "params": {"prefix": prefix}, "inputs": wanted}, models)
 
     return {"image": [recipe("left", "L"), recipe("right", "R"), recipe("pair", "P", left="left@1", right="right@1")]}
+
+
+def chain_recipes() -> dict[str, list[Any]]:
+    """Three image recipes in a chain: ``a@1`` takes the original, ``b@1`` takes ``a@1``'s
+    output ``out``, ``c@1`` takes ``b@1``'s (a failure told down two steps)."""
+    from mediajobs.domain.recipes import parse_recipe
+
+    models = {TextStep.name: TextParams}
+
+    def recipe(recipe_id: str, prefix: str, **inputs: str) -> Any:
+        wanted = {name: {"recipe": ref, "output": "out"} for name, ref in inputs.items()}
+        document = {"id": recipe_id, "version": 1, "media": "image", "step": TextStep.name}
+        return parse_recipe({**document, "params": {"prefix": prefix}, "inputs": wanted}, models)
+
+    return {"image": [recipe("a", "A"), recipe("b", "B", x="a@1"), recipe("c", "C", x="b@1")]}

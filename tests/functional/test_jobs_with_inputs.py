@@ -7,7 +7,8 @@ the pair is written waiting), delivers the two requests to two workers at once t
 the real handler, and holds each worker at the moment it tells the pair its input ended
 until the other got there too -- so both tell it together, the race the conditional write
 settles. Exactly one ``waiting`` -> ``requested`` transition happens and one job request
-for the pair reaches the queue; delivered twice, it commits once.
+for the pair reaches the queue; delivered twice, it commits once. And an original whose
+delivery was throttled telling the pair has it run by its redelivery.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import threading
 import uuid
 
 from mediajobs.bootstrap import build_service
+from mediajobs.domain.errors import TransientFailure
 from mediajobs.domain.jobs import JobState
 from mediajobs.domain.keys import sha256_hex
 from mediajobs.domain.plan import Where, plan_jobs
@@ -90,3 +92,37 @@ def test_two_inputs_ending_at_once_request_the_pair_once_and_it_commits_once(loc
         assert joined == f"P|L|{data.decode()}|R|{data.decode()}".encode()
         assert receive_all(sqs, url, 0) == []
     assert len(step.runs) == 3 * ROUNDS  # each job rendered once
+
+
+def test_the_originals_redelivery_after_a_throttled_teller_runs_the_pair(local_session):
+    """The original's delivery commits ``left`` and ``right`` and is throttled telling the
+    pair (its record fails, the message comes back); the redelivery through the real
+    handler tells it and runs it: acknowledged, the pair done, each job rendered once."""
+    from tests.functional.test_worker import event_for, put, swallow_queued, unique_png
+
+    stack, settings = local_session.stack, local_session.settings
+    step, recipes = TextStep(), pair_recipes()
+    adapters = dataclasses.replace(local_adapters(stack, settings), steps={TextStep.name: step})
+    throttled: list[str] = []
+
+    def input_done(waiter, input_key, *, now_s):
+        if not throttled:
+            throttled.append(input_key)
+            raise TransientFailure("ProvisionedThroughputExceededException")
+        return adapters.ledger.input_done(waiter, input_key, now_s=now_s)
+
+    flaky = dataclasses.replace(adapters, ledger=Wrapping(adapters.ledger, input_done=input_done))
+    first = worker.make_handler(build_service(settings, adapters=flaky, recipes=recipes))
+    again = worker.make_handler(build_service(settings, adapters=adapters, recipes=recipes))
+    data = unique_png(64, 48)
+    key = f"originals/pairs/{uuid.uuid4().hex}.png"
+    put(local_session, key, data)
+    swallow_queued(local_session)
+    where = Where(stack.bucket, key, settings.derivatives_prefix, settings.policy_version)
+    left, right, pair = plan_jobs(sha256_hex(data), "image", recipes, where)
+
+    assert first(event_for(local_session, key, len(data)), LocalLambdaContext())["batchItemFailures"] != []
+    ledger = stack.ledger()
+    assert [ledger.get(job.key).state for job in (left, right, pair)] == [JobState.DONE] * 2 + [JobState.WAITING]
+    assert again(event_for(local_session, key, len(data)), LocalLambdaContext()) == {"batchItemFailures": []}
+    assert ledger.get(pair.key).state == JobState.DONE and len(step.runs) == 3

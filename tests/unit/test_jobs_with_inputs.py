@@ -44,16 +44,17 @@ class Crash(Exception):
 class Rig:
     """A pipeline of the three recipes on fakes; counts the ledger's ``requested`` transitions."""
 
-    def __init__(self, tmp_path, observer=None, step=None) -> None:
+    def __init__(self, tmp_path, observer=None, step=None, recipes=None, dies=Crash) -> None:
         self.log: list = []
         self.store = FakeStore({KEY: DATA}, self.log)
         self.ledger = FakeLedger(self.log)
         self.queue = FakeQueue()
         self.step = step or TextStep()
         self.requested: list[str] = []
-        self.die_telling: set[str] = set()  # inputs whose first telling dies
-        ledger = Wrapping(self.ledger, input_done=self._input_done)
-        self.recipes = pair_recipes()
+        self.die_telling: set[str] = set()  # inputs whose first telling dies (raises ``dies``)
+        self.dies = dies
+        ledger = Wrapping(self.ledger, input_done=self._input_done, input_failed=self._input_failed)
+        self.recipes = recipes or pair_recipes()
         self.pipeline = pipeline_on(
             Settings(work_dir=str(tmp_path), jobs_queue_arn=QUEUE_ARN),
             store=self.store,
@@ -72,11 +73,17 @@ class Rig:
     def _input_done(self, waiter, input_key, *, now_s):
         if input_key in self.die_telling:
             self.die_telling.discard(input_key)
-            raise Crash(f"died telling {waiter[:8]} that {input_key[:8]} ended")
+            raise self.dies(f"died telling {waiter[:8]} that {input_key[:8]} ended")
         view, made = self.ledger.input_done(waiter, input_key, now_s=now_s)
         if made:
             self.requested.append(waiter)
         return view, made
+
+    def _input_failed(self, waiter, input_key, reason, detail, *, now_s):
+        if input_key in self.die_telling:
+            self.die_telling.discard(input_key)
+            raise self.dies(f"died telling {waiter[:8]} that {input_key[:8]} failed")
+        return self.ledger.input_failed(waiter, input_key, reason, detail, now_s=now_s)
 
     def sent(self, job_key: str) -> int:
         """Job requests sent for ``job_key``."""

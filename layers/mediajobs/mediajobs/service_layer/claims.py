@@ -36,6 +36,7 @@ from mediajobs.domain.jobs import (
     Delivery,
     JobResult,
     JobSpec,
+    JobState,
     JobView,
     SourceResult,
     decide,
@@ -239,6 +240,7 @@ class Claims:
         JobBusy
             A job is running elsewhere, or another delivery claimed it first.
         """
+        plan = self.finish_telling(plan, delivery)
         settled = self.settle(plan, delivery)
         if settled is not None:
             return settled
@@ -248,19 +250,39 @@ class Claims:
         claims = self.claim_all(plan, delivery, asset)
         return Claimed(plan, claims, settled=not any(needs_original(claim) for claim in claims))
 
+    def finish_telling(self, plan: Plan, delivery: Delivery | None) -> Plan:
+        """Finish what a teller that died half-way left: the jobs waiting for an ended job of
+        ``plan`` are told it ended (:meth:`JobRequests.tell`; those of the plan need no
+        request: this delivery runs them), and the rows read again. ``plan`` as it is when
+        no ended job has a job waiting for it (no request).
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the ledger's, or a job request not sent.
+        """
+        ended = [v for v in plan.views.values() if v.waiting and v.state in (JobState.DONE, JobState.PERMANENT_FAILURE)]
+        if not ended:
+            return plan
+        in_plan = frozenset(job.key for job in plan.jobs)
+        for view in ended:
+            self._requests.tell(view, delivery=delivery, in_plan=in_plan)
+        return dataclasses.replace(plan, views=self._ledger.find([job.key for job in plan.jobs]))
+
     def settle(self, plan: Plan, delivery: Delivery | None) -> Claimed | None:
         """Answer a duplicate from the ledger alone, when none of its jobs needs the bytes.
 
         Returns ``None`` when some job must run (missing, or can be taken over). A job past
         its attempts ends with one conditional write, unless its holder staged the manifest
-        meanwhile: then the claim runs, to adopt it. A done job whose waiting jobs were not
-        all told is told again (:meth:`JobRequests.tell`).
+        meanwhile: then the claim runs, to adopt it; the jobs waiting for it are then told
+        it failed (:meth:`ended`).
 
         Raises
         ------
         JobBusy
-            When a job is running elsewhere, or waits for its inputs (the earliest lease
-            end is reported).
+            When a job is running elsewhere, or waits for an input that is (the earliest
+            lease end is reported). A job waiting for inputs that this delivery ends (past
+            their attempts) is not busy: no other delivery would end them.
         """
         now = int(self.clock())
         decisions: dict[str, Decision] = {}
@@ -271,15 +293,17 @@ class Claims:
             decisions[job.key] = decide(view, now_s=now, max_attempts=self._settings.max_attempts)
         if any(d is Decision.TAKE_OVER for d in decisions.values()):
             return None
-        busy = [plan.views[k] for k, d in decisions.items() if d in (Decision.BUSY, Decision.WAIT)]
+        busy: dict[str, JobView] = {}
+        for job in plan.jobs:  # in the plan's order: a job after the jobs whose outputs it takes
+            view = plan.views[job.key]
+            if decisions[job.key] is Decision.BUSY or (
+                decisions[job.key] is Decision.WAIT and any(u in busy or u not in decisions for u in view.pending)
+            ):
+                busy[job.key] = view
         if busy:
-            first = min(busy, key=lambda v: v.lease_expires_at_s)
+            first = min(busy.values(), key=lambda v: v.lease_expires_at_s)
             log.info("job is running elsewhere", extra={"job_key": first.job_key, "source_key": plan.original.ref.key})
             raise JobBusy(first.job_key, first.lease_expires_at_s)
-        in_plan = frozenset(decisions)
-        for view in plan.views.values():
-            if view.waiting:
-                self._requests.tell(view, in_plan=in_plan)
         claims = (  # lazily: each claim is made just before its job runs
             self._ledger.claim(job.spec, now_s=now, lease_until_s=self.lease_until(delivery), seen=view)
             if decisions[job.key] is Decision.EXHAUST
@@ -358,9 +382,19 @@ class Claims:
 
     def ended(self, result: JobResult, delivery: Delivery | None, in_plan: frozenset[str]) -> None:
         """A job this delivery ended: tell the jobs waiting for it (``in_plan``: the jobs this
-        delivery runs next itself, which need no request)."""
-        if result.row is not None and result.row.waiting:
-            self._requests.tell(result.row, delivery=delivery, in_plan=in_plan, again=False)
+        delivery runs next itself, which need no request). A job this delivery's claim ended
+        past its attempts carries no row: it is read (one ``GetItem``) for them.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As :meth:`JobRequests.tell`.
+        """
+        row = result.row
+        if row is None and result.state == JobState.PERMANENT_FAILURE and not result.reused:
+            row = self._ledger.get(result.job_key)  # ended by this delivery's claim
+        if row is not None and row.waiting:
+            self._requests.tell(row, delivery=delivery, in_plan=in_plan, again=False)
 
     def request(self, jobs: Sequence[PlannedJob], delivery: Delivery | None = None) -> list[str]:
         """Request ``jobs`` (no S3 event causes them): :meth:`JobRequests.request`."""

@@ -8,7 +8,7 @@ leaves its ``pending`` set, and the one writer that finds the set empty makes it
 ``requested`` -- a conditional write, so exactly one, however many inputs end at once,
 however often a delivery is redelivered. A failed input fails the jobs waiting for it, with
 its reason. The input forgets a waiting job only once it was told, so a teller that dies
-half-way is finished by the next delivery of the input (:meth:`~mediajobs.service_layer.claims.Claims.settle`).
+half-way is finished by the next delivery of the input (:meth:`~mediajobs.service_layer.claims.Claims.settle_or_claim`).
 
 A ``requested`` job is claimed like any other: by the delivery whose plan holds it (it runs
 it right after its inputs), or, when no plan of this delivery holds it, by the **job request**
@@ -138,7 +138,8 @@ class JobRequests:
         Raises
         ------
         PermanentFailure, TransientFailure
-            As the ledger's.
+            As the ledger's; ``TransientFailure`` too when SQS refused a request (call
+            again: a job written ``requested`` is sent its request again).
         """
         views = self._ledger.find([spec.job_key for spec in specs])
         sent: list[str] = []
@@ -165,24 +166,39 @@ class JobRequests:
         A job made ``requested`` by this call gets a job request (:func:`request_body`)
         unless ``in_plan`` holds it (this delivery runs it next); with ``again`` (telling
         again what an earlier delivery may not have finished), so does one found
-        ``requested``. A failure fails the jobs waiting for it, and theirs in turn.
+        ``requested``. A failure fails the jobs waiting for it, and theirs in turn -- a
+        waiting job found failed already too (a teller that died between failing it and
+        telling its own waiting jobs), down to :data:`_MAX_DEPTH`.
+
+        A waiting job whose request SQS refused is not forgotten: the others are, then
+        ``TransientFailure`` is raised, and the next delivery of ``ended``'s message tells
+        it again (``again``: the request is sent then).
 
         Raises
         ------
         PermanentFailure, TransientFailure
-            As the ledger's (the next delivery of ``ended`` tells again).
+            As the ledger's (the next delivery of ``ended`` tells again), or a job request
+            not sent.
         """
         if not ended.waiting or ended.state not in (JobState.DONE, JobState.PERMANENT_FAILURE):
             return
+        unsent: list[str] = []
         for waiter in sorted(ended.waiting):
             view, made = self._tell_one(waiter, ended)
             if view is None:
                 continue
-            if view.state == JobState.PERMANENT_FAILURE and made and depth < _MAX_DEPTH:
+            if view.state == JobState.PERMANENT_FAILURE and view.waiting and depth < _MAX_DEPTH:
                 self.tell(view, delivery=delivery, in_plan=in_plan, again=again, depth=depth + 1)
             elif view.state == JobState.REQUESTED and (made or again) and waiter not in in_plan:
-                self.request_one(waiter, delivery)
-        self._ledger.told(ended.job_key, ended.waiting, now_s=int(self._clock()))
+                try:
+                    self.request_one(waiter, delivery)
+                except TransientFailure:
+                    unsent.append(waiter)
+        self._ledger.told(ended.job_key, ended.waiting - frozenset(unsent), now_s=int(self._clock()))
+        if unsent:
+            raise TransientFailure(
+                f"{len(unsent)} job request(s) not sent for the jobs waiting for {ended.job_key[:12]}"
+            )
 
     def _tell_one(self, waiter: str, ended: JobView) -> tuple[JobView | None, bool]:
         """Tell ``waiter`` that its input ``ended`` ended: its row after, and whether this
@@ -195,9 +211,14 @@ class JobRequests:
 
     def request_one(self, job_key: str, delivery: Delivery | None = None) -> bool:
         """Send the job request of ``job_key`` to the jobs queue (the settings' ``jobs_queue_arn``,
-        else the queue ``delivery`` came from). Returns whether it was sent; a request that
-        cannot be sent is logged (the job stays ``requested``: the next delivery of its
-        input, or of an original whose plan holds it, finishes it).
+        else the queue ``delivery`` came from). Returns whether it was sent: ``False`` when
+        there is no queue to send it to (the job stays ``requested`` for a delivery whose
+        plan holds it: the local CLI runs every job of its plan itself).
+
+        Raises
+        ------
+        TransientFailure
+            SQS refused it (the caller's message is redelivered, and sends it again).
         """
         queue_arn = self._settings.jobs_queue_arn or (delivery.queue_arn if delivery is not None else "")
         if self._queue is None or not queue_arn:
@@ -207,7 +228,7 @@ class JobRequests:
             self._queue.resend(queue_arn, request_body(job_key), 0)
         except TransientFailure as exc:
             log.warning("could not send a job request: %s", exc, extra={"job_key": job_key})
-            return False
+            raise
         log.info("job requested", extra={"job_key": job_key})
         return True
 
