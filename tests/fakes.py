@@ -603,31 +603,42 @@ class TextStep:
         return StepResult([file], {"inputs": sorted(read)})
 
 
-def pair_recipes() -> dict[str, list[Any]]:
-    """Three image recipes: ``left@1`` and ``right@1`` take the original, ``pair@1`` takes
-    their outputs ``out`` (a job with two inputs that are other jobs' outputs)."""
+def text_recipes(*recipes: tuple[str, str, dict[str, str]]) -> dict[str, list[Any]]:
+    """Image recipes of :class:`TextStep`, each ``(id, prefix, {input name: "<id>@1"})``
+    at version 1: an empty mapping takes the original; otherwise each input is that
+    recipe's output ``out`` (jobs in steps on fakes)."""
     from mediajobs.domain.recipes import parse_recipe
 
     models = {TextStep.name: TextParams}
-
-    def recipe(recipe_id: str, prefix: str, **inputs: str) -> Any:
+    parsed = []
+    for recipe_id, prefix, inputs in recipes:
         wanted = {name: {"recipe": ref, "output": "out"} for name, ref in inputs.items()}
-        document = {"id": recipe_id, "version": 1, "media": "image", "step": TextStep.name}
-        return parse_recipe({**document, "params": {"prefix": prefix}, "inputs": wanted}, models)
+        document = {
+            "id": recipe_id,
+            "version": 1,
+            "media": "image",
+            "step": TextStep.name,
+            "params": {"prefix": prefix},
+        }
+        parsed.append(parse_recipe({**document, "inputs": wanted}, models))
+    return {"image": parsed}
 
-    return {"image": [recipe("left", "L"), recipe("right", "R"), recipe("pair", "P", left="left@1", right="right@1")]}
+
+def pair_recipes() -> dict[str, list[Any]]:
+    """``left@1`` and ``right@1`` take the original, ``pair@1`` takes their outputs ``out``
+    (a job with two inputs that are other jobs' outputs)."""
+    return text_recipes(("left", "L", {}), ("right", "R", {}), ("pair", "P", {"left": "left@1", "right": "right@1"}))
 
 
 def chain_recipes() -> dict[str, list[Any]]:
-    """Three image recipes in a chain: ``a@1`` takes the original, ``b@1`` takes ``a@1``'s
-    output ``out``, ``c@1`` takes ``b@1``'s (a failure told down two steps)."""
-    from mediajobs.domain.recipes import parse_recipe
+    """``a@1`` takes the original, ``b@1`` takes ``a@1``'s output, ``c@1`` takes ``b@1``'s
+    (a failure told down two steps)."""
+    return text_recipes(("a", "A", {}), ("b", "B", {"x": "a@1"}), ("c", "C", {"x": "b@1"}))
 
-    models = {TextStep.name: TextParams}
 
-    def recipe(recipe_id: str, prefix: str, **inputs: str) -> Any:
-        wanted = {name: {"recipe": ref, "output": "out"} for name, ref in inputs.items()}
-        document = {"id": recipe_id, "version": 1, "media": "image", "step": TextStep.name}
-        return parse_recipe({**document, "params": {"prefix": prefix}, "inputs": wanted}, models)
-
-    return {"image": [recipe("a", "A"), recipe("b", "B", x="a@1"), recipe("c", "C", x="b@1")]}
+def diamond_recipes() -> dict[str, list[Any]]:
+    """``a@1`` takes the original, ``b@1`` and ``c@1`` take ``a@1``'s output, ``d@1`` takes
+    ``b@1``'s and ``c@1``'s."""
+    return text_recipes(
+        ("a", "A", {}), ("b", "B", {"x": "a@1"}), ("c", "C", {"x": "a@1"}), ("d", "D", {"x": "b@1", "y": "c@1"})
+    )

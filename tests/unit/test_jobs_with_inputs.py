@@ -22,6 +22,7 @@ from mediajobs.domain.plan import Where, plan_jobs
 from mediajobs.settings import Settings
 from tests.fakes import (
     FakeAssets,
+    FakeClock,
     FakeLedger,
     FakeQueue,
     FakeSources,
@@ -44,7 +45,7 @@ class Crash(Exception):
 class Rig:
     """A pipeline of the three recipes on fakes; counts the ledger's ``requested`` transitions."""
 
-    def __init__(self, tmp_path, observer=None, step=None, recipes=None, dies=Crash) -> None:
+    def __init__(self, tmp_path, observer=None, step=None, recipes=None, dies=Crash, clock=None) -> None:
         self.log: list = []
         self.store = FakeStore({KEY: DATA}, self.log)
         self.ledger = FakeLedger(self.log)
@@ -55,8 +56,10 @@ class Rig:
         self.dies = dies
         ledger = Wrapping(self.ledger, input_done=self._input_done, input_failed=self._input_failed)
         self.recipes = recipes or pair_recipes()
+        self.clock = clock or FakeClock()
         self.pipeline = pipeline_on(
             Settings(work_dir=str(tmp_path), jobs_queue_arn=QUEUE_ARN),
+            clock=self.clock,
             store=self.store,
             ledger=ledger,
             sources=FakeSources(self.log),
@@ -68,7 +71,8 @@ class Rig:
             queue=self.queue,
         )
         self.jobs = plan_jobs(sha256_hex(DATA), "image", self.recipes, Where(BUCKET, KEY, "derivatives/", "none"))
-        self.left, self.right, self.pair = (job.key for job in self.jobs)
+        self.keys = [job.key for job in self.jobs]
+        self.left, self.right, self.pair = (self.keys + ["", "", ""])[:3]  # pair_recipes' names
 
     def _input_done(self, waiter, input_key, *, now_s):
         if input_key in self.die_telling:

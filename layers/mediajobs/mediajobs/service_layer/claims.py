@@ -251,22 +251,19 @@ class Claims:
         return Claimed(plan, claims, settled=not any(needs_original(claim) for claim in claims))
 
     def finish_telling(self, plan: Plan, delivery: Delivery | None) -> Plan:
-        """Finish what a teller that died half-way left: the jobs waiting for an ended job of
-        ``plan`` are told it ended (:meth:`JobRequests.tell`; those of the plan need no
-        request: this delivery runs them), and the rows read again. ``plan`` as it is when
-        no ended job has a job waiting for it (no request).
+        """Finish what a delivery that died or was throttled half-way through the plan's
+        jobs in steps left (:meth:`JobRequests.finish`: the jobs of the plan need no request,
+        this delivery runs them), and read the rows again. ``plan`` as it is when nothing
+        was left (no request).
 
         Raises
         ------
         PermanentFailure, TransientFailure
             As the ledger's, or a job request not sent.
         """
-        ended = [v for v in plan.views.values() if v.waiting and v.state in (JobState.DONE, JobState.PERMANENT_FAILURE)]
-        if not ended:
-            return plan
         in_plan = frozenset(job.key for job in plan.jobs)
-        for view in ended:
-            self._requests.tell(view, delivery=delivery, in_plan=in_plan)
+        if not self._requests.finish(plan.views, delivery=delivery, in_plan=in_plan):
+            return plan
         return dataclasses.replace(plan, views=self._ledger.find([job.key for job in plan.jobs]))
 
     def settle(self, plan: Plan, delivery: Delivery | None) -> Claimed | None:
@@ -300,8 +297,9 @@ class Claims:
                 decisions[job.key] is Decision.WAIT and any(u in busy or u not in decisions for u in view.pending)
             ):
                 busy[job.key] = view
-        if busy:
-            first = min(busy.values(), key=lambda v: v.lease_expires_at_s)
+        if busy:  # the earliest lease of a job running elsewhere (a waiting row has none)
+            holders = [v for k, v in busy.items() if decisions[k] is Decision.BUSY] or list(busy.values())
+            first = min(holders, key=lambda v: v.lease_expires_at_s)
             log.info("job is running elsewhere", extra={"job_key": first.job_key, "source_key": plan.original.ref.key})
             raise JobBusy(first.job_key, first.lease_expires_at_s)
         claims = (  # lazily: each claim is made just before its job runs

@@ -165,8 +165,8 @@ class Pipeline:
                     asset.claimed([claim])
                 ended = self._runner.run(job, claim, source, delivery, work, asset, produced)
                 produced[job.key] = ended
-                result.jobs.append(ended)
-                self._claims.ended(ended, delivery, in_plan)
+                self._claims.ended(ended, delivery, in_plan)  # told before the asset records it:
+                result.jobs.append(ended)  # else a redelivery is answered from the asset, untold
             except (TransientFailure, Superseded, JobBusy) as exc:
                 if interrupted is None or isinstance(exc, DeadlineReached | DeliveryLost):
                     interrupted = exc

@@ -119,11 +119,46 @@ class JobRequests:
         if self._ledger.wait(spec, pending, now_s=now):
             log.info("job written", extra={"job_key": spec.job_key, "pending": len(pending)})
         for upstream in sorted(pending):
-            if not self._ledger.register(upstream, spec.job_key, now_s=now):
-                ended = self._ledger.get(upstream)  # it ended since (or has no row yet)
-                if ended is not None and ended.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
-                    self._tell_one(spec.job_key, ended)
+            self._link(upstream, spec.job_key)
         return self._ledger.get(spec.job_key)
+
+    def _link(self, upstream: str, waiter: str) -> None:
+        """Name ``waiter`` among the jobs waiting for ``upstream``, or -- ``upstream`` ended
+        meanwhile -- tell it now (both idempotent)."""
+        if not self._ledger.register(upstream, waiter, now_s=int(self._clock())):
+            ended = self._ledger.get(upstream)  # it ended since (or has no row yet)
+            if ended is not None and ended.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
+                self._tell_one(waiter, ended)
+
+    def finish(
+        self, views: Mapping[str, JobView], *, delivery: Delivery | None = None, in_plan: frozenset[str] = frozenset()
+    ) -> bool:
+        """Finish, from the rows ``views`` read, what a delivery that died or was throttled
+        half-way left: the jobs waiting for an ended job are told (:meth:`tell`); a
+        ``waiting`` job that an input of ``views`` does not name (its registration lost
+        between the waiting row's write and the input's) is named there again, or told,
+        that input having ended. Whether anything was told or named (the rows are then to
+        be read again); no request when nothing was left.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As :meth:`tell`.
+        """
+        changed = False
+        for view in views.values():
+            if view.waiting and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
+                self.tell(view, delivery=delivery, in_plan=in_plan)
+                changed = True
+        for view in views.values():
+            if view.state != JobState.WAITING:
+                continue
+            for upstream in sorted(view.pending):
+                seen = views.get(upstream)
+                if seen is not None and view.job_key not in seen.waiting:
+                    self._link(upstream, view.job_key)
+                    changed = True
+        return changed
 
     def request(self, specs: Sequence[JobSpec], delivery: Delivery | None = None) -> list[str]:
         """Request jobs that no S3 event causes (a backfill, a fan-out), each after the jobs
