@@ -215,6 +215,7 @@ class NoReads(FakeAssets):
         "key=" + urllib.parse.quote("derivatives/" + "a" * 64 + "/thumb.webp", safe=""),
         "key=" + urllib.parse.quote("users/42/avatar.jpg", safe=""),
         "key=originals%2F",  # the prefix itself
+        "key=originals%2Fphotos%2F",  # a folder marker: no asset
         "key=" + urllib.parse.quote("originals/" + "x" * 1015, safe=""),  # 1,025 bytes
         "key=originals%2Fa.jpg&key=originals%2Fb.jpg",  # two keys
         "key=",

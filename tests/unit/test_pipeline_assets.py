@@ -318,6 +318,17 @@ def test_an_empty_file_makes_the_asset_failed_with_empty_file(tmp_path):
     assert rig.asset_calls() == []
 
 
+@pytest.mark.parametrize("marker", ["originals/photos/", "originals/a/b/", "originals//"])
+def test_a_folder_marker_is_no_upload_no_asset_no_notification(tmp_path, marker):
+    """What the S3 console's "Create folder" writes: a zero-byte key ending in ``/``."""
+    rig = make(tmp_path, data=b"")
+    rig.store.objects[marker] = b""
+    created = rig.pipeline.process(ObjectRef(BUCKET, marker, "v1", 0, sequencer=FIRST))
+    deleted = rig.pipeline.remove(Deleted(BUCKET, marker, "m1", "Delete Marker Created", SECOND, "DeleteObject"))
+    assert (created.state, deleted.state) == (SourceState.IGNORED, SourceState.IGNORED)
+    assert rig.log == [] and rig.assets.get(BUCKET, marker) is None and rig.assets.outbox == {}
+
+
 def test_content_no_recipe_applies_to_makes_the_asset_failed(tmp_path):
     rig = make(tmp_path, media=None)
     rig.created(FIRST)

@@ -38,6 +38,17 @@ from urllib.parse import quote_plus, unquote_plus
 
 KEY_ALGORITHM_VERSION: Final = 1
 NO_POLICY: Final = "none"
+
+
+def is_original_key(key: str, originals_prefix: str) -> bool:
+    """Whether the object key ``key`` names an original: under ``originals_prefix``
+    (``originals/``), and not a folder marker -- a key ending in ``/``, what the S3
+    console's "Create folder" writes (a zero-byte object; S3 User Guide, "Organizing
+    objects in the Amazon S3 console by using folders"). A marker is no upload: no asset,
+    no status, no notification. Pure."""
+    return key.startswith(originals_prefix) and len(key) > len(originals_prefix) and not key.endswith("/")
+
+
 #: The name of a job's input when it is the original's content: the only input of a recipe
 #: that declares none.
 ORIGINAL_INPUT: Final = "original"

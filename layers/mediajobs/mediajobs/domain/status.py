@@ -24,6 +24,7 @@ from http import HTTPStatus
 from typing import Any, Final
 
 from mediajobs.domain.assets import AssetView, status_document
+from mediajobs.domain.keys import is_original_key
 
 #: Longest S3 object key, bytes of its UTF-8 ("Naming Amazon S3 objects", S3 user guide).
 MAX_KEY_BYTES: Final = 1024
@@ -57,8 +58,9 @@ def answer(
         message = "give the original's key: GET /assets?key=originals/..." if not keys else "give one key"
         return HTTPStatus.BAD_REQUEST, {"message": message, "key": None}
     (key,) = keys
-    if not key.startswith(originals_prefix) or len(key) == len(originals_prefix):
-        return HTTPStatus.BAD_REQUEST, {"message": f"not an original: keys start with {originals_prefix}", "key": key}
+    if not is_original_key(key, originals_prefix):
+        message = f"not an original: keys start with {originals_prefix} and name a file, not a folder"
+        return HTTPStatus.BAD_REQUEST, {"message": message, "key": key}
     if len(key.encode("utf-8")) > MAX_KEY_BYTES:
         return HTTPStatus.BAD_REQUEST, {"message": f"not an S3 key: over {MAX_KEY_BYTES} bytes", "key": key}
     view = get(key)

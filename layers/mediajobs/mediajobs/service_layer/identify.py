@@ -24,7 +24,7 @@ from mediajobs.domain.jobs import (
     refused,
     size_refusal,
 )
-from mediajobs.domain.keys import source_version_id
+from mediajobs.domain.keys import is_original_key, source_version_id
 from mediajobs.service_layer.assets import KeptAsset
 from mediajobs.service_layer.ports import ObjectStore, Sources
 from mediajobs.settings import Settings
@@ -75,11 +75,13 @@ class Identify:
         return self._settings
 
     def ours(self, ref: ObjectRef) -> bool:
-        """Whether ``ref``'s key is an original's (under ``originals_prefix``): any other is
-        ignored, acknowledged with nothing read."""
-        if ref.key.startswith(self._settings.originals_prefix):
+        """Whether ``ref``'s key is an original's (:func:`~mediajobs.domain.keys.is_original_key`:
+        under ``originals_prefix``, not a folder marker): any other is ignored, acknowledged
+        with nothing read, no asset and no notification."""
+        if is_original_key(ref.key, self._settings.originals_prefix):
             return True
-        log.info("ignoring key outside %s", self._settings.originals_prefix, extra={"source_key": ref.key})
+        why = "a folder marker" if ref.key.endswith("/") else f"outside {self._settings.originals_prefix}"
+        log.info("ignoring key: %s", why, extra={"source_key": ref.key})
         return False
 
     def __call__(self, ref: ObjectRef, delivery: Delivery | None, asset: KeptAsset) -> Identified | SourceResult:
