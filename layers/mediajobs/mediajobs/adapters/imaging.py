@@ -57,7 +57,10 @@ from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
 
 from mediajobs.domain.errors import (
     CORRUPT_IMAGE,
+    FRAMES,
     MEMORY_LIMIT_EXCEEDED,
+    PIXELS,
+    SCANS,
     TOO_MANY_FRAMES,
     TOO_MANY_PIXELS,
     TOO_MANY_SCANS,
@@ -133,7 +136,7 @@ def _open(path: Path) -> Image.Image:
     except UnidentifiedImageError as exc:
         raise PermanentFailure(UNSUPPORTED_FORMAT, "not an image in an accepted format") from exc
     except Image.DecompressionBombError as exc:
-        raise PermanentFailure(TOO_MANY_PIXELS, str(exc)) from exc
+        raise PermanentFailure(TOO_MANY_PIXELS, PIXELS.detail(str(exc).rstrip("."))) from exc
     except _DECODE_ERRORS as exc:
         raise PermanentFailure(CORRUPT_IMAGE, f"unreadable header: {exc}") from exc
 
@@ -193,7 +196,7 @@ def _frames(
                     return None, None
             count += 1
             if count > max_frames:
-                raise PermanentFailure(TOO_MANY_FRAMES, f"more than {max_frames} frames")
+                raise PermanentFailure(TOO_MANY_FRAMES, FRAMES.detail(f"more than {max_frames:,} frames"))
             if not animated:
                 continue
             spent += im.width * im.height
@@ -213,7 +216,7 @@ def _jpeg_failure(path: Path, max_scans: int = MAX_JPEG_SCANS) -> PermanentFailu
     if report.corruption:
         return PermanentFailure(CORRUPT_IMAGE, report.corruption)
     if report.scans > max_scans:
-        return PermanentFailure(TOO_MANY_SCANS, f"{report.scans} scans > {max_scans}")
+        return PermanentFailure(TOO_MANY_SCANS, SCANS.detail(f"{report.scans} scans", f"{max_scans}"))
     return None
 
 
@@ -223,7 +226,9 @@ def _check_tiff_tiles(im: Image.Image, max_pixels: int) -> None:
     tags = getattr(im, "tag_v2", {})
     tile_w, tile_h = int(tags.get(322, 0) or 0), int(tags.get(323, 0) or 0)
     if tile_w * tile_h > max_pixels:
-        raise PermanentFailure(TOO_MANY_PIXELS, f"TIFF tile {tile_w}x{tile_h} > {max_pixels} pixels")
+        raise PermanentFailure(
+            TOO_MANY_PIXELS, PIXELS.detail(f"a TIFF tile of {tile_w}x{tile_h}", f"{max_pixels} pixels")
+        )
 
 
 #: TIFF tags that mark a camera raw: DNGVersion (tag 50706, Adobe's DNG specification),
@@ -305,7 +310,7 @@ def _decode_failure(exc: BaseException) -> PermanentFailure:
     text = f"{type(exc).__name__}: {exc}"
     message = str(exc).lower()
     if "security limit exceeded" in message:  # libheif's own size limits (e.g. an ispe that lies)
-        return PermanentFailure(TOO_MANY_PIXELS, text)
+        return PermanentFailure(TOO_MANY_PIXELS, PIXELS.detail(text))
     if (isinstance(exc, OSError) and exc.errno == errno.ENOMEM) or any(w in message for w in _ALLOCATION_FAILURES):
         return PermanentFailure(MEMORY_LIMIT_EXCEEDED, text)
     if any(w in message for w in _UNSUPPORTED_FEATURES) or re.search(r"decoder \S+ not available", message):
@@ -609,7 +614,7 @@ class PillowRenderer:
         except PermanentFailure:
             raise
         except Image.DecompressionBombError as exc:
-            raise PermanentFailure(TOO_MANY_PIXELS, str(exc)) from exc
+            raise PermanentFailure(TOO_MANY_PIXELS, PIXELS.detail(str(exc).rstrip("."))) from exc
         except _DECODE_ERRORS as exc:
             raise _decode_failure(exc) from exc
 
@@ -634,9 +639,8 @@ class PillowRenderer:
         with opened as im:
             width, height = im.size
             if width * height > self._max_pixels:
-                raise PermanentFailure(
-                    TOO_MANY_PIXELS, f"{width}x{height} = {width * height} pixels > {self._max_pixels}"
-                )
+                found = f"{width}x{height} = {width * height} pixels"
+                raise PermanentFailure(TOO_MANY_PIXELS, PIXELS.detail(found, f"{self._max_pixels}"))
             source_format = str(im.format)
             if source_format == "TIFF":
                 _check_tiff_raw(im, source)

@@ -26,6 +26,7 @@ from pathlib import Path
 from mediajobs.adapters import ffmpeg
 from mediajobs.domain.errors import (
     INVALID_MEDIA,
+    PIXELS,
     TOO_MANY_PIXELS,
     DeadlineReached,
     PermanentFailure,
@@ -158,7 +159,7 @@ class FfmpegRenderer:
         if probe.coded_width * probe.coded_height > self.max_pixels:
             raise PermanentFailure(
                 TOO_MANY_PIXELS,
-                f"{probe.coded_width}x{probe.coded_height} frames > {self.max_pixels} pixels",
+                PIXELS.detail(f"{probe.coded_width}x{probe.coded_height} frames", f"{self.max_pixels} pixels"),
             )
         return probe
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final
 
 # Stable reason codes. Users script against these strings: never rename one.
@@ -65,6 +66,67 @@ REASON_CODES: Final = frozenset(
         MEMORY_LIMIT_EXCEEDED,
         UNSTORABLE_INPUT,
     }
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """A limit a refusal is over: the setting that sets it (the template's parameter, the
+    worker's environment variable) and what a user can change. Its :meth:`detail` is the
+    refusal's detail, so that every refusal names its limit, its setting and the way out
+    (``docs/reason-codes.md``)."""
+
+    setting: str
+    change: str
+
+    def detail(self, found: str, limit: str | None = None) -> str:
+        """``"<found> > <limit>: the limit is <setting>; <change>"`` (without ``limit``, when
+        ``found`` says it: ``"<found>: the limit is ..."``)."""
+        over = found if limit is None else f"{found} > {limit}"
+        return f"{over}: the limit is {self.setting}; {self.change}"
+
+
+def in_bytes(n: int) -> str:
+    """``n`` bytes as a person reads them: ``"452,790,050 bytes (431.8 MiB)"``."""
+    return f"{n:,} bytes ({n / 2**20:,.1f} MiB)"
+
+
+#: The original's size (``Settings.max_input_bytes``).
+INPUT_BYTES: Final = Limit(
+    "MaxInputBytes (the worker's MAX_INPUT_BYTES)",
+    "upload a smaller file, or deploy with a larger MaxInputBytes",
+)
+#: An image's or a video frame's pixels (``Settings.max_pixels``), width x height.
+PIXELS: Final = Limit(
+    "MaxPixels (the worker's MAX_PIXELS)",
+    "downscale it, or deploy with a larger MaxPixels (the worker's memory bounds it: docs/images.md)",
+)
+#: An animation's frames (``adapters/imaging.py``'s ``MAX_FRAMES``: each is decoded).
+FRAMES: Final = Limit(
+    "the image recipe's frame bound (MAX_FRAMES in adapters/imaging.py)",
+    "upload it as a video, or with fewer frames",
+)
+#: A progressive JPEG's scans (``adapters/imaging.py``'s ``MAX_JPEG_SCANS``: each is a
+#: decoding pass over the whole image).
+SCANS: Final = Limit(
+    "the decoder's scan bound (MAX_JPEG_SCANS in adapters/imaging.py)",
+    "re-save the JPEG as baseline, or progressive with the encoder's default scans",
+)
+#: A video's duration (``Settings.max_video_seconds``).
+VIDEO_SECONDS: Final = Limit(
+    "MAX_VIDEO_SECONDS (the worker's environment in template.yaml)",
+    "trim the video, or raise MAX_VIDEO_SECONDS",
+)
+#: The work one invocation can do (the worker's ``Timeout``, Lambda's 900 s maximum, less
+#: the margin it keeps).
+WORK_SECONDS: Final = Limit(
+    "the worker's Timeout (900 s, Lambda's maximum, less a margin)",
+    "shorten the video, or lower its resolution or frame rate (docs/video.md: the longest video per resolution)",
+)
+#: The worker's disk (its ``EphemeralStorage``).
+DISK_BYTES: Final = Limit(
+    "the worker's EphemeralStorage (template.yaml)",
+    "upload a smaller file, or raise EphemeralStorage (up to 10,240 MB)",
 )
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, EMPTY_FILE, TOO_LARGE
+from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, EMPTY_FILE, INPUT_BYTES, TOO_LARGE, in_bytes
 
 
 class JobState(enum.StrEnum):
@@ -874,5 +874,5 @@ def size_refusal(size_bytes: int, max_input_bytes: int) -> tuple[str, str] | Non
     if size_bytes == 0:
         return EMPTY_FILE, "the object has 0 bytes"
     if size_bytes > max_input_bytes:
-        return TOO_LARGE, f"{size_bytes} bytes > {max_input_bytes}"
+        return TOO_LARGE, INPUT_BYTES.detail(in_bytes(size_bytes), in_bytes(max_input_bytes))
     return None

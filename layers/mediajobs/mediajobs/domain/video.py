@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from mediajobs.domain.errors import (
+    DISK_BYTES,
     INVALID_MEDIA,
     INVALID_OUTPUT,
     NO_VIDEO_STREAM,
@@ -43,8 +44,11 @@ from mediajobs.domain.errors import (
     TOO_LONG,
     UNSUPPORTED_CODEC,
     UNSUPPORTED_CONTAINER,
+    VIDEO_SECONDS,
+    WORK_SECONDS,
     PermanentFailure,
     TransientFailure,
+    in_bytes,
 )
 from mediajobs.domain.recipes import VideoRenditionsParams, VideoRung, fit_within
 
@@ -812,17 +816,22 @@ def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None
         When it fits the disk but not its free space now (another folder holds the rest).
     """
     if probe.duration_s > budget.max_duration_s:
-        raise PermanentFailure(TOO_LONG, f"{probe.duration_s:.1f} s > {budget.max_duration_s:.0f} s")
+        raise PermanentFailure(
+            TOO_LONG, VIDEO_SECONDS.detail(f"{probe.duration_s:.1f} s", f"{budget.max_duration_s:.0f} s")
+        )
     needed = estimated_seconds(probe, plan, budget.speed_factor)
     if needed > budget.invocation_s:
+        frames = f"{probe.frames} frames to decode, {plan.frames_out} to encode per rendition"
+        work = f"estimated {needed:.0f} s of work ({frames})"
         raise PermanentFailure(
-            TOO_LONG,
-            f"estimated {needed:.0f} s of work ({probe.frames} frames to decode, {plan.frames_out} to encode "
-            f"per rendition), an invocation allows {budget.invocation_s:.0f} s",
+            TOO_LONG, WORK_SECONDS.detail(work, f"the {budget.invocation_s:.0f} s an invocation allows")
         )
     space = 2 * expected_output_bytes(probe, plan)
     if space > budget.capacity_bytes:
-        raise PermanentFailure(TOO_LARGE, f"outputs need up to {space} bytes, the disk has {budget.capacity_bytes}")
+        raise PermanentFailure(
+            TOO_LARGE,
+            DISK_BYTES.detail(f"outputs of up to {in_bytes(space)}", f"the disk's {in_bytes(budget.capacity_bytes)}"),
+        )
     if space > budget.free_bytes:
         raise TransientFailure(f"outputs need up to {space} bytes, {budget.free_bytes} free now")
 

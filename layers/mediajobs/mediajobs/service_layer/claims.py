@@ -22,12 +22,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from mediajobs.domain.errors import (
+    DISK_BYTES,
     TOO_LARGE,
     DeadlineReached,
     JobBusy,
     PermanentFailure,
     Superseded,
     TransientFailure,
+    in_bytes,
 )
 from mediajobs.domain.jobs import (
     Claim,
@@ -437,7 +439,7 @@ class Claims:
         size, work_dir = original.head.size_bytes, self._settings.work_dir
         disk = self._disk_usage(work_dir)
         if size > disk.total:
-            detail = f"{size} bytes > the {disk.total} bytes of the disk of {work_dir}"
+            detail = DISK_BYTES.detail(in_bytes(size), f"the {in_bytes(disk.total)} of the disk of {work_dir}")
             media = plan.media if plan is not None else None
             return refused(original.ref, TOO_LARGE, detail, sha256=original.sha256, size_bytes=size, media=media)
         if size > disk.free:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 from PIL import Image
 
 from mediajobs.adapters.imaging import MAX_FRAMES, MAX_JPEG_SCANS, PillowRenderer
-from mediajobs.domain.errors import TOO_LONG, DeadlineReached, PermanentFailure
+from mediajobs.domain.errors import TOO_LONG, VIDEO_SECONDS, DeadlineReached, PermanentFailure
 from mediajobs.domain.jobs import RenderContext
 from mediajobs.domain.recipes import ImagePlaceholderParams, VideoPlaceholderParams, fit_within
 from mediajobs.service_layer.ports import StepResult
@@ -240,7 +240,9 @@ class VideoPlaceholder:
             raise DeadlineReached(f"no time left for a video placeholder ({timeout_s + video.margin_s:.1f} s left)")
         probe = video.probe(source)
         if probe.duration_s > video.max_duration_s:  # web-video's rule: such a source is refused
-            raise PermanentFailure(TOO_LONG, f"{probe.duration_s:.1f} s > {video.max_duration_s:.0f} s")
+            raise PermanentFailure(
+                TOO_LONG, VIDEO_SECONDS.detail(f"{probe.duration_s:.1f} s", f"{video.max_duration_s:.0f} s")
+            )
         display = probe.display_size
         size = fit_within(display[0], display[1], params.box_px)
         rgb, taken_at_s = video.frame_rgb(source, probe, frame_at_s(probe, params.at_fraction), size, timeout_s)

@@ -56,6 +56,7 @@ from typing import Final
 
 from mediajobs.domain.errors import (
     CORRUPT_IMAGE,
+    PIXELS,
     TOO_MANY_PIXELS,
     TRUNCATED_IMAGE,
     UNSUPPORTED_FEATURE,
@@ -825,7 +826,8 @@ class _Walk:
     def fits(self, what: str, width: int, height: int) -> None:
         pixels = width * height
         if pixels > self.max_pixels:
-            raise PermanentFailure(TOO_MANY_PIXELS, f"{what} is {width}x{height} = {pixels} pixels > {self.max_pixels}")
+            found = f"{what} is {width}x{height} = {pixels} pixels"
+            raise PermanentFailure(TOO_MANY_PIXELS, PIXELS.detail(found, f"{self.max_pixels}"))
         self.largest = max(self.largest, pixels)
 
     def ispe(self, item: Item) -> tuple[int, int] | None:
