@@ -60,24 +60,57 @@ def test_process_json_prints_one_object_per_input(tmp_path):
         "input": empty,
         "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
         "media": None,
-        "state": "permanent_failure",
+        "state": "failed",
+        "legacy_state": "permanent_failure",
         "reason": "empty_file",
         "detail": "the object has 0 bytes",
         "jobs": [],
     }
     assert (html_line["state"], html_line["reason"], html_line["jobs"], html_line["media"]) == (
-        "permanent_failure",
+        "failed",
         "unsupported_format",
         [],
         None,
     )
     assert (bomb_line["state"], bomb_line["reason"], bomb_line["media"]) == (
-        "permanent_failure",
+        "failed",
         "too_many_pixels",
         "image",
     )
-    assert bomb_line["jobs"][0]["state"] == "permanent_failure" and bomb_line["jobs"][0]["outputs"] == []
+    assert bomb_line["jobs"][0]["state"] == "failed" and bomb_line["jobs"][0]["outputs"] == []
     assert bomb_line["detail"].startswith("8000x7500 = 60000000 pixels")
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path):
+    """``MaxInputBytes`` rules it out by its size: the CLI neither opens nor puts it (the
+    script makes opening it fail), and says what the worker would say."""
+    big = tmp_path / "big.mov"
+    with open(big, "wb") as f:
+        f.truncate(209_715_201)  # MaxInputBytes' default + 1: sparse, no disk used
+    script = tmp_path / "guarded.py"
+    script.write_text(
+        "import builtins, sys\n"
+        "from mediajobs.local.cli import main\n"
+        "real_open = builtins.open\n"
+        "def guarded(file, *args, **kwargs):\n"
+        f"    if str(file) == {str(big)!r}:\n"
+        "        raise AssertionError('the file over the limit was opened')\n"
+        "    return real_open(file, *args, **kwargs)\n"
+        "builtins.open = guarded\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), "process", str(big), "--out", str(tmp_path / "o"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    [line] = [json.loads(text) for text in done.stdout.splitlines()]
+    assert (line["state"], line["reason"], line["sha256"], line["jobs"]) == ("failed", "too_large", None, [])
+    assert line["detail"].startswith("209,715,201 bytes (200.0 MiB) > 209,715,200 bytes (200.0 MiB)")
+    assert "MaxInputBytes" in line["detail"]
 
 
 def test_process_missing_file_is_a_usage_error(tmp_path):

@@ -868,6 +868,19 @@ def refused(
     )
 
 
+#: What an app reads for a state whose word inside the worker differs (``process --json``,
+#: the status document and notifications say ``failed`` for an end for good).
+PUBLIC_STATE_WORDS: Final = {"permanent_failure": "failed"}
+
+
+def public_state(state: str) -> str:
+    """The word an app reads for ``state`` (a :class:`SourceState` or :class:`JobState`
+    value): one vocabulary across ``process --json``, the status document (its
+    ``AssetState`` and ``AssetJobState``) and notifications -- ``failed``, not
+    ``permanent_failure``. Pure."""
+    return PUBLIC_STATE_WORDS.get(str(state), str(state))
+
+
 def size_refusal(size_bytes: int, max_input_bytes: int) -> tuple[str, str] | None:
     """Why an original of ``size_bytes`` is refused: ``empty_file`` at 0 bytes, ``too_large``
     over ``max_input_bytes`` (``MAX_INPUT_BYTES``); ``None`` when its size is accepted."""

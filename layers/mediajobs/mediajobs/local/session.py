@@ -17,7 +17,8 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
 from mediajobs.bootstrap import Adapters, build_service, default_adapters, powertools_logger
-from mediajobs.domain.jobs import Claim, JobResult, ObjectRef, SourceResult
+from mediajobs.domain.errors import TOO_LARGE
+from mediajobs.domain.jobs import Claim, JobResult, ObjectRef, SourceResult, refused, size_refusal
 from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.progress import ProgressBars
 from mediajobs.local.runner import DeliveryStats, EventSourceMapping
@@ -205,7 +206,17 @@ class LocalSession:
         self._aws.__exit__(*exc)
 
     def upload(self, path: Path, key: str) -> str:
-        """Put a local file under ``key`` (the bucket's EventBridge notification fires)."""
+        """Put a local file under ``key`` (the bucket's EventBridge notification fires).
+
+        A file its size already rules out (over ``MAX_INPUT_BYTES``:
+        :func:`~mediajobs.domain.jobs.size_refusal`) is neither read nor put: its refusal,
+        ``too_large`` as the worker would answer it, is recorded as the key's result."""
+        size = path.stat().st_size
+        refusal = size_refusal(size, self.settings.max_input_bytes)
+        if refusal is not None and refusal[0] == TOO_LARGE:
+            ref = ObjectRef(self.stack.bucket, key, None, size)
+            self.collector.results.setdefault(key, []).append(refused(ref, *refusal, size_bytes=size))
+            return key
         with open(path, "rb") as body:
             self.s3.put_object(Bucket=self.stack.bucket, Key=key, Body=body)
         return key

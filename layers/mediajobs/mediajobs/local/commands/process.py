@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-from mediajobs.domain.jobs import JobResult
+from mediajobs.domain.errors import TOO_LARGE
+from mediajobs.domain.jobs import JobResult, public_state
 from mediajobs.local.commands.common import (
     InternalError,
     checked_inputs,
@@ -57,13 +58,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
                 jobs_json.append(_job_json(job, fetched))
             line = {
                 "input": given,
-                "sha256": result.sha256 or sha256_file(path),
+                "sha256": result.sha256 or (None if result.reason == TOO_LARGE else sha256_file(path)),
                 "media": result.media,
-                "state": result.state,
+                "state": public_state(result.state),
                 "reason": result.reason,
                 "detail": result.detail or None,
                 "jobs": jobs_json,
             }
+            if line["state"] != result.state:  # the word before 0.2, kept through 0.2.x (docs/local.md)
+                line["legacy_state"] = str(result.state)
             rows.append((path.name, result))
             if args.json:
                 print(json.dumps(line), flush=True)
@@ -90,7 +93,7 @@ def _job_json(job: JobResult, fetched: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "recipe": job.recipe,
         "job_key": job.job_key,
-        "state": job.state,
+        "state": public_state(job.state),
         "reused": job.reused,
         "reason": job.reason,
         "manifest": str(fetched["manifest"]) if fetched and job.manifest_key else None,
