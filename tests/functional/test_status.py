@@ -502,6 +502,25 @@ def test_serve_refuses_a_webhook_without_the_worker_or_a_secret(capsys):
         assert exited.value.code == 2, argv
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["webhook", "listen", "--secret", "mysecret"],
+        ["serve", "--webhook-secret", "mysecret"],
+        ["serve", "--worker", "--webhook-url", "http://127.0.0.1:8765/", "--webhook-secret", "whsec_bXlzZWNyZXQ="],
+    ],
+    ids=["listen", "serve-secret-alone", "serve-short-secret"],
+)
+def test_a_bad_webhook_secret_is_refused_at_start_showing_the_right_form(argv, capsys):
+    from mediajobs.local.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "whsec_ + base64 of 24 to 64 random bytes" in error
+    assert "the base64 alone" in error  # and the deployed form beside it
+
+
 def test_status_reads_the_served_assets_table_with_the_stacks_credentials(local_session, capsys):
     pytest.importorskip("mediajobs.adapters.assets", reason="the DynamoDB assets adapter")
     from mediajobs.local.cli import cmd_status

@@ -129,7 +129,7 @@ def test_https_and_loopback_receivers_are_allowed(url):
 
 
 def test_a_secret_that_is_not_a_standard_webhooks_secret_is_refused():
-    with pytest.raises(ValueError, match="Standard Webhooks secret"):
+    with pytest.raises(ValueError, match="Standard Webhooks asks for 24 to 64"):
         StandardWebhooksSigner("")
 
 

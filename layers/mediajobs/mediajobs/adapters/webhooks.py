@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from standardwebhooks import Webhook
 
+from mediajobs.domain.notifications import webhook_key
 from mediajobs.service_layer.dispatch import WebhookAnswer
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,9 @@ class StandardWebhooksSigner:
     Raises
     ------
     ValueError
-        An empty or undecodable secret.
+        A secret that is not one (:func:`~mediajobs.domain.notifications.webhook_key`:
+        base64 of 24 to 64 bytes, ``whsec_`` in front or not), checked when it is first
+        read and whenever it changes.
     """
 
     def __init__(self, secret: str | bytes | Callable[[], str | bytes]) -> None:
@@ -164,6 +167,8 @@ class StandardWebhooksSigner:
     def _current(self) -> Webhook:
         secret = self._secret()
         if self._key is None or secret != self._key:
+            if isinstance(secret, str):
+                webhook_key(secret)  # the spec's form and length (ValueError, naming both forms)
             try:
                 webhook = Webhook(secret)
             except Exception as exc:  # noqa: BLE001 - the library raises bare errors for a bad secret

@@ -19,6 +19,8 @@ handling"): 2xx is delivered; 429 and 503 come back no earlier than their ``Retr
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import email.utils
 import enum
@@ -32,6 +34,50 @@ from mediajobs.domain.keys import canonical_json
 
 #: Bumped whenever :func:`notification_id`'s document changes (never reuse a value).
 NOTIFICATION_ID_VERSION: Final = 1
+
+#: Standard Webhooks' symmetric signing secret (the spec's "Signature scheme" table):
+#: "Random. Between 24 bytes (192 bits) and 64 bytes (512 bits)", serialised "base64
+#: encoded, prefixed with ``whsec_``".
+SECRET_PREFIX: Final = "whsec_"  # noqa: S105 - the serialisation's prefix, not a secret
+SECRET_MIN_BYTES: Final = 24
+SECRET_MAX_BYTES: Final = 64
+#: The two forms a user meets, for error messages.
+SECRET_FORMS: Final = (
+    "locally (mediajobs webhook listen --secret, serve --webhook-secret): whsec_ + base64 of 24 to 64 random "  # noqa: S105
+    "bytes, e.g. python3 -c \"import base64,os; print('whsec_' + base64.b64encode(os.urandom(32)).decode())\"; "
+    "deployed (the WebhookSecret in Secrets Manager): the base64 alone, without whsec_"
+)
+
+
+def webhook_key(secret: str, *, prefixed: bool | None = None) -> bytes:
+    """The HMAC key a Standard Webhooks secret holds: ``whsec_`` + base64 (``prefixed``
+    ``True``: the local CLI's form), the base64 alone (``False``: the Secrets Manager value
+    of a deployed stack), or either (``None``: the signer, given one or the other). Pure.
+
+    Raises
+    ------
+    ValueError
+        A secret not in the form asked, not strict base64, or not 24 to 64 bytes once
+        decoded; the message shows both forms (:data:`SECRET_FORMS`).
+    """
+    has_prefix = secret.startswith(SECRET_PREFIX)
+    if prefixed is True and not has_prefix:
+        raise ValueError(f"a local webhook secret starts with {SECRET_PREFIX}; the forms: {SECRET_FORMS}")
+    if prefixed is False and has_prefix:
+        raise ValueError(f"a deployed webhook secret is the base64 alone; the forms: {SECRET_FORMS}")
+    encoded = secret[len(SECRET_PREFIX) :] if has_prefix else secret
+    try:
+        key = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"the webhook secret is not base64 after {SECRET_PREFIX}; the forms: {SECRET_FORMS}") from None
+    if not SECRET_MIN_BYTES <= len(key) <= SECRET_MAX_BYTES:
+        raise ValueError(
+            f"the webhook secret holds {len(key)} bytes, Standard Webhooks asks for {SECRET_MIN_BYTES} to "
+            f"{SECRET_MAX_BYTES}; the forms: {SECRET_FORMS}"
+        )
+    return key
+
+
 #: The EventBridge ``Source`` of every event mediajobs puts on its bus.
 EVENT_SOURCE: Final = "mediajobs"
 

@@ -50,6 +50,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     ``--worker`` and ``--webhook-secret``, or either is not valid), then :func:`cmd_serve`."""
     if args.webhook_url and not (args.worker and args.webhook_secret):
         parser.error("--webhook-url needs --worker and --webhook-secret")
+    if args.webhook_secret:
+        from mediajobs.domain.notifications import webhook_key
+
+        try:
+            webhook_key(args.webhook_secret, prefixed=True)  # the local form, checked at start
+        except ValueError as exc:
+            parser.error(f"--webhook-secret: {exc}")
     if args.webhook_url:
         from mediajobs.adapters.webhooks import StandardWebhooksSigner, checked_webhook_url
 

@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 
+from mediajobs.domain.notifications import webhook_key
 from mediajobs.local.commands.common import InternalError
 from mediajobs.local.receiver import Delivery, WebhookReceiver, parse_answers
 from mediajobs.local.session import AdapterWrapper
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         If it cannot listen on ``--host``:``--port``.
     """
     try:
+        webhook_key(args.secret, prefixed=True)  # the local form, checked before listening
         answers = parse_answers(args.answer)
         receiver = WebhookReceiver(args.secret, host=args.host, port=args.port, answers=answers)
     except ValueError as exc:
