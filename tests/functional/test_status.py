@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import urllib.parse
 from typing import Any
 
@@ -575,3 +576,28 @@ def test_the_gallery_badges_each_state_from_the_status_document(tmp_path, local_
     fake.make_current(stack.bucket, key, version(), sha256=None, media=None, jobs=None, now_s=9)
     assert asset_document(stack, key, lambda s: fake)["state"] == "pending"
     assert asset_document(stack, "originals/none.jpg", lambda s: fake) is None
+
+
+def test_what_serve_prints_for_an_app_is_enough_for_a_plain_boto3_upload(local_session, monkeypatch):
+    """An app's shell with only the printed exports: ``boto3.client("s3")``, no endpoint,
+    region or credentials in the code, uploads to the served stack."""
+    import boto3
+
+    from mediajobs.local.commands.serve import client_settings
+
+    printed = client_settings(local_session.stack)
+    exports = dict(
+        line.strip().removeprefix("export ").split("=", 1)
+        for line in printed.splitlines()
+        if line.strip().startswith("export ")
+    )
+    assert set(exports) == {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"}
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    for name, value in exports.items():
+        monkeypatch.setenv(name, value)
+    bucket = local_session.stack.bucket
+    assert f"bucket {bucket} under originals/" in printed
+    s3 = boto3.session.Session().client("s3")
+    s3.put_object(Bucket=bucket, Key="quickstart/hello.txt", Body=b"hello")  # outside originals/: no event
+    assert s3.head_object(Bucket=bucket, Key="quickstart/hello.txt")["ContentLength"] == 5

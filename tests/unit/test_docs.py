@@ -229,9 +229,9 @@ def test_relative_links_resolve(page, target):
 
 
 def test_the_readme_stays_short():
-    """What a user needs first (commands, deploy, what an app calls and is told); the rest
-    is in docs/."""
-    assert len((ROOT / "README.md").read_text().splitlines()) <= 170
+    """What a user needs first (commands, the local quickstart, what you get and its limits,
+    deploy and its prerequisites, what an app calls and is told); the rest is in docs/."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 280
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_id)

@@ -89,6 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"embedded AWS at {stack.endpoint_url}: bucket {stack.bucket}, table {stack.table_name}, "
             f"queue {stack.queue_url}"
         )
+        print(client_settings(stack))
         print(
             f"assets table {stack.assets_table_name}: `mediajobs status KEY --endpoint {stack.endpoint_url}`"
             f"{'' if args.worker else ' (add --worker to process uploads and deletes here)'}"
@@ -102,6 +103,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def client_settings(stack: LocalStack) -> str:
+    """What an app needs to talk to the served stack, as lines to copy: the endpoint, the
+    region and the credentials as the environment variables every AWS SDK and the AWS CLI
+    read (``AWS_ENDPOINT_URL``: boto3 1.28+, AWS CLI 2.13+), and the bucket to upload to."""
+    return "\n".join(
+        [
+            "for your app (boto3, the AWS CLI, any AWS SDK), in its shell:",
+            f"  export AWS_ENDPOINT_URL={stack.endpoint_url}",
+            f"  export AWS_ACCESS_KEY_ID={stack.credentials['aws_access_key_id']}",
+            f"  export AWS_SECRET_ACCESS_KEY={stack.credentials['aws_secret_access_key']}",
+            f"  export AWS_DEFAULT_REGION={stack.region}",
+            f"  upload to bucket {stack.bucket} under originals/, e.g."
+            f" boto3.client('s3').upload_file('photo.jpg', '{stack.bucket}', 'originals/photo.jpg')",
+        ]
+    )
 
 
 def serve_worker(
