@@ -570,6 +570,11 @@ def test_the_gallery_badges_each_state_from_the_status_document(tmp_path, local_
 
     page = write_gallery(tmp_path, [GalleryEntry("avatar", None, None, status=deleted)]).read_text()
     assert '<span class="badge deleted">deleted</span>' in page and ".badge.deleted" in page
+    # A deleted asset's row says what its pictures are now, dimmed; the page says what each badge means.
+    assert "<section class=deleted>" in page and "copies fetched into this folder before the delete" in page
+    assert "Each badge is the asset" in page
+    ready_page = write_gallery(tmp_path, [GalleryEntry("avatar", None, None, status={"state": "ready"})]).read_text()
+    assert "<section class=deleted>" not in ready_page and "before the delete" not in ready_page
 
     stack = local_session.stack
     fake = FakeAssets()

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from PIL import Image
 from thash import thumb_hash_to_rgba
@@ -112,6 +112,20 @@ class GalleryEntry:
     status: Mapping[str, Any] | None = None
 
 
+#: What the page says of an asset whose original was deleted: its pictures are the copies
+#: fetched into this folder before, not what the bucket serves.
+DELETED_NOTE: Final = (
+    "Deleted: this original was deleted after it was rendered, and its derivatives no longer "
+    "served (collected once no asset used them). Below, dimmed: the copies fetched into this "
+    "folder before the delete."
+)
+#: The badges' meaning, above the rows.
+LEGEND: Final = (
+    "Each badge is the asset's state as the status route answers it now: ready (its derivatives "
+    "are served), processing or pending, failed (with the reason code; its detail on hover), "
+    "deleted (the original is gone; its pictures here are local copies)."
+)
+
 #: States a badge has a colour for (``docs/assets.md``); any other is drawn plain.
 BADGE_STATES = ("pending", "processing", "ready", "failed", "deleted")
 
@@ -184,9 +198,11 @@ def write_gallery(out_dir: Path, entries: list[GalleryEntry], title: str = "medi
         if entry.failure:
             cells.append(f'<p class="failure">{html.escape(entry.failure)}</p>')
         key = f"<code>{html.escape(entry.job_key[:12])}</code>" if entry.job_key else ""
+        gone = bool(entry.status) and str((entry.status or {}).get("state")) == "deleted"
+        note = f'<p class="note">{html.escape(DELETED_NOTE)}</p>' if gone else ""
         rows.append(
-            f"<section><h2>{html.escape(entry.title)} {key} {status_badge(entry.status)}</h2>"
-            f"<div class=row>{''.join(cells)}</div></section>"
+            f"<section{' class=deleted' if gone else ''}><h2>{html.escape(entry.title)} {key} "
+            f"{status_badge(entry.status)}</h2>{note}<div class=row>{''.join(cells)}</div></section>"
         )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -203,7 +219,9 @@ figcaption {{ font-size: .85rem; color: #444; }}
           color: #fff; background: #666; vertical-align: middle; }}
 .badge.ready {{ background: #2a7a2a; }} .badge.processing, .badge.pending {{ background: #a87000; }}
 .badge.failed {{ background: #a00; }} .badge.deleted {{ background: #555; text-decoration: line-through; }}
+.deleted .row {{ opacity: .4; }} .note {{ color: #555; margin: 0 0 .5rem; }}
 </style></head><body><h1>{html.escape(title)}</h1>
+<p class="note">{html.escape(LEGEND)}</p>
 {"".join(rows)}
 </body></html>
 """
