@@ -33,7 +33,12 @@ from tests.functional.test_worker import unique_png
 
 TEMPLATE = load_template(REPO / "template.yaml")
 ROLE = TEMPLATE["Resources"]["WorkerRole"]["Properties"]
-STATEMENTS = [st for policy in ROLE["Policies"] for st in policy["PolicyDocument"]["Statement"]]
+#: The role's statements, a conditional one (``Fn::If``) as it is when its condition holds.
+STATEMENTS = [
+    st["Fn::If"][1] if "Fn::If" in st else st
+    for policy in ROLE["Policies"]
+    for st in policy["PolicyDocument"]["Statement"]
+]
 
 #: IAM action of each S3 and SQS operation the code may call (S3 API reference, "Permissions").
 _S3_ACTIONS = {
@@ -296,7 +301,7 @@ def test_the_role_grants_s3_reads_on_originals_and_inputs_and_writes_on_derivati
     for st in STATEMENTS:
         for action in _as_list(st["Action"]):
             for resource in _as_list(st["Resource"]):
-                where = resource.get("Fn::Sub") or ".".join(resource["Fn::GetAtt"])
+                where = resource.get("Fn::Sub") or resource.get("Ref") or ".".join(resource["Fn::GetAtt"])
                 grants.setdefault(action, set()).add(where)
     assert grants["s3:GetObjectVersion"] == {"${MediaBucket.Arn}/originals/*"}
     # Derivatives are read only as a job's inputs (other jobs' outputs), never by a commit.
@@ -325,6 +330,13 @@ def test_the_role_grants_s3_reads_on_originals_and_inputs_and_writes_on_derivati
     # The collection deletes derivative sets, nothing else.
     assert grants["s3:DeleteObject"] == {"${MediaBucket.Arn}/derivatives/*"}
     assert not any(a.endswith("*") for a in grants)  # no wildcard actions either
+    # With KmsKeyArn only: the jobs queue's messages under the customer-managed key.
+    assert {a: grants[a] for a in grants if a.startswith("kms:")} == {
+        "kms:Decrypt": {"KmsKeyArn"},
+        "kms:GenerateDataKey": {"KmsKeyArn"},
+    }
+    (kms,) = [st["Fn::If"] for p in ROLE["Policies"] for st in p["PolicyDocument"]["Statement"] if "Fn::If" in st]
+    assert (kms[0], kms[2]) == ("HasKmsKey", {"Ref": "AWS::NoValue"})
 
 
 def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
@@ -362,6 +374,7 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
     assert not any("ManagedPolicyArns" in roles[r] for r in ("WorkerRole", "StatusRole", "DispatcherRole"))
     assert not [n for n, r in deployed.items() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")]
     statements = [st for p in roles["WorkerRole"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
+    statements = [st["Fn::If"][1] if "Fn::If" in st else st for st in statements]  # the KMS grant, when a key is given
     assert [st["Sid"] for st in statements if "*" in _as_list(st["Resource"])] == []
     assert deployed["WorkerFunction"]["Properties"]["Role"] == {"Fn::GetAtt": ["WorkerRole", "Arn"]}
     assert deployed["DispatcherFunction"]["Properties"]["Role"] == {"Fn::GetAtt": ["DispatcherRole", "Arn"]}

@@ -180,9 +180,14 @@ def test_the_embedded_aws_creates_the_rules_dead_letter_queue_as_declared(local_
 
 
 def test_every_queue_is_encrypted_and_keeps_messages_14_days():
-    for name in ("JobsQueue", "DeadLetterQueue", "EventsDeadLetterQueue"):
+    queues = [name for name, r in RESOURCES.items() if r["Type"] == "AWS::SQS::Queue"]
+    assert set(queues) >= {"JobsQueue", "DeadLetterQueue", "EventsDeadLetterQueue", "NotificationFailuresQueue"}
+    for name in queues:
         props = RESOURCES[name]["Properties"]
-        assert props["SqsManagedSseEnabled"] is True or "KmsMasterKeyId" in props, name
+        # SSE-SQS (which EventBridge sends to without a key policy), or the customer-managed key.
+        no_value = {"Ref": "AWS::NoValue"}
+        assert props["SqsManagedSseEnabled"] == {"Fn::If": ["HasKmsKey", no_value, True]}, name
+        assert props["KmsMasterKeyId"] == {"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, no_value]}, name
         assert props["MessageRetentionPeriod"] == 14 * 24 * 3600, name
 
 

@@ -79,6 +79,8 @@ def test_the_dispatcher_role_holds_its_own_resources_only():
         "Failures": ({"sqs:SendMessage"}, {"Fn::GetAtt": ["NotificationFailuresQueue", "Arn"]}),
         "Logs": ({"logs:CreateLogStream", "logs:PutLogEvents"}, {"Fn::GetAtt": ["DispatcherLogGroup", "Arn"]}),
         "WebhookSecret": ({"secretsmanager:GetSecretValue"}, {"Ref": "WebhookSecret"}),
+        # With KmsKeyArn only: failures sent, the secret and the environment read under that key.
+        "Kms": ({"kms:Decrypt", "kms:GenerateDataKey"}, {"Ref": "KmsKeyArn"}),
     }
     assert "ManagedPolicyArns" not in RESOURCES["DispatcherRole"]["Properties"]
 

@@ -32,7 +32,9 @@ def _as_list(value: Any) -> list:
 
 
 def _statements(role: str) -> list[dict[str, Any]]:
-    return [st for p in RESOURCES[role]["Properties"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
+    """The role's statements, a conditional one (``Fn::If``) as it is when its condition holds."""
+    statements = [st for p in RESOURCES[role]["Properties"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
+    return [st["Fn::If"][1] if "Fn::If" in st else st for st in statements]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +101,16 @@ def test_the_status_role_may_read_one_asset_item_and_write_its_logs_and_nothing_
         ("dynamodb:GetItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
         ("logs:CreateLogStream", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         ("logs:PutLogEvents", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
+        # With KmsKeyArn only (HasKmsKey): its environment is decrypted under that key.
+        ("kms:Decrypt", str({"Ref": "KmsKeyArn"})),
     }
+    conditional = [
+        st["Fn::If"]
+        for p in RESOURCES["StatusRole"]["Properties"]["Policies"]
+        for st in p["PolicyDocument"]["Statement"]
+        if "Fn::If" in st
+    ]
+    assert [(c[0], c[1]["Sid"], c[2]) for c in conditional] == [("HasKmsKey", "Kms", {"Ref": "AWS::NoValue"})]
     trust = RESOURCES["StatusRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert trust == [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]
     roles = {name: r["Properties"] for name, r in deployed.items() if r["Type"] == "AWS::IAM::Role"}
