@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.session import AdapterWrapper
 from mediajobs.local.template import FUNCTION_ID
@@ -20,8 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Register ``mediajobs serve`` (its ``run``: :func:`run`)."""
     serve = subparsers.add_parser(
         "serve",
-        help="run the embedded AWS with the stack until Ctrl-C (for sam local invoke; with --worker, for "
-        "mediajobs status, delete and collect)",
+        help=SUMMARIES["serve"],
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for Docker)")
     serve.add_argument("--port", type=int, default=5000, help="port to listen on (default 5000)")
