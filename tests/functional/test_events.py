@@ -10,6 +10,7 @@ import pytest
 
 from mediajobs.domain.keys import encode_event_key
 from mediajobs.local.events import SAMPLE_EVENTS, sample_text
+from mediajobs.local.function_events import FUNCTION_SAMPLES
 from mediajobs.local.runner import LocalLambdaContext
 from tests.conftest import REPO, media_file
 
@@ -36,8 +37,9 @@ def session(local_session):
 
 
 def test_every_event_file_is_covered():
-    assert sorted(SAMPLE_EVENTS) == sorted(p.name for p in EVENTS.glob("*.json"))
-    assert sorted(p.name for p in EVENTS.glob("*.json")) == [
+    """The worker's SQS batches here; the other functions' samples in test_function_events.py."""
+    assert sorted([*SAMPLE_EVENTS, *FUNCTION_SAMPLES]) == sorted(p.name for p in EVENTS.glob("*.json"))
+    assert sorted(SAMPLE_EVENTS) == [
         "derivatives-key-ignored.json",
         "duplicate-in-batch.json",
         "empty-object-permanent-failure.json",
@@ -48,7 +50,7 @@ def test_every_event_file_is_covered():
     ]
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in EVENTS.glob("*.json")))
+@pytest.mark.parametrize("name", sorted(SAMPLE_EVENTS))
 def test_every_event_file_is_what_the_event_factory_writes(name):
     """The files are the factory's output (``python -m mediajobs.local.events events``),
     so the files, the tests, ``simulate`` and the event source mapping spell one shape."""
@@ -56,7 +58,7 @@ def test_every_event_file_is_what_the_event_factory_writes(name):
     assert (EVENTS / name).read_text(encoding="utf-8") == sample_text(name)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in EVENTS.glob("*.json")))
+@pytest.mark.parametrize("name", sorted(SAMPLE_EVENTS))
 def test_every_event_file_spells_its_keys_as_s3_does(name):
     """URL-encoded: decoding then encoding again gives the key back unchanged."""
     for record in load(name)["Records"]:

@@ -17,6 +17,7 @@ import pytest
 from mediajobs.domain.assets import AssetJob, AssetJobState, AssetVersion, sequencer_order
 from mediajobs.domain.jobs import OutputRecord
 from mediajobs.entrypoints.status import answer, key_of, make_status_app
+from mediajobs.local.function_events import function_url_event
 from mediajobs.local.notifications import new_webhook_secret
 from mediajobs.local.receiver import WebhookReceiver
 from mediajobs.local.template import load_template
@@ -34,63 +35,6 @@ PLACEHOLDER = {
     "display_width_px": 512,
     "display_height_px": 512,
 }
-
-
-def function_url_event(
-    raw_query_string: str, *, method: str = "GET", path: str = "/assets", query: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """A function URL request event (payload 2.0) as Lambda sends it for ``AuthType: AWS_IAM``:
-    the shape of AWS's documented sample (Lambda developer guide, "Request payload format")."""
-    if query is None:
-        pairs = urllib.parse.parse_qsl(raw_query_string, keep_blank_values=True)
-        query = {}
-        for k, v in pairs:  # Lambda joins repeated values with commas
-            query[k] = f"{query[k]},{v}" if k in query else v
-    return {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": raw_query_string,
-        "headers": {
-            "host": "abcdefghij.lambda-url.us-east-1.on.aws",
-            "x-amz-date": "20261201T172000Z",
-            "x-amz-content-sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-            "authorization": "AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE/20261201/us-east-1/lambda/aws4_request, ...",
-            "x-forwarded-proto": "https",
-            "user-agent": "app/1.0",
-        },
-        **({"queryStringParameters": query} if query else {}),
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "abcdefghij",
-            "authorizer": {
-                "iam": {
-                    "accessKey": "AKIAEXAMPLE",
-                    "accountId": "123456789012",
-                    "callerId": "AIDAEXAMPLE",
-                    "cognitoIdentity": None,
-                    "principalOrgId": None,
-                    "userArn": "arn:aws:iam::123456789012:user/app",
-                    "userId": "AIDAEXAMPLE",
-                }
-            },
-            "domainName": "abcdefghij.lambda-url.us-east-1.on.aws",
-            "domainPrefix": "abcdefghij",
-            "http": {
-                "method": method,
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": "203.0.113.7",
-                "userAgent": "app/1.0",
-            },
-            "requestId": "c8a3f2e1-0000-4000-8000-000000000001",
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": "01/Dec/2026:17:20:00 +0000",
-            "timeEpoch": 1796145600000,
-        },
-        "isBase64Encoded": False,
-    }
 
 
 def get(assets: FakeAssets, key: str | None, **kwargs: Any) -> tuple[int, dict[str, Any], dict[str, Any]]:

@@ -10,43 +10,89 @@ Exit codes: 0 success (also when inputs fail permanently: that is a result, repo
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
 
-from mediajobs.local.commands import collect, delete, demo, process, serve, simulate, status, webhook
+from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import InternalError
-from mediajobs.local.commands.delete import cmd_delete
-from mediajobs.local.commands.served import DEFAULT_ENDPOINT, asset_document
-from mediajobs.local.commands.simulate import MAX_DDB_REQUESTS_PER_DUPLICATE, storm_failures
-from mediajobs.local.commands.status import cmd_status
-from mediajobs.local.session import AdapterWrapper
 
-__all__ = [
-    "COMMANDS",
-    "DEFAULT_ENDPOINT",
-    "MAX_DDB_REQUESTS_PER_DUPLICATE",
-    "InternalError",
-    "asset_document",
-    "build_parser",
-    "cmd_delete",
-    "cmd_status",
-    "main",
-    "storm_failures",
-]
+if TYPE_CHECKING:
+    from mediajobs.local.session import AdapterWrapper
 
-#: The command modules, in the order ``mediajobs --help`` lists them: each one's
-#: ``add_parser(subparsers)`` registers its command and the ``run`` :func:`main` calls.
-COMMANDS = (demo, process, simulate, serve, status, delete, webhook, collect)
+# Also given by name, imported when asked for: the names of _LAZY (below).
+__all__ = ["COMMANDS", "InternalError", "build_parser", "command_module", "command_of", "main"]
+
+#: The commands, in the order ``mediajobs --help`` lists them: each one's module
+#: (``mediajobs.local.commands.<name>``, :func:`command_module`) has ``add_parser(subparsers)``,
+#: which registers it and the ``run`` :func:`main` calls.
+COMMANDS: Final = tuple(SUMMARIES)
+
+#: What this module gives by name, imported when first asked for (:func:`__getattr__`): a
+#: name a command's module defines, so that importing the CLI imports no command's module.
+_LAZY: Final = {
+    "DEFAULT_ENDPOINT": "served",
+    "asset_document": "served",
+    "cmd_delete": "delete",
+    "cmd_status": "status",
+    "MAX_DDB_REQUESTS_PER_DUPLICATE": "simulate",
+    "storm_failures": "simulate",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_LAZY`, from their command's module (imported then)."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"mediajobs.local.commands.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def command_module(name: str) -> ModuleType:
+    """The module of the command ``name`` (one of :data:`COMMANDS`), imported now.
+
+    Raises
+    ------
+    KeyError
+        If ``name`` is not a command.
+    """
+    if name not in SUMMARIES:
+        raise KeyError(name)
+    return importlib.import_module(f"mediajobs.local.commands.{name}")
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs (its first word that is not an option or ``--log-level``'s
+    value), or ``None`` when that is not one of :data:`COMMANDS` (or there is none)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in SUMMARIES else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser of the ``mediajobs`` command: ``--log-level``, then one
-    subcommand per module of :data:`COMMANDS`, each with its ``run`` in the namespace."""
+    subcommand per name of :data:`COMMANDS`, each with its ``run`` in the namespace.
+
+    Parameters
+    ----------
+    command: the one command whose module is imported and whose flags are registered
+        (the others are listed by name and help only, and cannot be parsed); ``None``,
+        every command's module and flags.
+    """
     parser = argparse.ArgumentParser(prog="mediajobs", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default="ERROR", help="worker log level, logs go to stderr (default ERROR)")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
-        command.add_parser(subparsers)
+    for name, summary in SUMMARIES.items():
+        if command is None or name == command:
+            command_module(name).add_parser(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary)
     return parser
 
 
@@ -70,7 +116,9 @@ def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None 
         The exit code: 0 success, 1 internal error (said on stderr), 130 interrupted; a
         usage error exits 2 (``SystemExit``, from argparse).
     """
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # Only the module of the command asked for is imported (a status read imports no moto).
+    parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     # SIGTERM and SIGHUP unwind like Ctrl-C: a running ffmpeg's process group is killed and
     # work folders are removed on the way out (the default action would orphan ffmpeg).

@@ -406,6 +406,7 @@ class EmbeddedAws:
             function_env=function.env,
             batch_size=function.batch_size,
             timeout_s=function.timeout_s,
+            function_envs=cfn.function_environments(self.template, refs, attrs),
         )
 
 

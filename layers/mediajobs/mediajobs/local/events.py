@@ -467,9 +467,11 @@ def sample_text(name: str) -> str:
 
 
 def write_samples(folder: Path) -> list[Path]:
-    """Write every sample file into ``folder`` (``python -m mediajobs.local.events events``);
-    returns the paths written."""
-    written = []
+    """Write every sample file into ``folder`` (``python -m mediajobs.local.events events``),
+    the other functions' too (:mod:`mediajobs.local.function_events`); the paths written."""
+    from mediajobs.local.function_events import write_function_samples
+
+    written = write_function_samples(folder)
     for name in SAMPLE_EVENTS:
         path = folder / name
         path.write_text(sample_text(name), encoding="utf-8")

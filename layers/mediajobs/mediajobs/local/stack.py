@@ -136,6 +136,9 @@ class LocalStack:
         dispatcher's on-failure queue; notifications_seen_queue_url: a local queue a rule
         on the bus copies every event to (to see what EventBridge was given).
     function_env: the worker's environment, resolved from the template.
+    function_envs: every function's environment, resolved from the template, by logical id
+        (``WorkerFunction``, ``StatusFunction``, ``DispatcherFunction``): what ``mediajobs
+        serve --env-vars`` writes for ``sam local invoke``.
     batch_size: the SQS event source's BatchSize.
     timeout_s: the worker's Timeout, seconds.
     worker_env: the environment a local worker runs with, by the settings' names
@@ -167,6 +170,7 @@ class LocalStack:
     notification_failures_queue_url: str = ""
     notifications_seen_queue_url: str = ""
     worker_env: dict[str, str] = field(default_factory=dict)
+    function_envs: dict[str, dict[str, str]] = field(default_factory=dict)
     region: str = REGION
     credentials: dict[str, str] = field(default_factory=lambda: dict(CREDENTIALS))
 

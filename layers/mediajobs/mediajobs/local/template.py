@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -117,22 +118,33 @@ def load_template(path: Path) -> dict[str, Any]:
     return copy.deepcopy(document)
 
 
-def resolve(value: Any, refs: dict[str, str], attrs: dict[tuple[str, str], str], params: dict[str, str]) -> Any:
-    """Resolve ``Ref``, ``Fn::GetAtt`` and ``Fn::Sub`` in ``value``.
+def resolve(
+    value: Any,
+    refs: dict[str, str],
+    attrs: dict[tuple[str, str], str],
+    params: dict[str, str],
+    conditions: Mapping[str, bool] | None = None,
+) -> Any:
+    """Resolve ``Ref``, ``Fn::GetAtt``, ``Fn::Sub`` and ``Fn::If`` in ``value``.
 
     Parameters
     ----------
     refs: logical id -> value of ``Ref`` (local resource names).
     attrs: (logical id, attribute) -> value of ``Fn::GetAtt``.
     params: parameter name -> value (defaults from the template).
+    conditions: condition name -> its value (:func:`condition_values`); without it an
+        ``Fn::If`` is left as it is.
 
     A ``Ref`` to a resource the runner does not create resolves to ``local-<LogicalId>``,
     an ``Fn::GetAtt`` of one to ``local-<LogicalId>.<Attribute>``.
     """
     if isinstance(value, list):
-        return [resolve(v, refs, attrs, params) for v in value]
+        return [resolve(v, refs, attrs, params, conditions) for v in value]
     if not isinstance(value, dict):
         return value
+    if set(value) == {"Fn::If"} and conditions is not None:
+        name, if_true, if_false = value["Fn::If"]
+        return resolve(if_true if conditions[name] else if_false, refs, attrs, params, conditions)
     if set(value) == {"Ref"}:
         name = value["Ref"]
         if name in params:
@@ -149,7 +161,62 @@ def resolve(value: Any, refs: dict[str, str], attrs: dict[tuple[str, str], str],
         for name, resolved in {**refs, **params}.items():
             text = text.replace("${" + name + "}", resolved)
         return text
-    return {k: resolve(v, refs, attrs, params) for k, v in value.items()}
+    return {k: resolve(v, refs, attrs, params, conditions) for k, v in value.items()}
+
+
+def condition_values(template: dict[str, Any], params: dict[str, str]) -> dict[str, bool]:
+    """Each of the template's ``Conditions`` evaluated with ``params`` (``Fn::Equals``,
+    ``Fn::Not``, ``Fn::And``, ``Fn::Or``, ``Condition`` and ``Ref`` of a parameter).
+
+    Raises
+    ------
+    ValueError
+        A condition function this reader does not know.
+    """
+    declared = template.get("Conditions") or {}
+
+    def value(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        if set(node) == {"Ref"}:
+            return params.get(node["Ref"], "")
+        if set(node) == {"Condition"}:
+            return value(declared[node["Condition"]])
+        (function, args), *_ = node.items()
+        if function == "Fn::Equals":
+            return str(value(args[0])) == str(value(args[1]))
+        if function == "Fn::Not":
+            return not value(args[0])
+        if function == "Fn::And":
+            return all(value(a) for a in args)
+        if function == "Fn::Or":
+            return any(value(a) for a in args)
+        raise ValueError(f"condition function {function} is not supported")
+
+    return {name: bool(value(node)) for name, node in declared.items()}
+
+
+def function_environments(
+    template: dict[str, Any], refs: dict[str, str], attrs: dict[tuple[str, str], str]
+) -> dict[str, dict[str, str]]:
+    """The environment of every ``AWS::Serverless::Function`` of ``template`` that has one
+    (the ``Globals`` then its own ``Variables``), by logical id, in the template's order:
+    references resolved with ``refs`` and ``attrs`` (:func:`resolve`), parameters at their
+    defaults, ``Fn::If`` by the conditions they give (:func:`condition_values`); values as
+    strings."""
+    params = parameter_defaults(template)
+    conditions = condition_values(template, params)
+    globals_env = (template.get("Globals", {}).get("Function", {}).get("Environment", {}) or {}).get("Variables", {})
+    shared = resolve(globals_env, refs, attrs, params, conditions)
+    found: dict[str, dict[str, str]] = {}
+    for logical_id, resource in template["Resources"].items():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        own = (resource.get("Properties", {}).get("Environment", {}) or {}).get("Variables", {})
+        env = {**shared, **resolve(own, refs, attrs, params, conditions)}
+        if env:
+            found[logical_id] = {k: str(v) for k, v in env.items()}
+    return found
 
 
 def parameter_defaults(template: dict[str, Any]) -> dict[str, str]:

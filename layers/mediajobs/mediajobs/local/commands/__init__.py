@@ -10,4 +10,27 @@ ignore; it returns the exit code.
 What several share: :mod:`.common` (the internal error, the inputs and the results table of
 ``demo`` and ``process``) and :mod:`.served` (a running ``mediajobs serve``, reached by its
 endpoint).
+
+:data:`SUMMARIES` names the commands in the order ``mediajobs --help`` lists them, each with
+its one-line help: the ``mediajobs`` command imports only the module of the command it
+runs (:func:`mediajobs.local.cli.build_parser`), so ``mediajobs status`` never imports
+what ``demo`` or ``serve`` need (moto, the worker, the gallery).
 """
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Each command's one-line help (its module ``mediajobs.local.commands.<name>`` registers it
+#: with this help), in the order ``mediajobs --help`` lists them.
+SUMMARIES: Final[dict[str, str]] = {
+    "demo": "sample photos and videos through the embedded AWS, each event delivered twice",
+    "process": "process your files through the embedded AWS",
+    "simulate": "a storm of uploads, duplicates, redeliveries and worker crashes; prints one JSON object",
+    "serve": "run the embedded AWS with the stack until Ctrl-C (for sam local invoke; with --worker, for "
+    "mediajobs status, delete and collect)",
+    "status": "an original's asset on a running `mediajobs serve`, as GET /assets?key=... answers it",
+    "delete": "delete an original on a running `mediajobs serve` (a delete marker)",
+    "webhook": "a local webhook receiver that verifies what the dispatcher sends",
+    "collect": "one collection run against `mediajobs serve`: delete the derivatives no asset references",
+}

@@ -8,6 +8,7 @@ import dataclasses
 import json
 
 from mediajobs.local.arguments import non_negative_seconds
+from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.served import add_endpoint, served_assets, served_stack
 from mediajobs.local.session import AdapterWrapper
 
@@ -16,7 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Register ``mediajobs collect`` (its ``run``: :func:`run`)."""
     collect = subparsers.add_parser(
         "collect",
-        help="one collection run against `mediajobs serve`: delete the derivatives no asset references",
+        help=SUMMARIES["collect"],
     )
     collect.add_argument(
         "--grace-seconds",

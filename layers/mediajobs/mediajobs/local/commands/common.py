@@ -8,10 +8,13 @@ import argparse
 import hashlib
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mediajobs.domain.jobs import SourceResult
-from mediajobs.local.session import LocalSession
 from mediajobs.settings import Settings
+
+if TYPE_CHECKING:  # what only demo and process use: not imported by the light commands (status)
+    from mediajobs.domain.jobs import SourceResult
+    from mediajobs.local.session import LocalSession
 
 
 class InternalError(Exception):

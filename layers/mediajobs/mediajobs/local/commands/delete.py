@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 
+from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.served import add_endpoint, served_stack
 from mediajobs.local.session import AdapterWrapper
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``mediajobs delete`` (its ``run``: :func:`run`)."""
-    delete = subparsers.add_parser("delete", help="delete an original on a running `mediajobs serve` (a delete marker)")
+    delete = subparsers.add_parser("delete", help=SUMMARIES["delete"])
     delete.add_argument("key", metavar="KEY", help="the original's key (originals/...)")
     add_endpoint(delete)
     delete.set_defaults(run=run)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
 from mediajobs.domain.jobs import SourceResult
+from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import InternalError, checked_inputs, first_result, key_name, print_table
 from mediajobs.local.commands.served import asset_document
 from mediajobs.local.gallery import (
@@ -48,9 +49,7 @@ DEMO_VIDEOS = ("bigbuckbunny.mp4", "bikes.mp4")
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``mediajobs demo`` (its ``run``: :func:`run`)."""
-    demo = subparsers.add_parser(
-        "demo", help="sample photos and videos through the embedded AWS, each event delivered twice"
-    )
+    demo = subparsers.add_parser("demo", help=SUMMARIES["demo"])
     demo.add_argument("--out", default="mediajobs-out", help="output folder (default ./mediajobs-out)")
     demo.add_argument("files", nargs="*", help="your own files instead of the sample photos")
     demo.set_defaults(run=run)

@@ -10,6 +10,7 @@ from typing import Any
 
 from mediajobs.domain.errors import TOO_LARGE
 from mediajobs.domain.jobs import JobResult, public_state
+from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import (
     InternalError,
     checked_inputs,
@@ -25,7 +26,7 @@ from mediajobs.local.session import AdapterWrapper, LocalSession
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``mediajobs process`` (its ``run``: :func:`run`)."""
-    process = subparsers.add_parser("process", help="process your files through the embedded AWS")
+    process = subparsers.add_parser("process", help=SUMMARIES["process"])
     process.add_argument("files", nargs="+", metavar="FILE")
     process.add_argument("--out", required=True, metavar="DIR", help="where derivatives and manifests go")
     process.add_argument("--json", action="store_true", help="one JSON object per input on its own line")

@@ -1,5 +1,5 @@
 """``mediajobs serve``: the embedded AWS with the stack on a port until Ctrl-C, for ``sam
-local invoke`` (``--env-vars``) and, with ``--worker``, for ``status``, ``delete`` and
+local invoke`` (``--env-vars``: every function's environment) and, with ``--worker``, for ``status``, ``delete`` and
 ``collect``: the worker behind its event source mapping and the dispatcher on the outbox
 stream."""
 
@@ -10,9 +10,9 @@ import json
 import time
 from pathlib import Path
 
+from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.session import AdapterWrapper
-from mediajobs.local.template import FUNCTION_ID
 from mediajobs.settings import _ENV_NAMES
 
 
@@ -20,13 +20,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Register ``mediajobs serve`` (its ``run``: :func:`run`)."""
     serve = subparsers.add_parser(
         "serve",
-        help="run the embedded AWS with the stack until Ctrl-C (for sam local invoke; with --worker, for "
-        "mediajobs status, delete and collect)",
+        help=SUMMARIES["serve"],
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for Docker)")
     serve.add_argument("--port", type=int, default=5000, help="port to listen on (default 5000)")
     serve.add_argument("--docker-host", default="host.docker.internal", help="how the function's container reaches it")
-    serve.add_argument("--env-vars", metavar="FILE", help="write the function's environment for --env-vars")
+    serve.add_argument(
+        "--env-vars", metavar="FILE", help="write every function's environment, by logical id, for --env-vars"
+    )
     serve.add_argument(
         "--worker",
         action="store_true",
@@ -72,19 +73,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Run the embedded AWS with the stack until interrupted (for ``sam local invoke``);
     exit 0."""
     with EmbeddedAws(host=args.host, port=args.port) as stack:
-        env = {k: v for k, v in stack.function_env.items()}
-        env.update(
-            {
-                _ENV_NAMES["endpoint_url"]: f"http://{args.docker_host}:{args.port}",
-                # boto3's own names for the credentials the function signs with.
-                "AWS_ACCESS_KEY_ID": stack.credentials["aws_access_key_id"],
-                "AWS_SECRET_ACCESS_KEY": stack.credentials["aws_secret_access_key"],
-                _ENV_NAMES["region"]: stack.region,
-            }
-        )
         if args.env_vars:
-            Path(args.env_vars).write_text(json.dumps({FUNCTION_ID: env}, indent=2) + "\n")
-            print(f"wrote {args.env_vars} for sam local invoke --env-vars")
+            env_vars = sam_env_vars(stack, f"http://{args.docker_host}:{args.port}")
+            Path(args.env_vars).write_text(json.dumps(env_vars, indent=2) + "\n")
+            print(f"wrote {args.env_vars} for sam local invoke --env-vars ({', '.join(env_vars)})")
         print(
             f"embedded AWS at {stack.endpoint_url}: bucket {stack.bucket}, table {stack.table_name}, "
             f"queue {stack.queue_url}"
@@ -120,6 +112,26 @@ def client_settings(stack: LocalStack) -> str:
             f" boto3.client('s3').upload_file('photo.jpg', '{stack.bucket}', 'originals/photo.jpg')",
         ]
     )
+
+
+def sam_env_vars(stack: LocalStack, endpoint_url: str) -> dict[str, dict[str, str]]:
+    """What ``serve --env-vars`` writes for ``sam local invoke --env-vars``: every function's
+    environment as ``template.yaml`` declares it (:attr:`LocalStack.function_envs`, by
+    logical id), each with ``AWS_ENDPOINT_URL`` ``endpoint_url`` (how the function's
+    container reaches this embedded AWS, e.g. ``http://host.docker.internal:5000``), the
+    stack's credentials and region; a value naming the stack's own endpoint (a queue's URL)
+    names ``endpoint_url`` instead."""
+    served = {
+        _ENV_NAMES["endpoint_url"]: endpoint_url,
+        # boto3's own names for the credentials the function signs with.
+        "AWS_ACCESS_KEY_ID": stack.credentials["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": stack.credentials["aws_secret_access_key"],
+        _ENV_NAMES["region"]: stack.region,
+    }
+    return {
+        function: {**{k: v.replace(stack.endpoint_url, endpoint_url) for k, v in env.items()}, **served}
+        for function, env in stack.function_envs.items()
+    }
 
 
 def serve_worker(

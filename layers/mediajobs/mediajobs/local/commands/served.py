@@ -14,8 +14,8 @@ import botocore.exceptions
 from mediajobs.domain.assets import status_document
 from mediajobs.local import template
 from mediajobs.local.commands.common import InternalError
-from mediajobs.local.embedded import CREDENTIALS, LOCAL_DEFAULTS, LocalStack
 from mediajobs.local.events import ACCOUNT_ID, REGION
+from mediajobs.local.stack import CREDENTIALS, LOCAL_DEFAULTS, LocalStack
 from mediajobs.service_layer.ports import Assets
 from mediajobs.settings import _ENV_NAMES
 
@@ -32,22 +32,15 @@ def add_endpoint(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
-    """The :class:`~mediajobs.local.embedded.LocalStack` of a running ``mediajobs serve`` at
-    ``endpoint``: the names :class:`~mediajobs.local.embedded.EmbeddedAws` gives its
-    resources (``<name>-media``, ``<name>-jobs`` ...), the queues' URLs and ARNs asked of the
-    server, the worker's environment resolved from the template as ``serve`` resolved it.
-    Its :attr:`~mediajobs.local.embedded.LocalStack.worker_env` has no ``WORK_DIR``: it is
-    for reading and writing the served stack (``status``, ``delete``, ``collect``), not for
-    rendering (``serve --worker`` renders, in the serving process).
-
-    Raises
-    ------
-    InternalError
-        If nothing answers at ``endpoint`` or it holds no such stack.
+def served_view(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
+    """The names of a ``mediajobs serve``'s stack at ``endpoint`` (``<name>-media``,
+    ``<name>-assets`` ...), as :class:`~mediajobs.local.embedded.EmbeddedAws` gives them,
+    with its region and credentials: no request is made, no queue is asked for and the
+    template is not read (its queue fields are empty, its ``function_env`` too). Enough
+    for a command that reads a table of it (``status``); :func:`served_stack` is the
+    whole stack.
     """
-    found = template.load_template(template.find_template())
-    view = LocalStack(
+    return LocalStack(
         endpoint_url=endpoint,
         bucket=f"{name}-media",
         rule_name=f"{name}-object-created",
@@ -67,6 +60,24 @@ def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         region=REGION,
         credentials=dict(CREDENTIALS),
     )
+
+
+def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
+    """The :class:`~mediajobs.local.embedded.LocalStack` of a running ``mediajobs serve`` at
+    ``endpoint``: the names :class:`~mediajobs.local.embedded.EmbeddedAws` gives its
+    resources (``<name>-media``, ``<name>-jobs`` ...), the queues' URLs and ARNs asked of the
+    server, the worker's environment resolved from the template as ``serve`` resolved it.
+    Its :attr:`~mediajobs.local.embedded.LocalStack.worker_env` has no ``WORK_DIR``: it is
+    for reading and writing the served stack (``status``, ``delete``, ``collect``), not for
+    rendering (``serve --worker`` renders, in the serving process).
+
+    Raises
+    ------
+    InternalError
+        If nothing answers at ``endpoint`` or it holds no such stack.
+    """
+    found = template.load_template(template.find_template())
+    view = served_view(endpoint, name)
     sqs = view.client("sqs")
     queues: dict[str, tuple[str, str]] = {}
     try:

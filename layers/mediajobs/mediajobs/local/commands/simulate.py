@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.session import AdapterWrapper
 from mediajobs.local.storm.config import StormConfig, storm_flags
 
@@ -22,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     of :class:`StormConfig` (:func:`add_storm_flags`), then ``--events-log`` and ``--json``."""
     sim = subparsers.add_parser(
         "simulate",
-        help="a storm of uploads, duplicates, redeliveries and worker crashes; prints one JSON object",
+        help=SUMMARIES["simulate"],
         description="Upload N originals to the embedded AWS and process them with M worker processes running "
         "the real handler, with duplicated events, lost acknowledgements and crashes at every step boundary. "
         "Exit 1 when something was lost, dead-lettered or rendered twice, a check failed or a duplicate cost "

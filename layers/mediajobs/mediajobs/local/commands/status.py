@@ -1,5 +1,12 @@
 """``mediajobs status``: an original's asset on a running ``mediajobs serve``, as the status
-function answers ``GET /assets?key=...`` (``--json``: exactly its document)."""
+function answers ``GET /assets?key=...`` (``--json``: exactly its document).
+
+A status read is one ``GetItem`` on the served assets table: this module and what it
+imports at the top stay light (no moto, no embedded AWS, no worker: ``mediajobs status``
+answers in well under a second; ``tests/functional/test_cli_imports.py`` holds it), and the
+command builds only the asset reader, on the served endpoint's names
+(:func:`~mediajobs.local.commands.served.served_view`), asking the server nothing else.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +16,25 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from mediajobs.local.commands.common import because, human_size
-from mediajobs.local.commands.served import add_endpoint, served_assets, served_stack
-from mediajobs.local.embedded import LocalStack
-from mediajobs.local.session import AdapterWrapper
+from mediajobs.domain.errors import TransientFailure
+from mediajobs.domain.status import answer
+from mediajobs.local.commands import SUMMARIES
+from mediajobs.local.commands.common import InternalError, because, human_size
+from mediajobs.local.commands.served import add_endpoint, served_assets, served_view
+from mediajobs.local.stack import LocalStack
 from mediajobs.service_layer.ports import Assets
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``mediajobs status`` (its ``run``: :func:`run`)."""
-    status = subparsers.add_parser(
-        "status", help="an original's asset on a running `mediajobs serve`, as GET /assets?key=... answers it"
-    )
+    status = subparsers.add_parser("status", help=SUMMARIES["status"])
     status.add_argument("key", metavar="KEY", help="the original's key (originals/...)")
     status.add_argument("--json", action="store_true", help="print the status document (the status function's JSON)")
     add_endpoint(status)
     status.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters: AdapterWrapper | None = None) -> int:
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters: Any = None) -> int:
     """``mediajobs status``: :func:`cmd_status` on the served stack's asset records."""
     return cmd_status(args, parser)
 
@@ -43,19 +50,23 @@ def cmd_status(
 
     Parameters
     ----------
-    assets_of: builds the Assets port for the served stack (default
+    assets_of: builds the Assets port for the served stack's names
+        (:func:`~mediajobs.local.commands.served.served_view`; default
         :func:`~mediajobs.local.commands.served.served_assets`; tests pass a fake).
 
     Raises
     ------
     InternalError
-        If nothing answers at ``--endpoint`` or it holds no stack.
+        If nothing answers at ``--endpoint`` or it holds no stack's assets table.
     """
-    from mediajobs.entrypoints.status import answer
-
-    stack = served_stack(args.endpoint)
+    stack = served_view(args.endpoint)
     assets = (assets_of or served_assets)(stack)
-    status, body = answer([args.key], lambda key: assets.get(stack.bucket, key), stack.settings().originals_prefix)
+    try:
+        status, body = answer([args.key], lambda key: assets.get(stack.bucket, key), stack.settings().originals_prefix)
+    except TransientFailure as exc:
+        raise InternalError(
+            f"could not read {stack.assets_table_name} at {args.endpoint} ({exc}): is `mediajobs serve` running there?"
+        ) from exc
     if status == 400:
         parser.error(f"{args.key!r}: {body['message']}")
     if status == 404:

@@ -9,6 +9,7 @@ import sys
 import threading
 
 from mediajobs.domain.notifications import webhook_key
+from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import InternalError
 from mediajobs.local.receiver import Delivery, WebhookReceiver, parse_answers
 from mediajobs.local.session import AdapterWrapper
@@ -16,7 +17,7 @@ from mediajobs.local.session import AdapterWrapper
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``mediajobs webhook`` and its one command, ``listen`` (its ``run``: :func:`run`)."""
-    webhook = subparsers.add_parser("webhook", help="a local webhook receiver that verifies what the dispatcher sends")
+    webhook = subparsers.add_parser("webhook", help=SUMMARIES["webhook"])
     webhook_sub = webhook.add_subparsers(dest="webhook_command", required=True)
     listen = webhook_sub.add_parser(
         "listen",
