@@ -137,7 +137,9 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     index = out / "index.html"
     assert str(index) in done.stdout
     page = index.read_text()
-    assert page.count("<section>") == 9  # 6 photos, 2 videos, a copy of the first photo
+    # 6 photos, 2 videos, a copy of the first photo; the first and its copy deleted, and said so
+    assert page.count("<section>") + page.count("<section class=deleted>") == 9
+    assert page.count("<section class=deleted>") == 2 and "copies fetched into this folder before the delete" in page
     folders = sorted(p for p in out.iterdir() if p.is_dir())
     videos = {"bigbuckbunny": {"720p.mp4", "360p.mp4", "poster.jpg"}, "bikes": {"source.mp4", "poster.jpg"}}
     for folder in folders:
@@ -191,7 +193,7 @@ def test_limits_from_the_environment_apply_to_local_runs(tmp_path):
         env=env,
     )
     line = json.loads(done.stdout)
-    assert (done.returncode, line["state"], line["reason"]) == (0, "permanent_failure", "too_many_pixels")
+    assert (done.returncode, line["state"], line["reason"]) == (0, "failed", "too_many_pixels")
 
 
 @pytest.mark.slow
@@ -278,7 +280,7 @@ def test_a_job_that_keeps_failing_ends_attempts_exhausted(tmp_path):
         timeout=300,
     )
     line = json.loads(done.stdout)
-    assert (done.returncode, line["state"], line["reason"]) == (0, "permanent_failure", "attempts_exhausted")
+    assert (done.returncode, line["state"], line["reason"]) == (0, "failed", "attempts_exhausted")
 
 
 def test_a_video_failure_names_its_reason_and_the_table_says_why(tmp_path):
@@ -286,7 +288,7 @@ def test_a_video_failure_names_its_reason_and_the_table_says_why(tmp_path):
     done = run("process", video, "--out", str(tmp_path / "o"), "--json", cwd=tmp_path)
     line = json.loads(done.stdout)
     assert (done.returncode, line["state"], line["reason"], line["media"]) == (
-        0, "permanent_failure", "invalid_media", "video",
+        0, "failed", "invalid_media", "video",
     )  # fmt: skip
     assert (line["jobs"][0]["recipe"], line["jobs"][0]["reason"]) == ("web-video@2", "invalid_media")
     table = run("process", video, "--out", str(tmp_path / "o2"), cwd=tmp_path)
