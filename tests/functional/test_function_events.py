@@ -6,6 +6,8 @@ that file's environment against the embedded AWS: in this process, without Docke
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,3 +152,35 @@ def test_worker_function_runs_the_collection_on_the_schedules_event(functions):
     assert {"looked", "collected", "errors", "deleted_objects"} <= set(report)
     assert all(isinstance(count, int) for count in report.values())
     assert report["errors"] == 0 and report["collected"] == 0  # the photo is referenced, the grace is a day
+
+
+@pytest.mark.subprocess
+def test_mediajobs_invoke_runs_a_function_as_sam_local_invoke_does(functions, tmp_path):
+    """``mediajobs invoke StatusFunction -e events/status-request.json --env-vars env.json``
+    in a fresh process: the file as ``serve`` writes it for Docker (``host.docker.internal``),
+    which here is this machine."""
+    rendered(functions)
+    env = json.loads(functions.env_file.read_text())
+    port = functions.stack.endpoint_url.rsplit(":", 1)[1]
+    docker = {
+        name: {k: v.replace(functions.stack.endpoint_url, f"http://host.docker.internal:{port}") for k, v in e.items()}
+        for name, e in env.items()
+    }
+    env_file = tmp_path / "env.json"
+    env_file.write_text(json.dumps(docker))
+    argv = ["invoke", "StatusFunction", "-e", str(EVENTS / "status-request.json"), "--env-vars", str(env_file)]
+    done = subprocess.run(
+        [sys.executable, "-m", "mediajobs.local.cli", *argv], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["statusCode"] == 200 and json.loads(answer["body"])["state"] == "ready"
+
+    bad = subprocess.run(
+        [sys.executable, "-m", "mediajobs.local.cli", "invoke", "NoFunction", "-e", "x", "--env-vars", "y"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "StatusFunction" in bad.stderr

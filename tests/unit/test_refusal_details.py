@@ -71,3 +71,14 @@ def test_an_original_larger_than_the_workers_disk_names_ephemeral_storage(tmp_pa
     result = pipeline.process(ObjectRef("bucket", "originals/a.jpg", None, 2_000, sequencer="1"))
     assert (result.state, result.reason) == (SourceState.PERMANENT_FAILURE, "too_large")
     assert "EphemeralStorage" in (result.detail or "")  # the disk, not MaxInputBytes
+
+
+def test_the_table_keeps_a_refusals_setting_and_cuts_a_long_detail_at_a_word():
+    from mediajobs.local.commands.common import because
+
+    _, detail = size_refusal(452_790_050, 209_715_200)
+    assert because(detail) == f" ({detail})" and "MaxInputBytes" in because(detail)
+    long = "word " * 100
+    cut = because(long)
+    assert cut.endswith(" ...)") and len(cut) <= 246 and "wor ..." not in cut
+    assert because(None) == because("") == ""

@@ -44,9 +44,14 @@ def human_size(size: int) -> str:
     return f"{size / 1024:.1f} KB" if size < 1024 * 1024 else f"{size / 1024 / 1024:.2f} MB"
 
 
-def because(detail: str | None) -> str:
-    """`` (detail)``, its first 100 characters, to follow a reason code; empty without one."""
-    return f" ({detail[:100]})" if detail else ""
+def because(detail: str | None, limit: int = 240) -> str:
+    """`` (detail)`` to follow a reason code, empty without one; a detail over ``limit``
+    characters is cut at a word, with ``...`` (a refusal's detail names its setting: keep it)."""
+    if not detail:
+        return ""
+    if len(detail) > limit:
+        detail = detail[:limit].rsplit(" ", 1)[0] + " ..."
+    return f" ({detail})"
 
 
 def first_result(session: LocalSession, key: str) -> SourceResult:

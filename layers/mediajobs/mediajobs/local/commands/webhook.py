@@ -53,6 +53,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     """
     try:
         webhook_key(args.secret, prefixed=True)  # the local form, checked before listening
+    except ValueError as exc:
+        parser.error(f"--secret: {exc}")
+    try:
         answers = parse_answers(args.answer)
         receiver = WebhookReceiver(args.secret, host=args.host, port=args.port, answers=answers)
     except ValueError as exc:
