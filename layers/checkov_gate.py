@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+#: The text checkov 3.3 puts in ``suppress_comment`` for a skip with no ``comment``
+#: (``checkov/cloudformation/context_parser.py``): no reason, for this gate.
+CHECKOV_NO_COMMENT = "No comment provided"
+
 
 def problems(report: Any) -> tuple[list[str], list[str]]:
     """What fails the scan, and the lines to print (failures, skips, the summary).
@@ -40,6 +44,8 @@ def problems(report: Any) -> tuple[list[str], list[str]]:
             found.append(f"failed: {where}")
         for check in results.get("skipped_checks", []):
             reason = (check.get("check_result", {}).get("suppress_comment") or "").strip()
+            if reason == CHECKOV_NO_COMMENT:  # what checkov writes for a skip without a comment
+                reason = ""
             lines.append(f"skipped {check['check_id']} {check['resource']}: {reason or '(no reason)'}")
             if not reason:
                 found.append(f"skipped without a reason: {check['check_id']} {check['resource']}")

@@ -78,6 +78,8 @@ def test_process_json_prints_one_object_per_input(tmp_path):
         "image",
     )
     assert bomb_line["jobs"][0]["state"] == "failed" and bomb_line["jobs"][0]["outputs"] == []
+    assert bomb_line["jobs"][0]["legacy_state"] == "permanent_failure"  # through 0.2.x, as the line's
+    assert "legacy_state" not in first["jobs"][0]  # only where the word changed
     assert bomb_line["detail"].startswith("8000x7500 = 60000000 pixels")
 
 

@@ -43,11 +43,21 @@ def test_a_clean_scan_with_explained_skips_passes(tmp_path, capsys):
         report(skipped=[skip("")]),
         report(skipped=[skip("  ")]),
         report(skipped=[skip(None)]),
+        report(skipped=[skip("No comment provided")]),  # what checkov 3.3 writes for a skip without one
         report(passed=0, parsing_errors=1),  # checkov itself exits 0 here
         report(passed=0),
         [],
     ],
-    ids=["failed", "empty-reason", "blank-reason", "no-reason", "not-parsed", "nothing-scanned", "no-report"],
+    ids=[
+        "failed",
+        "empty-reason",
+        "blank-reason",
+        "no-reason",
+        "checkovs-no-comment",
+        "not-parsed",
+        "nothing-scanned",
+        "no-report",
+    ],
 )
 def test_a_failure_an_unparsed_template_or_an_unexplained_skip_fails(scan, tmp_path):
     path = tmp_path / "report.json"

@@ -78,7 +78,17 @@ def test_the_table_keeps_a_refusals_setting_and_cuts_a_long_detail_at_a_word():
 
     _, detail = size_refusal(452_790_050, 209_715_200)
     assert because(detail) == f" ({detail})" and "MaxInputBytes" in because(detail)
-    long = "word " * 100
+    long = "word " * 200
     cut = because(long)
-    assert cut.endswith(" ...)") and len(cut) <= 246 and "wor ..." not in cut
+    assert cut.endswith(" ...)") and len(cut) <= 406 and "wor ..." not in cut
     assert because(None) == because("") == ""
+
+
+def test_the_longest_refusal_is_shown_whole_in_the_table():
+    """The estimated-work refusal, the longest (about 300 characters), keeps its way out."""
+    probe = _probe(duration_s=1000.0, coded_width=1920, coded_height=1080)
+    with pytest.raises(PermanentFailure) as caught:
+        check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)
+    from mediajobs.local.commands.common import because
+
+    assert because(caught.value.detail) == f" ({caught.value.detail})"

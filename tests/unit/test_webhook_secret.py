@@ -46,3 +46,16 @@ def test_a_bad_secret_is_refused_naming_the_right_form(secret, prefixed, says):
 def test_the_signer_refuses_a_bad_secret_when_it_first_reads_it():
     with pytest.raises(ValueError, match="holds 6 bytes"):
         StandardWebhooksSigner(lambda: "whsec_mysecret")
+
+
+def test_a_secret_with_a_trailing_newline_signs_as_without_it():
+    """A Secrets Manager value written from a file (``--secret-string file://s.txt``) may end
+    in a newline: the library's decoder skipped it before this check existed, so must the check."""
+    assert webhook_key(DEPLOYED + "\n") == webhook_key(DEPLOYED)
+    with_newline = StandardWebhooksSigner(lambda: DEPLOYED + "\n").signature("m", 1_700_000_000, "{}")
+    assert with_newline == StandardWebhooksSigner("whsec_" + DEPLOYED).signature("m", 1_700_000_000, "{}")
+
+
+def test_a_deployed_secret_that_is_not_base64_says_so_without_naming_the_prefix():
+    with pytest.raises(ValueError, match="not base64;"):
+        webhook_key("not base64 at all!", prefixed=False)

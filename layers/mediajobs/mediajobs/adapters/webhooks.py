@@ -170,7 +170,7 @@ class StandardWebhooksSigner:
             if isinstance(secret, str):
                 webhook_key(secret)  # the spec's form and length (ValueError, naming both forms)
             try:
-                webhook = Webhook(secret)
+                webhook = Webhook(secret.strip() if isinstance(secret, str) else secret)
             except Exception as exc:  # noqa: BLE001 - the library raises bare errors for a bad secret
                 raise ValueError(f"the webhook secret is not a Standard Webhooks secret: {exc}") from exc
             self._key, self._webhook = secret, webhook

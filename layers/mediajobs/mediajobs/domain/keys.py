@@ -45,7 +45,8 @@ def is_original_key(key: str, originals_prefix: str) -> bool:
     (``originals/``), and not a folder marker -- a key ending in ``/``, what the S3
     console's "Create folder" writes (a zero-byte object; S3 User Guide, "Organizing
     objects in the Amazon S3 console by using folders"). A marker is no upload: no asset,
-    no status, no notification. Pure."""
+    no status, no notification. The rule is the key's, whatever its size: a key ending in
+    ``/`` names no file (and an ``Object Deleted`` event carries no size). Pure."""
     return key.startswith(originals_prefix) and len(key) > len(originals_prefix) and not key.endswith("/")
 
 

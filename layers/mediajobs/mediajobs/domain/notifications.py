@@ -60,6 +60,7 @@ def webhook_key(secret: str, *, prefixed: bool | None = None) -> bytes:
         A secret not in the form asked, not strict base64, or not 24 to 64 bytes once
         decoded; the message shows both forms (:data:`SECRET_FORMS`).
     """
+    secret = secret.strip()  # a Secrets Manager value written from a file may end in a newline
     has_prefix = secret.startswith(SECRET_PREFIX)
     if prefixed is True and not has_prefix:
         raise ValueError(f"a local webhook secret starts with {SECRET_PREFIX}; the forms: {SECRET_FORMS}")
@@ -69,7 +70,8 @@ def webhook_key(secret: str, *, prefixed: bool | None = None) -> bytes:
     try:
         key = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError(f"the webhook secret is not base64 after {SECRET_PREFIX}; the forms: {SECRET_FORMS}") from None
+        where = f" after {SECRET_PREFIX}" if has_prefix else ""
+        raise ValueError(f"the webhook secret is not base64{where}; the forms: {SECRET_FORMS}") from None
     if not SECRET_MIN_BYTES <= len(key) <= SECRET_MAX_BYTES:
         raise ValueError(
             f"the webhook secret holds {len(key)} bytes, Standard Webhooks asks for {SECRET_MIN_BYTES} to "

@@ -44,7 +44,7 @@ def human_size(size: int) -> str:
     return f"{size / 1024:.1f} KB" if size < 1024 * 1024 else f"{size / 1024 / 1024:.2f} MB"
 
 
-def because(detail: str | None, limit: int = 240) -> str:
+def because(detail: str | None, limit: int = 400) -> str:
     """`` (detail)`` to follow a reason code, empty without one; a detail over ``limit``
     characters is cut at a word, with ``...`` (a refusal's detail names its setting: keep it)."""
     if not detail:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
+from mediajobs.domain.errors import TOO_LARGE
 from mediajobs.domain.jobs import SourceResult
 from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import InternalError, checked_inputs, first_result, key_name, print_table
@@ -170,8 +171,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
             folder = out_dir / Path(key).stem
             fetched = session.fetch(result.jobs[0], folder) if result.jobs and result.state == "done" else None
             folder.mkdir(parents=True, exist_ok=True)
-            original = folder / f"original{path.suffix.lower()}"
-            shutil.copyfile(path, original)
+            original: Path | None = None  # one refused by its size is never read
+            if not (result.reason == TOO_LARGE and not result.bytes_read):
+                original = folder / f"original{path.suffix.lower()}"
+                shutil.copyfile(path, original)
             preview = original if result.media == "image" else None  # a video is shown by its poster
             entry = _gallery_entry(title, preview, result, fetched)
             entry.placeholder = _placeholder(session, result, folder)
@@ -211,7 +214,7 @@ def _gallery_entry(
                 GalleryVariant(out.name, fetched["outputs"][out.name], out.width, out.height, out.bytes)
             )
     if result.state != "done":
-        entry.failure = f"permanent failure: {result.reason} {result.detail}".strip()
+        entry.failure = f"failed: {result.reason} {result.detail or ''}".strip()
     return entry
 
 

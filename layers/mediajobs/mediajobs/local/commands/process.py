@@ -91,7 +91,7 @@ def _job_json(job: JobResult, fetched: dict[str, Any] | None) -> dict[str, Any]:
                 "bytes": out.bytes,
             }
         )
-    return {
+    entry = {
         "recipe": job.recipe,
         "job_key": job.job_key,
         "state": public_state(job.state),
@@ -100,3 +100,6 @@ def _job_json(job: JobResult, fetched: dict[str, Any] | None) -> dict[str, Any]:
         "manifest": str(fetched["manifest"]) if fetched and job.manifest_key else None,
         "outputs": outputs,
     }
+    if entry["state"] != job.state:  # the word before 0.2, kept through 0.2.x (docs/local.md)
+        entry["legacy_state"] = str(job.state)
+    return entry
