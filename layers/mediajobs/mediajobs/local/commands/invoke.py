@@ -6,12 +6,13 @@ The function's ``CodeUri`` and ``Handler`` come from the template (``functions/<
 (its entry for the function), its context from :class:`~mediajobs.local.runner.LocalLambdaContext`
 (the function's ``Timeout``). ``host.docker.internal`` in that file -- how a container of
 ``sam local invoke`` reaches ``serve`` -- is this machine here, so it reads ``127.0.0.1``.
-The handler's answer is printed as JSON on stdout; its logs go to stderr.
+The handler's answer is printed as JSON on stdout; its logs and metrics go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         os.environ.setdefault("WORK_DIR", tmp)  # Lambda's /tmp
         handler = _handler(template_path.parent / str(properties["CodeUri"]), str(properties["Handler"]))
         context = LocalLambdaContext(timeout_s=timeout if isinstance(timeout, int) else 900)
-        answer = handler(event, context)
+        with contextlib.redirect_stdout(sys.stderr):  # its metrics (EMF) and prints: stdout is the answer
+            answer = handler(event, context)
     print(json.dumps(answer, default=str), flush=True)
     return 0
 
