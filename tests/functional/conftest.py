@@ -14,6 +14,7 @@ CHILDREN: dict[str, tuple[str, ...]] = {
     "test_simulate.py": (),  # the storm
     "test_layer_build.py": (),  # pip, compileall
     "test_ffmpeg_layer.py": (),  # the layer's ffmpeg and ffprobe
+    "test_ffmpeg_stop.py": (),  # a child killed by a stop deferred while it started
     "test_without_ffmpeg.py": (),
     "test_video_pipeline.py": (),
     "test_pipeline_cases.py": (),

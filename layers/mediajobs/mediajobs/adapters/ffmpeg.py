@@ -351,23 +351,31 @@ def run(
     FfmpegTimeout
         When ``timeout_s`` passed; the group was killed.
     """
-    proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        start_new_session=True,  # its own process group: a kill reaches every child
-    )
+    _STARTING.depth += 1  # a stop signal now is kept (defer_stop) until the group can be killed
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            start_new_session=True,  # its own process group: a kill reaches every child
+        )
+    finally:
+        _STARTING.depth -= 1
+    pending, _STARTING.pending = _STARTING.pending, None
     # From here on, anything raised (a SIGTERM unwinding the CLI included, even while the
     # reader thread starts) kills the group: a stop that came before the try left ffmpeg
-    # running (tests/functional/test_cli.py's SIGTERM test, under load).
+    # running (tests/functional/test_cli.py's SIGTERM test, under load), and one that came
+    # while Popen ran lost its pid (it is raised here, once the group is known).
     stderr_reader: threading.Thread | None = None
     timer: threading.Timer | None = None
     timed_out = threading.Event()
     tail: collections.deque[bytes] = collections.deque()
     stdout = b""
     try:
+        if pending is not None:
+            pending()
         assert proc.stdout is not None and proc.stderr is not None
         stderr_reader = threading.Thread(target=_keep_tail, args=(proc.stderr, tail), daemon=True)
         stderr_reader.start()
@@ -400,6 +408,28 @@ def run(
     if timed_out.is_set():
         raise FfmpegTimeout(f"{Path(argv[0]).name} killed after {timeout_s:.0f} s")
     return Completed(proc.returncode, stdout, b"".join(tail)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace"))
+
+
+class _Starting:
+    """Whether a process is being started (``depth``), and the stop a signal handler asked
+    for meanwhile (``pending``: what raises it), for :func:`defer_stop`."""
+
+    depth = 0
+    pending: Callable[[], None] | None = None
+
+
+_STARTING = _Starting()
+
+
+def defer_stop(stop: Callable[[], None]) -> bool:
+    """For a signal handler that stops the process by raising (the CLI's SIGTERM): while a
+    process group is being started (inside ``subprocess.Popen``, whose pid an exception
+    raised there would lose, leaving ffmpeg running), keep ``stop`` -- :func:`run` calls it
+    once the group can be killed -- and return ``True``; otherwise ``False`` (stop now)."""
+    if _STARTING.depth:
+        _STARTING.pending = stop
+        return True
+    return False
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

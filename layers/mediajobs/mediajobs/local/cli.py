@@ -97,7 +97,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    """Unwind with exit code 128 + ``signum``; while ffmpeg is being started, once its
+    process group is known (:func:`mediajobs.adapters.ffmpeg.defer_stop`)."""
+
+    def stop() -> None:
+        raise SystemExit(128 + signum)
+
+    ffmpeg = sys.modules.get("mediajobs.adapters.ffmpeg")  # loaded only by a command that runs it
+    if ffmpeg is not None and ffmpeg.defer_stop(stop):
+        return
+    stop()
 
 
 def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None = None) -> int:
