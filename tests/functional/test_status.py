@@ -402,8 +402,10 @@ def test_delete_puts_a_delete_marker_on_the_original(local_session, capsys):
     assert exit_.value.code == 2
 
 
-def test_serve_has_a_worker_flag_and_status_and_delete_an_endpoint():
+def test_serve_has_a_worker_flag_and_status_and_delete_an_endpoint(monkeypatch):
     from mediajobs.local.cli import DEFAULT_ENDPOINT
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)  # else the default is the exported one
 
     assert _cli(["serve", "--worker"])[0].worker is True and _cli(["serve"])[0].worker is False
     assert _cli(["status", "originals/a.jpg"])[0].endpoint == DEFAULT_ENDPOINT == "http://127.0.0.1:5000"
@@ -550,3 +552,13 @@ def test_what_serve_prints_for_an_app_is_enough_for_a_plain_boto3_upload(local_s
     s3 = boto3.session.Session().client("s3")
     s3.put_object(Bucket=bucket, Key="quickstart/hello.txt", Body=b"hello")  # outside originals/: no event
     assert s3.head_object(Bucket=bucket, Key="quickstart/hello.txt")["ContentLength"] == 5
+
+
+def test_the_served_commands_reach_the_endpoint_an_apps_shell_exports(monkeypatch):
+    """``serve`` prints ``export AWS_ENDPOINT_URL=...`` for an app's shell: ``mediajobs status``
+    run there reaches that serve without ``--endpoint``; ``--endpoint`` still wins."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:5100")
+    assert _cli(["status", "originals/a.jpg"])[0].endpoint == "http://127.0.0.1:5100"
+    assert _cli(["status", "originals/a.jpg", "--endpoint", "http://127.0.0.1:5200"])[0].endpoint.endswith(":5200")
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    assert _cli(["collect"])[0].endpoint == "http://127.0.0.1:5000"

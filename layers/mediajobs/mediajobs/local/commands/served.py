@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -26,9 +27,12 @@ SERVED_NAME: Final = "mediajobs-local"
 
 
 def add_endpoint(parser: argparse.ArgumentParser) -> None:
-    """Give a command the ``--endpoint`` of the ``serve`` it reaches (default :data:`DEFAULT_ENDPOINT`)."""
+    """Give a command the ``--endpoint`` of the ``serve`` it reaches (default: ``AWS_ENDPOINT_URL``,
+    which ``serve`` prints for an app's shell, else :data:`DEFAULT_ENDPOINT`)."""
     parser.add_argument(
-        "--endpoint", default=DEFAULT_ENDPOINT, help=f"the serve's endpoint (default {DEFAULT_ENDPOINT})"
+        "--endpoint",
+        default=os.environ.get("AWS_ENDPOINT_URL") or DEFAULT_ENDPOINT,
+        help=f"the serve's endpoint (default: $AWS_ENDPOINT_URL, as serve prints it, else {DEFAULT_ENDPOINT})",
     )
 
 
