@@ -73,7 +73,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
                 print(json.dumps(line), flush=True)
         if not args.json:
             print_table(rows)
-            print(f"\nderivatives written to {out_dir.resolve()}")
+            written = any(job.state == "done" for _, result in rows for job in result.jobs)
+            print(
+                f"\nderivatives written to {out_dir.resolve()}" if written else "\nno derivatives: every input failed"
+            )
     return 1 if unprocessed else 0
 
 
