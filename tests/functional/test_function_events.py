@@ -184,3 +184,15 @@ def test_mediajobs_invoke_runs_a_function_as_sam_local_invoke_does(functions, tm
         timeout=120,
     )
     assert bad.returncode == 2 and "StatusFunction" in bad.stderr
+
+
+def test_the_env_vars_name_the_port_the_server_listens_on():
+    """``serve --port 0`` lets the system pick the port: the file names that port, not 0."""
+    from mediajobs.local.commands.serve import container_endpoint
+
+    with EmbeddedAws(port=0) as stack:
+        port = stack.endpoint_url.rsplit(":", 1)[1]
+        assert port != "0"
+        assert container_endpoint(stack, "host.docker.internal") == f"http://host.docker.internal:{port}"
+        env = sam_env_vars(stack, container_endpoint(stack, "host.docker.internal"))
+        assert {e["AWS_ENDPOINT_URL"] for e in env.values()} == {f"http://host.docker.internal:{port}"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import urllib.parse
 from pathlib import Path
 
 from mediajobs.local.commands import SUMMARIES
@@ -74,7 +75,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     exit 0."""
     with EmbeddedAws(host=args.host, port=args.port) as stack:
         if args.env_vars:
-            env_vars = sam_env_vars(stack, f"http://{args.docker_host}:{args.port}")
+            env_vars = sam_env_vars(stack, container_endpoint(stack, args.docker_host))
             Path(args.env_vars).write_text(json.dumps(env_vars, indent=2) + "\n")
             print(f"wrote {args.env_vars} for sam local invoke --env-vars ({', '.join(env_vars)})")
         print(
@@ -95,6 +96,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def container_endpoint(stack: LocalStack, docker_host: str) -> str:
+    """How a function's container reaches the served stack: ``http://<docker_host>:<port>``,
+    the port the server listens on (the one ``--port 0`` picked, not 0)."""
+    port = urllib.parse.urlsplit(stack.endpoint_url).port
+    return f"http://{docker_host}:{port}"
 
 
 def client_settings(stack: LocalStack) -> str:
