@@ -1,0 +1,51 @@
+"""A recipe's version is part of every key of its jobs: a recipe file edited in place (its
+parameters, its step) without a new version would give the old keys to new outputs, or new
+keys to an unchanged recipe. Each recipe file's hash (``Recipe.sha256``: id, version, step
+and parameters; a comment may change freely) is pinned here; a change fails with what to do:
+a new file ``<id>.v<N+1>.json``, the old one kept as it was (its jobs' keys are in use)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mediajobs.bootstrap import load_recipe
+
+RECIPES = Path(__file__).resolve().parents[2] / "layers" / "mediajobs" / "mediajobs" / "recipes"
+
+#: ``Recipe.sha256`` of each recipe file, as released. Add a new file's here; never edit one.
+GOLDEN = {
+    "image-placeholder.v1.json": "b380f3fb1e0ce5788bf53294f9034e7bdeb0bdae51b7c26905c46f20a02b063f",
+    "video-placeholder.v1.json": "e1a36618e3246c269b0fd030342ddd13f31db119108201b34bc2c3f727403891",
+    "web-image.v1.json": "e367c8290d2fe6172691d759eb4f2b2dcb6f1247e2b38a40a0172d76b1f8f9fa",
+    "web-video.v1.json": "4c3d8284a577ac6aae17eb81706fa916b06dde30cc140e6f7e9c06226a4ce65a",
+    "web-video.v2.json": "68fea602470e187d7e2c241372a25d6272a1c926ccfcb3a8474143e9e7e8b114",
+}
+
+FILES = sorted(p.name for p in RECIPES.glob("*.v*.json"))
+
+
+def _hash(name: str) -> str:
+    match = re.fullmatch(r"(.+)\.v(\d+)\.json", name)
+    assert match, f"{name}: a recipe file is <id>.v<version>.json"
+    return load_recipe(match[1], int(match[2])).sha256
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_recipe_file_is_never_edited_in_place(name):
+    found = _hash(name)
+    if name not in GOLDEN:
+        pytest.fail(f"{name} is a new recipe file: add its hash to GOLDEN in {Path(__file__).name}: {found!r}")
+    recipe_id, version = re.fullmatch(r"(.+)\.v(\d+)\.json", name).groups()  # type: ignore[union-attr]
+    assert found == GOLDEN[name], (
+        f"{name} changed without a version bump (its hash is now {found}, released as {GOLDEN[name]}): "
+        f"its version is in the keys of the jobs it made. Put the change in {recipe_id}.v{int(version) + 1}.json "
+        f"(and recipes/active.json), and restore {name} as it was."
+    )
+
+
+def test_no_released_recipe_file_is_removed():
+    """Its jobs' keys are in use (a backfill or a duplicate still names them)."""
+    assert sorted(set(GOLDEN) - set(FILES)) == []
