@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mediajobs.domain.errors import TOO_LARGE
 from mediajobs.settings import Settings
 
 if TYPE_CHECKING:  # what only demo and process use: not imported by the light commands (status)
@@ -52,6 +53,13 @@ def because(detail: str | None, limit: int = 400) -> str:
     if len(detail) > limit:
         detail = detail[:limit].rsplit(" ", 1)[0] + " ..."
     return f" ({detail})"
+
+
+def refused_unread(result: SourceResult) -> bool:
+    """Whether ``result`` is an input refused by its size before anything read it
+    (:meth:`~mediajobs.local.session.LocalSession.upload`): its bytes are not to be read
+    here either (no hash, no copy)."""
+    return result.reason == TOO_LARGE and not result.bytes_read
 
 
 def first_result(session: LocalSession, key: str) -> SourceResult:

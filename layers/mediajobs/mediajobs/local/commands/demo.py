@@ -14,10 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
-from mediajobs.domain.errors import TOO_LARGE
 from mediajobs.domain.jobs import SourceResult
 from mediajobs.local.commands import SUMMARIES
-from mediajobs.local.commands.common import InternalError, checked_inputs, first_result, key_name, print_table
+from mediajobs.local.commands.common import (
+    InternalError,
+    checked_inputs,
+    first_result,
+    key_name,
+    print_table,
+    refused_unread,
+)
 from mediajobs.local.commands.served import asset_document
 from mediajobs.local.gallery import (
     GalleryEntry,
@@ -172,7 +178,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
             fetched = session.fetch(result.jobs[0], folder) if result.jobs and result.state == "done" else None
             folder.mkdir(parents=True, exist_ok=True)
             original: Path | None = None  # one refused by its size is never read
-            if not (result.reason == TOO_LARGE and not result.bytes_read):
+            if not refused_unread(result):
                 original = folder / f"original{path.suffix.lower()}"
                 shutil.copyfile(path, original)
             preview = original if result.media == "image" else None  # a video is shown by its poster

@@ -8,7 +8,6 @@ import json
 import sys
 from typing import Any
 
-from mediajobs.domain.errors import TOO_LARGE
 from mediajobs.domain.jobs import JobResult, public_state
 from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import (
@@ -17,6 +16,7 @@ from mediajobs.local.commands.common import (
     first_result,
     key_name,
     print_table,
+    refused_unread,
     safe_name,
     sha256_file,
 )
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
                 jobs_json.append(_job_json(job, fetched))
             line = {
                 "input": given,
-                "sha256": result.sha256 or (None if result.reason == TOO_LARGE else sha256_file(path)),
+                "sha256": result.sha256 or (None if refused_unread(result) else sha256_file(path)),
                 "media": result.media,
                 "state": public_state(result.state),
                 "reason": result.reason,

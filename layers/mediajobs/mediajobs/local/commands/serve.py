@@ -105,17 +105,26 @@ def container_endpoint(stack: LocalStack, docker_host: str) -> str:
     return f"http://{docker_host}:{port}"
 
 
+def signing_env(stack: LocalStack, endpoint_url: str) -> dict[str, str]:
+    """The environment an AWS SDK reaches the served stack with: ``AWS_ENDPOINT_URL``
+    ``endpoint_url`` and the stack's credentials, by boto3's names (the region is
+    ``AWS_DEFAULT_REGION`` for an SDK, ``AWS_REGION`` in a function's, as Lambda sets it)."""
+    return {
+        _ENV_NAMES["endpoint_url"]: endpoint_url,
+        "AWS_ACCESS_KEY_ID": stack.credentials["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": stack.credentials["aws_secret_access_key"],
+    }
+
+
 def client_settings(stack: LocalStack) -> str:
     """What an app needs to talk to the served stack, as lines to copy: the endpoint, the
     region and the credentials as the environment variables every AWS SDK and the AWS CLI
     read (``AWS_ENDPOINT_URL``: boto3 1.28+, AWS CLI 2.13+), and the bucket to upload to."""
+    exports = {**signing_env(stack, stack.endpoint_url), "AWS_DEFAULT_REGION": stack.region}
     return "\n".join(
         [
             "for your app (boto3, the AWS CLI, any AWS SDK), in its shell:",
-            f"  export AWS_ENDPOINT_URL={stack.endpoint_url}",
-            f"  export AWS_ACCESS_KEY_ID={stack.credentials['aws_access_key_id']}",
-            f"  export AWS_SECRET_ACCESS_KEY={stack.credentials['aws_secret_access_key']}",
-            f"  export AWS_DEFAULT_REGION={stack.region}",
+            *(f"  export {name}={value}" for name, value in exports.items()),
             f"  upload to bucket {stack.bucket} under originals/, e.g."
             f" boto3.client('s3').upload_file('photo.jpg', '{stack.bucket}', 'originals/photo.jpg')",
         ]
@@ -127,15 +136,9 @@ def sam_env_vars(stack: LocalStack, endpoint_url: str) -> dict[str, dict[str, st
     environment as ``template.yaml`` declares it (:attr:`LocalStack.function_envs`, by
     logical id), each with ``AWS_ENDPOINT_URL`` ``endpoint_url`` (how the function's
     container reaches this embedded AWS, e.g. ``http://host.docker.internal:5000``), the
-    stack's credentials and region; a value naming the stack's own endpoint (a queue's URL)
-    names ``endpoint_url`` instead."""
-    served = {
-        _ENV_NAMES["endpoint_url"]: endpoint_url,
-        # boto3's own names for the credentials the function signs with.
-        "AWS_ACCESS_KEY_ID": stack.credentials["aws_access_key_id"],
-        "AWS_SECRET_ACCESS_KEY": stack.credentials["aws_secret_access_key"],
-        _ENV_NAMES["region"]: stack.region,
-    }
+    stack's credentials and region (:func:`signing_env`); a value naming the stack's own
+    endpoint (a queue's URL) names ``endpoint_url`` instead."""
+    served = {**signing_env(stack, endpoint_url), _ENV_NAMES["region"]: stack.region}
     return {
         function: {**{k: v.replace(stack.endpoint_url, endpoint_url) for k, v in env.items()}, **served}
         for function, env in stack.function_envs.items()
