@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,14 @@ from pydantic import BaseModel, ConfigDict
 
 from mediajobs.domain.assets import (
     FAILED_PREFIX,
-    AssetChange,
     AssetJobState,
     AssetView,
     Candidate,
     plan_current,
     plan_delete,
+    plan_next,
     plan_record,
+    plan_upgrade,
 )
 from mediajobs.domain.errors import SOURCE_MISSING, DeliveryLost, PermanentFailure, Superseded, TransientFailure
 from mediajobs.domain.jobs import (
@@ -463,6 +465,7 @@ class FakeAssets:
         self.refs: dict[str, set[tuple[str, str]]] = {}
         self.candidate_rows: dict[tuple[str, str], int] = {}
         self.outbox: dict[str, Notification] = {}
+        self.holds: dict[tuple[str, str], int] = {}
 
     def _write(self, old, change, now_s, failed=()):
         """Apply a change the domain planned, as one transaction: the asset, its references,
@@ -479,6 +482,7 @@ class FakeAssets:
             self.refs.get(job_key, set()).discard((new.bucket, new.key))
         for c in change.candidates:
             self.candidate_rows[(c.job_key, c.released_by)] = c.released_at_s
+            self.holds[(c.job_key, c.released_by)] = c.not_before_s
         for job_key in failed:
             self.candidate_rows.setdefault((job_key, FAILED_PREFIX), now_s)
         return new
@@ -500,8 +504,28 @@ class FakeAssets:
         planned = plan_record(old, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
         if planned is None:
             return None
-        view, failed = planned
-        return self._write(old, AssetChange(view), now_s, failed)
+        change, failed = planned
+        return self._write(old, change, now_s, failed)
+
+    def upgrade(self, bucket, key, sequencer, wanted, *, now_s, grace_s):
+        old = self.assets.get((bucket, key))
+        change = plan_upgrade(old, sequencer, wanted, now_s=now_s, grace_s=grace_s)
+        return None if change is None else self._write(old, change, now_s)
+
+    def record_next(self, bucket, key, jobs, *, now_s):
+        old = self.assets.get((bucket, key))
+        change = plan_next(old, jobs, now_s=now_s)
+        return None if change is None else self._write(old, change, now_s)
+
+    def referrers(self, job_key):
+        return sorted(self.refs.get(job_key, ()))
+
+    def scan(self, segment, segments, cursor, *, limit):
+        keys = sorted(k for k in self.assets if zlib.crc32("/".join(k).encode()) % segments == segment)
+        start = 0 if cursor is None else keys.index(tuple(cursor["at"])) + 1
+        page = keys[start : start + limit]
+        nxt = {"at": list(page[-1])} if page and start + limit < len(keys) else None
+        return [self.assets[k] for k in page], nxt
 
     def progress(self, bucket, key, sequencer, job_key, fraction, *, now_s):
         old = self.assets.get((bucket, key))
@@ -529,11 +553,12 @@ class FakeAssets:
 
     def candidates(self, *, released_before_s, limit):
         rows = sorted(self.candidate_rows.items(), key=lambda item: item[0])
-        found = [Candidate(j, by, at) for (j, by), at in rows if at < released_before_s]
+        found = [Candidate(j, by, at, self.holds.get((j, by), 0)) for (j, by), at in rows if at < released_before_s]
         return found[:limit]
 
     def candidates_of(self, job_key):
-        return [Candidate(j, by, at) for (j, by), at in sorted(self.candidate_rows.items()) if j == job_key]
+        rows = sorted(self.candidate_rows.items())
+        return [Candidate(j, by, at, self.holds.get((j, by), 0)) for (j, by), at in rows if j == job_key]
 
     def drop_candidate(self, candidate):
         if self.candidate_rows.get((candidate.job_key, candidate.released_by)) == candidate.released_at_s:
@@ -642,3 +667,99 @@ def diamond_recipes() -> dict[str, list[Any]]:
     return text_recipes(
         ("a", "A", {}), ("b", "B", {"x": "a@1"}), ("c", "C", {"x": "a@1"}), ("d", "D", {"x": "b@1", "y": "c@1"})
     )
+
+
+class FakeBackfills:
+    """The ``Backfills`` port in dicts, with its semantics: each method is one atomic step,
+    each count written with what it counts (:class:`mediajobs.adapters.backfills.DynamoBackfills`
+    is the real one; ``tests/functional/test_backfill_store.py`` runs it)."""
+
+    def __init__(self) -> None:
+        self.backfills: dict[str, Any] = {}
+        self.changes: dict[str, tuple[str, int]] = {}
+        self.cursors: dict[tuple[str, int], tuple[Any, bool]] = {}
+        self.marks: dict[tuple[str, str], str] = {}
+        self.later_rows: dict[tuple[str, tuple[str, str]], None] = {}
+
+    def _add(self, backfill_id: str, **counts: int) -> None:
+        b = self.backfills[backfill_id]
+        c = dataclasses.replace(b.counts, **{k: getattr(b.counts, k) + v for k, v in counts.items()})
+        self.backfills[backfill_id] = dataclasses.replace(b, counts=c)
+
+    def get(self, backfill_id):
+        return self.backfills.get(backfill_id)
+
+    def of_change(self, change):
+        found = self.changes.get(change)
+        return self.backfills[found[0]] if found else None
+
+    def all(self):
+        return sorted(self.backfills.values(), key=lambda b: (b.created_at_s, b.id))
+
+    def cursor(self, backfill_id, segment):
+        return self.cursors.get((backfill_id, segment), (None, False))
+
+    def later(self, backfill_id, limit):
+        return [asset for (b, asset) in self.later_rows if b == backfill_id][:limit]
+
+    def enqueued(self, backfill_id, limit):
+        return [k for (b, k), state in sorted(self.marks.items()) if b == backfill_id and state == "enqueued"][:limit]
+
+    def counted(self, backfill_id, job_key):
+        return (backfill_id, job_key) in self.marks
+
+    def create(self, backfill, *, after):
+        if self.changes.get(backfill.change, ("", 0))[1] != after or backfill.id in self.backfills:
+            return False
+        self.changes[backfill.change] = (backfill.id, backfill.generation)
+        self.backfills[backfill.id] = backfill
+        return True
+
+    def move(self, backfill_id, to, *, now_s):
+        from mediajobs.domain.backfill import MOVES, BackfillState
+
+        b = self.backfills.get(backfill_id)
+        if b is None or to not in MOVES[b.state] or (to == BackfillState.DONE and not b.finished()):
+            return b if b is not None and b.state == to else None
+        final = to in (BackfillState.DONE, BackfillState.CANCELLED)
+        self.backfills[backfill_id] = dataclasses.replace(
+            b, state=to, updated_at_s=now_s, finished_at_s=now_s if final else b.finished_at_s
+        )
+        return self.backfills[backfill_id]
+
+    def advance(self, backfill_id, segment, old, new, *, scanned, now_s):
+        if self.cursor(backfill_id, segment) != (old, False):
+            return False
+        self.cursors[(backfill_id, segment)] = (new, new is None)
+        self._add(backfill_id, assets_scanned=scanned)
+        if new is None:
+            b = self.backfills[backfill_id]
+            self.backfills[backfill_id] = dataclasses.replace(b, scanned=b.scanned + 1)
+        return True
+
+    def count(self, backfill_id, job_key, state, *, now_s):
+        if (backfill_id, job_key) in self.marks:
+            return False
+        self.marks[(backfill_id, job_key)] = state
+        self._add(backfill_id, total=1, **{state: 1})
+        return True
+
+    def end(self, backfill_id, job_key, state, *, now_s):
+        if self.marks.get((backfill_id, job_key)) != "enqueued":
+            return False
+        self.marks[(backfill_id, job_key)] = state
+        self._add(backfill_id, **{state: 1})
+        return True
+
+    def keep_for_later(self, backfill_id, bucket, key):
+        if (backfill_id, (bucket, key)) in self.later_rows:
+            return False
+        self.later_rows[(backfill_id, (bucket, key))] = None
+        self._add(backfill_id, later=1)
+        return True
+
+    def looked_again(self, backfill_id, bucket, key):
+        if self.later_rows.pop((backfill_id, (bucket, key)), 0) is not None:
+            return False
+        self._add(backfill_id, later=-1)
+        return True

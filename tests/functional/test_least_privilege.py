@@ -318,7 +318,8 @@ def test_the_role_grants_s3_reads_on_originals_and_inputs_and_writes_on_derivati
         "sqs:SendMessage",
         "sqs:GetQueueUrl",
     }
-    assert all(grants[a] == {"JobsQueue.Arn"} for a in sqs)
+    # The jobs queue, and the backfill lane (its scan sends there, the mapping polls it).
+    assert all(grants[a] == {"JobsQueue.Arn", "BackfillQueue.Arn"} for a in sqs)
     assert grants["logs:PutLogEvents"] == grants["logs:CreateLogStream"] == {"WorkerLogGroup.Arn"}
     assert {a for a in grants if a.startswith("dynamodb:")} and all(
         grants[a] <= {"JobsTable.Arn", "SourcesTable.Arn", "AssetsTable.Arn", "OutboxTable.Arn"}
@@ -358,19 +359,26 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
 
     deployed = samtranslator.transform(template, {}, NoManagedPolicies())["Resources"]
     roles = {name: r["Properties"] for name, r in deployed.items() if r["Type"] == "AWS::IAM::Role"}
-    # SAM makes one more role: EventBridge Scheduler's, for the collection schedule
-    # (ScheduleV2), which may invoke the worker and do nothing else.
+    # SAM makes two more roles: EventBridge Scheduler's, for the collection's and the
+    # backfill's schedules (ScheduleV2), which may invoke the worker and do nothing else.
     # StatusRole: test_status.py; DispatcherRole: test_template_notifications.py and below.
-    assert sorted(roles) == ["DispatcherRole", "StatusRole", "WorkerFunctionCollectRole", "WorkerRole"]
-    scheduler = roles["WorkerFunctionCollectRole"]
-    assert [st["Principal"] for st in scheduler["AssumeRolePolicyDocument"]["Statement"]] == [
-        {"Service": ["scheduler.amazonaws.com"]}
+    assert sorted(roles) == [
+        "DispatcherRole",
+        "StatusRole",
+        "WorkerFunctionBackfillRole",
+        "WorkerFunctionCollectRole",
+        "WorkerRole",
     ]
-    assert [
-        (st["Effect"], st["Action"], st["Resource"])
-        for p in scheduler["Policies"]
-        for st in p["PolicyDocument"]["Statement"]
-    ] == [("Allow", "lambda:InvokeFunction", {"Fn::GetAtt": ["WorkerFunction", "Arn"]})]
+    for name in ("WorkerFunctionCollectRole", "WorkerFunctionBackfillRole"):
+        scheduler = roles[name]
+        assert [st["Principal"] for st in scheduler["AssumeRolePolicyDocument"]["Statement"]] == [
+            {"Service": ["scheduler.amazonaws.com"]}
+        ]
+        assert [
+            (st["Effect"], st["Action"], st["Resource"])
+            for p in scheduler["Policies"]
+            for st in p["PolicyDocument"]["Statement"]
+        ] == [("Allow", "lambda:InvokeFunction", {"Fn::GetAtt": ["WorkerFunction", "Arn"]})]
     assert not any("ManagedPolicyArns" in roles[r] for r in ("WorkerRole", "StatusRole", "DispatcherRole"))
     assert not [n for n, r in deployed.items() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")]
     statements = [st for p in roles["WorkerRole"]["Policies"] for st in p["PolicyDocument"]["Statement"]]

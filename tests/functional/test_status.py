@@ -111,7 +111,7 @@ def test_a_processing_asset_answers_the_progress_of_its_job():
     assert body["recipes"]["web-image@1"]["progress"] == 0.4
     assert body["recipes"]["image-placeholder@1"] == {
         "job_key": JOB_PLACEHOLDER, "state": "pending", "reason": None, "progress": None,
-        "manifest_key": None, "outputs": [],
+        "manifest_key": None, "serving": True, "outputs": [],
     }  # fmt: skip
 
 

@@ -99,6 +99,8 @@ def test_the_status_role_may_read_one_asset_item_and_write_its_logs_and_nothing_
     assert all(st["Effect"] == "Allow" for st in _statements("StatusRole"))
     assert granted == {
         ("dynamodb:GetItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
+        # The latest backfill (GET backfills/latest): a Query of the backfills' partition.
+        ("dynamodb:Query", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
         ("logs:CreateLogStream", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         ("logs:PutLogEvents", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         # With KmsKeyArn only (HasKmsKey): its environment is decrypted under that key.

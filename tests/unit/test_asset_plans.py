@@ -67,7 +67,7 @@ def test_a_delete_of_a_live_asset_drops_all_and_of_an_unknown_one_writes_a_tombs
 
 def test_record_names_the_jobs_failed_without_a_manifest():
     old = live("1", A, B, C)
-    view, failed = plan_record(
+    change, failed = plan_record(
         old,
         sequencer_order("1"),
         [
@@ -77,5 +77,5 @@ def test_record_names_the_jobs_failed_without_a_manifest():
         ],
         now_s=3,
     )
-    assert (view.state, view.reason, failed) == (AssetState.FAILED, "attempts_exhausted", (A, B))
+    assert (change.view.state, change.view.reason, failed) == (AssetState.FAILED, "attempts_exhausted", (A, B))
     assert plan_record(old, sequencer_order("2"), [], now_s=3) is None

@@ -23,8 +23,7 @@ SQS_BATCH = {"Records": [{"messageId": "m1", "eventSource": "aws:sqs", "body": "
 
 def schedule_input() -> object:
     function = load_template(REPO / "template.yaml")["Resources"]["WorkerFunction"]["Properties"]
-    [collect] = [e for e in function["Events"].values() if e["Type"] == "ScheduleV2"]
-    return json.loads(collect["Properties"]["Input"])
+    return json.loads(function["Events"]["Collect"]["Properties"]["Input"])
 
 
 def test_the_templates_schedule_sends_the_request_the_dispatcher_recognises():

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from pydantic import BaseModel
 
 from mediajobs.adapters.assets import DynamoAssets
+from mediajobs.adapters.backfills import DynamoBackfills
 from mediajobs.adapters.clients import ClientFactory
 from mediajobs.adapters.imaging import identify
 from mediajobs.adapters.isolated import IsolatedStep, StepSpec
@@ -44,16 +46,18 @@ from mediajobs.adapters.sqs import SqsQueue
 from mediajobs.domain import recipes as domain_recipes
 from mediajobs.domain.inspections.containers import looks_like_video
 from mediajobs.domain.recipes import Recipe
+from mediajobs.entrypoints import backfill as backfill_entry
 from mediajobs.entrypoints import collector as collector_entry
 from mediajobs.entrypoints import worker as worker_entry
 from mediajobs.service_layer.assets import AssetKeeper
+from mediajobs.service_layer.backfill import Backfiller
 from mediajobs.service_layer.claims import Claims, DiskUsage
 from mediajobs.service_layer.collection import Collector
 from mediajobs.service_layer.identify import Identify
 from mediajobs.service_layer.lease import Heartbeats
 from mediajobs.service_layer.observer import PipelineObserver
 from mediajobs.service_layer.pipeline import Pipeline
-from mediajobs.service_layer.ports import Assets, Ledger, ObjectStore, Queue, Sources, Step
+from mediajobs.service_layer.ports import Assets, Backfills, Ledger, ObjectStore, Queue, Sources, Step
 from mediajobs.service_layer.reading import Reader
 from mediajobs.service_layer.requests import JobRequests
 from mediajobs.service_layer.runner import JobRunner
@@ -162,10 +166,24 @@ def load_recipe(recipe_id: str, version: int) -> Recipe:
 
 
 @functools.cache
-def active_recipes() -> dict[str, list[Recipe]]:
-    """The recipes ``recipes/active.json`` makes active, by media type, loaded and validated
-    through the registered steps once."""
-    return domain_recipes.load_active(params_models(steps(Settings())))
+def active_recipes(document: str = "") -> dict[str, list[Recipe]]:
+    """The recipes ``recipes/active.json`` makes active -- or ``document``, a JSON list in its
+    shape (``Settings.active_recipes``) -- by media type, loaded and validated through the
+    registered steps once.
+
+    Raises
+    ------
+    RecipeError
+        As :func:`mediajobs.domain.recipes.parse_active` (``document`` not JSON too).
+    """
+    models = params_models(steps(Settings()))
+    if not document:
+        return domain_recipes.load_active(models)
+    try:
+        parsed = json.loads(document)
+    except ValueError as exc:
+        raise domain_recipes.RecipeError(f"ACTIVE_RECIPES is not JSON: {exc}") from None
+    return domain_recipes.parse_active(parsed, models)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +203,7 @@ class Adapters:
     steps: the recipe steps by name (:func:`steps`).
     clock: Unix time in seconds.
     assets: the asset records (DynamoDB; ``None``: no asset kept).
+    backfills: the backfills (DynamoDB, in the assets table; ``None``: none kept).
     """
 
     store: ObjectStore
@@ -194,6 +213,7 @@ class Adapters:
     steps: Mapping[str, Step]
     clock: Callable[[], float] = time.time
     assets: Assets | None = None
+    backfills: Backfills | None = None
 
 
 def default_adapters(settings: Settings, *, clients: ClientFactory | None = None) -> Adapters:
@@ -209,6 +229,7 @@ def default_adapters(settings: Settings, *, clients: ClientFactory | None = None
         queue=SqsQueue(clients.client("sqs")),
         steps=steps(settings),
         assets=DynamoAssets(uow, clients.asset_models(settings.assets_table_name)),
+        backfills=DynamoBackfills(uow, clients.backfill_models(settings.assets_table_name)),
     )
 
 
@@ -243,7 +264,7 @@ def build_service(
     remove_work_folders(settings.work_dir)
     a = adapters or default_adapters(settings)
     observer = observer or PipelineObserver()
-    recipes = dict(recipes) if recipes is not None else active_recipes()
+    recipes = dict(recipes) if recipes is not None else active_recipes(settings.active_recipes)
     missing = sorted({r.step for rs in recipes.values() for r in rs} - set(a.steps))
     if missing:
         raise ValueError(f"recipes name steps that are not registered: {missing}")
@@ -263,6 +284,32 @@ def build_service(
         ),
         assets=AssetKeeper(a.assets, a.clock, on_write=observer.step),
         observer=observer,
+    )
+
+
+def build_backfiller(
+    settings: Settings, adapters: Adapters, *, recipes: Mapping[str, Sequence[Recipe]] | None = None
+) -> Backfiller:
+    """The backfills over ``adapters`` (its backfills, assets, ledger and queue), rolling out
+    ``recipes`` (default: the active ones, :func:`active_recipes`).
+
+    Raises
+    ------
+    ValueError
+        When ``adapters`` carries no assets or backfills adapter.
+    """
+    if adapters.assets is None or adapters.backfills is None:
+        raise ValueError("backfills need the assets and backfills adapters")
+    recipes = dict(recipes) if recipes is not None else active_recipes(settings.active_recipes)
+    requests = JobRequests(settings, ledger=adapters.ledger, queue=adapters.queue, clock=adapters.clock)
+    claims = Claims(settings, ledger=adapters.ledger, recipes=recipes, requests=requests, clock=adapters.clock)
+    return Backfiller(
+        settings,
+        backfills=adapters.backfills,
+        assets=adapters.assets,
+        claims=claims,
+        recipes=recipes,
+        clock=adapters.clock,
     )
 
 
@@ -343,8 +390,10 @@ def status_app(
     from mediajobs.entrypoints.status import make_status_app
 
     clients = clients or ClientFactory.for_settings(settings)
-    assets = assets or DynamoAssets(clients.unit_of_work(), clients.asset_models(settings.assets_table_name))
-    return make_status_app(assets, settings, logger=logger or powertools_logger())
+    uow = clients.unit_of_work()
+    assets = assets or DynamoAssets(uow, clients.asset_models(settings.assets_table_name))
+    backfills = DynamoBackfills(uow, clients.backfill_models(settings.assets_table_name))
+    return make_status_app(assets, settings, backfills=backfills, logger=logger or powertools_logger())
 
 
 # -- The functions as Lambda runs them ------------------------------------------------------
@@ -391,7 +440,8 @@ class OnFirstCall:
 def worker_function(settings: Settings | None = None, *, adapters: Adapters | None = None) -> OnFirstCall:
     """The worker function's handler: an SQS batch goes to the worker's handler, the
     schedule's collection request (:func:`mediajobs.entrypoints.collector.is_collection_request`)
-    to the collection (``adapters``: default :func:`default_adapters`)."""
+    to the collection, its backfill request (:func:`mediajobs.entrypoints.backfill.is_backfill_request`)
+    to the backfills (``adapters``: default :func:`default_adapters`)."""
 
     def build() -> Handler:
         s = settings or Settings.from_env()
@@ -399,9 +449,18 @@ def worker_function(settings: Settings | None = None, *, adapters: Adapters | No
         adapters_ = adapters or default_adapters(s)
         work = worker_entry.make_handler(build_service(s, adapters=adapters_), logger=logger, metrics=metrics)
         collect = collector_entry.make_handler(build_collector(s, adapters_), logger=logger, metrics=metrics)
-        return lambda event, context: (collect if collector_entry.is_collection_request(event) else work)(
-            event, context
+        backfill = OnFirstCall(  # built at the first backfill request: an SQS batch needs none of it
+            lambda: backfill_entry.make_handler(build_backfiller(s, adapters_), logger=logger, metrics=metrics)
         )
+
+        def route(event: Any, context: Any) -> Any:
+            if collector_entry.is_collection_request(event):
+                return collect(event, context)
+            if backfill_entry.is_backfill_request(event):
+                return backfill(event, context)
+            return work(event, context)
+
+        return route
 
     return OnFirstCall(build)
 

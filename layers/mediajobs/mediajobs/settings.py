@@ -47,6 +47,11 @@ _ENV_NAMES: Final = {
     "webhook_timeout_s": "WEBHOOK_TIMEOUT_SECONDS",
     "webhook_attempts": "WEBHOOK_ATTEMPTS",
     "webhook_retry_after_cap_s": "WEBHOOK_RETRY_AFTER_CAP_SECONDS",
+    "backfill_queue_arn": "BACKFILL_QUEUE_ARN",
+    "backfill_rate_per_s": "BACKFILL_RATE_PER_SECOND",
+    "backfill_segments": "BACKFILL_SEGMENTS",
+    "retire_grace_s": "RETIRE_GRACE_SECONDS",
+    "active_recipes": "ACTIVE_RECIPES",
 }
 
 
@@ -145,6 +150,15 @@ class Settings:
     webhook_attempts: POSTs of one notification per invocation (default 5; the event
         source mapping retries the record 3 times after that).
     webhook_retry_after_cap_s: the longest ``Retry-After`` honoured, seconds (default 60).
+    backfill_queue_arn: the backfill lane, where a backfill's job requests go (env
+        ``BACKFILL_QUEUE_ARN``; empty: the jobs queue).
+    backfill_rate_per_s: most jobs a backfill enqueues per second (default 10; the lane's
+        ``MaximumConcurrency`` bounds how many run at once).
+    backfill_segments: parallel scan segments of a new backfill (default 4, at most 64).
+    retire_grace_s: how long the derivatives a backfill's switch retired are kept after
+        it, seconds (default 604,800: a week, so caches and apps holding old URLs drain).
+    active_recipes: the active recipe list as JSON, in ``recipes/active.json``'s shape
+        (empty: that file). The local storm's ``--backfill-at`` deploys its new set so.
     """
 
     jobs_table_name: str = "mediajobs-jobs"
@@ -183,6 +197,11 @@ class Settings:
     webhook_timeout_s: float = 10.0
     webhook_attempts: int = 5
     webhook_retry_after_cap_s: float = 60.0
+    backfill_queue_arn: str = ""
+    backfill_rate_per_s: float = 10.0
+    backfill_segments: int = 4
+    retire_grace_s: int = 604_800
+    active_recipes: str = ""
 
     def __post_init__(self) -> None:
         if not self.originals_prefix.endswith("/") or not self.derivatives_prefix.endswith("/"):
@@ -206,12 +225,18 @@ class Settings:
             "webhook_timeout_s",
             "webhook_attempts",
             "webhook_retry_after_cap_s",
+            "backfill_rate_per_s",
+            "backfill_segments",
         ):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive number, got {value}")
         if self.collect_grace_s < 0:
             raise ValueError(f"collect_grace_s must be 0 or more, got {self.collect_grace_s}")
+        if self.retire_grace_s < 0:
+            raise ValueError(f"retire_grace_s must be 0 or more, got {self.retire_grace_s}")
+        if self.backfill_segments > 64:
+            raise ValueError(f"backfill_segments must be at most 64, got {self.backfill_segments}")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -51,7 +51,9 @@ from mediajobs.domain.assets import (
     asset_id,
     plan_current,
     plan_delete,
+    plan_next,
     plan_record,
+    plan_upgrade,
     reference_id,
 )
 from mediajobs.domain.errors import PermanentFailure, TransientFailure
@@ -72,7 +74,9 @@ class AssetModel(Model):
     ``sequencer`` is stored in :func:`~mediajobs.domain.assets.sequencer_order` form (so a
     string comparison is a numeric one); ``jobs`` is a JSON list of the jobs (recipe,
     job_key, state, reason, detail, manifest_key, outputs as ``OutputRecord.to_json``
-    dicts, progress); ``progress_by_job`` maps a job key to the fraction the heartbeat last
+    dicts, progress); ``next_jobs`` and ``next_grace_s`` are a backfill's ``next`` set
+    (:attr:`~mediajobs.domain.assets.AssetView.next`), absent without one;
+    ``progress_by_job`` maps a job key to the fraction the heartbeat last
     reported (one cheap ``UpdateItem``; it wins over ``jobs``' progress while the job is
     ``processing``). ``revision`` counts every write, progress too: every write but
     progress's is conditional on the revision read, so a write that started from an item
@@ -102,6 +106,8 @@ class AssetModel(Model):
     placeholder = JSONAttribute(null=True)
     updated_at_s = NumberAttribute(default=0)
     revision = NumberAttribute(default=0)
+    next_jobs = JSONAttribute(null=True)
+    next_grace_s = NumberAttribute(null=True)
 
 
 class ReferenceModel(Model):
@@ -129,6 +135,7 @@ class CandidateModel(Model):
     job_key = UnicodeAttribute()
     released_by = UnicodeAttribute()
     released_at_s = NumberAttribute()
+    not_before_s = NumberAttribute(null=True)
 
 
 class AssetModels(NamedTuple):
@@ -166,6 +173,10 @@ def candidate_sk(job_key: str, released_by: str) -> str:
 
 
 # -- Items <-> views ---------------------------------------------------------------------
+
+
+def _candidate(row: CandidateModel) -> Candidate:
+    return Candidate(row.job_key, row.released_by, int(row.released_at_s), int(row.not_before_s or 0))
 
 
 def _job_json(job: AssetJob) -> dict[str, Any]:
@@ -218,6 +229,8 @@ def _view(item: AssetModel) -> AssetView:
         detail=item.detail or "",
         placeholder=item.placeholder,
         updated_at_s=int(item.updated_at_s or 0),
+        next=tuple(_job_of(j, {}) for j in item.next_jobs or ()),
+        next_grace_s=int(item.next_grace_s or 0),
     )
 
 
@@ -252,6 +265,8 @@ def _item(model: type[AssetModel], view: AssetView, revision: int) -> AssetModel
         placeholder=dict(view.placeholder) if view.placeholder is not None else None,
         updated_at_s=view.updated_at_s,
         revision=revision,
+        next_jobs=[_job_json(j) for j in view.next] or None,
+        next_grace_s=view.next_grace_s or None,
     )
 
 
@@ -366,7 +381,7 @@ class DynamoAssets:
                 limit=limit - len(found),
                 what="candidates query",
             )
-            found.extend(Candidate(r.job_key, r.released_by, int(r.released_at_s)) for r in rows)
+            found.extend(_candidate(r) for r in rows)
         return found
 
     def candidates_of(self, job_key: str) -> list[Candidate]:
@@ -382,7 +397,7 @@ class DynamoAssets:
         rows = self._uow.query(
             model, candidate_pk(job_key), model.sk.startswith(f"{job_key}#"), what="candidates query"
         )
-        return [Candidate(r.job_key, r.released_by, int(r.released_at_s)) for r in rows]
+        return [_candidate(r) for r in rows]
 
     def drop_candidate(self, candidate: Candidate) -> None:
         """Delete the candidate if its ``released_at_s`` is still the one given (a newer
@@ -434,6 +449,7 @@ class DynamoAssets:
                 job_key=c.job_key,
                 released_by=c.released_by,
                 released_at_s=c.released_at_s,
+                not_before_s=c.not_before_s or None,
             )
             tx.put(row)
         cand = models.candidate
@@ -536,11 +552,93 @@ class DynamoAssets:
             planned = plan_record(read.view, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
             if planned is None:
                 return None, False
-            view, failed = planned
-            self._commit(read, AssetChange(view), "asset record", failed=failed, now_s=now_s)
-            return view, True
+            change, failed = planned
+            self._commit(read, change, "asset record", failed=failed, now_s=now_s)
+            return change.view, True
 
         return self._rounds("asset record", bucket, key, attempt)
+
+    def upgrade(
+        self, bucket: str, key: str, sequencer: str, wanted: Sequence[AssetJob], *, now_s: int, grace_s: int
+    ) -> AssetView | None:
+        """Give the version of ``sequencer`` a backfill's recipe set, whose jobs are
+        ``wanted`` (:func:`~mediajobs.domain.assets.plan_upgrade`): one transaction
+        conditional on the asset read, with the reference rows of the jobs it lacks (and,
+        when every one is done already, the switch). Returns the asset as stored, or
+        ``None`` when nothing was written (not current, deleted, or on that set already).
+
+        Raises
+        ------
+        TransientFailure
+            As :meth:`make_current`.
+        """
+
+        def attempt(read: _Read) -> tuple[AssetView | None, bool]:
+            change = plan_upgrade(read.view, sequencer, wanted, now_s=now_s, grace_s=grace_s)
+            if change is None:
+                return None, False
+            self._commit(read, change, "asset upgrade", now_s=now_s)
+            return change.view, True
+
+        return self._rounds("asset upgrade", bucket, key, attempt)
+
+    def record_next(self, bucket: str, key: str, jobs: Sequence[AssetJob], *, now_s: int) -> AssetView | None:
+        """Record the ends of jobs of the asset's ``next`` set, switching to it when whole
+        (:func:`~mediajobs.domain.assets.plan_next`), conditional on the asset read.
+        Returns the asset as stored, or ``None`` when nothing was written.
+
+        Raises
+        ------
+        TransientFailure
+            As :meth:`make_current`.
+        """
+
+        def attempt(read: _Read) -> tuple[AssetView | None, bool]:
+            change = plan_next(read.view, jobs, now_s=now_s)
+            if change is None:
+                return None, False
+            self._commit(read, change, "asset next", now_s=now_s)
+            return change.view, True
+
+        return self._rounds("asset next", bucket, key, attempt)
+
+    def referrers(self, job_key: str) -> list[tuple[str, str]]:
+        """The (bucket, key) of every asset with a reference row under ``job_key``: one
+        strongly consistent ``Query``, every page.
+
+        Raises
+        ------
+        TransientFailure
+            The query failed.
+        """
+        model = self._models.reference
+        rows = self._uow.query(model, reference_pk(job_key), model.sk.startswith("ref#"), what="referrers")
+        return [(r.bucket, r.object_key) for r in rows]
+
+    def scan(
+        self, segment: int, segments: int, cursor: Mapping[str, Any] | None, *, limit: int
+    ) -> tuple[list[AssetView], Mapping[str, Any] | None]:
+        """One page of a parallel scan of the asset items: segment ``segment`` of
+        ``segments`` (DynamoDB developer guide, "Parallel scan"), from ``cursor`` (the
+        ``LastEvaluatedKey`` the previous page ended at; ``None``: the segment's start), at
+        most ``limit`` assets (reference rows, candidates and backfill items are filtered
+        out by DynamoDB). Eventually consistent.
+
+        Returns
+        -------
+        (assets, cursor)
+            The cursor to go on from, ``None`` at the segment's end.
+
+        Raises
+        ------
+        TransientFailure
+            The scan failed.
+        """
+        model = self._models.asset
+        items, last = self._uow.scan_page(
+            model, segment, segments, cursor, limit=limit, filter_condition=model.sk == ASSET_SK, what="assets scan"
+        )
+        return [_view(item) for item in items], last
 
     def progress(self, bucket: str, key: str, sequencer: str, job_key: str, fraction: float, *, now_s: int) -> None:
         """Set a job's progress: one ``UpdateItem`` of ``progress_by_job.<job key>``,

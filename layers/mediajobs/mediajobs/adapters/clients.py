@@ -19,6 +19,14 @@ import boto3
 from pynamodb.models import Model
 
 from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, ReferenceModel
+from mediajobs.adapters.backfills import (
+    BackfillModel,
+    BackfillModels,
+    ChangeModel,
+    LaterModel,
+    MarkModel,
+    SegmentModel,
+)
 from mediajobs.adapters.dynamo import RETRY, Endpoint, RetryConfig, UnitOfWork, bind
 from mediajobs.adapters.outbox import OutboxModel, outbox_put
 from mediajobs.adapters.sessions import SESSIONS
@@ -81,6 +89,16 @@ class ClientFactory:
             self.model(AssetModel, table_name),
             self.model(ReferenceModel, table_name),
             self.model(CandidateModel, table_name),
+        )
+
+    def backfill_models(self, table_name: str) -> BackfillModels:
+        """The backfills' models (they live in the assets table)."""
+        return BackfillModels(
+            self.model(BackfillModel, table_name),
+            self.model(ChangeModel, table_name),
+            self.model(SegmentModel, table_name),
+            self.model(MarkModel, table_name),
+            self.model(LaterModel, table_name),
         )
 
     def unit_of_work(

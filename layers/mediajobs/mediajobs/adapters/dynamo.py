@@ -394,6 +394,42 @@ class UnitOfWork:
         except PynamoDBException as exc:
             raise failure(exc, what, model, _keys_of(model, hash_key, None)) from exc
 
+    def scan_page(
+        self,
+        model: type[M],
+        segment: int,
+        segments: int,
+        cursor: Mapping[str, Any] | None,
+        *,
+        limit: int,
+        filter_condition: Condition | None = None,
+        what: str = "scan",
+    ) -> tuple[list[M], Mapping[str, Any] | None]:
+        """Up to ``limit`` items of segment ``segment`` of a ``segments``-way parallel
+        ``Scan`` (eventually consistent; DynamoDB developer guide, "Parallel scan"),
+        starting after ``cursor``; with the cursor to go on from (``None``: the segment's
+        end). When ``limit`` items come before a page's end, the cursor is the last item's
+        key (PynamoDB's ``ResultIterator.last_evaluated_key``), so nothing is skipped.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As :func:`failure`.
+        """
+        try:
+            rows = model.scan(
+                filter_condition=filter_condition,
+                segment=segment,
+                total_segments=segments,
+                last_evaluated_key=dict(cursor) if cursor is not None else None,
+                limit=limit,
+                page_size=limit,
+            )
+            items = list(rows)
+            return items, rows.last_evaluated_key
+        except PynamoDBException as exc:
+            raise failure(exc, what, model, {}) from exc
+
     def count(
         self, model: type[Model], hash_key: Any, range_key_condition: Condition | None = None, *, what: str = "count"
     ) -> int:

@@ -42,6 +42,15 @@ DISPATCH_METRICS: Final[Mapping[str, str]] = {
 }
 
 
+#: The backfill's metrics, by the status document's field they publish.
+BACKFILL_METRICS: Final = {
+    "remaining": "BackfillRemaining",
+    "done": "BackfillDone",
+    "reused": "BackfillReused",
+    "failed": "BackfillFailed",
+}
+
+
 class FunctionMetrics:
     """One function's metrics.
 
@@ -115,3 +124,10 @@ class FunctionMetrics:
         """A collection run's report (:class:`~mediajobs.service_layer.collection.CollectionReport`)."""
         for field, name in COLLECTION_METRICS.items():
             self._count(name, counts[field])
+
+    def backfill(self, status: Mapping[str, Any]) -> None:
+        """A running backfill's place (:func:`~mediajobs.domain.backfill.document`): its
+        ``BackfillRemaining``, ``BackfillDone``, ``BackfillReused`` and ``BackfillFailed``
+        jobs, as gauges the dashboard draws (the latest value is the state)."""
+        for field, name in BACKFILL_METRICS.items():
+            self._count(name, float(status[field]))

@@ -196,6 +196,11 @@ class AssetView:
     placeholder: the placeholder recipe's decisions (``{"placeholder": "thumbhash", ...}``)
         once its job is done.
     updated_at_s: Unix time, seconds, of the last change.
+    next: the jobs of the recipe set a backfill rolls out to this version (empty when
+        none): they render while ``jobs`` keep serving, and replace them once every one is
+        done (:func:`plan_upgrade`, ``docs/backfill.md``).
+    next_grace_s: seconds the jobs ``next`` replaces are kept after the switch
+        (``RETIRE_GRACE_SECONDS`` when the backfill reached the asset).
     """
 
     bucket: str
@@ -209,13 +214,21 @@ class AssetView:
     detail: str = ""
     placeholder: Mapping[str, Any] | None = None
     updated_at_s: int = 0
+    next: tuple[AssetJob, ...] = ()
+    next_grace_s: int = 0
 
     @property
     def job_keys(self) -> frozenset[str]:
-        """The job keys this asset references (none once ``deleted``)."""
+        """The job keys this asset references: its serving jobs' and its ``next`` ones'
+        (none once ``deleted``)."""
         if self.state == AssetState.DELETED:
             return frozenset()
-        return frozenset(job.job_key for job in self.jobs)
+        return frozenset(job.job_key for job in (*self.jobs, *self.next))
+
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        """The recipe references of the serving jobs (``web-image@1`` ...), in order."""
+        return tuple(job.recipe for job in self.jobs)
 
 
 def summarize(jobs: Sequence[AssetJob]) -> tuple[AssetState, str | None, str]:
@@ -370,11 +383,15 @@ class Candidate:
         an item on the upload path).
     released_at_s: Unix time, seconds; the job is collected no earlier than the grace
         period after it.
+    not_before_s: Unix time, seconds, before which the job is never collected, whatever
+        the grace (0: none). A job a backfill retired is kept ``RETIRE_GRACE_SECONDS``
+        after the switch, the collection's grace being shorter.
     """
 
     job_key: str
     released_by: str
     released_at_s: int
+    not_before_s: int = 0
 
 
 #: ``released_by`` of a candidate written for a failed job's manifest-less prefix.
@@ -394,10 +411,14 @@ def status_document(view: AssetView) -> dict[str, Any]:
          "sha256": str|None, "media": str|None, "placeholder": {...}|None,
          "updated_at_s": int,
          "recipes": {"web-image@1": {"job_key": str, "state": str, "reason": str|None,
-                     "progress": float|None, "manifest_key": str|None,
-                     "outputs": [{"key", "format", "width", "height", "bytes"}]}}}
+                     "progress": float|None, "manifest_key": str|None, "serving": bool,
+                     "outputs": [{"key", "format", "width", "height", "bytes"}]}},
+         "next_recipes": [str]}
 
-    ``sequencer`` is given without its padding zeros.
+    ``sequencer`` is given without its padding zeros. While a backfill rolls a new recipe
+    set out to the asset, ``recipes`` holds both sets: the serving jobs (``"serving":
+    true``, what the app shows) and the new set's others (``"serving": false``, with their
+    states); ``next_recipes`` lists the new set (empty otherwise).
     """
     version = view.version
     return {
@@ -423,14 +444,22 @@ def status_document(view: AssetView) -> dict[str, Any]:
                 "reason": job.reason,
                 "progress": job.progress,
                 "manifest_key": job.manifest_key,
+                "serving": serving,
                 "outputs": [
                     {"key": o.key, "format": o.format, "width": o.width, "height": o.height, "bytes": o.bytes}
                     for o in job.outputs
                 ],
             }
-            for job in view.jobs
+            for job, serving in _listed(view)
         },
+        "next_recipes": [job.recipe for job in view.next],
     }
+
+
+def _listed(view: AssetView) -> list[tuple[AssetJob, bool]]:
+    """The jobs a status document lists: the serving ones, then the ``next`` set's others."""
+    serving = {job.recipe for job in view.jobs}
+    return [(job, True) for job in view.jobs] + [(job, False) for job in view.next if job.recipe not in serving]
 
 
 @dataclass(frozen=True)
@@ -476,9 +505,11 @@ class AssetChange:
     candidates: tuple[Candidate, ...] = ()
 
 
-def _released(bucket: str, key: str, job_keys: frozenset[str], now_s: int) -> tuple[Candidate, ...]:
+def _released(
+    bucket: str, key: str, job_keys: frozenset[str], now_s: int, not_before_s: int = 0
+) -> tuple[Candidate, ...]:
     by = reference_id(bucket, key)
-    return tuple(Candidate(job_key, by, now_s) for job_key in sorted(job_keys))
+    return tuple(Candidate(job_key, by, now_s, not_before_s) for job_key in sorted(job_keys))
 
 
 def plan_current(
@@ -542,13 +573,96 @@ def plan_record(
     now_s: int,
     failure: tuple[str, str] | None = None,
     placeholder: Mapping[str, Any] | None = None,
-) -> tuple[AssetView, tuple[str, ...]] | None:
+) -> tuple[AssetChange, tuple[str, ...]] | None:
     """What recording job states writes: the asset with ``jobs`` merged forward only
-    and its state summarised (never moving back), and the job keys that get a ``failed``
-    candidate (failed ``attempts_exhausted`` or ``output_conflict``); ``None`` when
-    ``sequencer`` is not the current one or the asset is deleted. Pure."""
+    and its state summarised (never moving back), the same states merged into its ``next``
+    set (a job both sets share), which is switched to when that makes it whole
+    (:func:`promoted`), and the job keys that get a ``failed`` candidate (failed
+    ``attempts_exhausted`` or ``output_conflict``); ``None`` when ``sequencer`` is not the
+    current one or the asset is deleted. Pure."""
     new = recorded(old, sequencer, jobs, now_s=now_s, failure=failure, placeholder=placeholder)
     if new is None:
         return None
-    failed = tuple(j.job_key for j in new.jobs if j.state == AssetJobState.FAILED and j.reason in MANIFESTLESS)
-    return new, failed
+    change = AssetChange(new)
+    if new.next:
+        change = promoted(replace(new, next=merge_jobs(new.next, jobs)), now_s=now_s)
+    failed = tuple(j.job_key for j in change.view.jobs if j.state == AssetJobState.FAILED and j.reason in MANIFESTLESS)
+    return change, failed
+
+
+# -- A backfill's rollout of a new recipe set (docs/backfill.md) ---------------------------
+
+
+def _forward(a: AssetJob, b: AssetJob) -> AssetJob:
+    """The further of two states of one job (``b`` when equal)."""
+    return b if job_may_move(a.state, b.state) else a
+
+
+def promoted(view: AssetView, *, now_s: int) -> AssetChange:
+    """``view`` written, switched to its ``next`` set when every job of it is ``done``:
+    the ``next`` jobs become the serving ones, the state is theirs (:func:`summarize`),
+    and the jobs only the old set used lose this asset's reference, each with a candidate
+    not collected before ``view.next_grace_s`` from now. Otherwise ``view`` as it is. The
+    switch is one write of the asset: a reader sees the old set ready, or the new one,
+    never neither. Pure."""
+    if not view.next or not all(job.state == AssetJobState.DONE for job in view.next):
+        return AssetChange(view)
+    jobs = view.next
+    state, reason, detail = summarize(jobs)
+    new = replace(view, jobs=jobs, next=(), next_grace_s=0, state=state, reason=reason, detail=detail)
+    retired = frozenset(j.job_key for j in view.jobs) - frozenset(j.job_key for j in jobs)
+    hold = now_s + view.next_grace_s
+    return AssetChange(new, drop=retired, candidates=_released(view.bucket, view.key, retired, now_s, hold))
+
+
+def plan_upgrade(
+    old: AssetView | None, sequencer: str, wanted: Sequence[AssetJob], *, now_s: int, grace_s: int
+) -> AssetChange | None:
+    """What a backfill writes to give the version of ``sequencer`` the recipe set whose
+    jobs are ``wanted`` (in the set's order, each in the state the ledger has it). Pure.
+
+    * ``None`` (nothing to write) when the version is no longer current, the asset is
+      deleted, its serving jobs are that set already, or its ``next`` set is, with nothing
+      new to merge.
+    * Otherwise ``wanted`` becomes the asset's ``next`` set: a job the serving set shares
+      keeps its further state, a job it lacks gets this asset's reference row (``add``: the
+      collection never takes a job an asset waits for), and a different ``next`` set left
+      by an earlier backfill is dropped (its jobs' references, with candidates). The
+      serving jobs keep serving; when every ``next`` job is already done the switch
+      happens in this same write (:func:`promoted`), and the retired jobs are kept
+      ``grace_s`` seconds.
+    """
+    if old is None or old.state == AssetState.DELETED or old.version.sequencer != sequencer:
+        return None
+    keys = [job.job_key for job in wanted]
+    if not keys or keys == [job.job_key for job in old.jobs]:
+        return None
+    serving = {job.job_key: job for job in old.jobs}
+    if keys == [job.job_key for job in old.next]:
+        merged = merge_jobs(old.next, wanted)
+        if merged == old.next:
+            return None
+        return promoted(replace(old, next=merged, updated_at_s=now_s), now_s=now_s)
+    next_jobs = tuple(_forward(serving[j.job_key], j) if j.job_key in serving else j for j in wanted)
+    new = replace(old, next=next_jobs, next_grace_s=grace_s, updated_at_s=now_s)
+    stale = frozenset(j.job_key for j in old.next) - frozenset(keys) - frozenset(serving)
+    change = promoted(new, now_s=now_s)
+    return replace(
+        change,
+        add=change.add | (frozenset(keys) - old.job_keys),
+        drop=change.drop | stale,
+        candidates=change.candidates + _released(old.bucket, old.key, stale, now_s),
+    )
+
+
+def plan_next(old: AssetView | None, jobs: Sequence[AssetJob], *, now_s: int) -> AssetChange | None:
+    """What recording the end of jobs of an asset's ``next`` set writes (a backfill's job
+    ended elsewhere): ``jobs`` merged forward into ``next``, switched to when whole
+    (:func:`promoted`); ``None`` when the asset is deleted or its ``next`` set has none of
+    them, or nothing moves. Pure."""
+    if old is None or old.state == AssetState.DELETED or not old.next:
+        return None
+    merged = merge_jobs(old.next, jobs)
+    if merged == old.next:
+        return None
+    return promoted(replace(old, next=merged, updated_at_s=now_s), now_s=now_s)

@@ -160,7 +160,8 @@ def notification_for(old: AssetView | None, new: AssetView) -> Notification | No
     """The notification a write from ``old`` to ``new`` owes, or ``None``. Pure.
 
     Owed when ``new`` is ``ready``, ``failed`` or ``deleted`` and ``old`` was not already
-    in that state for the same version (:func:`~mediajobs.domain.assets.same_version`:
+    in that state for the same version (``ready`` with the same recipe set: a backfill's
+    switch to a new set is told again, under another id) (:func:`~mediajobs.domain.assets.same_version`:
     a later event naming the same version moves only its sequencer, and tells nothing
     new): a duplicate write of a transition owes nothing more (and, written anyway, would
     carry the same id). A ``deleted`` asset nothing was ever told of (an unknown key's
@@ -169,7 +170,12 @@ def notification_for(old: AssetView | None, new: AssetView) -> Notification | No
     kind = _OF_STATE.get(new.state)
     if kind is None:
         return None
-    if old is not None and old.state == new.state and same_version(old.version, new.version):
+    if (
+        old is not None
+        and old.state == new.state
+        and same_version(old.version, new.version)
+        and (new.state != AssetState.READY or old.recipes == new.recipes)
+    ):
         return None
     if kind is NotificationType.DELETED and (old is None or old.state == AssetState.DELETED):
         return None

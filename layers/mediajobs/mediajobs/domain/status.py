@@ -1,5 +1,6 @@
 """What the status function answers: a status code and a JSON body for the ``key`` values of
-a ``GET /assets`` query. Pure (the entry point: :mod:`mediajobs.entrypoints.status`).
+a ``GET /assets`` query (and for ``GET /backfills/<id>``: :func:`backfill_answer`). Pure
+(the entry point: :mod:`mediajobs.entrypoints.status`).
 
 ============  ===========================================================================
 status        when
@@ -24,6 +25,7 @@ from http import HTTPStatus
 from typing import Any, Final
 
 from mediajobs.domain.assets import AssetView, status_document
+from mediajobs.domain.backfill import BACKFILL_ID, Backfill, document
 from mediajobs.domain.keys import is_original_key
 
 #: Longest S3 object key, bytes of its UTF-8 ("Naming Amazon S3 objects", S3 user guide).
@@ -67,3 +69,23 @@ def answer(
     if view is None:
         return HTTPStatus.NOT_FOUND, {"message": "no asset for this key", "key": key}
     return HTTPStatus.OK, status_document(view)
+
+
+#: The id ``GET /backfills/latest`` names: the latest backfill, whatever its id.
+LATEST: Final = "latest"
+
+
+def backfill_answer(
+    backfill_id: str, get: Callable[[str | None], Backfill | None], *, now_s: float
+) -> tuple[int, dict[str, Any]]:
+    """The status code and JSON body of ``GET /backfills/<id>``: 200 and
+    :func:`~mediajobs.domain.backfill.document`; 400 for an id that is neither a backfill
+    id (``bf-<12 hex>-<n>``) nor ``latest`` (nothing is read); 404 when there is no such
+    backfill (or none at all, for ``latest``). ``get`` reads one (``None``: the latest)."""
+    if backfill_id != LATEST and not BACKFILL_ID.fullmatch(backfill_id):
+        message = "not a backfill id: bf-<12 hex>-<n>, or latest"
+        return HTTPStatus.BAD_REQUEST, {"message": message, "id": backfill_id[:80]}
+    found = get(None if backfill_id == LATEST else backfill_id)
+    if found is None:
+        return HTTPStatus.NOT_FOUND, {"message": "no such backfill", "id": backfill_id}
+    return HTTPStatus.OK, document(found, now_s=now_s)

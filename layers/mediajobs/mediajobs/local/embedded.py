@@ -339,6 +339,10 @@ class EmbeddedAws:
         dlq_url, dlq_arn = queue(cfn.DLQ_ID, names.dlq)
         events_dlq_url, events_dlq_arn = queue(cfn.EVENTS_DLQ_ID, names.events_dlq)
         queue_url, queue_arn = queue(cfn.QUEUE_ID, names.queue)
+        backfill_url = backfill_arn = backfill_dlq_url = ""
+        if cfn.BACKFILL_QUEUE_ID in self.template.get("Resources", {}):  # the backfill lane
+            backfill_dlq_url, _ = queue(cfn.BACKFILL_DLQ_ID, names.backfill_dlq)
+            backfill_url, backfill_arn = queue(cfn.BACKFILL_QUEUE_ID, names.backfill_queue)
 
         # Bucket, with EventBridge notifications when the template turns them on.
         bucket_props = self._resource(cfn.BUCKET_ID).get("Properties", {})
@@ -403,6 +407,9 @@ class EmbeddedAws:
             notification_bus_name=names.bus,
             notification_failures_queue_url=failures_url,
             notifications_seen_queue_url=seen_url,
+            backfill_queue_url=backfill_url,
+            backfill_queue_arn=backfill_arn,
+            backfill_dlq_url=backfill_dlq_url,
             function_env=function.env,
             batch_size=function.batch_size,
             timeout_s=function.timeout_s,

@@ -18,6 +18,7 @@ import boto3
 from pynamodb.models import Model
 
 from mediajobs.adapters.assets import AssetModels, DynamoAssets
+from mediajobs.adapters.backfills import DynamoBackfills
 from mediajobs.adapters.clients import ClientFactory
 from mediajobs.adapters.ledger import DynamoLedger, JobModel
 from mediajobs.adapters.outbox import OutboxModel
@@ -82,6 +83,8 @@ class ResourceNames:
     queue: str
     dlq: str
     events_dlq: str
+    backfill_queue: str
+    backfill_dlq: str
     bus: str
     failures_queue: str
     seen_queue: str
@@ -99,6 +102,8 @@ _NAME_SUFFIXES: Final = {
     "queue": "jobs",
     "dlq": "dlq",
     "events_dlq": "events-dlq",
+    "backfill_queue": "backfill",
+    "backfill_dlq": "backfill-dlq",
     "bus": "notifications",
     "failures_queue": "notification-failures",
     "seen_queue": "notifications-seen",
@@ -129,6 +134,8 @@ class LocalStack:
     bucket: bucket name; rule_name: EventBridge rule.
     queue_url, queue_arn, dlq_url, dlq_arn: the jobs queue and its dead-letter queue.
     events_dlq_url, events_dlq_arn: the rule's dead-letter queue (events it could not deliver).
+    backfill_queue_url, backfill_queue_arn, backfill_dlq_url: the backfill lane and its
+        dead-letter queue (empty when the template declares none).
     table_name: jobs table; sources_table_name: the source index; assets_table_name:
         the assets, references and collection candidates; outbox_table_name: the
         notifications owed (its stream feeds the dispatcher).
@@ -169,6 +176,9 @@ class LocalStack:
     notification_bus_name: str = ""
     notification_failures_queue_url: str = ""
     notifications_seen_queue_url: str = ""
+    backfill_queue_url: str = ""
+    backfill_queue_arn: str = ""
+    backfill_dlq_url: str = ""
     worker_env: dict[str, str] = field(default_factory=dict)
     function_envs: dict[str, dict[str, str]] = field(default_factory=dict)
     region: str = REGION
@@ -225,6 +235,11 @@ class LocalStack:
         clients = self.clients()
         uow = clients.unit_of_work(self.outbox_table_name if writer else None, sleep=sleep)
         return DynamoAssets(uow, clients.asset_models(self.assets_table_name))
+
+    def backfills(self) -> DynamoBackfills:
+        """The backfills of this stack (in its assets table)."""
+        clients = self.clients()
+        return DynamoBackfills(clients.unit_of_work(), clients.backfill_models(self.assets_table_name))
 
     def ledger(self, *, max_attempts: int = 4) -> DynamoLedger:
         """The job ledger of this stack."""

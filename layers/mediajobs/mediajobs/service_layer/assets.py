@@ -159,6 +159,24 @@ class AssetKeeper:
         """The clock, whole Unix seconds."""
         return int(self._clock())
 
+    def rolled(self, result: JobResult) -> None:
+        """Record a job ended by a job request (no asset's delivery) in the ``next`` set of
+        every asset referencing it (:meth:`~mediajobs.service_layer.ports.Assets.record_next`):
+        an asset a backfill gave the job switches to its new set when this was the last
+        one. A job no ``next`` set holds writes nothing (one ``Query`` of its references).
+
+        Raises
+        ------
+        TransientFailure
+            As the port's (the request is redelivered and tells again).
+        """
+        if self.assets is None or result.state not in (JobState.DONE, JobState.PERMANENT_FAILURE):
+            return
+        entry = _finished(result)
+        for bucket, key in self.assets.referrers(result.job_key):
+            if self.assets.record_next(bucket, key, [entry], now_s=self.now_s()) is not None:
+                self.on_write("asset_recorded", asset_id(bucket, key))
+
 
 class KeptAsset:
     """One ``Object Created`` event's asset, as far as this delivery knows it.

@@ -400,6 +400,14 @@ class Claims:
         """Request ``jobs`` (no S3 event causes them): :meth:`JobRequests.request`."""
         return self._requests.request([job.spec for job in jobs], delivery)
 
+    def lane(self, jobs: Sequence[PlannedJob], queue_arn: str) -> dict[str, JobView]:
+        """Request ``jobs`` on a backfill's lane: :meth:`JobRequests.lane`."""
+        return self._requests.lane([job.spec for job in jobs], queue_arn)
+
+    def find(self, job_keys: Sequence[str]) -> Mapping[str, JobView]:
+        """The rows of ``job_keys`` that exist (strongly consistent)."""
+        return self._ledger.find(list(job_keys))
+
     def tell(self, row: JobView, delivery: Delivery | None) -> None:
         """Tell the jobs still waiting for ``row`` (an ended job) again: a teller that died
         half-way is finished."""

@@ -5,8 +5,10 @@ One run (:meth:`Collector.run`) looks at a bounded batch of candidates
 to a job, or when a job fails leaving outputs without a manifest) and follows the
 protocol of docs/assets.md, "Collection", in its order:
 
-1. A candidate younger than the grace period waits. So does an older one whose job has
-   a younger candidate too (released again since: the grace runs from its last release),
+1. A candidate younger than the grace period waits, as does one held past it (a job a
+   backfill's switch retired is kept ``RETIRE_GRACE_SECONDS``: its ``not_before_s``). So
+   does an older one whose job has a younger candidate too (released again since: the
+   grace runs from its last release),
    as far as one bounded page of the newest candidates shows (the ``Assets`` port has no
    query by job).
 2. A job still referenced (a re-upload of the same bytes revived it) keeps its
@@ -156,7 +158,7 @@ class Collector:
         young = set()
         for job_key in by_job:
             by_job[job_key] = self._assets.candidates_of(job_key)
-            if any(c.released_at_s > now_s - grace_s for c in by_job[job_key]):
+            if any(c.released_at_s > now_s - grace_s or c.not_before_s > now_s for c in by_job[job_key]):
                 young.add(job_key)
         report.waiting = len(young)
         ready = [job_key for job_key in by_job if job_key not in young]

@@ -300,6 +300,7 @@ class Pipeline:
                 return self._told(work)
             ended = self._runner.run(job, claim, source, delivery, work, None, {})
         self._claims.ended(ended, delivery, frozenset())
+        self._assets.rolled(ended)  # assets a backfill gave the job switch when it was their last
         state = SourceState.DONE if ended.state == JobState.DONE else SourceState.PERMANENT_FAILURE
         result = SourceResult(source, state, sha256=spec.input_sha256, jobs=[ended], reason=ended.reason)
         return self._told(result)

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from mediajobs.domain.assets import AssetJob, AssetVersion, AssetView, Candidate
+from mediajobs.domain.backfill import Backfill, BackfillState
 from mediajobs.domain.jobs import (
     Claim,
     Delivery,
@@ -288,6 +289,106 @@ class Assets(Protocol):
     def drop_candidate(self, candidate: Candidate) -> None:
         """Delete one candidate (conditional on its ``released_at_s``: a newer release of
         the same job by the same asset stays)."""
+        ...
+
+    def upgrade(
+        self, bucket: str, key: str, sequencer: str, wanted: Sequence[AssetJob], *, now_s: int, grace_s: int
+    ) -> AssetView | None:
+        """Give the version of ``sequencer`` a backfill's recipe set (its jobs ``wanted``,
+        in the states the ledger has them): :func:`~mediajobs.domain.assets.plan_upgrade`,
+        one transaction with the reference rows of the jobs it lacks. Returns the asset
+        as stored, or ``None`` when nothing was written."""
+        ...
+
+    def record_next(self, bucket: str, key: str, jobs: Sequence[AssetJob], *, now_s: int) -> AssetView | None:
+        """Record job ends in the asset's ``next`` set, switching to it when whole
+        (:func:`~mediajobs.domain.assets.plan_next`). Returns the asset as stored, or
+        ``None`` when nothing was written."""
+        ...
+
+    def referrers(self, job_key: str) -> list[tuple[str, str]]:
+        """The (bucket, key) of every asset referencing ``job_key`` (strongly consistent)."""
+        ...
+
+    def scan(
+        self, segment: int, segments: int, cursor: Mapping[str, Any] | None, *, limit: int
+    ) -> tuple[list[AssetView], Mapping[str, Any] | None]:
+        """One page (at most ``limit`` assets) of segment ``segment`` of a parallel scan of
+        the assets from ``cursor`` (``None``: the start); the cursor to go on from, ``None``
+        at the segment's end."""
+        ...
+
+
+class Backfills(Protocol):
+    """Where backfills, their scan cursors and their counts are kept (see
+    :class:`mediajobs.adapters.backfills.DynamoBackfills`). Every count is written with
+    what it counts, conditionally, so each job and each page is counted once."""
+
+    def get(self, backfill_id: str) -> Backfill | None:
+        """The backfill, or ``None``."""
+        ...
+
+    def of_change(self, change: str) -> Backfill | None:
+        """The latest backfill of ``change``, or ``None``."""
+        ...
+
+    def all(self) -> list[Backfill]:
+        """Every backfill, oldest first."""
+        ...
+
+    def cursor(self, backfill_id: str, segment: int) -> tuple[Mapping[str, Any] | None, bool]:
+        """A segment's cursor and whether its scan ended."""
+        ...
+
+    def later(self, backfill_id: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` assets (bucket, key) to look at again."""
+        ...
+
+    def enqueued(self, backfill_id: str, limit: int) -> list[str]:
+        """Up to ``limit`` job keys counted ``enqueued`` and not ended."""
+        ...
+
+    def counted(self, backfill_id: str, job_key: str) -> bool:
+        """Whether the job was counted."""
+        ...
+
+    def create(self, backfill: Backfill, *, after: int) -> bool:
+        """Store a new backfill as its change's, if the change's generation is ``after``."""
+        ...
+
+    def move(self, backfill_id: str, to: BackfillState, *, now_s: int) -> Backfill | None:
+        """Move the state (:data:`~mediajobs.domain.backfill.MOVES`); the backfill after, or
+        ``None`` when the move is not allowed."""
+        ...
+
+    def advance(
+        self,
+        backfill_id: str,
+        segment: int,
+        old: Mapping[str, Any] | None,
+        new: Mapping[str, Any] | None,
+        *,
+        scanned: int,
+        now_s: int,
+    ) -> bool:
+        """Move a segment's cursor from ``old`` to ``new`` counting ``scanned`` assets;
+        ``False`` when it was moved already."""
+        ...
+
+    def count(self, backfill_id: str, job_key: str, state: str, *, now_s: int) -> bool:
+        """Count a job once, ``enqueued`` or ``reused``; ``False`` when counted already."""
+        ...
+
+    def end(self, backfill_id: str, job_key: str, state: str, *, now_s: int) -> bool:
+        """Count an ``enqueued`` job's end once, ``done`` or ``failed``."""
+        ...
+
+    def keep_for_later(self, backfill_id: str, bucket: str, key: str) -> bool:
+        """Note an asset to look at again (once)."""
+        ...
+
+    def looked_again(self, backfill_id: str, bucket: str, key: str) -> bool:
+        """Drop an asset from those to look at again (once)."""
         ...
 
 

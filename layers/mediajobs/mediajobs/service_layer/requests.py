@@ -244,6 +244,30 @@ class JobRequests:
         failed = self._ledger.input_failed(waiter, ended.job_key, ended.failure_reason, ended.failure_detail, now_s=now)
         return self._ledger.get(waiter), failed
 
+    def lane(self, specs: Sequence[JobSpec], queue_arn: str) -> dict[str, JobView]:
+        """Request ``specs`` on the queue ``queue_arn`` (a backfill's lane): each written
+        unless it is (``requested``, or ``waiting`` for its inputs not done), and a job
+        request sent for each not ``done`` -- whoever wrote its row: a job an upload claimed
+        first ends on its own delivery, and this request then finds it done and tells the
+        assets waiting for it (:meth:`~mediajobs.service_layer.pipeline.Pipeline.run_request`).
+        A ``waiting`` job is sent none: its last input requests it. Returns the rows.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the ledger's; ``TransientFailure`` too when SQS refused a request.
+        """
+        views = dict(self._ledger.find([spec.job_key for spec in specs]))
+        for spec in specs:
+            row = self._written(spec, views, {})
+            if row is None:
+                continue
+            views[spec.job_key] = row
+            if row.state not in (JobState.DONE, JobState.WAITING) and self._queue is not None:
+                self._queue.resend(queue_arn, request_body(spec.job_key), 0)
+                log.info("job requested on the lane", extra={"job_key": spec.job_key})
+        return views
+
     def request_one(self, job_key: str, delivery: Delivery | None = None) -> bool:
         """Send the job request of ``job_key`` to the jobs queue (the settings' ``jobs_queue_arn``,
         else the queue ``delivery`` came from). Returns whether it was sent: ``False`` when

@@ -33,5 +33,6 @@ SUMMARIES: Final[dict[str, str]] = {
     "delete": "delete an original on a running `mediajobs serve` (a delete marker)",
     "webhook": "a local webhook receiver that verifies what the dispatcher sends",
     "collect": "one collection run against `mediajobs serve`: delete the derivatives no asset references",
+    "backfill": "start, watch, pause, resume or cancel the backfill of the active recipe set on `mediajobs serve`",
     "invoke": "run a function of template.yaml on an event as sam local invoke does, in this process",
 }

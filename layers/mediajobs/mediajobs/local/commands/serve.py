@@ -16,6 +16,11 @@ from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.session import AdapterWrapper
 from mediajobs.settings import _ENV_NAMES
 
+#: Seconds between two backfill scans of ``serve --worker`` (the template's ``BackfillSchedule``
+#: is a minute: locally a backfill goes on sooner), and the longest each may take.
+BACKFILL_EVERY_S = 5.0
+BACKFILL_TICK_S = 2.0
+
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``mediajobs serve`` (its ``run``: :func:`run`)."""
@@ -166,7 +171,7 @@ def serve_worker(
         A webhook URL that is not https or http to a loopback host, or a secret that is
         not a Standard Webhooks secret.
     """
-    from mediajobs.bootstrap import build_service
+    from mediajobs.bootstrap import build_backfiller, build_service
     from mediajobs.entrypoints import worker
     from mediajobs.local.notifications import local_dispatcher
     from mediajobs.local.runner import EventSourceMapping
@@ -174,18 +179,26 @@ def serve_worker(
 
     settings = stack.settings()
     logger = configure_worker_logs(log_level)
-    service = build_service(settings, adapters=local_adapters(stack, settings))
-    esm = EventSourceMapping(
-        stack.client("sqs"),
-        stack.queue_url,
-        stack.queue_arn,
-        local_handler(worker.make_handler(service, logger=logger)),
-        batch_size=stack.batch_size,
-        timeout_s=stack.timeout_s,
-        region=stack.region,
-    )
+    adapters = local_adapters(stack, settings)
+    service = build_service(settings, adapters=adapters)
+    handler = local_handler(worker.make_handler(service, logger=logger))
+    mappings = [
+        EventSourceMapping(
+            stack.client("sqs"),
+            url,
+            arn,
+            handler,
+            batch_size=stack.batch_size,
+            timeout_s=stack.timeout_s,
+            region=stack.region,
+        )
+        for url, arn in ((stack.queue_url, stack.queue_arn), (stack.backfill_queue_url, stack.backfill_queue_arn))
+        if url
+    ]
+    backfiller = build_backfiller(settings, adapters) if stack.backfill_queue_url else None
+    next_tick = time.monotonic()
     dispatcher = local_dispatcher(stack, webhook_url=webhook_url, webhook_secret=webhook_secret)
-    print("worker: processing the jobs queue", flush=True)
+    print("worker: processing the jobs queue" + (" and the backfill lane" if len(mappings) > 1 else ""), flush=True)
     print(
         f"dispatcher: notifications to the bus {stack.notification_bus_name}"
         + (f" and to the webhook {webhook_url}" if webhook_url else " (add --webhook-url and --webhook-secret)"),
@@ -193,6 +206,10 @@ def serve_worker(
     )
     done = 0
     while polls is None or done < polls:
-        esm.poll_once(wait_s=1)
+        for esm in mappings:
+            esm.poll_once(wait_s=1 if esm is mappings[0] else 0)
+        if backfiller is not None and time.monotonic() >= next_tick:  # the Backfill schedule, every few seconds
+            backfiller.tick(budget_s=BACKFILL_TICK_S)
+            next_tick = time.monotonic() + BACKFILL_EVERY_S
         dispatcher.mapping.drain()
         done += 1

@@ -86,7 +86,7 @@ def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
     queues: dict[str, tuple[str, str]] = {}
     try:
         view.client("s3").head_bucket(Bucket=view.bucket)
-        for suffix in ("jobs", "dlq", "events-dlq"):
+        for suffix in ("jobs", "dlq", "events-dlq", "backfill", "backfill-dlq"):
             url = sqs.get_queue_url(QueueName=f"{name}-{suffix}")["QueueUrl"]
             arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
             queues[suffix] = (url, arn)
@@ -94,7 +94,7 @@ def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         raise InternalError(f"nothing answers at {endpoint}: start `mediajobs serve` first") from exc
     except botocore.exceptions.ClientError as exc:
         raise InternalError(f"{endpoint} holds no mediajobs stack ({exc}): is it `mediajobs serve`?") from exc
-    env, batch_size, timeout_s = _function_env(found, view, queues["jobs"][1])
+    env, batch_size, timeout_s = _function_env(found, view, queues["jobs"][1], queues["backfill"][1])
     return dataclasses.replace(
         view,
         queue_url=queues["jobs"][0],
@@ -103,6 +103,9 @@ def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         dlq_arn=queues["dlq"][1],
         events_dlq_url=queues["events-dlq"][0],
         events_dlq_arn=queues["events-dlq"][1],
+        backfill_queue_url=queues["backfill"][0],
+        backfill_queue_arn=queues["backfill"][1],
+        backfill_dlq_url=queues["backfill-dlq"][0],
         function_env=env,
         batch_size=batch_size,
         timeout_s=timeout_s,
@@ -116,10 +119,12 @@ def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
     )
 
 
-def _function_env(found: dict[str, Any], view: LocalStack, queue_arn: str) -> tuple[dict[str, str], int, int]:
-    """The worker function's environment, its SQS event's ``BatchSize`` and its
-    ``Timeout`` (seconds), resolved from the template ``found`` with ``view``'s names and
-    the jobs queue's ARN, as ``serve`` resolved them."""
+def _function_env(
+    found: dict[str, Any], view: LocalStack, queue_arn: str, backfill_arn: str
+) -> tuple[dict[str, str], int, int]:
+    """The worker function's environment, its jobs queue's SQS event's ``BatchSize`` and
+    its ``Timeout`` (seconds), resolved from the template ``found`` with ``view``'s names and
+    the jobs queue's and the backfill lane's ARNs, as ``serve`` resolved them."""
     refs = {template.BUCKET_ID: view.bucket, template.TABLE_ID: view.table_name}
     refs[template.SOURCES_TABLE_ID] = view.sources_table_name
     refs[template.ASSETS_TABLE_ID] = view.assets_table_name
@@ -129,6 +134,7 @@ def _function_env(found: dict[str, Any], view: LocalStack, queue_arn: str) -> tu
         (template.BUCKET_ID, "Arn"): f"arn:aws:s3:::{view.bucket}",
         (template.TABLE_ID, "Arn"): f"{arn}/{view.table_name}",
         (template.QUEUE_ID, "Arn"): queue_arn,
+        (template.BACKFILL_QUEUE_ID, "Arn"): backfill_arn,
     }
     params = template.parameter_defaults(found)
     function = template.resolve(found["Resources"][template.FUNCTION_ID]["Properties"], refs, attrs, params)
@@ -140,7 +146,7 @@ def _function_env(found: dict[str, Any], view: LocalStack, queue_arn: str) -> tu
             **function.get("Environment", {}).get("Variables", {}),
         }.items()
     }
-    sqs_event = next(e["Properties"] for e in function["Events"].values() if e["Type"] == "SQS")
+    sqs_event = function["Events"]["Jobs"]["Properties"]
     return env, int(sqs_event.get("BatchSize", 10)), int(function.get("Timeout", 3))
 
 

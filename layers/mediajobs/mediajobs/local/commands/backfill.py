@@ -1,0 +1,131 @@
+"""``mediajobs backfill``: the backfill of the active recipe set on a running ``mediajobs serve``
+(``docs/backfill.md``).
+
+* ``start``: start the backfill of the served stack's active set (``recipes/active.json``,
+  or ``ACTIVE_RECIPES``), or answer with the one it has (a second start starts nothing);
+  the served worker (``serve --worker``) goes on with its scan as the deployed schedule
+  does, and renders its jobs from the backfill lane. ``--scan`` also runs the scan here,
+  until it is over.
+* ``status [ID]``: where it is (the latest without an id), as ``GET <StatusUrl>backfills/<id>``
+  answers (``--json``: that document); ``--watch`` redraws a progress bar until it ends.
+* ``pause ID``, ``resume ID``, ``cancel ID``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from typing import Any
+
+from mediajobs.domain.backfill import Backfill, BackfillState, document
+from mediajobs.local.commands import SUMMARIES
+from mediajobs.local.commands.served import add_endpoint, served_stack
+
+#: What each verb moves a backfill to.
+_MOVES = {"pause": BackfillState.PAUSED, "resume": BackfillState.RUNNING, "cancel": BackfillState.CANCELLED}
+#: Seconds between two redraws of ``status --watch``.
+WATCH_EVERY_S = 1.0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``mediajobs backfill`` and its verbs (``run``: :func:`run`)."""
+    backfill = subparsers.add_parser("backfill", help=SUMMARIES["backfill"])
+    verbs = backfill.add_subparsers(dest="verb", metavar="VERB", required=True)
+    start = verbs.add_parser("start", help="start the backfill of the active recipe set (or answer with it)")
+    start.add_argument("--scan", action="store_true", help="also run its scan here until it is over")
+    status = verbs.add_parser("status", help="where a backfill is (the latest without an id)")
+    status.add_argument("id", nargs="?", metavar="ID", help="the backfill's id (bf-...); default: the latest")
+    status.add_argument("--watch", action="store_true", help="redraw a progress bar until it ends")
+    for verb, to in _MOVES.items():
+        moved = verbs.add_parser(verb, help=f"make a backfill {to}")
+        moved.add_argument("id", metavar="ID", help="the backfill's id (bf-...)")
+    for sub in verbs.choices.values():
+        sub.add_argument("--json", action="store_true", help="print the backfill's status document")
+        add_endpoint(sub)
+    backfill.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters: Any = None) -> int:
+    """Carry out the verb on the served stack; exit 1 when there is no such backfill or it
+    cannot move so, 0 otherwise.
+
+    Raises
+    ------
+    InternalError
+        If nothing answers at ``--endpoint`` or it holds no stack.
+    """
+    from mediajobs.bootstrap import build_backfiller
+    from mediajobs.local.session import configure_worker_logs, local_adapters
+
+    configure_worker_logs(getattr(args, "log_level", "WARNING"))
+    stack = served_stack(args.endpoint)
+    settings = stack.settings()
+    adapters = dataclasses.replace(
+        local_adapters(stack, settings), assets=stack.assets(writer=True), backfills=stack.backfills()
+    )
+    backfiller = build_backfiller(settings, adapters)
+    found: Backfill | None
+    if args.verb == "start":
+        found, created = backfiller.start()
+        if not args.json:
+            print(f"backfill {found.id}: {'started' if created else f'already {found.state}'}", flush=True)
+        if args.scan:
+            started = found.id
+            while (found := backfiller.status(started)) is not None and found.state == BackfillState.RUNNING:
+                if found.scan_over and found.counts.later == 0:
+                    break
+                backfiller.tick(budget_s=5.0)
+    elif args.verb == "status":
+        try:
+            found = backfiller.status(args.id)
+        except ValueError as exc:
+            parser.error(str(exc))
+        if found is not None and args.watch:
+            found = _watch(backfiller, found)
+    else:
+        found = backfiller.move(args.id, _MOVES[args.verb])
+        if found is None:
+            print(f"no backfill {args.id} that can be made {_MOVES[args.verb]}", file=sys.stderr)
+            return 1
+    if found is None:
+        print("no backfill" + (f" {args.id}" if getattr(args, "id", None) else " yet"), file=sys.stderr)
+        return 1
+    doc = document(found, now_s=time.time())
+    if args.json:
+        print(json.dumps(doc), flush=True)
+    elif args.verb != "start" or args.scan:
+        _print(doc)
+    return 0
+
+
+def _print(doc: dict[str, Any]) -> None:
+    """The status document as lines a person reads."""
+    print(f"backfill {doc['id']}: {doc['state']}")
+    sets = ", ".join(f"{media}: {' + '.join(refs)}" for media, refs in doc["active"].items())
+    print(f"  rolls out      {sets}")
+    for name in ("total", "enqueued", "done", "reused", "failed", "remaining"):
+        print(f"  {name:<14} {doc[name]}")
+    print(f"  assets scanned {doc['assets_scanned']} ({doc['segments_scanned']}/{doc['segments']} segments over)")
+    eta = "-" if doc["eta_s"] is None else f"{doc['eta_s']:.0f} s"
+    print(f"  rate           {doc['rate_per_s']:.2f} jobs/s, ETA {eta}")
+
+
+def _watch(backfiller: Any, found: Backfill) -> Backfill:
+    """Redraw a progress bar (jobs ended of those found) until the backfill is ``done`` or
+    ``cancelled`` (stderr; tqdm draws only on a terminal)."""
+    from tqdm import tqdm
+
+    with tqdm(total=0, unit="job", file=sys.stderr, desc=found.id) as bar:
+        while True:
+            doc = document(found, now_s=time.time())
+            bar.total = doc["total"]
+            bar.n = doc["done"] + doc["reused"] + doc["failed"]
+            bar.set_postfix_str(f"{doc['state']}, {doc['remaining']} left")
+            bar.refresh()
+            if found.state in (BackfillState.DONE, BackfillState.CANCELLED):
+                return found
+            time.sleep(WATCH_EVERY_S)
+            found = backfiller.status(found.id) or found
