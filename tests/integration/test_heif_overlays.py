@@ -193,6 +193,33 @@ def test_an_input_wholly_outside_the_canvas_leaves_the_fill(tmp_path):
 # --- refusals ------------------------------------------------------------------------
 
 
+def test_a_primary_libheif_will_not_read_is_refused_never_replaced_by_an_input(tmp_path):
+    # An overlay item with no properties at all: libheif refuses the item ("has no properties
+    # assigned to it in ipma box") and pi-heif then opens its first other image, the red input,
+    # of the canvas's very size.
+    path = overlay_file(tmp_path, [(RED, INPUT_PX, (0, 0)), (YELLOW, (100, 100), (10, 10))], canvas=INPUT_PX)
+    heif = bmff.read_heif(path.read_bytes())
+    for item in heif.items:
+        item.hidden = False
+    heif.item(heif.primary).properties = []
+    path.write_bytes(bmff.write_heif(heif))
+    failure = refused(path)
+    assert failure.reason == "unsupported_feature"
+    assert "primary item 3 (iovl)" in failure.detail
+
+
+def test_an_overlay_version_libheif_does_not_know_is_refused_before_decoding(tmp_path, monkeypatch):
+    path = overlay_file(tmp_path, [(RED, INPUT_PX, (0, 0))], canvas=INPUT_PX)
+    heif = bmff.read_heif(path.read_bytes())
+    overlay = heif.item(heif.primary)
+    overlay.data = bytes([1]) + overlay.data[1:]
+    for item in heif.items:
+        item.hidden = False  # pi-heif would fall back to the red input, of the canvas's size
+    path.write_bytes(bmff.write_heif(heif))
+    failure = refused(path, monkeypatch)
+    assert failure.reason == "unsupported_feature" and "version 1" in failure.detail
+
+
 def test_a_canvas_over_the_pixel_limit_is_refused_before_decoding(tmp_path, monkeypatch):
     path = overlay_file(tmp_path, [(RED, INPUT_PX, (0, 0))], canvas=(9000, 9000))
     failure = refused(path, monkeypatch)

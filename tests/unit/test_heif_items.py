@@ -389,3 +389,28 @@ def test_extents_past_the_data_are_truncated():
 
 def test_a_file_without_meta_has_no_structure():
     assert read_structure(bmff.box("ftyp", b"isom\0\0\0\0isom") + bmff.box("mdat", b"x")) is None
+
+
+# --- overlays ---------------------------------------------------------------------------
+
+#: libheif as the worker's DECODERS describe it, with AV1 so that the av01 items here decode.
+LIBHEIF_AV1 = Decoder("libheif", frozenset({"av01"}), frozenset({"iovl", "grid"}))
+
+
+def overlay(item_id, canvas, offsets, inputs, *, props=(), in_idat=False, **descriptor):
+    """An iovl item of ``canvas`` placing ``inputs`` (item ids) at ``offsets``, with an ispe of the canvas."""
+    data = bmff.overlay_descriptor(*canvas, offsets, **descriptor)
+    properties = [(bmff.ispe(*canvas), False), *((p, True) for p in props)]
+    return bmff.Item(item_id, "iovl", data, properties, refs=[("dimg", list(inputs))], in_idat=in_idat)
+
+
+def test_an_overlay_of_a_version_other_than_0_is_unsupported():
+    item = overlay(1, (64, 64), [(0, 0)], [2], version=1)
+    caught = failure(avif(item, av01(2, 64, 64)), LIBHEIF_AV1)
+    assert caught.reason == "unsupported_feature" and "version 1" in caught.detail
+
+
+def test_an_overlay_with_an_empty_canvas_is_corrupt():
+    item = overlay(1, (0, 64), [(0, 0)], [2])
+    item.properties = []  # no ispe either, which would say 0 first
+    assert failure(avif(item, av01(2, 64, 64)), LIBHEIF_AV1).reason == "corrupt_image"

@@ -25,7 +25,9 @@ is decoded and good input is decoded once:
 4. For JPEG, ask the decoder for a DCT-domain reduced decode (``Image.draft``) no smaller
    than the largest variant. Count frames on a separate handle, within limits.
 5. Decode the primary image (never another frame: a HEIF's primary need not be its
-   first image). Orient it once: HEIF and AVIF by their clap, irot and imir, in that order
+   first image; when libheif will not read the primary item, pi-heif opens another image,
+   which is refused as ``unsupported_feature``). Orient it once: HEIF and AVIF by their
+   clap, irot and imir, in that order
    (libheif applies them while decoding; libavif applies none, so they are applied here),
    their EXIF orientation ignored as MIAF says; other formats by EXIF orientation 2-8 only
    (an XMP ``tiff:Orientation`` is ignored, as browsers ignore it). Normalise the
@@ -637,6 +639,14 @@ class PillowRenderer:
                 f"a {heif_format} file whose structure is sound that {DECODERS[heif_format].name} refuses to open",
             ) from failure
         with opened as im:
+            if heif is not None and im.format == "HEIF" and not im.info.get("primary"):
+                # pi-heif leaves out an image libheif will not read and then opens its first
+                # other image: an overlay's input, the thumbnail. Never render that instead.
+                raise PermanentFailure(
+                    UNSUPPORTED_FEATURE,
+                    f"{DECODERS['HEIF'].name} cannot read the primary item {heif.item_id} ({heif.item_type}), "
+                    "whose structure is sound",
+                )
             width, height = im.size
             if width * height > self._max_pixels:
                 found = f"{width}x{height} = {width * height} pixels"

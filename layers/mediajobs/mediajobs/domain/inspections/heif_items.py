@@ -21,7 +21,7 @@ actually allocate:
   cropped by the conformance window for the comparison with ``ispe``;
 * a ``grid``: its descriptor's output size and rows x columns (ISO/IEC 23008-12 6.6.2.3),
   the number and size of its tiles;
-* an ``iovl``: its canvas (6.6.2.2) and its inputs; an ``iden``: its single input;
+* an ``iovl``: its canvas (version 0 only) and its inputs; an ``iden``: its single input;
 * the primary's alpha plane (an ``auxl`` item), which both decoders decode with it.
 
 Each canvas and each coded picture must fit ``max_pixels`` (``too_many_pixels``), and so
@@ -974,14 +974,23 @@ class _Walk:
         return width, height
 
     def _overlay(self, item: Item, path: tuple[int, ...]) -> tuple[int, int]:
-        """ImageOverlay (ISO/IEC 23008-12 6.6.2.2): the canvas must fit; so must each input."""
+        """ImageOverlay (ISO/IEC 23008-12, ``iovl``): version 0 (the only one defined; libheif
+        refuses others), a canvas that is not empty and fits; each input must fit too."""
         data = self._descriptor(item, 14)
+        if data[0] != 0:
+            raise PermanentFailure(
+                UNSUPPORTED_FEATURE,
+                f"iovl item {item.id} is version {data[0]}: only version 0 is defined, "
+                f"{self.decoder.name} cannot compose it",
+            )
         wide = data[1] & 1
         field_size = 4 if wide else 2
         if len(data) < 10 + 2 * field_size:
             raise _corrupt(f"iovl item {item.id} descriptor is cut")
         width = int.from_bytes(data[10 : 10 + field_size], "big")
         height = int.from_bytes(data[10 + field_size : 10 + 2 * field_size], "big")
+        if width == 0 or height == 0:
+            raise _corrupt(f"iovl item {item.id} has a {width}x{height} canvas")
         self.fits(f"iovl item {item.id} (canvas)", width, height)
         inputs = item.refs.get("dimg", [])
         if not inputs:
