@@ -182,6 +182,46 @@ def test_an_input_past_the_right_and_bottom_edges_is_clipped(tmp_path):
     assert_shows(images, decoded(path), composed(layers), points)
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["16-bit offsets", "32-bit offsets"])
+def test_an_input_left_of_and_above_the_canvas_is_clipped_not_dropped_or_cut_short(tmp_path, wide):
+    # libheif 1.23 alone drops an input at a negative 16-bit offset (it reads -100 as about
+    # -2^31) and draws one at a negative 32-bit offset 50 rows short.
+    layers = [(RED, INPUT_PX, (-100, -50)), (YELLOW, INPUT_PX, (700, 400)), (BLUE, (200, 100), (300, 200))]
+    path = overlay_file(tmp_path, layers, wide=wide)
+    images, decisions = render(path)
+    assert {name: im.size for name, im in images.items()} == CANVAS_VARIANTS
+    assert (decisions.source_width, decisions.source_height) == CANVAS_PX
+    points = {
+        (0, 0): RED,  # what shows of red: x 0..379, y 0..269
+        (379, 100): RED,
+        (380, 100): FILL_RGB,
+        (100, 269): RED,
+        (100, 270): FILL_RGB,
+        (350, 250): BLUE,  # blue (x 300..499, y 200..299) over red
+        (999, 679): YELLOW,  # yellow past the right and bottom edges
+    }
+    assert_shows(images, decoded(path), composed(layers), points)
+
+
+def test_the_overlays_own_crop_and_rotation_apply_to_the_composed_canvas(tmp_path):
+    layers = [(RED, INPUT_PX, (-100, -50)), (YELLOW, INPUT_PX, (700, 400))]
+    crop = (50, 0, 900, 600)  # left, top, width, height of the canvas, then a quarter turn anti-clockwise
+    transforms = (bmff.clap_for(*CANVAS_PX, *crop), bmff.irot(1))
+    path = overlay_file(tmp_path, layers, transforms=transforms, in_idat=True)  # libheif's layout: idat
+    images, decisions = render(path)
+    left, top, width, height = crop
+    want = composed(layers).crop((left, top, left + width, top + height)).rotate(90, expand=True)
+    assert {name: im.size for name, im in images.items()} == {
+        "thumb": (213, 320),
+        "card": (533, 800),
+        "full": (600, 900),
+    }
+    assert decisions.crop == list(crop) and decisions.orientation == 8
+    # upright: red (the canvas's top left) at the bottom left, yellow (bottom right) at the top right
+    points = {(0, 899): RED, (269, 570): RED, (270, 570): FILL_RGB, (599, 0): YELLOW, (599, 899): FILL_RGB}
+    assert_shows(images, decoded(path), want, points)
+
+
 def test_an_input_wholly_outside_the_canvas_leaves_the_fill(tmp_path):
     layers = [(RED, INPUT_PX, (-600, 10)), (YELLOW, INPUT_PX, (1000, 0)), (BLUE, (200, 100), (10, 10))]
     path = overlay_file(tmp_path, layers)
@@ -224,3 +264,10 @@ def test_a_canvas_over_the_pixel_limit_is_refused_before_decoding(tmp_path, monk
     path = overlay_file(tmp_path, [(RED, INPUT_PX, (0, 0))], canvas=(9000, 9000))
     failure = refused(path, monkeypatch)
     assert failure.reason == "too_many_pixels" and "iovl item 2" in failure.detail and "9000x9000" in failure.detail
+
+
+def test_a_canvas_grown_for_inputs_outside_it_is_held_to_the_pixel_limit_before_decoding(tmp_path, monkeypatch):
+    # 7000x7000 = 49 MP fits 50 MP; grown by 400 px left and 300 px up for the inputs it does not.
+    path = overlay_file(tmp_path, [(RED, INPUT_PX, (-400, -200)), (BLUE, INPUT_PX, (0, -300))], canvas=(7000, 7000))
+    failure = refused(path, monkeypatch)
+    assert failure.reason == "too_many_pixels" and "7400x7300" in failure.detail
