@@ -92,11 +92,31 @@ def grid_descriptor(rows: int, columns: int, output_w_px: int, output_h_px: int)
     return bytes([0, int(wide), rows - 1, columns - 1]) + struct.pack(size, output_w_px, output_h_px)
 
 
-def overlay_descriptor(output_w_px: int, output_h_px: int, offsets: list[tuple[int, int]]) -> bytes:
-    """The item data of an ``iovl`` derived image: white canvas, 16-bit fields."""
-    fill = struct.pack(">HHHH", 0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF)
-    placed = b"".join(struct.pack(">hh", x, y) for x, y in offsets)
-    return bytes([0, 0]) + fill + struct.pack(">HH", output_w_px, output_h_px) + placed
+#: An overlay's canvas_fill_value for white, opaque: 16-bit R, G, B, A.
+WHITE_FILL = (0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF)
+
+
+def overlay_descriptor(
+    output_w_px: int,
+    output_h_px: int,
+    offsets: list[tuple[int, int]],
+    *,
+    fill_rgba: tuple[int, int, int, int] = WHITE_FILL,
+    wide: bool = False,
+    version: int = 0,
+) -> bytes:
+    """The item data of an ``iovl`` derived image: version, flags (bit 0: 32-bit fields),
+    canvas_fill_value (4 x 16 bits, RGBA), output width and height (unsigned), then each
+    input's horizontal and vertical offset (signed, may be negative), 16-bit fields unless
+    ``wide``."""
+    size, offset = (">II", ">ii") if wide else (">HH", ">hh")
+    placed = b"".join(struct.pack(offset, x, y) for x, y in offsets)
+    return (
+        bytes([version, int(wide)])
+        + struct.pack(">4H", *fill_rgba)
+        + struct.pack(size, output_w_px, output_h_px)
+        + placed
+    )
 
 
 # --- items ------------------------------------------------------------------------------
@@ -108,7 +128,9 @@ class Item:
 
     ``properties`` are whole property boxes with their ``essential`` flag, in association
     order; ``refs`` are (reference type, to item ids) from this item; ``data_of`` makes the
-    item's single extent the bytes of another item (no copy: both point at the same bytes).
+    item's single extent the bytes of another item (no copy: both point at the same bytes);
+    ``in_idat`` keeps its data in the ``meta`` box's ``idat`` (construction method 1), where
+    libheif writes a derived image's descriptor.
     """
 
     id: int
@@ -119,6 +141,7 @@ class Item:
     refs: list[tuple[str, list[int]]] = field(default_factory=list)
     name: str = ""
     data_of: int | None = None
+    in_idat: bool = False
 
     def property(self, kind: str) -> bytes | None:
         """The first associated property box of type ``kind``, or ``None``."""
@@ -285,11 +308,14 @@ def write_heif(heif: Heif) -> bytes:
     ipma = full_box("ipma", 0, int(wide), struct.pack(">I", len(associations)), *associations)
     iprp = box("iprp", box("ipco", *unique), ipma)
 
-    # mdat layout: each item's data once, in item order
+    # mdat layout: each item's data once, in item order (idat likewise for in_idat items)
     positions: dict[int, tuple[int, int]] = {}
-    payload = bytearray()
+    payload, idat = bytearray(), bytearray()
     for item in heif.items:
-        if item.data_of is None:
+        if item.in_idat:
+            positions[item.id] = (len(idat), len(item.data))
+            idat += item.data
+        elif item.data_of is None:
             positions[item.id] = (len(payload), len(item.data))
             payload += item.data
     for item in heif.items:
@@ -298,12 +324,14 @@ def write_heif(heif: Heif) -> bytes:
 
     def meta_bytes(mdat_start: int) -> bytes:
         entries = [
-            struct.pack(">HHHHII", item.id, 0, 0, 1, mdat_start + positions[item.id][0], positions[item.id][1])
+            struct.pack(">HHHHII", item.id, 1, 0, 1, *positions[item.id])
+            if item.in_idat
+            else struct.pack(">HHHHII", item.id, 0, 0, 1, mdat_start + positions[item.id][0], positions[item.id][1])
             for item in heif.items
         ]
-        # version 1: offset and length 4 bytes, no base offset, construction method 0 (file)
+        # version 1: offset and length 4 bytes, no base offset, construction method 0 (file) or 1 (idat)
         iloc = full_box("iloc", 1, 0, bytes([0x44, 0x00]), struct.pack(">H", len(entries)), *entries)
-        return full_box("meta", 0, 0, hdlr, pitm, iinf, iref, iprp, iloc)
+        return full_box("meta", 0, 0, hdlr, pitm, iinf, iref, iprp, iloc, box("idat", bytes(idat)) if idat else b"")
 
     start = len(ftyp) + len(meta_bytes(0)) + 8
     return ftyp + meta_bytes(start) + box("mdat", bytes(payload))

@@ -15,6 +15,8 @@ from mediajobs.domain.inspections.heif_items import (
     CleanAperture,
     Decoder,
     Mirror,
+    Overlay,
+    Placement,
     Rotation,
     av1_frame_sizes,
     av1_sequence_header_size,
@@ -389,3 +391,123 @@ def test_extents_past_the_data_are_truncated():
 
 def test_a_file_without_meta_has_no_structure():
     assert read_structure(bmff.box("ftyp", b"isom\0\0\0\0isom") + bmff.box("mdat", b"x")) is None
+
+
+# --- overlays ---------------------------------------------------------------------------
+
+#: libheif as the worker's DECODERS describe it, with AV1 so that the av01 items here decode.
+LIBHEIF_AV1 = Decoder("libheif", frozenset({"av01"}), frozenset({"iovl", "grid"}), misplaces_negative_offsets=True)
+RED_FILL = (0xFFFF, 0, 0, 0xFFFF)
+
+
+def overlay(item_id, canvas, offsets, inputs, *, props=(), in_idat=False, **descriptor):
+    """An iovl item of ``canvas`` placing ``inputs`` (item ids) at ``offsets``, with an ispe of the canvas."""
+    data = bmff.overlay_descriptor(*canvas, offsets, **descriptor)
+    properties = [(bmff.ispe(*canvas), False), *((p, True) for p in props)]
+    return bmff.Item(item_id, "iovl", data, properties, refs=[("dimg", list(inputs))], in_idat=in_idat)
+
+
+def test_an_overlay_says_its_canvas_fill_and_where_each_input_goes_as_placed():
+    turned = av01(3, 640, 480, hidden=True, props=[(bmff.irot(1), True)])  # placed 480x640
+    data = avif(overlay(1, (1000, 680), [(10, -20), (-5, 600)], [2, 3], fill_rgba=RED_FILL), av01(2, 64, 32), turned)
+    found = plan(data, LIBHEIF_AV1)
+    assert (found.width_px, found.height_px) == (1000, 680)
+    assert found.overlay == Overlay(
+        1, 1000, 680, RED_FILL, False, (Placement(2, 10, -20, 64, 32), Placement(3, -5, 600, 480, 640))
+    )
+    assert plan(avif(overlay(1, (70000, 10), [(-1, 0)], [2], wide=True), av01(2, 8, 8)), LIBHEIF_AV1).overlay.wide
+
+
+def test_an_overlay_of_a_version_other_than_0_is_unsupported():
+    item = overlay(1, (64, 64), [(0, 0)], [2], version=1)
+    caught = failure(avif(item, av01(2, 64, 64)), LIBHEIF_AV1)
+    assert caught.reason == "unsupported_feature" and "version 1" in caught.detail
+
+
+def test_an_overlay_with_an_empty_canvas_is_corrupt():
+    item = overlay(1, (0, 64), [(0, 0)], [2])
+    item.properties = []  # no ispe either, which would say 0 first
+    assert failure(avif(item, av01(2, 64, 64)), LIBHEIF_AV1).reason == "corrupt_image"
+
+
+def test_an_overlay_whose_inputs_lie_on_its_canvas_or_past_its_right_and_bottom_is_decoded_as_it_is():
+    data = avif(overlay(1, (100, 80), [(0, 0), (90, 70)], [2, 3]), av01(2, 64, 64), av01(3, 64, 64))
+    assert plan(data, LIBHEIF_AV1).recomposition is None
+
+
+def test_inputs_left_of_or_above_the_canvas_are_recomposed_on_a_grown_canvas():
+    transforms = (bmff.clap_for(100, 80, 10, 0, 80, 80), bmff.irot(3), bmff.imir(1))
+    item = overlay(1, (100, 80), [(-30, 5), (50, -12), (-500, -500)], [2, 3, 4], props=transforms, fill_rgba=RED_FILL)
+    data = avif(item, av01(2, 64, 64), av01(3, 64, 64), av01(4, 64, 64))
+    found = plan(data, LIBHEIF_AV1)
+    moved = found.recomposition
+    # grown by what shows of the inputs past the edges; the one wholly outside does not count
+    assert (moved.left_px, moved.top_px, moved.width_px, moved.height_px) == (30, 12, 130, 92)
+    assert found.transforms == (CleanAperture(10, 0, 80, 80), Rotation(3), Mirror(1))
+    patched = moved.applied_to(data)
+    changed = {at for at, (old, new) in enumerate(zip(data, patched, strict=True)) if old != new}
+    assert changed and changed <= {at + k for at, new in moved.patches for k in range(len(new))}
+    again = plan(patched, LIBHEIF_AV1)
+    assert again.recomposition is None and again.transforms == ()  # detached: the caller applies them
+    assert again.overlay == Overlay(
+        1,
+        130,
+        92,
+        RED_FILL,
+        False,
+        (Placement(2, 0, 17, 64, 64), Placement(3, 80, 0, 64, 64), Placement(4, -470, -488, 64, 64)),
+    )
+    assert (again.width_px, again.height_px) == (130, 92)  # its ispe says the grown canvas too
+    # a decoder that places them right decodes the file as it is
+    assert plan(data, Decoder("x", frozenset({"av01"}), frozenset({"iovl"}))).recomposition is None
+
+
+def test_a_recomposed_descriptor_kept_in_idat_is_patched_there():
+    item = overlay(1, (100, 80), [(-30, 5)], [2], in_idat=True, wide=True)
+    data = avif(item, av01(2, 64, 64))
+    moved = plan(data, LIBHEIF_AV1).recomposition
+    again = plan(moved.applied_to(data), LIBHEIF_AV1)
+    assert again.overlay.placements == (Placement(2, 0, 5, 64, 64),) and again.overlay.width_px == 130
+
+
+def test_a_grown_canvas_over_the_pixel_limit_is_too_many_pixels():
+    data = avif(overlay(1, (100, 100), [(-10, 0)], [2]), av01(2, 64, 64))
+    assert plan(data, LIBHEIF_AV1, max_pixels=11_000).recomposition is not None
+    caught = failure(data, LIBHEIF_AV1, max_pixels=10_500)
+    assert caught.reason == "too_many_pixels" and "110x100" in caught.detail
+
+
+def unsupported(data: bytes) -> str:
+    caught = failure(data, LIBHEIF_AV1, max_pixels=100_000_000)
+    assert caught.reason == "unsupported_feature", caught
+    return caught.detail
+
+
+def test_an_overlay_whose_grown_canvas_does_not_fit_its_16_bit_fields_is_unsupported():
+    data = avif(overlay(1, (65_530, 10), [(-10, 0)], [2]), av01(2, 64, 64, hidden=True))
+    assert "65540x10 does not fit its 16-bit fields" in unsupported(data)
+    wide = avif(overlay(1, (65_530, 10), [(-10, 0)], [2], wide=True), av01(2, 64, 64, hidden=True))
+    assert plan(wide, LIBHEIF_AV1).recomposition.width_px == 65_540
+
+
+def test_an_overlay_whose_ispe_box_another_item_shares_is_unsupported_when_it_must_be_recomposed():
+    # the input is as large as the canvas: writers that share equal property boxes (libheif) share its ispe
+    data = avif(overlay(1, (64, 64), [(-10, 0)], [2]), av01(2, 64, 64, hidden=True))
+    assert "ispe is shared" in unsupported(data)
+
+
+def test_an_overlay_with_an_alpha_plane_is_unsupported_when_it_must_be_recomposed():
+    alpha = av01(3, 100, 80, hidden=True)
+    alpha.properties.append((bmff.full_box("auxC", 0, 0, b"urn:mpeg:mpegB:cicp:systems:auxiliary:alpha\0"), True))
+    alpha.refs = [("auxl", [1])]
+    data = avif(overlay(1, (100, 80), [(-10, 0)], [2]), av01(2, 64, 64, hidden=True), alpha)
+    assert "alpha plane" in unsupported(data)
+
+
+def test_an_overlay_with_inputs_outside_it_inside_another_derived_image_is_unsupported():
+    grid = bmff.Item(
+        9, "grid", bmff.grid_descriptor(1, 1, 100, 80), [(bmff.ispe(100, 80), False)], refs=[("dimg", [1])]
+    )
+    items = [grid, overlay(1, (100, 80), [(-10, 0)], [2]), av01(2, 64, 64, hidden=True)]
+    data = bmff.write_heif(bmff.Heif(("avif", "mif1", "miaf"), 9, items))
+    assert "is not the primary image" in unsupported(data)

@@ -19,13 +19,17 @@ is decoded and good input is decoded once:
    header or HEVC parameter set, grid and overlay canvases, tile counts), since the
    declared size (``ispe``) can lie: more than ``max_pixels`` is ``too_many_pixels``, an
    overlay libavif cannot compose is ``unsupported_feature``, before any decoder parses it.
+   An overlay with inputs left of or above its canvas, which libheif misplaces, is handed
+   to pi-heif recomposed on a grown canvas (its own size checked the same way) and cut back.
 3. Read width x height from the header and refuse more than ``max_pixels`` as
    ``too_many_pixels``. Pillow's own ``MAX_IMAGE_PIXELS`` only warns between its limit and
    twice its limit (DecompressionBombWarning), so it is not relied on.
 4. For JPEG, ask the decoder for a DCT-domain reduced decode (``Image.draft``) no smaller
    than the largest variant. Count frames on a separate handle, within limits.
 5. Decode the primary image (never another frame: a HEIF's primary need not be its
-   first image). Orient it once: HEIF and AVIF by their clap, irot and imir, in that order
+   first image; when libheif will not read the primary item, pi-heif opens another image,
+   which is refused as ``unsupported_feature``). Orient it once: HEIF and AVIF by their
+   clap, irot and imir, in that order
    (libheif applies them while decoding; libavif applies none, so they are applied here),
    their EXIF orientation ignored as MIAF says; other formats by EXIF orientation 2-8 only
    (an XMP ``tiff:Orientation`` is ignored, as browsers ignore it). Normalise the
@@ -74,6 +78,7 @@ from mediajobs.domain.inspections.heif_items import (
     CleanAperture,
     Decoder,
     PrimaryImage,
+    Recomposition,
     Rotation,
     exif_orientation,
     primary_image,
@@ -123,16 +128,20 @@ JPEG_FORMATS: Final = frozenset({"JPEG", "MPO"})
 MAX_JPEG_SCANS: Final = 100
 
 
-def _open(path: Path) -> Image.Image:
+def _open(path: Path, recomposed: Recomposition | None = None) -> Image.Image:
     """Open lazily (header only), allow-listed formats only, with the plugin
-    :func:`_heif_format` names for an ISO BMFF file."""
+    :func:`_heif_format` names for an ISO BMFF file; with ``recomposed``, the HEIF at
+    ``path`` with its patches applied, in memory (pi-heif reads the whole file anyway)."""
     formats: tuple[str, ...] = ALLOWED_FORMATS
     if _heif_format(path) == "AVIF":  # a mif1 file with the avif brand: libavif, not pi-heif
         formats = tuple(f for f in ALLOWED_FORMATS if f != "HEIF")
+    source: Path | io.BytesIO = path
+    if recomposed is not None:
+        formats, source = ("HEIF",), io.BytesIO(recomposed.applied_to(path.read_bytes()))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            return Image.open(path, formats=formats)
+            return Image.open(source, formats=formats)
     except UnidentifiedImageError as exc:
         raise PermanentFailure(UNSUPPORTED_FORMAT, "not an image in an accepted format") from exc
     except Image.DecompressionBombError as exc:
@@ -414,6 +423,7 @@ DECODERS: Final = {
         frozenset({"hvc1", *(["av01"] if pi_heif.libheif_info().get("AVIF") else [])}),
         frozenset({"grid", "iovl", "iden"}),
         max_items=LIBHEIF_MAX_ITEMS,
+        misplaces_negative_offsets=True,  # libheif 1.23: see Decoder.misplaces_negative_offsets
     ),
 }
 
@@ -455,7 +465,9 @@ def _heif_format(path: Path) -> str | None:
 def _heif_primary(path: Path, source_format: str, max_pixels: int) -> PrimaryImage | None:
     """What decoding a HEIF/AVIF file's primary image will decode (:func:`primary_image`) with
     the plugin ``source_format``, checked against ``max_pixels`` before any decoder parses the
-    file; ``None`` for an AVIF image sequence (libavif decodes its track, not the primary item).
+    file (with, for an overlay pi-heif would misplace inputs of, how to hand it over instead:
+    its ``recomposition``); ``None`` for an AVIF image sequence (libavif decodes its track, not
+    the primary item).
 
     Raises
     ------
@@ -485,11 +497,24 @@ def _transformed(im: Image.Image, heif: PrimaryImage, source_format: str) -> Ima
 
     libheif (pi-heif, ``HEIF``) applies them itself while decoding; libavif (Pillow's
     ``AVIF``) applies none (Pillow only turns irot/imir into an EXIF orientation, which is
-    not used), so they are applied here. Either way the result must have the size the
-    structure says, or the file is ``corrupt_image``.
+    not used), so they are applied here. An overlay decoded recomposed
+    (:class:`~mediajobs.domain.inspections.heif_items.Recomposition`: a grown canvas, its
+    transformations detached) is cut back to its canvas first, and transformed here too.
+    Either way the result must have the size the structure says, or the file is ``corrupt_image``.
     """
     picture = im
-    if source_format == "AVIF":
+    moved = heif.recomposition
+    if moved is not None:
+        if picture.size != (moved.width_px, moved.height_px):
+            raise PermanentFailure(
+                CORRUPT_IMAGE,
+                f"{source_format} decoded the recomposed overlay to {picture.width}x{picture.height}, "
+                f"not {moved.width_px}x{moved.height_px}",
+            )
+        picture = picture.crop(
+            (moved.left_px, moved.top_px, moved.left_px + heif.width_px, moved.top_px + heif.height_px)
+        )
+    if source_format == "AVIF" or moved is not None:
         for step in heif.transforms:
             if isinstance(step, CleanAperture):
                 picture = picture.crop((step.left, step.top, step.left + step.width, step.top + step.height))
@@ -625,7 +650,7 @@ class PillowRenderer:
         heif_format = _heif_format(source)  # HEIF/AVIF: what decoding will decode, before a decoder parses it
         heif = None if heif_format is None else _heif_primary(source, heif_format, self._max_pixels)
         try:
-            opened = _open(source)
+            opened = _open(source, None if heif is None else heif.recomposition)
         except PermanentFailure as failure:
             if heif_format is None or failure.reason != UNSUPPORTED_FORMAT:
                 raise
@@ -637,6 +662,14 @@ class PillowRenderer:
                 f"a {heif_format} file whose structure is sound that {DECODERS[heif_format].name} refuses to open",
             ) from failure
         with opened as im:
+            if heif is not None and im.format == "HEIF" and not im.info.get("primary"):
+                # pi-heif leaves out an image libheif will not read and then opens its first
+                # other image: an overlay's input, the thumbnail. Never render that instead.
+                raise PermanentFailure(
+                    UNSUPPORTED_FEATURE,
+                    f"{DECODERS['HEIF'].name} cannot read the primary item {heif.item_id} ({heif.item_type}), "
+                    "whose structure is sound",
+                )
             width, height = im.size
             if width * height > self._max_pixels:
                 found = f"{width}x{height} = {width * height} pixels"

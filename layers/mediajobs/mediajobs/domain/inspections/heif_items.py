@@ -21,7 +21,8 @@ actually allocate:
   cropped by the conformance window for the comparison with ``ispe``;
 * a ``grid``: its descriptor's output size and rows x columns (ISO/IEC 23008-12 6.6.2.3),
   the number and size of its tiles;
-* an ``iovl``: its canvas (6.6.2.2) and its inputs; an ``iden``: its single input;
+* an ``iovl`` (version 0): its canvas and its inputs, each placed at a signed offset that may
+  put part of it outside the canvas (ISO/IEC 23008-12, ImageOverlay); an ``iden``: its single input;
 * the primary's alpha plane (an ``auxl`` item), which both decoders decode with it.
 
 Each canvas and each coded picture must fit ``max_pixels`` (``too_many_pixels``), and so
@@ -35,6 +36,12 @@ tiles that leave part of the output uncovered or lie a whole row or column outsi
 refuses the same). The tiles' total area is not
 compared with ``max_pixels``: a 48 MP phone photo (8064x6048 in 512x512 tiles) covers
 8192x6144 = 50.3 MP of tiles, and the canvas plus one tile is what a decoder holds.
+
+An overlay whose inputs reach left of or above its canvas is one libheif (up to 1.23 at
+least) composes wrongly: it drops such an input when the offsets are 16-bit and cuts rows
+off it when they are 32-bit. For a decoder that does (:attr:`Decoder.misplaces_negative_offsets`),
+:func:`primary_image` says how to hand it the same overlay on a canvas grown left and up so
+that no input lies there (:class:`Recomposition`); the caller cuts the original canvas out.
 
 The primary's transformative properties (``clap``, ``irot``, ``imir``; 6.5.9-6.5.12, the
 clean aperture from ISO/IEC 14496-12 12.1.4) are returned in the order ``ipma`` lists them,
@@ -178,8 +185,9 @@ class Item:
     ``extents`` are (offset, length) pairs: absolute file offsets for construction method 0,
     offsets into ``idat`` for method 1; a length of 0 means "to the end" (8.11.3.3).
     ``properties`` are (index into :attr:`HeifStructure.properties`, essential) in ``ipma``
-    order; ``refs`` maps a reference type (``dimg``, ``auxl``, ``thmb`` ...) to the items
-    this item refers to, in order.
+    order, and ``associations`` where each of them is written: (file offset, size in bytes)
+    of its entry in ``ipma``; ``refs`` maps a reference type (``dimg``, ``auxl``, ``thmb`` ...)
+    to the items this item refers to, in order.
     """
 
     id: int
@@ -189,6 +197,7 @@ class Item:
     data_reference_index: int = 0
     extents: tuple[tuple[int, int], ...] = ()
     properties: list[tuple[int, bool]] = field(default_factory=list)
+    associations: list[tuple[int, int]] = field(default_factory=list)
     refs: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -211,7 +220,12 @@ class HeifStructure:
     def item_bytes(self, item: Item, limit: int) -> bytes:
         """The first ``limit`` bytes of ``item``'s data (fewer when it is shorter or cut by
         the end of the file). Construction method 2 (data from other items) gives none."""
-        chunks: list[bytes] = []
+        return b"".join(bytes(self.data[start:end]) for start, end in self.item_runs(item, limit))
+
+    def item_runs(self, item: Item, limit: int) -> list[tuple[int, int]]:
+        """Where the first ``limit`` bytes of ``item``'s data lie in the file: ``(start, end)``
+        byte ranges in data order (as :meth:`item_bytes` reads them)."""
+        runs: list[tuple[int, int]] = []
         left = limit
         for offset, length in item.extents:
             if left <= 0:
@@ -225,9 +239,9 @@ class HeifStructure:
                 break
             end = min(end, start + left, len(self.data))
             if start < end:
-                chunks.append(bytes(self.data[start:end]))
+                runs.append((start, end))
                 left -= end - start
-        return b"".join(chunks)
+        return runs
 
 
 def read_structure(data: Data) -> HeifStructure | None:
@@ -357,6 +371,7 @@ def _read_iprp(data: Data, iprp: Box, items: dict[int, Item]) -> list[Box]:
             item_id = fields.uint(2 if version == 0 else 4)
             item = items.setdefault(item_id, Item(item_id, ""))
             for _ in range(fields.uint(1)):
+                at = fields.pos
                 value, bits = (fields.uint(2), 15) if flags & 1 else (fields.uint(1), 7)
                 index = value & ((1 << bits) - 1)
                 if index == 0:
@@ -364,6 +379,7 @@ def _read_iprp(data: Data, iprp: Box, items: dict[int, Item]) -> list[Box]:
                 if index > len(properties):
                     raise _corrupt(f"item {item_id} is associated with property {index} of {len(properties)}")
                 item.properties.append((index - 1, bool(value >> bits)))
+                item.associations.append((at, fields.pos - at))
             if len(item.properties) > MAX_PROPERTIES:
                 raise _corrupt(f"item {item_id} has more than {MAX_PROPERTIES} properties")
     return properties
@@ -780,12 +796,93 @@ _DERIVED: Final = frozenset({"grid", "iovl", "iden"})
 class Decoder:
     """What a decoder can decode: coded item types (``hvc1``, ``av01``) and derived image
     types (``grid``, ``iovl``, ``iden``), the most items it reads in one file (``None``: no
-    limit of its own), and its name for messages."""
+    limit of its own), and its name for messages.
+
+    ``misplaces_negative_offsets``: the decoder composes an overlay input placed left of or
+    above the canvas (a negative offset) wrongly, so such an overlay is handed to it
+    recomposed (:class:`Recomposition`). libheif does, up to 1.23 at least: its
+    ``readvec_signed`` reads a negative 16-bit offset as about -2^31, so the input is dropped,
+    and ``HeifPixelImage::overlay`` copies an input cut by the top edge |offset| rows short.
+    """
 
     name: str
     coded: frozenset[str]
     derived: frozenset[str]
     max_items: int | None = None
+    misplaces_negative_offsets: bool = False
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an overlay puts one input: its top-left corner at (``x_px``, ``y_px``) on the
+    canvas (negative: left of or above it), ``width_px`` x ``height_px`` as placed (after the
+    input's own transformations)."""
+
+    item_id: int
+    x_px: int
+    y_px: int
+    width_px: int
+    height_px: int
+
+    def overlaps(self, width_px: int, height_px: int) -> bool:
+        """Whether any of it lies on a ``width_px`` x ``height_px`` canvas."""
+        return (
+            self.x_px < width_px
+            and self.y_px < height_px
+            and self.x_px + self.width_px > 0
+            and self.y_px + self.height_px > 0
+        )
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """An ``iovl`` derived image as its descriptor says (ISO/IEC 23008-12, ImageOverlay,
+    version 0): a ``width_px`` x ``height_px`` canvas filled with ``fill_rgba`` (16-bit
+    R, G, B, A; libheif fills with the top 8 bits of R, G, B), then each input drawn over it
+    in ``placements`` order, the first at the bottom. Parts of an input outside the canvas
+    are not drawn. ``wide``: its sizes and offsets are 32-bit fields (flags bit 0), not 16.
+    """
+
+    item_id: int
+    width_px: int
+    height_px: int
+    fill_rgba: tuple[int, int, int, int]
+    wide: bool
+    placements: tuple[Placement, ...]
+
+    def outside_left_top(self) -> tuple[int, int]:
+        """(pixels, pixels) the inputs that show on the canvas reach past its left and top edges."""
+        shown = [p for p in self.placements if p.overlaps(self.width_px, self.height_px)]
+        return max([0, *(-p.x_px for p in shown)]), max([0, *(-p.y_px for p in shown)])
+
+
+@dataclass(frozen=True)
+class Recomposition:
+    """The same overlay with no input left of or above its canvas, for a decoder that
+    misplaces those (:attr:`Decoder.misplaces_negative_offsets`): the canvas grown by
+    ``left_px`` and ``top_px`` to ``width_px`` x ``height_px``, every input moved by as much,
+    and the overlay's own ``clap``/``irot``/``imir`` detached (they apply to the original
+    canvas: the caller applies them, after cutting the original canvas back out at
+    (``left_px``, ``top_px``)). Inputs are decoded and drawn as before, in the same order, so
+    the cut-out is the overlay as the specification composes it.
+
+    ``patches`` are (file offset, bytes) written over the original file, each the same length
+    as what it replaces: the descriptor's sizes and offsets, the overlay's ``ispe``, and its
+    ``ipma`` entries of the transformations (set to 0, "no property").
+    """
+
+    left_px: int
+    top_px: int
+    width_px: int
+    height_px: int
+    patches: tuple[tuple[int, bytes], ...]
+
+    def applied_to(self, data: bytes) -> bytes:
+        """The file ``data`` with :attr:`patches` written over it."""
+        patched = bytearray(data)
+        for offset, replacement in self.patches:
+            patched[offset : offset + len(replacement)] = replacement
+        return bytes(patched)
 
 
 @dataclass(frozen=True)
@@ -800,6 +897,9 @@ class PrimaryImage:
     display_width_px, display_height_px: its size after them.
     coded_items: distinct coded pictures decoded for it (tiles, overlay inputs, alpha).
     largest_picture_px: the largest buffer, in pixels, one of them or a canvas needs.
+    overlay: its descriptor, when it is an ``iovl``.
+    recomposition: how to hand it to the decoder instead of the file as it is (an overlay
+        with inputs left of or above its canvas, for a decoder that misplaces them), or ``None``.
     """
 
     item_id: int
@@ -811,6 +911,8 @@ class PrimaryImage:
     display_height_px: int
     coded_items: int
     largest_picture_px: int
+    overlay: Overlay | None = None
+    recomposition: Recomposition | None = None
 
 
 @dataclass
@@ -822,6 +924,7 @@ class _Walk:
     headers: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict)
     coded: int = 0
     largest: int = 0
+    overlays: dict[int, Overlay] = field(default_factory=dict)
 
     def fits(self, what: str, width: int, height: int) -> None:
         pixels = width * height
@@ -974,22 +1077,45 @@ class _Walk:
         return width, height
 
     def _overlay(self, item: Item, path: tuple[int, ...]) -> tuple[int, int]:
-        """ImageOverlay (ISO/IEC 23008-12 6.6.2.2): the canvas must fit; so must each input."""
+        """ImageOverlay (ISO/IEC 23008-12, ``iovl``): version 0 (the only one defined; libheif
+        refuses others), a canvas that is not empty and fits, an offset for each input; each
+        input must fit too. Records the descriptor in :attr:`overlays`."""
         data = self._descriptor(item, 14)
-        wide = data[1] & 1
+        if data[0] != 0:
+            raise PermanentFailure(
+                UNSUPPORTED_FEATURE,
+                f"iovl item {item.id} is version {data[0]}: only version 0 is defined, "
+                f"{self.decoder.name} cannot compose it",
+            )
+        wide = bool(data[1] & 1)
         field_size = 4 if wide else 2
         if len(data) < 10 + 2 * field_size:
             raise _corrupt(f"iovl item {item.id} descriptor is cut")
         width = int.from_bytes(data[10 : 10 + field_size], "big")
         height = int.from_bytes(data[10 + field_size : 10 + 2 * field_size], "big")
+        if width == 0 or height == 0:
+            raise _corrupt(f"iovl item {item.id} has a {width}x{height} canvas")
         self.fits(f"iovl item {item.id} (canvas)", width, height)
         inputs = item.refs.get("dimg", [])
         if not inputs:
             raise _corrupt(f"iovl item {item.id} has no inputs")
         if len(data) < 10 + 2 * field_size + 2 * field_size * len(inputs):
             raise _corrupt(f"iovl item {item.id} places fewer than its {len(inputs)} inputs")
+        shown = {}
         for source in dict.fromkeys(inputs):
-            self.output_size(source, path)
+            size = self.output_size(source, path)
+            shown[source] = _transforms(self.structure, self.structure.items[source], size)[1]
+        offsets = struct.unpack_from(f">{2 * len(inputs)}{'i' if wide else 'h'}", data, 10 + 2 * field_size)
+        self.overlays[item.id] = Overlay(
+            item.id,
+            width,
+            height,
+            struct.unpack_from(">4H", data, 2),
+            wide,
+            tuple(
+                Placement(source, offsets[2 * n], offsets[2 * n + 1], *shown[source]) for n, source in enumerate(inputs)
+            ),
+        )
         return width, height
 
 
@@ -1015,7 +1141,11 @@ def primary_image(structure: HeifStructure, max_pixels: int, decoder: Decoder) -
         ``iovl`` for libavif), before its size is looked at; ``too_many_pixels`` when a coded
         picture or a canvas is larger than ``max_pixels`` or than the ``ispe`` it declares;
         ``corrupt_image`` when the structure otherwise contradicts itself (see the module's
-        docstring) or there is no primary image.
+        docstring) or there is no primary image. For a decoder that misplaces overlay inputs
+        left of or above the canvas (:attr:`Decoder.misplaces_negative_offsets`), a primary
+        overlay with such inputs gets a :class:`Recomposition` (``too_many_pixels`` when its
+        grown canvas is over ``max_pixels``); ``unsupported_feature`` when it cannot have one
+        (its detail says why) or the overlay is not the primary itself.
     """
     primary_id = structure.primary_id
     if primary_id is None:
@@ -1023,9 +1153,25 @@ def primary_image(structure: HeifStructure, max_pixels: int, decoder: Decoder) -
     walk = _Walk(structure, decoder, max_pixels)
     width, height = walk.output_size(primary_id)
     primary = structure.items[primary_id]
-    for item in structure.items.values():  # its alpha plane is decoded with it
-        if primary_id in item.refs.get("auxl", []) and _aux_type(structure, item) in ALPHA_AUX_TYPES:
-            walk.output_size(item.id)
+    alpha = [
+        item.id
+        for item in structure.items.values()
+        if primary_id in item.refs.get("auxl", []) and _aux_type(structure, item) in ALPHA_AUX_TYPES
+    ]
+    for item_id in alpha:  # its alpha plane is decoded with it
+        walk.output_size(item_id)
+    overlay = walk.overlays.get(primary_id)
+    moved = None
+    if decoder.misplaces_negative_offsets:
+        for nested in walk.overlays.values():
+            if nested is not overlay and any(nested.outside_left_top()):
+                raise PermanentFailure(
+                    UNSUPPORTED_FEATURE,
+                    f"iovl item {nested.item_id} places inputs left of or above its canvas and is not the primary "
+                    f"image: {decoder.name} misplaces them",
+                )
+        if overlay is not None and any(overlay.outside_left_top()):
+            moved = _recomposition(structure, overlay, walk, decoder, with_alpha=bool(alpha))
     transforms, (display_w, display_h) = _transforms(structure, primary, (width, height))
     return PrimaryImage(
         item_id=primary_id,
@@ -1037,7 +1183,75 @@ def primary_image(structure: HeifStructure, max_pixels: int, decoder: Decoder) -
         display_height_px=display_h,
         coded_items=walk.coded,
         largest_picture_px=walk.largest,
+        overlay=overlay,
+        recomposition=moved,
     )
+
+
+def _recomposition(
+    structure: HeifStructure, overlay: Overlay, walk: _Walk, decoder: Decoder, *, with_alpha: bool = False
+) -> Recomposition:
+    """The :class:`Recomposition` of the primary ``overlay``: its canvas grown left and up by
+    as much as its inputs that show on it reach past those edges (:meth:`Overlay.outside_left_top`).
+
+    The grown canvas must fit ``max_pixels`` (checked by ``walk``): it is what the decoder
+    allocates. Same-length patches only, so nothing else in the file moves.
+
+    Raises
+    ------
+    PermanentFailure
+        ``too_many_pixels`` when the grown canvas is over ``max_pixels``; ``unsupported_feature``
+        when the overlay has an alpha plane (it would have to be grown too), when the grown canvas or
+        the moved offsets do not fit the descriptor's 16-bit (or 32-bit) fields, or when its
+        ``ispe`` box is shared with another item (patching it would change that item's size too).
+    """
+    item = structure.items[overlay.item_id]
+    left, top = overlay.outside_left_top()
+    width, height = overlay.width_px + left, overlay.height_px + top
+    what = (
+        f"iovl item {item.id} (inputs reach {left} px left of and {top} px above "
+        f"its {overlay.width_px}x{overlay.height_px} canvas)"
+    )
+    walk.fits(f"{what} composed on a grown canvas", width, height)
+
+    def unsupported(why: str) -> PermanentFailure:
+        return PermanentFailure(UNSUPPORTED_FEATURE, f"{what}: {decoder.name} misplaces such inputs, and {why}")
+
+    if with_alpha:
+        raise unsupported("its alpha plane cannot be recomposed with it")
+    bits = 32 if overlay.wide else 16
+    offsets = [v for p in overlay.placements for v in (p.x_px + left, p.y_px + top)]
+    if max(width, height) >= 1 << bits or not all(-(1 << (bits - 1)) <= v < 1 << (bits - 1) for v in offsets):
+        raise unsupported(f"a canvas grown to {width}x{height} does not fit its {bits}-bit fields")
+    kind = "I" if overlay.wide else "H"
+    descriptor = struct.pack(f">2{kind}{len(offsets)}{kind.lower()}", width, height, *offsets)
+    patches = _data_patches(structure, item, 10, descriptor)  # after version, flags and fill
+    for (index, _), (at, size) in zip(item.properties, item.associations, strict=True):
+        prop = structure.properties[index]
+        if prop.kind == "ispe":
+            if any(
+                index in (i for i, _ in other.properties) for other in structure.items.values() if other is not item
+            ):
+                raise unsupported("its ispe is shared with another item")
+            patches.append((prop.start + 4, struct.pack(">II", width, height)))
+        elif prop.kind in ("clap", "irot", "imir"):
+            patches.append((at, bytes(size)))  # property index 0: "no property" (ISO/IEC 23008-12 9.3)
+    return Recomposition(left, top, width, height, tuple(patches))
+
+
+def _data_patches(structure: HeifStructure, item: Item, start: int, replacement: bytes) -> list[tuple[int, bytes]]:
+    """(file offset, bytes) that write ``replacement`` over ``item``'s data from byte ``start``,
+    one per extent it spans."""
+    patches: list[tuple[int, bytes]] = []
+    end, pos = start + len(replacement), 0
+    for run_start, run_end in structure.item_runs(item, end):
+        low, high = max(start, pos), min(end, pos + run_end - run_start)
+        if low < high:
+            patches.append((run_start + low - pos, replacement[low - start : high - start]))
+        pos += run_end - run_start
+    if pos < end:
+        raise _corrupt(f"{item.type} item {item.id} has {pos} bytes of data, needs {end}")
+    return patches
 
 
 def _aux_type(structure: HeifStructure, item: Item) -> str | None:
