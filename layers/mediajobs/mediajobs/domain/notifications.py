@@ -160,11 +160,11 @@ def notification_for(old: AssetView | None, new: AssetView) -> Notification | No
     """The notification a write from ``old`` to ``new`` owes, or ``None``. Pure.
 
     Owed when ``new`` is ``ready``, ``failed`` or ``deleted`` and ``old`` was not already
-    in that state for the same version (``ready`` with the same recipe set: a backfill's
-    switch to a new set is told again, under another id) (:func:`~mediajobs.domain.assets.same_version`:
+    in that state for the same version (:func:`~mediajobs.domain.assets.same_version`:
     a later event naming the same version moves only its sequencer, and tells nothing
-    new): a duplicate write of a transition owes nothing more (and, written anyway, would
-    carry the same id). A ``deleted`` asset nothing was ever told of (an unknown key's
+    new) -- or, ``ready``, with the same serving recipe set (a backfill's switch to a new
+    set is told again, under another id): a duplicate write of a transition owes nothing
+    more (and, written anyway, would carry the same id). A ``deleted`` asset nothing was ever told of (an unknown key's
     tombstone) owes nothing.
     """
     kind = _OF_STATE.get(new.state)

@@ -64,6 +64,10 @@ positive_integer: Final = Bounded(
 positive_seconds: Final = Bounded(
     "positive_seconds", float, lambda value: value <= 0, "must be a positive number of seconds, got {text}"
 )
+#: A whole number, 0 or more (``simulate --backfill-at 0``: none).
+non_negative_integer: Final = Bounded(
+    "non_negative_integer", int, lambda value: value < 0, "must be 0 or more, got {text}"
+)
 #: A whole number of seconds, 0 or more (``collect --grace-seconds 0``).
 non_negative_seconds: Final = Bounded(
     "non_negative_seconds", int, lambda value: value < 0, "must be 0 or more seconds, got {text}"

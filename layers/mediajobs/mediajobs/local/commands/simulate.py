@@ -16,6 +16,9 @@ from mediajobs.local.storm.config import StormConfig, storm_flags
 
 #: The storm's bound on the mean DynamoDB requests of a duplicate delivery (see :func:`storm_failures`).
 MAX_DDB_REQUESTS_PER_DUPLICATE: Final = 3.0
+#: With ``--backfill-at``: the most the upload-to-ready p95 during the backfill may be, as a
+#: multiple of the same run's p95 before it (new uploads keep their priority).
+MAX_BACKFILL_P95_RATIO: Final = 1.5
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -75,8 +78,9 @@ def storm_failures(summary: dict[str, Any], cfg: StormConfig) -> list[str]:
     empty when everything held. Pure."""
     changes = cfg.overwrite_rate > 0 or cfg.delete_rate > 0
     failed = [f"check {name} is {value}" for name, value in summary["checks"].items() if value != 0]
-    # Without overwrites or deletes, every content's jobs are committed exactly once.
-    if not changes and summary["renders_committed"] != summary["unique_jobs"]:
+    # Without overwrites or deletes, every content's jobs are committed exactly once (a
+    # backfill's new set has checks of its own).
+    if not changes and not cfg.backfill_at and summary["renders_committed"] != summary["unique_jobs"]:
         failed.append(f"renders_committed {summary['renders_committed']} != unique_jobs {summary['unique_jobs']}")
     if summary["s3_bytes_read_for_duplicates"] != 0:
         failed.append(f"s3_bytes_read_for_duplicates is {summary['s3_bytes_read_for_duplicates']}, not 0")
@@ -88,6 +92,9 @@ def storm_failures(summary: dict[str, Any], cfg: StormConfig) -> list[str]:
         failed.append(
             f"ddb_requests_per_duplicate {summary['ddb_requests_per_duplicate']} > {MAX_DDB_REQUESTS_PER_DUPLICATE}"
         )
+    ratio = (summary.get("backfill") or {}).get("p95_ratio")
+    if cfg.backfill_at and (ratio is None or ratio > MAX_BACKFILL_P95_RATIO):
+        failed.append(f"upload-to-ready p95 during the backfill is {ratio} x before it, over {MAX_BACKFILL_P95_RATIO}")
     if summary["timed_out"]:
         failed.append(f"timed out after --max-seconds {cfg.max_seconds:g}")
     return failed

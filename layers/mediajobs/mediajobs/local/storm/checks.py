@@ -38,7 +38,7 @@ def end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict[
     )
     # Read in bulk, once everything is settled: every asset in one scan, what S3 serves in
     # one listing, the jobs in batches (a request per key took 16 s of a 400-upload storm).
-    views = _asset_views(stack)
+    views = asset_views(stack)
     served = _served_versions(s3, stack.bucket, os.path.commonprefix(sorted(keys)) if keys else "")
     used: Counter[str] = Counter()
     for key in sorted(keys):
@@ -87,7 +87,7 @@ def end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict[
     return checks, dict(sorted(end_states.items()))
 
 
-def _asset_views(stack: LocalStack) -> dict[str, AssetView]:
+def asset_views(stack: LocalStack) -> dict[str, AssetView]:
     """Every asset of the stack's bucket, by key: one strongly consistent scan of the assets
     table (its asset items only)."""
     model = stack.asset_models().asset

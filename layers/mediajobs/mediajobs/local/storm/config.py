@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
-from mediajobs.local.arguments import positive_integer, positive_seconds, share
+from mediajobs.local.arguments import non_negative_integer, positive_integer, positive_seconds, share
 
 #: The key of a field's :class:`Flag` in its ``dataclasses.field`` metadata.
 FLAG: Final = "flag"
@@ -91,6 +91,10 @@ class StormConfig:
     timeout_s: the simulated function timeout, seconds.
     visibility_s: the queue's visibility timeout, seconds (how long the unstarted
         records of a crashed worker's batch stay hidden).
+    backfill_at: after this many writes of the plan, deploy the active set with
+        ``web-image@2`` (:data:`~mediajobs.local.storm.backfill.NEW_IMAGE_SET`) and start its
+        backfill (0: none).
+    backfill_workers: worker processes on the backfill lane (its ``MaximumConcurrency``).
     seed: fixes every random choice the storm makes: contents, copies, duplicated events,
         crash points (:func:`~mediajobs.local.storm.worker.crash_point`) and lost
         acknowledgements.
@@ -148,6 +152,14 @@ class StormConfig:
         "the queue's visibility timeout: how long a crashed batch's other records stay hidden (default {default})",
     )
     seed: int = flagged(1, "--seed", int, "random seed (default {default})")
+    backfill_at: int = flagged(
+        0,
+        "--backfill-at",
+        non_negative_integer,
+        "after this many uploads, deploy an active set with web-image@2 and backfill it while the storm goes on "
+        "(0: none; default {default})",
+    )
+    backfill_workers: int = 2
     # A guard against a hang, not a budget: 2,000 uploads of two jobs each took 1,269 s on
     # a loaded 2-core machine before assets; with them every record also writes its asset.
     max_seconds: float = flagged(

@@ -32,6 +32,9 @@ class Feeder:
     uploads, contents: the plan (:func:`~mediajobs.local.storm.plan.plan`).
     duplicated_events: events sent a second time.
     late_events: replaced versions' events delivered again after their overwrite's.
+    sent: writes of the plan made so far (puts and deletes).
+    put_at: when each put was answered, Unix seconds, by (key, version id): where an
+        upload's latency to ready starts.
     """
 
     def __init__(self, stack: LocalStack, uploads: list[Upload], contents: list[bytes]) -> None:
@@ -39,6 +42,8 @@ class Feeder:
         self.contents = contents
         self.duplicated_events = 0
         self.late_events = 0
+        self.sent = 0
+        self.put_at: dict[tuple[str, str | None], float] = {}
         self._stack = stack
         self._s3, self._sqs = stack.client("s3"), stack.client("sqs")
         self._lock = threading.Lock()
@@ -85,6 +90,13 @@ class Feeder:
     def upload(self, u: Upload) -> None:
         """Make the write ``u``: a put (its event sent again when ``u.twice``; the replaced
         version's event after it when ``u.late``), or a delete."""
+        try:
+            self._write(u)
+        finally:
+            with self._lock:
+                self.sent += 1
+
+    def _write(self, u: Upload) -> None:
         s3, bucket = self._s3, self._stack.bucket
         if u.kind == "delete":
             s3.delete_object(Bucket=bucket, Key=u.key)  # a delete marker
@@ -104,6 +116,8 @@ class Feeder:
         data = self.contents[u.data_index]
         extra = {"ChecksumAlgorithm": "SHA256"} if u.checksum else {}
         put = s3.put_object(Bucket=bucket, Key=u.key, Body=data, **extra)
+        with self._lock:
+            self.put_at[(u.key, put.get("VersionId"))] = time.time()
         events_of_key = self._created_events(u.key)
         mine = [e for e in events_of_key if e["detail"]["object"].get("version-id") == put.get("VersionId")]
         if u.twice and mine:

@@ -30,7 +30,13 @@ def watch_asset_writes(stack: LocalStack) -> None:
 
 
 #: The state of an asset not seen yet in the stream (as no state: a ``deleted`` first seen owes nothing).
-_UNSEEN: Final = ("unseen", "")
+_UNSEEN: Final = ("unseen", "", "")
+
+
+def _serving(state: str, recipes: list[str]) -> str:
+    """The recipe set a ``ready`` asset serves, as the checks group by it (a backfill's
+    switch to a new set is an episode of its own); empty for other states."""
+    return "+".join(sorted(recipes)) if state == "ready" else ""
 
 
 def _s3_version(version: dict[str, Any]) -> str:
@@ -69,8 +75,8 @@ def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[di
     # S3 version, or deleted from anything but deleted (an unknown key's tombstone owes
     # nothing), is one episode, which owes exactly one id; a later event that moves only
     # the sequencer, or a progress write, is the same episode.
-    episodes: Counter[tuple[str, str, str]] = Counter()
-    run_of: dict[str, tuple[str, str] | None] = {}
+    episodes: Counter[tuple[str, str, str, str]] = Counter()
+    run_of: dict[str, tuple[str, str, str] | None] = {}
     streams = stack.client("dynamodbstreams")
     arn = stack.client("dynamodb").describe_table(TableName=stack.assets_table_name)["Table"]["LatestStreamArn"]
     for record in stream_records(streams, arn):
@@ -84,7 +90,8 @@ def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[di
         state = str(new.state)
         run = None
         if state in ("ready", "failed", "deleted"):
-            run = (state, "" if state == "deleted" else _s3_version(dataclasses.asdict(new.version)))
+            version = "" if state == "deleted" else _s3_version(dataclasses.asdict(new.version))
+            run = (state, version, _serving(state, [job.recipe for job in new.jobs]))
         previous = run_of.get(new.key, _UNSEEN)
         if run is not None and run != previous and not (state == "deleted" and previous is _UNSEEN):
             episodes[(new.key, *run)] += 1
@@ -95,17 +102,22 @@ def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[di
     received = told.receiver.received
     at_receiver = set(received.ids())
     bus = Counter(e.get("detail", {}).get("id") for e in told.bus_events)
-    ids_of_episode: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    ids_of_episode: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
     for delivery in received.deliveries:
         asset = delivery.payload.get("asset", {})
         state = str(asset.get("state"))
         version = "" if state == "deleted" else _s3_version(asset.get("version") or {})
-        ids_of_episode[(str(asset.get("key")), state, version)].add(delivery.id)
-    ids_of_version: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+        serving = _serving(state, [r for r, job in (asset.get("recipes") or {}).items() if job.get("serving", True)])
+        ids_of_episode[(str(asset.get("key")), state, version, serving)].add(delivery.id)
+    ids_of_version: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
     for delivery in received.deliveries:
         asset = delivery.payload.get("asset", {})
         version = json.dumps(asset.get("version"), sort_keys=True)
-        ids_of_version[(str(asset.get("key")), version, str(delivery.payload.get("type")))].add(delivery.id)
+        kind = str(delivery.payload.get("type"))
+        serving = _serving(
+            str(asset.get("state")), [r for r, job in (asset.get("recipes") or {}).items() if job.get("serving", True)]
+        )
+        ids_of_version[(str(asset.get("key")), version, kind, serving)].add(delivery.id)
     destinations = ("eventbridge", "webhook")
     checks = {
         # Every episode told under exactly one id (more: a second logical notification).

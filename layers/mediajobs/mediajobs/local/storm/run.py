@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mediajobs.local.embedded import EmbeddedAws
+from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.notifications import LocalNotifications
 from mediajobs.local.runner import QUEUE_DEPTH_ATTRIBUTES
 from mediajobs.local.storm.accounting import read_logs
+from mediajobs.local.storm.backfill import RETIRE_S, StormBackfill, backfill_checks
 from mediajobs.local.storm.checks import end_checks
 from mediajobs.local.storm.collection import Collections
 from mediajobs.local.storm.config import StormConfig
@@ -53,16 +54,22 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
         sqs = stack.client("sqs")
         watch_asset_writes(stack)
         sqs.set_queue_attributes(QueueUrl=stack.queue_url, Attributes={"VisibilityTimeout": str(cfg.visibility_s)})
+        if stack.backfill_queue_url:
+            visibility = {"VisibilityTimeout": str(cfg.visibility_s)}
+            sqs.set_queue_attributes(QueueUrl=stack.backfill_queue_url, Attributes=visibility)
         feeder = Feeder(stack, *plan(cfg))  # hears S3's events from now on
         workers = WorkerPool(stack, settings, cfg, folder)
+        backfill = StormBackfill(stack, settings, cfg, workers, folder) if cfg.backfill_at else None
         deadline = time.monotonic() + cfg.max_seconds
         feeder.start(deadline)
         collections = Collections(stack, settings, cfg)
         collecting = _Every(lambda: collections.run(grace_s=cfg.grace_s), cfg.collect_every_s, "collection")
         with LocalNotifications(stack) as told:
             dispatching = _Every(told.run, cfg.dispatch_every_s, "dispatch")
-            _settle(sqs, stack.queue_url, workers, feeder, deadline)
+            _settle(sqs, stack, workers, feeder, deadline, backfill)
             timed_out = time.monotonic() >= deadline
+            if backfill is not None:
+                backfill.stop()
             workers.stop()
             collecting.stop(timeout_s=60)
             feeder.stop_listening()
@@ -71,6 +78,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             # were abandoned: an unreferenced job whose lease is live is left for a later run).
             logged = list(read_logs(folder))
             time.sleep(_until_leases_end_s(logged, workers, cfg.lease_s))
+            if backfill is not None:  # the retired sets are held RETIRE_S after the last switch
+                time.sleep(RETIRE_S + 1)
             collections.run(grace_s=0)
             dispatching.stop(timeout_s=120)
             told.run()  # everything committed is in the stream now: the last dispatch
@@ -81,7 +90,13 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
                     log_out.writelines(json.dumps(e) + "\n" for e in events)
             end = end_checks(stack, {u.key for u in feeder.uploads})
             told_checks = notification_checks(stack, told)
-        return summarize(
+            backfilled = None
+            if backfill is not None:
+                live = {u.key for u in feeder.uploads} - _deleted_keys(stack)
+                backfilled = backfill_checks(
+                    stack, backfill, live_keys=live, contents=feeder.contents, events=events, put_at=feeder.put_at
+                )
+        summary = summarize(
             feeder,
             collections,
             events,
@@ -92,19 +107,30 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             timed_out=timed_out,
             conflicts=aws.conflicts,
             started=started,
+            backfill=backfilled,
         )
+        return summary
     finally:
         aws.__exit__(None, None, None)
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _settle(sqs: Any, queue_url: str, workers: WorkerPool, feeder: Feeder, deadline: float) -> None:
+def _settle(
+    sqs: Any, stack: LocalStack, workers: WorkerPool, feeder: Feeder, deadline: float, backfill: StormBackfill | None
+) -> None:
     """Replace the workers that die until every upload is sent and nothing has been in the
-    queue for :data:`SETTLED_S` seconds, or until ``deadline`` (``time.monotonic()``)."""
+    queues for :data:`SETTLED_S` seconds (with a backfill: deployed when its time came, and
+    done), or until ``deadline`` (``time.monotonic()``)."""
     empty_since = None
     while time.monotonic() < deadline:
         workers.replace_dead()
-        if not feeder.is_alive() and _queue_depth(sqs, queue_url) == 0:
+        settled = True
+        if backfill is not None:
+            backfill.maybe_deploy(feeder.sent, feeder.is_alive())
+            backfill.replace_dead()
+            lane = _queue_depth(sqs, stack.backfill_queue_url) if stack.backfill_queue_url else 0
+            settled = backfill.settled() and lane == 0
+        if not feeder.is_alive() and settled and _queue_depth(sqs, stack.queue_url) == 0:
             empty_since = empty_since or time.monotonic()
             if time.monotonic() - empty_since > SETTLED_S:  # settled: nothing in flight for 2 s
                 break
@@ -157,3 +183,16 @@ class _Every:
         """Make no further call; wait up to ``timeout_s`` for a call under way to end."""
         self._stopped.set()
         self._thread.join(timeout=timeout_s)
+
+
+def _deleted_keys(stack: LocalStack) -> set[str]:
+    """The keys S3 serves no current version of (deleted), under ``originals/``."""
+    s3 = stack.client("s3")
+    served: set[str] = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=stack.bucket, Prefix="originals/"):
+        served.update(item["Key"] for item in page.get("Contents", ()))
+    every: set[str] = set()
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=stack.bucket, Prefix="originals/"):
+        every.update(v["Key"] for v in page.get("Versions", ()))
+        every.update(m["Key"] for m in page.get("DeleteMarkers", ()))
+    return every - served

@@ -32,6 +32,7 @@ def summarize(
     timed_out: bool,
     conflicts: TransactionConflicts | None,
     started: float,
+    backfill: tuple[dict[str, int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The storm's summary.
 
@@ -49,6 +50,8 @@ def summarize(
     timed_out: whether the storm gave up at ``--max-seconds``.
     conflicts: the emulated transaction conflicts, when on.
     started: when the storm started, ``time.monotonic()`` seconds.
+    backfill: with ``--backfill-at``, the backfill's checks and figures
+        (:func:`~mediajobs.local.storm.backfill.backfill_checks`).
 
     Returns
     -------
@@ -115,5 +118,8 @@ def summarize(
     checks["dead_letters"] = dlq
     checks["duplicate_renders"] = summary["duplicate_renders"]
     checks["lost"] = lost
+    if backfill is not None:
+        backfill_checks, summary["backfill"] = backfill
+        checks.update(backfill_checks)
     summary["checks"] = checks
     return summary

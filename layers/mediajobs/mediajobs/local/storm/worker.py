@@ -39,6 +39,8 @@ ASSET_CRASH_POINTS: Final = ("asset_current", "asset_recorded", "asset_deleted")
 DDB_WRITES: Final = frozenset(("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"))
 #: Exit status of a worker that crashed on purpose.
 CRASH_EXIT: Final = 70
+#: How much lower the backfill lane's workers run (``os.nice``): see :func:`worker_main`.
+LANE_NICENESS: Final = 10
 
 
 def worker_work_dir(folder: Path, slot: int) -> Path:
@@ -262,13 +264,30 @@ class StormObserver(PipelineObserver):
 
 
 def worker_main(
-    slot: int, spawn_index: int, settings: Settings, stack: LocalStack, cfg: StormConfig, log_path: str
+    slot: int,
+    spawn_index: int,
+    settings: Settings,
+    stack: LocalStack,
+    cfg: StormConfig,
+    log_path: str,
+    lane: bool = False,
 ) -> None:
     """One worker process: the real handler behind an event source mapping, until the file
     ``log_path`` with the suffix ``.stop`` exists. Everything it needs comes as arguments
     (``settings`` with its own ``work_dir``, the ``stack`` with endpoint and credentials);
-    it reads and writes no environment. Its events go to ``log_path`` (JSON lines)."""
+    it reads and writes no environment. Its events go to ``log_path`` (JSON lines).
+
+    ``lane``: it polls the backfill lane, at a lower CPU priority (:data:`LANE_NICENESS`):
+    on Lambda the lane's invocations run in sandboxes of their own, and here every process
+    shares two cores, so the lane must not take the upload workers' CPU.
+    """
     from mediajobs.entrypoints import worker
+
+    if lane:
+        os.nice(LANE_NICENESS)
+    queue_url, queue_arn = (
+        (stack.backfill_queue_url, stack.backfill_queue_arn) if lane else (stack.queue_url, stack.queue_arn)
+    )
 
     logger = configure_worker_logs(cfg.log_level)
     # Lost acknowledgements: a stream of its own per worker process, fixed by the seed.
@@ -323,7 +342,7 @@ def worker_main(
                 # (ReceiptHandleIsInvalid: already received again, the redelivery is under way.)
                 with contextlib.suppress(sqs.exceptions.ReceiptHandleIsInvalid):
                     sqs.change_message_visibility(
-                        QueueUrl=stack.queue_url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=1
+                        QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=1
                     )
             else:
                 kept.append(m)
@@ -331,8 +350,8 @@ def worker_main(
 
     esm = EventSourceMapping(
         sqs,
-        stack.queue_url,
-        stack.queue_arn,
+        queue_url,
+        queue_arn,
         marked_handler,
         batch_size=stack.batch_size,
         timeout_s=cfg.timeout_s,

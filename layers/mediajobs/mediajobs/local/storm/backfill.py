@@ -1,0 +1,293 @@
+"""The storm's backfill (``mediajobs simulate --backfill-at N``): after N writes of the plan,
+a deployment of an active set with ``web-image@2`` (:data:`NEW_IMAGE_SET`), its backfill
+started and scanned by the schedule's code in the parent, its jobs rendered by worker
+processes on the backfill lane, while uploads, overwrites, deletes and crashes go on; then
+the checks of what must hold (:func:`backfill_checks`).
+
+The deployment is what Lambda does: new workers start with the new set (the
+``ACTIVE_RECIPES`` setting), the old ones finish the batch they hold. The lane's workers
+(``cfg.backfill_workers``, its ``MaximumConcurrency``) run at a lower CPU priority: on Lambda
+they are sandboxes of their own, here they share two cores with the upload workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import statistics
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Final
+
+from mediajobs.adapters.assets import asset_of_image
+from mediajobs.domain.assets import AssetState
+from mediajobs.domain.backfill import BackfillState, document
+from mediajobs.domain.keys import job_key, sha256_hex
+from mediajobs.local.embedded import LocalStack
+from mediajobs.local.storm.checks import asset_views
+from mediajobs.local.storm.config import StormConfig
+from mediajobs.local.storm.pool import WorkerPool
+from mediajobs.local.streams import stream_records
+from mediajobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: The image recipes the storm's deployment makes active.
+NEW_IMAGE_SET: Final = ("web-image@2", "image-placeholder@1")
+#: ``RETIRE_GRACE_SECONDS`` in the storm: the old sets are collected this long after a switch.
+RETIRE_S: Final = 2
+#: Seconds between two runs of the backfill's scan (the schedule's ``rate(1 minute)``, sooner).
+SCAN_EVERY_S: Final = 1.0
+
+
+def new_active_document() -> str:
+    """The active set the storm deploys: today's, its image recipes :data:`NEW_IMAGE_SET`."""
+    from mediajobs.bootstrap import active_recipes
+
+    active = {media: [r.ref for r in recipes] for media, recipes in active_recipes().items()}
+    active["image"] = list(NEW_IMAGE_SET)
+    return json.dumps(active, sort_keys=True)
+
+
+class StormBackfill:
+    """The deployment at ``cfg.backfill_at`` writes and the backfill after it.
+
+    Attributes
+    ----------
+    settings: the deployed workers' (and the scan's) settings.
+    backfill_id: the backfill's id, once started.
+    deployed_at, done_at: Unix seconds of the deployment and of the backfill's end.
+    lane: the lane's worker pool, once deployed.
+    failed_scans: runs of the scan that raised (the next run goes on).
+    """
+
+    def __init__(self, stack: LocalStack, settings: Settings, cfg: StormConfig, workers: WorkerPool, folder: Path):
+        self._stack, self._cfg, self._workers, self._folder = stack, cfg, workers, folder
+        self.settings = dataclasses.replace(
+            settings,
+            active_recipes=new_active_document(),
+            backfill_queue_arn=stack.backfill_queue_arn,
+            retire_grace_s=RETIRE_S,
+            backfill_rate_per_s=100.0,
+        )
+        self.backfill_id: str | None = None
+        self.deployed_at: float | None = None
+        self.done_at: float | None = None
+        self.lane: WorkerPool | None = None
+        self.failed_scans = 0
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._backfiller: Any = None
+
+    def maybe_deploy(self, sent: int, feeding: bool) -> None:
+        """Deploy once ``sent`` writes were made (or the plan is over)."""
+        if self.deployed_at is None and (sent >= self._cfg.backfill_at or not feeding):
+            self._deploy()
+
+    def _deploy(self) -> None:
+        from mediajobs.bootstrap import build_backfiller
+        from mediajobs.local.session import local_adapters
+
+        self._workers.redeploy(self.settings)
+        self.lane = WorkerPool(
+            self._stack, self.settings, self._cfg, self._folder, lane=True, count=self._cfg.backfill_workers
+        )
+        adapters = dataclasses.replace(
+            local_adapters(self._stack, self.settings),
+            assets=self._stack.assets(writer=True),
+            backfills=self._stack.backfills(),
+        )
+        self._backfiller = build_backfiller(self.settings, adapters)
+        started, _ = self._backfiller.start()
+        self.backfill_id = started.id
+        self.deployed_at = time.time()
+        self._thread = threading.Thread(target=self._scan, name="backfill", daemon=True)
+        self._thread.start()
+
+    def _scan(self) -> None:
+        while not self._stopped.wait(SCAN_EVERY_S):
+            self.tick()
+
+    def tick(self) -> None:
+        """One run of the scan (the schedule's); counts a failure and goes on."""
+        try:
+            for b in self._backfiller.tick(budget_s=SCAN_EVERY_S):
+                if b.id == self.backfill_id and b.state == BackfillState.DONE and self.done_at is None:
+                    self.done_at = time.time()
+        except Exception:  # noqa: BLE001 - counted: the next run goes on, the checks judge
+            log.exception("a backfill scan failed")
+            self.failed_scans += 1
+
+    def settled(self) -> bool:
+        """Whether nothing of the backfill is left: deployed, and done."""
+        return self.deployed_at is not None and self.done_at is not None
+
+    def replace_dead(self) -> None:
+        """Replace the lane's workers that died."""
+        if self.lane is not None:
+            self.lane.replace_dead()
+
+    def stop(self) -> None:
+        """Stop the scan and the lane's workers."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        if self.lane is not None:
+            self.lane.stop()
+
+    def status(self) -> dict[str, Any] | None:
+        """The backfill's status document, once started."""
+        if self.backfill_id is None:
+            return None
+        found = self._backfiller.status(self.backfill_id)
+        return document(found, now_s=time.time()) if found is not None else None
+
+    @property
+    def spawned(self) -> int:
+        """The lane's worker processes started, replacements included."""
+        return self.lane.spawned if self.lane is not None else 0
+
+
+def _new_recipe_keys(contents: list[bytes]) -> set[str]:
+    """The job keys of the new set's image recipes (not in today's set) for every content."""
+    from mediajobs.bootstrap import active_recipes
+
+    new = active_recipes(new_active_document())["image"]
+    today = {r.ref for r in active_recipes()["image"]}
+    return {job_key(sha256_hex(c), r.sha256) for c in contents for r in new if r.ref not in today}
+
+
+def _old_recipe_keys(contents: list[bytes]) -> set[str]:
+    """The job keys of today's image recipes the new set drops, for every content."""
+    from mediajobs.bootstrap import active_recipes
+
+    new = {r.ref for r in active_recipes(new_active_document())["image"]}
+    return {job_key(sha256_hex(c), r.sha256) for c in contents for r in active_recipes()["image"] if r.ref not in new}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def backfill_checks(
+    stack: LocalStack,
+    backfill: StormBackfill,
+    *,
+    live_keys: set[str],
+    contents: list[bytes],
+    events: list[dict[str, Any]],
+    put_at: dict[tuple[str, str | None], float],
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """What must hold once a storm with a backfill is over, counted (0 each when it holds),
+    and its figures.
+
+    * ``backfill_not_done``: 1 unless the backfill ended ``done``;
+    * ``assets_not_on_new_set``: live image assets not serving :data:`NEW_IMAGE_SET` (or
+      still holding a ``next`` set);
+    * ``new_set_duplicate_renders``: commits of a new-set job beyond its first (renders
+      equal the unique (content, new recipe) pairs);
+    * ``old_sets_left``: derivative prefixes of the retired recipe's jobs still in the
+      bucket after the last collection (no asset references them);
+    * ``assets_without_ready_outputs``: writes that took a ``ready`` version of an asset
+      to another state for the same version (read from the assets table's stream);
+    * ``new_set_ready_not_once``: live image assets whose current version was told
+      ``Asset Ready`` for the new set other than once (the outbox's notifications).
+
+    The figures: renders and unique pairs of the new set, and upload-to-ready latency p50
+    and p95 (seconds) of the uploads before the deployment and of those during the
+    backfill, with ``p95_ratio`` = during / before.
+    """
+    checks = dict.fromkeys(
+        (
+            "backfill_not_done",
+            "assets_not_on_new_set",
+            "new_set_duplicate_renders",
+            "old_sets_left",
+            "assets_without_ready_outputs",
+            "new_set_ready_not_once",
+        ),
+        0,
+    )
+    status = backfill.status()
+    checks["backfill_not_done"] = int(status is None or status["state"] != "done")
+    model = stack.asset_models().asset
+    views = asset_views(stack)
+    for key in live_keys:
+        view = views.get(key)
+        live = view is not None and view.media == "image" and view.state != AssetState.DELETED
+        if live and view is not None and (tuple(j.recipe for j in view.jobs) != NEW_IMAGE_SET or view.next):
+            checks["assets_not_on_new_set"] += 1
+    new_keys = _new_recipe_keys(contents)
+    committed = Counter(e["job_key"] for e in events if e["event"] == "committed" and e.get("job_key") in new_keys)
+    checks["new_set_duplicate_renders"] = sum(n - 1 for n in committed.values())
+    old_keys = _old_recipe_keys(contents)
+    s3 = stack.client("s3")
+    left: set[str] = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=stack.bucket, Prefix="derivatives/"):
+        left.update(item["Key"].split("/")[1] for item in page.get("Contents", ()))
+    referenced = {j.job_key for v in views.values() if v.state != AssetState.DELETED for j in v.jobs}
+    checks["old_sets_left"] = len((left & old_keys) - referenced)
+
+    # The assets table's stream: gaps, and when each upload's version first became ready.
+    streams = stack.client("dynamodbstreams")
+    arn = stack.client("dynamodb").describe_table(TableName=stack.assets_table_name)["Table"]["LatestStreamArn"]
+    ready_at: dict[tuple[str, str | None], float] = {}
+    for record in stream_records(streams, arn):
+        new = asset_of_image(model, record["dynamodb"].get("NewImage"))
+        old = asset_of_image(model, record["dynamodb"].get("OldImage"))
+        if new is None:
+            continue
+        unready = old is not None and old.state == AssetState.READY and new.state != AssetState.READY
+        if unready and old is not None and new.state != AssetState.DELETED and new.version == old.version:
+            checks["assets_without_ready_outputs"] += 1
+        if new.state == AssetState.READY:
+            when = record["dynamodb"]["ApproximateCreationDateTime"]
+            ready_at.setdefault((new.key, new.version.version_id), when.timestamp())
+
+    # Asset Ready of the new set, per live image asset's current version: from the outbox.
+    told: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for item in stack.outbox_model().scan(consistent_read=True):
+        body = json.loads(item.payload) if isinstance(item.payload, str) else dict(item.payload or {})
+        asset = body.get("asset", {})
+        serving = tuple(r for r, j in (asset.get("recipes") or {}).items() if j.get("serving", True))
+        if body.get("type") == "Asset Ready" and serving == NEW_IMAGE_SET:
+            told[(str(asset.get("key")), str((asset.get("version") or {}).get("version_id")))].add(str(item.id))
+    for key in live_keys:
+        view = views.get(key)
+        if view is not None and view.media == "image" and view.state == AssetState.READY:
+            checks["new_set_ready_not_once"] += len(told[(key, str(view.version.version_id))]) != 1
+
+    deployed, done = backfill.deployed_at or 0.0, backfill.done_at or time.time()
+    before, during = [], []
+    for (key, version), put in put_at.items():
+        ready = ready_at.get((key, version))
+        if ready is None:
+            continue  # overwritten or deleted before it was ready
+        if put < deployed:
+            before.append(ready - put)
+        elif put <= done:
+            during.append(ready - put)
+    p95_before, p95_during = _percentile(before, 95), _percentile(during, 95)
+    figures = {
+        "id": status["id"] if status else None,
+        "state": status["state"] if status else None,
+        "counts": {k: status[k] for k in ("total", "enqueued", "done", "reused", "failed")} if status else {},
+        "new_set_renders": sum(committed.values()),
+        "new_set_unique_pairs": len(committed),
+        "seconds": round(done - deployed, 1) if deployed else 0.0,
+        "latency_s": {
+            "before": {"uploads": len(before), "p50": round(_percentile(before, 50), 2), "p95": round(p95_before, 2)},
+            "during": {"uploads": len(during), "p50": round(_percentile(during, 50), 2), "p95": round(p95_during, 2)},
+        },
+        "p95_ratio": round(p95_during / p95_before, 3) if p95_before > 0 and during else None,
+        "lane_workers": backfill.spawned,
+        "failed_scans": backfill.failed_scans,
+    }
+    return checks, figures
