@@ -44,6 +44,7 @@ is decoded and good input is decoded once:
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import io
@@ -54,11 +55,12 @@ import re
 import struct
 import warnings
 from pathlib import Path
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import pi_heif
 from PIL import Image, ImageCms, ImageFile, ImageOps, UnidentifiedImageError
 
+from mediajobs.adapters.ssimulacra2 import Ssimulacra2
 from mediajobs.domain.errors import (
     CORRUPT_IMAGE,
     FRAMES,
@@ -87,6 +89,15 @@ from mediajobs.domain.inspections.heif_items import (
 from mediajobs.domain.inspections.jpeg_markers import JpegReport, inspect_jpeg_file
 from mediajobs.domain.jobs import RenderContext, RenderedFile
 from mediajobs.domain.manifest import RenderDecisions
+from mediajobs.domain.quality_search import (
+    OTHER_FORMAT_CARRY,
+    SAME_FORMAT_CARRY,
+    SLOPES,
+    SearchResult,
+    Try,
+    predicted_quality,
+    search,
+)
 from mediajobs.domain.recipes import CONTENT_TYPES, EXTENSIONS, FORMATS_WITH_ALPHA, ImageVariant, fit_within
 
 log = logging.getLogger(__name__)
@@ -599,8 +610,20 @@ class PillowRenderer:
         sized = _resize_all(base, display_size, variants)
         del base  # only the variants stay alive while encoding
         files = []
+        searches: dict[str, dict[str, Any]] = {}
+        previous: tuple[str, float] | None = None  # (format, quality offset) of the last searched variant
         for variant in variants:
-            files.append(_encode(sized.pop(variant.name), variant, out_dir))
+            image = sized.pop(variant.name)
+            if variant.target is None:
+                files.append(_encode(image, variant, out_dir))
+                continue
+            first = predicted_quality(variant.target.start_quality, _carried(previous, variant.format))
+            rendered, result = _encode_to_target(image, variant, out_dir, first)
+            files.append(rendered)
+            searches[variant.name] = result.to_json()
+            previous = (variant.format, result.chosen.quality - variant.target.start_quality)
+        if searches:
+            decisions = dataclasses.replace(decisions, quality_search=searches)
         return files, decisions
 
     def decode(self, source: Path, box_px: int) -> tuple[Image.Image, RenderDecisions, tuple[int, int]]:
@@ -742,20 +765,73 @@ def _resize_all(
     return sized
 
 
-def _encode(image: Image.Image, variant: ImageVariant, out_dir: Path) -> RenderedFile:
-    """Encode one variant without any metadata and describe the file."""
+def _prepared(image: Image.Image, variant: ImageVariant) -> Image.Image:
+    """The picture as it is encoded: flattened when the format has no alpha, and without
+    ``info``, so no EXIF, XMP or ICC reaches an output (AVIF/PNG would copy icc_profile)."""
     if image.mode == "RGBA" and variant.format not in FORMATS_WITH_ALPHA:
         image = _flatten(image)
-    image.info = {}  # no EXIF, XMP or ICC may reach an output (AVIF/PNG would copy icc_profile)
-    dest = out_dir / f"{variant.name}.{EXTENSIONS[variant.format]}"
+    image.info = {}
+    return image
+
+
+def _save(image: Image.Image, variant: ImageVariant, quality: int | None, dest: Path | io.BytesIO) -> None:
+    """Encode ``image`` as ``variant.format`` at ``quality`` (ignored by PNG) into ``dest``."""
     if variant.format == "webp":
-        image.save(dest, format="WEBP", quality=variant.quality, method=4)
+        image.save(dest, format="WEBP", quality=quality, method=4)
     elif variant.format == "avif":
-        image.save(dest, format="AVIF", quality=variant.quality, speed=6 if variant.speed is None else variant.speed)
+        image.save(dest, format="AVIF", quality=quality, speed=6 if variant.speed is None else variant.speed)
     elif variant.format == "jpeg":
-        image.save(dest, format="JPEG", quality=variant.quality, optimize=True, progressive=True)
+        image.save(dest, format="JPEG", quality=quality, optimize=True, progressive=True)
     else:
         image.save(dest, format="PNG", optimize=True)
+
+
+def _carried(previous: tuple[str, float] | None, image_format: str) -> float:
+    """The quality offset an earlier searched variant passes on to one in ``image_format``."""
+    if previous is None:
+        return 0.0
+    earlier_format, offset = previous
+    return offset * (SAME_FORMAT_CARRY if earlier_format == image_format else OTHER_FORMAT_CARRY)
+
+
+def _encode_to_target(
+    image: Image.Image, variant: ImageVariant, out_dir: Path, first_quality: int
+) -> tuple[RenderedFile, SearchResult]:
+    """Encode one variant at the lowest quality found that reaches its target
+    (:func:`mediajobs.domain.quality_search.search`: at most 3 encodes, each scored with
+    SSIMULACRA2 against ``image`` as it is before encoding), write the chosen encode and
+    describe it."""
+    assert variant.target is not None
+    image = _prepared(image, variant)
+    metric = Ssimulacra2(image)  # the reference's half of the work, once for every try
+    encoded: dict[int, bytes] = {}
+
+    def try_quality(quality: int) -> Try:
+        buffer = io.BytesIO()
+        _save(image, variant, quality, buffer)
+        encoded[quality] = buffer.getvalue()
+        with Image.open(io.BytesIO(encoded[quality])) as decoded:
+            decoded.load()
+            score = metric.score(decoded)
+        return Try(quality, score, len(encoded[quality]))
+
+    target = variant.target
+    result = search(try_quality, first_quality, target.score, target.tolerance, SLOPES[variant.format])
+    dest = out_dir / f"{variant.name}.{EXTENSIONS[variant.format]}"
+    dest.write_bytes(encoded[result.chosen.quality])
+    return _described(image, variant, dest), result
+
+
+def _encode(image: Image.Image, variant: ImageVariant, out_dir: Path) -> RenderedFile:
+    """Encode one variant at its fixed quality without any metadata and describe the file."""
+    image = _prepared(image, variant)
+    dest = out_dir / f"{variant.name}.{EXTENSIONS[variant.format]}"
+    _save(image, variant, variant.quality, dest)
+    return _described(image, variant, dest)
+
+
+def _described(image: Image.Image, variant: ImageVariant, dest: Path) -> RenderedFile:
+    """The :class:`RenderedFile` of ``image`` written to ``dest``."""
     sha, size = _file_digest(dest)
     return RenderedFile(
         name=variant.name,

@@ -63,6 +63,11 @@ class RenderDecisions:
     duration_ms: total animation duration in milliseconds (0 for stills, ``None`` when not
         measured because frames x pixels exceeded the decode budget).
     frames_dropped: frames not rendered (variants are of the first frame); ``None`` when unknown.
+    quality_search: for each variant with a perceptual target (``web-image@2``), what the
+        quality search decided (:meth:`mediajobs.domain.quality_search.SearchResult.to_json`:
+        the chosen quality, the score reached, every encode tried); ``None`` (and left out
+        of the JSON) when every variant has a fixed quality, so ``web-image@1``'s decisions
+        are as they were.
     """
 
     source_format: str
@@ -78,10 +83,14 @@ class RenderDecisions:
     frames: int | None = 1
     duration_ms: int | None = 0
     frames_dropped: int | None = 0
+    quality_search: dict[str, dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """Plain dict for JSON."""
-        return asdict(self)
+        """Plain dict for JSON (``quality_search`` only when there is one)."""
+        data = asdict(self)
+        if data["quality_search"] is None:
+            del data["quality_search"]
+        return data
 
 
 def derivative_prefix(derivatives_prefix: str, job_key: str) -> str:

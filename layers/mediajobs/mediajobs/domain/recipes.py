@@ -52,6 +52,30 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class QualityTarget(_Strict):
+    """A perceptual target instead of a fixed quality: the variant is encoded at the lowest
+    quality found whose SSIMULACRA2 score against the resized picture (before encoding)
+    reaches ``score`` (:mod:`mediajobs.domain.quality_search`).
+
+    Attributes
+    ----------
+    metric:
+        ``ssimulacra2`` (the only one): 90 visually lossless, 70 high, 50 medium, 30 low.
+    score:
+        The score to reach, 30-95 (below 30 is no longer a picture worth serving; above 95
+        the lossy encoders stop reaching it before quality 100).
+    tolerance:
+        Score points above ``score`` that are close enough to stop searching, 0.5-10.
+    start_quality:
+        The quality tried first, 1-100, before what earlier variants needed moves it.
+    """
+
+    metric: Literal["ssimulacra2"]
+    score: float = Field(ge=30, le=95, allow_inf_nan=False)
+    tolerance: float = Field(ge=0.5, le=10, allow_inf_nan=False)
+    start_quality: int = Field(ge=1, le=100, strict=True)
+
+
 class ImageVariant(_Strict):
     """One image output: fit inside a ``box_px`` x ``box_px`` square, never enlarged.
 
@@ -64,7 +88,10 @@ class ImageVariant(_Strict):
     format:
         Encoder: ``webp``, ``avif``, ``jpeg`` or ``png``.
     quality:
-        Encoder quality, 1-100.
+        Encoder quality, 1-100: a fixed quality. A variant has either ``quality`` or
+        ``target``, never both (``png`` is lossless and takes ``quality`` only).
+    target:
+        A perceptual target (:class:`QualityTarget`) the quality is searched for.
     speed:
         AVIF encoder speed, 0 (slowest, smallest) to 10; ignored by other formats.
     """
@@ -72,8 +99,17 @@ class ImageVariant(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
     box_px: int = Field(gt=0, le=16384)
     format: ImageFormat
-    quality: int = Field(ge=1, le=100)
+    quality: int | None = Field(default=None, ge=1, le=100)
+    target: QualityTarget | None = None
     speed: int | None = Field(default=None, ge=0, le=10)
+
+    @model_validator(mode="after")
+    def _quality_or_target(self) -> ImageVariant:
+        if (self.quality is None) == (self.target is None):
+            raise ValueError(f"variant {self.name!r}: give either quality or target, not both or neither")
+        if self.target is not None and self.format == "png":
+            raise ValueError(f"variant {self.name!r}: png is lossless, it takes no target")
+        return self
 
 
 class ImageVariantsParams(_Strict):
