@@ -73,7 +73,7 @@ def test_the_scan_counts_each_content_once_and_the_status_route_answers_the_ledg
     started, created = backfiller.start()
     assert created and build_backfiller(settings, adapters, recipes=NEW).start() == (started, False)
     [after] = backfiller.tick(budget_s=60)
-    assert after.scan_over and after.counts.assets_scanned == 24
+    assert after.first_pass_over and after.counts.assets_scanned == 24
     assert (after.counts.total, after.counts.enqueued, after.counts.reused) == (6, 6, 0)
     sent = [json.loads(body)["job_key"] for arn, body, _, _ in queue.resent]
     assert sorted(set(sent)) == sorted(sent) and len(sent) == 6  # once per content, on the lane

@@ -96,6 +96,7 @@ def test_a_backfill_over_1000_assets_sharing_100_contents_renders_100_and_switch
     backfiller = rig.backfiller()
     started, created = backfiller.start()
     assert created and started.state == BackfillState.RUNNING
+    rig.clock.advance(rig.settings.worker_timeout_s)  # the old code's invocations are over: both passes
     [during] = backfiller.tick(budget_s=60)
     assert during.scan_over and during.counts.total == during.counts.enqueued == 100
     # Before its jobs run, every asset still serves its old set, ready, with the new one listed.
@@ -153,7 +154,8 @@ def test_a_killed_scan_resumes_from_its_cursors_and_a_second_start_answers_with_
     assert (again.id, created) == (first.id, False)  # a second start (or a redeploy) starts nothing new
     [after] = rig.backfiller(assets=Wrapping(rig.assets, scan=scan)).tick(budget_s=60)
     assert sorted(starts) == [0, 1]  # each segment started once: the second run went on from its cursor
-    assert after.counts.assets_scanned == 300 and after.counts.total == 300
+    assert after.first_pass_over and after.counts.assets_scanned == 300 and after.counts.total == 300
+    rig.clock.advance(rig.settings.worker_timeout_s)
     rig.drain_lane()
     [done] = rig.backfiller().tick(budget_s=60)
     assert done.state == BackfillState.DONE and len(rig.step.runs) == 300
@@ -199,3 +201,45 @@ def test_the_retired_jobs_are_kept_for_the_retire_grace(tmp_path):
     assert not rig.assets.refs.get(a_key)
     [(candidate, hold)] = [(c, rig.assets.holds[c]) for c in rig.assets.candidate_rows if c[0] == a_key]
     assert hold == int(rig.clock()) + 3600
+
+
+def test_an_asset_the_old_code_makes_current_after_the_first_pass_is_caught_by_the_second(tmp_path):
+    rig = Rig(tmp_path, 10, 10)
+    backfiller = rig.backfiller()
+    backfiller.start()
+    [first] = backfiller.tick(budget_s=60)
+    assert first.first_pass_over and not first.scan_over  # the old deployment may still be running
+    # An invocation of the old code, running at the deploy, makes a new asset current with the old set.
+    late = "originals/late.jpg"
+    rig.store.objects[late] = b"late-content"
+    old = rig.pipeline(OLD)
+    assert old.process(ObjectRef(BUCKET, late, None, 12, sequencer="ff")).state == SourceState.DONE
+    assert [j.recipe for j in rig.assets.get(BUCKET, late).jobs] == ["a@1"]
+    rig.clock.advance(rig.settings.worker_timeout_s)
+    [second] = backfiller.tick(budget_s=60)
+    assert second.scan_over and second.counts.total == 11
+    rig.drain_lane()
+    [done] = backfiller.tick(budget_s=60)
+    assert done.state == BackfillState.DONE
+    assert [j.recipe for j in rig.assets.get(BUCKET, late).jobs] == ["a@1", "b@1"]
+
+
+def test_a_version_the_old_code_attached_its_set_to_switches_to_the_new_set_its_redelivery_runs(tmp_path):
+    from mediajobs.domain.assets import AssetJob
+    from mediajobs.domain.keys import sha256_hex
+    from mediajobs.domain.plan import Where, plan_jobs
+
+    rig = Rig(tmp_path, 0, 1)
+    key, data = "originals/crashed.jpg", b"crashed-content"
+    rig.store.objects[key] = data
+    sha = sha256_hex(data)
+    # An old-code worker made the version current with its set, then died before any job.
+    [a] = plan_jobs(sha, "image", OLD, Where(BUCKET, key, "derivatives/", "none"))
+    head = rig.store.head(ObjectRef(BUCKET, key))
+    version = AssetVersion(head.version_id, head.etag, head.size_bytes, sequencer_order("7"))
+    rig.assets.make_current(BUCKET, key, version, sha256=sha, media="image", jobs=[AssetJob("a@1", a.key)], now_s=1)
+    # Its message is redelivered to a worker of the new deployment.
+    ref = ObjectRef(BUCKET, key, head.version_id, len(data), head.etag, sequencer="7")
+    assert rig.new.process(ref).state == SourceState.DONE
+    view = rig.assets.get(BUCKET, key)
+    assert view.state == AssetState.READY and [j.recipe for j in view.jobs] == ["a@1", "b@1"] and not view.next

@@ -282,7 +282,7 @@ def build_service(
         runner=JobRunner(
             settings, store=a.store, ledger=a.ledger, steps=a.steps, heartbeats=heartbeats, observer=observer
         ),
-        assets=AssetKeeper(a.assets, a.clock, on_write=observer.step),
+        assets=AssetKeeper(a.assets, a.clock, on_write=observer.step, retire_grace_s=settings.retire_grace_s),
         observer=observer,
     )
 

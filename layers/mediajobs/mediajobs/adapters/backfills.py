@@ -9,7 +9,8 @@ they roll a recipe set out to, in items the assets scan filters out (their ``sk`
 * :class:`ChangeModel` -- ``backfill``, ``change#<change hex>``: the backfill a change has
   (the conditional put that makes a second ``start`` answer with the first one);
 * :class:`SegmentModel` -- ``backfill#<id>``, ``segment#<n>``: one parallel scan segment's
-  cursor (the ``LastEvaluatedKey`` it stopped at, JSON), moved only from the cursor read;
+  cursor (``n`` = pass × segments + segment; the ``LastEvaluatedKey`` it stopped at, JSON),
+  moved only from the cursor read;
 * :class:`MarkModel` -- ``backfill#<id>``, ``job#<job key>``: that the job was counted
   (``enqueued`` or ``reused``) and how it ended (``done``, ``failed``): each job is counted
   once, however many assets share its content, however often its message comes;

@@ -7,7 +7,11 @@ moderation policy version) makes it lack. Pure (``docs/backfill.md``).
   cancelled one may be started again as the next generation).
 * The scan pages the assets table in DynamoDB parallel scan **segments**, each with its
   own cursor (the ``LastEvaluatedKey`` of its last page, kept in DynamoDB), so a crash or
-  a redeploy resumes each segment where it stopped and never starts over.
+  a redeploy resumes each segment where it stopped and never starts over. It makes
+  :data:`PASSES` passes: the second starts once the first is over and the old deployment's
+  invocations are over too (``WORKER_TIMEOUT_SECONDS`` after the backfill started): an
+  invocation of the old code that was running at the deploy may make an asset current
+  with the old set after the first pass went by its key.
 * What is counted is **jobs** -- one (content, recipe) pair, however many assets share
   the content (:class:`Counts`): ``total`` found missing, ``enqueued`` on the backfill
   lane, ``reused`` (done already: no render), ``done`` and ``failed`` as the lane ends
@@ -34,6 +38,8 @@ from mediajobs.domain.assets import AssetState, AssetView
 CHANGE_VERSION: Final = 1
 #: A backfill's id: ``bf-<12 hex of its change>-<generation>``.
 BACKFILL_ID: Final = re.compile(r"bf-[0-9a-f]{12}-[1-9][0-9]{0,5}")
+#: Passes of the scan (the module docstring says why two).
+PASSES: Final = 2
 #: DynamoDB's largest ``TotalSegments`` is 1,000,000 ("Parallel scan", DynamoDB developer
 #: guide); beyond a few per scanner nothing is gained here.
 MAX_SEGMENTS: Final = 64
@@ -135,7 +141,7 @@ class Backfill:
     created_at_s, updated_at_s: Unix time, seconds.
     finished_at_s: when it became ``done`` or ``cancelled`` (0 before).
     counts: its :class:`Counts`.
-    scanned: segments whose scan reached the table's end.
+    scanned: segments whose scan reached the table's end, over both passes.
     """
 
     id: str
@@ -152,9 +158,14 @@ class Backfill:
     scanned: int = 0
 
     @property
-    def scan_over(self) -> bool:
-        """Whether every segment's scan reached the end of the table."""
+    def first_pass_over(self) -> bool:
+        """Whether every segment of the first pass reached the end of the table."""
         return self.scanned >= self.segments
+
+    @property
+    def scan_over(self) -> bool:
+        """Whether every segment of every pass reached the end of the table."""
+        return self.scanned >= self.segments * PASSES
 
     def finished(self) -> bool:
         """Whether a ``running`` backfill is done: the scan is over, no asset is left to look
@@ -172,7 +183,7 @@ def document(backfill: Backfill, *, now_s: float) -> dict[str, Any]:
          "active": {media: [recipe]}, "policy_version": str,
          "total": int, "enqueued": int, "done": int, "reused": int, "failed": int,
          "remaining": int, "assets_scanned": int, "later": int,
-         "segments": int, "segments_scanned": int,
+         "segments": int, "passes": int, "segments_scanned": int,
          "rate_per_s": float, "eta_s": float|None,
          "created_at_s": int, "updated_at_s": int, "finished_at_s": int}
 
@@ -206,6 +217,7 @@ def document(backfill: Backfill, *, now_s: float) -> dict[str, Any]:
         "assets_scanned": c.assets_scanned,
         "later": c.later,
         "segments": backfill.segments,
+        "passes": PASSES,
         "segments_scanned": backfill.scanned,
         "rate_per_s": round(rate, 3),
         "eta_s": eta,

@@ -83,6 +83,8 @@ class AssetKeeper:
     assets: the asset records, or ``None`` to keep none.
     clock: Unix time in seconds.
     progress_every_s: least seconds between two progress writes of one job.
+    retire_grace_s: how long the jobs an asset's switch to another recipe set retired are
+        kept (``Settings.retire_grace_s``; :meth:`KeptAsset.current`).
     on_write: called with (point, asset id) after each durable asset write: ``asset_current``
         (a version made current or its jobs attached), ``asset_recorded`` (job states),
         ``asset_deleted`` (the pipeline observer's ``step``: crash injection hooks there).
@@ -95,8 +97,10 @@ class AssetKeeper:
         *,
         progress_every_s: float = PROGRESS_EVERY_S,
         on_write: Callable[[str, str], None] = lambda point, asset: None,
+        retire_grace_s: int = 0,
     ) -> None:
         self.assets = assets
+        self.retire_grace_s = retire_grace_s
         self._clock = clock
         self._progress_every_s = progress_every_s
         self.on_write = on_write
@@ -304,10 +308,7 @@ class KeptAsset:
             return False
         if self.attached:
             if jobs is not None and self.view is not None and not {k for _, k in jobs} <= self.view.job_keys:
-                log.warning(
-                    "the asset's version holds the jobs of other content: job states are not recorded",
-                    extra={"source_key": self.key, "sequencer": self.sequencer.lstrip("0")},
-                )
+                self._upgrade(self.view, sha256, jobs)
             return False
         view = self.view
         if jobs is None and view is not None and view.version.sequencer == self.sequencer:
@@ -329,11 +330,33 @@ class KeptAsset:
             return False
         self.attached = True
         if not {job_key for _, job_key in jobs} <= stored.job_keys:
+            self._upgrade(stored, sha256, jobs)
+        return True
+
+    def _upgrade(self, stored: AssetView, sha256: str | None, jobs: Sequence[tuple[str, str]]) -> None:
+        """The version was made current with another recipe set of the same content (by a
+        worker of the previous deployment): this delivery's set becomes its ``next`` one
+        (:meth:`~mediajobs.service_layer.ports.Assets.upgrade`), to which it switches once
+        this delivery's jobs are done, as a backfill's would. Jobs of other content are
+        not recorded (logged)."""
+        assert self._assets is not None
+        if sha256 is None or stored.sha256 != sha256:
             log.warning(
                 "the asset's version at this sequencer holds other jobs: job states are not recorded",
                 extra={"source_key": self.key, "sequencer": self.sequencer.lstrip("0")},
             )
-        return True
+            return
+        upgraded = self._assets.upgrade(
+            self.bucket,
+            self.key,
+            self.sequencer,
+            [AssetJob(recipe, job_key) for recipe, job_key in jobs],
+            now_s=self._keeper.now_s(),
+            grace_s=self._keeper.retire_grace_s,
+        )
+        if upgraded is not None:
+            self.view = upgraded
+            self._keeper.on_write("asset_current", asset_id(self.bucket, self.key))
 
     def claimed(self, claims: Iterable[Claim]) -> None:
         """The jobs' claims were made: held ones are ``processing``, settled ones ``done``
@@ -397,7 +420,8 @@ class KeptAsset:
         state, _, _ = summarize(merged)
         moves = state != view.state and may_move(view.state, state)
         new_placeholder = placeholder is not None and dict(placeholder) != dict(view.placeholder or {})
-        if merged == view.jobs and not moves and not new_placeholder:
+        next_moves = bool(view.next) and merge_jobs(view.next, updates) != view.next
+        if merged == view.jobs and not moves and not new_placeholder and not next_moves:
             return
         self._write(updates, placeholder=placeholder)
 

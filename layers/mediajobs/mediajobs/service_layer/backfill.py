@@ -7,7 +7,9 @@ the policy version) owes the assets already there.
    ``mediajobs backfill start`` -- answers with the one there. A backfill of another change
    still running is cancelled: the newer set supersedes it.
 2. **Scan** (:meth:`Backfiller.tick`): each parallel scan segment goes on from its cursor
-   in DynamoDB, a page at a time, at most ``backfill_rate_per_s`` jobs enqueued per second.
+   in DynamoDB, a page at a time, at most ``backfill_rate_per_s`` jobs enqueued per second;
+   a second pass follows once the old deployment's invocations are over
+   (:data:`~mediajobs.domain.backfill.PASSES`).
    For each asset that the set would serve otherwise (:func:`~mediajobs.domain.backfill.wanted`):
    a. the set's jobs are planned for its content and read from the ledger;
    b. the asset gets them as its ``next`` set with their references, in one transaction
@@ -212,7 +214,17 @@ class Backfiller:
         return after
 
     def _scan(self, backfill: Backfill, deadline: float) -> None:
-        """Every segment from its cursor until its end or ``deadline``, in parallel."""
+        """The first pass, then -- once it is over and the old deployment's invocations are
+        (``worker_timeout_s`` after the backfill started) -- the second: every segment from
+        its cursor until its end or ``deadline``, in parallel."""
+        self._pass(backfill, deadline, 0)
+        now = self._backfills.get(backfill.id)
+        old_code_over = self._clock() >= backfill.created_at_s + self._settings.worker_timeout_s
+        if now is not None and now.first_pass_over and old_code_over and time.monotonic() < deadline:
+            self._pass(backfill, deadline, 1)
+
+    def _pass(self, backfill: Backfill, deadline: float, pass_: int) -> None:
+        """One pass's segments (cursors ``pass_ * segments + n``) in parallel."""
         started, enqueued = time.monotonic(), [0]
 
         def pace(n: int) -> None:  # at most backfill_rate_per_s jobs enqueued per second
@@ -226,14 +238,15 @@ class Backfiller:
                 state = self._backfills.get(backfill.id)
                 if state is None or state.state != BackfillState.RUNNING:
                     return
-                cursor, ended = self._backfills.cursor(backfill.id, n)
+                slot = pass_ * backfill.segments + n
+                cursor, ended = self._backfills.cursor(backfill.id, slot)
                 if ended:
                     return
                 views, next_cursor = self._assets.scan(n, backfill.segments, cursor, limit=PAGE_ASSETS)
                 for view in views:
                     pace(self.asset(backfill, view))
                 self._backfills.advance(
-                    backfill.id, n, cursor, next_cursor, scanned=len(views), now_s=int(self._clock())
+                    backfill.id, slot, cursor, next_cursor, scanned=len(views), now_s=int(self._clock())
                 )
 
         with ThreadPoolExecutor(max_workers=backfill.segments, thread_name_prefix="backfill-segment") as pool:

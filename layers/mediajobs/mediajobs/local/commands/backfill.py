@@ -108,7 +108,8 @@ def _print(doc: dict[str, Any]) -> None:
     print(f"  rolls out      {sets}")
     for name in ("total", "enqueued", "done", "reused", "failed", "remaining"):
         print(f"  {name:<14} {doc[name]}")
-    print(f"  assets scanned {doc['assets_scanned']} ({doc['segments_scanned']}/{doc['segments']} segments over)")
+    over = f"{doc['segments_scanned']}/{doc['segments'] * doc['passes']} segments of {doc['passes']} passes over"
+    print(f"  assets scanned {doc['assets_scanned']} ({over})")
     eta = "-" if doc["eta_s"] is None else f"{doc['eta_s']:.0f} s"
     print(f"  rate           {doc['rate_per_s']:.2f} jobs/s, ETA {eta}")
 

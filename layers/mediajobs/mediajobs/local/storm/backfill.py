@@ -72,6 +72,7 @@ class StormBackfill:
             backfill_queue_arn=stack.backfill_queue_arn,
             retire_grace_s=RETIRE_S,
             backfill_rate_per_s=100.0,
+            worker_timeout_s=cfg.timeout_s,  # the old workers' batches are over by then
         )
         self.backfill_id: str | None = None
         self.deployed_at: float | None = None
@@ -257,7 +258,7 @@ def backfill_checks(
         body = json.loads(item.payload) if isinstance(item.payload, str) else dict(item.payload or {})
         asset = body.get("asset", {})
         serving = tuple(r for r, j in (asset.get("recipes") or {}).items() if j.get("serving", True))
-        if body.get("type") == "Asset Ready" and serving == NEW_IMAGE_SET:
+        if body.get("type") == "Asset Ready" and sorted(serving) == sorted(NEW_IMAGE_SET):
             told[(str(asset.get("key")), str((asset.get("version") or {}).get("version_id")))].add(str(item.id))
     for key in live_keys:
         view = views.get(key)
