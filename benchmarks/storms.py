@@ -64,6 +64,15 @@ def _every_change(s: Summary) -> list[str]:
     return problems
 
 
+def _backfilled(s: Summary) -> list[str]:
+    """The backfill ran its lane and rendered the new set's jobs (simulate checks the rest)."""
+    b = s.get("backfill") or {}
+    wrong = [] if b.get("state") == "done" else [f"the backfill ended {b.get('state')}"]
+    if not b.get("counts", {}).get("total"):
+        wrong.append("the backfill found nothing to do: the deployment came after every asset was ready?")
+    return wrong
+
+
 def _no_checksums(s: Summary) -> list[str]:
     """Without checksums a duplicate of a ready version still costs one read, no S3 byte."""
     if s["busy_resent"] == 0 and s["ddb_requests_per_duplicate"] != 1.0:
@@ -87,6 +96,14 @@ STORMS = (
         ("--uploads", "400", "--workers", "4", "--crash-rate", "0.05", "--overwrite-rate", "0.1")
         + ("--delete-rate", "0.1"),
         _every_change,
+    ),
+    # Issue 26's: the same storm, with a deployment of the set with web-image@2 half-way and
+    # its backfill going on while uploads, overwrites, deletes and crashes do.
+    Storm(
+        "issue-26",
+        ("--uploads", "400", "--workers", "4", "--crash-rate", "0.05", "--overwrite-rate", "0.1")
+        + ("--delete-rate", "0.1", "--backfill-at", "200"),
+        lambda s: _every_change(s) + _backfilled(s),
     ),
     Storm(
         "crash-heavy",
