@@ -125,6 +125,8 @@ class FakeStore:
         return ObjectHead("v1", "etag-" + sha256_hex(data)[:8], len(data), sha256_hex(data) if self.checksums else None)
 
     def download(self, ref, dest: Path, *, etag=None):
+        if ref.key not in self.objects:
+            raise PermanentFailure(SOURCE_MISSING, f"s3://{ref.bucket}/{ref.key} is gone")
         data = self.objects[ref.key]
         dest.write_bytes(data)
         self.log.append(("download", ref.key))

@@ -243,3 +243,40 @@ def test_a_version_the_old_code_attached_its_set_to_switches_to_the_new_set_its_
     assert rig.new.process(ref).state == SourceState.DONE
     view = rig.assets.get(BUCKET, key)
     assert view.state == AssetState.READY and [j.recipe for j in view.jobs] == ["a@1", "b@1"] and not view.next
+
+
+def _delete(rig, key: str) -> None:
+    """``key`` deleted (a delete marker): its object gone, its asset ``deleted``."""
+    rig.store.objects.pop(key)
+    marker = AssetVersion("dm", "", None, sequencer_order("fff"))
+    assert rig.assets.delete(BUCKET, key, marker, now_s=int(rig.clock())) is not None
+
+
+def test_a_lane_job_whose_named_original_is_gone_reads_another_asset_of_its_content(tmp_path):
+    rig = Rig(tmp_path, 2, 1)  # one content, two keys: the job's row names the first
+    backfiller = rig.backfiller()
+    backfiller.start()
+    rig.clock.advance(rig.settings.worker_timeout_s)
+    backfiller.tick(budget_s=60)
+    named, other = rig.keys
+    _delete(rig, named)
+    rig.drain_lane()
+    [done] = backfiller.tick(budget_s=60)
+    assert (done.state, done.counts.done, done.counts.dropped) == (BackfillState.DONE, 1, 0)
+    assert [j.recipe for j in rig.assets.get(BUCKET, other).jobs] == ["a@1", "b@1"]
+
+
+def test_a_lane_job_no_asset_needs_any_more_is_dropped_and_the_backfill_ends(tmp_path):
+    rig = Rig(tmp_path, 1, 1)
+    backfiller = rig.backfiller()
+    backfiller.start()
+    rig.clock.advance(rig.settings.worker_timeout_s)
+    [found] = backfiller.tick(budget_s=60)
+    assert found.counts.enqueued == 1
+    _delete(rig, rig.keys[0])
+    sent = [json.loads(body)["job_key"] for arn, body, _, _ in rig.queue.resent if arn == LANE]
+    assert rig.new.run_request(sent[0]).reason == "source_missing"  # this request only
+    rig.clock.advance(rig.settings.lease_s)
+    [done] = backfiller.tick(budget_s=60)
+    assert (done.state, done.counts.dropped, done.counts.remaining) == (BackfillState.DONE, 1, 0)
+    assert len(rig.step.runs) == 0

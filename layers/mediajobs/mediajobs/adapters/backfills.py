@@ -33,7 +33,7 @@ from mediajobs.domain.backfill import MOVES, Backfill, BackfillState, Counts
 
 BACKFILLS_PK: Final = "backfill"
 #: The counts an item keeps, by name (:class:`~mediajobs.domain.backfill.Counts`).
-COUNTS: Final = ("total", "enqueued", "reused", "done", "failed", "assets_scanned", "later")
+COUNTS: Final = ("total", "enqueued", "reused", "done", "failed", "dropped", "assets_scanned", "later")
 
 
 class BackfillModel(Model):
@@ -60,6 +60,7 @@ class BackfillModel(Model):
     reused = NumberAttribute(default=0)
     done = NumberAttribute(default=0)
     failed = NumberAttribute(default=0)
+    dropped = NumberAttribute(default=0)
     assets_scanned = NumberAttribute(default=0)
     later = NumberAttribute(default=0)
 
@@ -308,7 +309,7 @@ class DynamoBackfills:
         return self._decided(tx, lambda: self._mark(backfill_id, job_key) is None)
 
     def end(self, backfill_id: str, job_key: str, state: str, *, now_s: int) -> bool:
-        """Count the end (``done`` or ``failed``) of an ``enqueued`` job once: its mark moved
+        """Count the end (``done``, ``failed`` or ``dropped``) of an ``enqueued`` job once: its mark moved
         from ``enqueued`` and 1 added to ``state``, in one transaction. ``False`` when it
         ended already, or the backfill never counted it."""
         m = self._m

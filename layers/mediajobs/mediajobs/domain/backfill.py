@@ -107,6 +107,8 @@ class Counts:
     Attributes
     ----------
     total, enqueued, reused, done, failed: jobs (distinct (content, recipe) pairs).
+    dropped: enqueued jobs no asset needs any more (every asset that wanted one was
+        overwritten or deleted before it ran): ended, not rendered.
     assets_scanned: asset items the scan read.
     later: assets waiting to be looked at again (content not known when scanned).
     """
@@ -116,13 +118,14 @@ class Counts:
     reused: int = 0
     done: int = 0
     failed: int = 0
+    dropped: int = 0
     assets_scanned: int = 0
     later: int = 0
 
     @property
     def remaining(self) -> int:
-        """Jobs found and not ended: ``total - done - reused - failed``."""
-        return max(0, self.total - self.done - self.reused - self.failed)
+        """Jobs found and not ended: ``total - done - reused - failed - dropped``."""
+        return max(0, self.total - self.done - self.reused - self.failed - self.dropped)
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,7 @@ def document(backfill: Backfill, *, now_s: float) -> dict[str, Any]:
         {"id": str, "state": "running|paused|done|cancelled", "change": str,
          "active": {media: [recipe]}, "policy_version": str,
          "total": int, "enqueued": int, "done": int, "reused": int, "failed": int,
-         "remaining": int, "assets_scanned": int, "later": int,
+         "dropped": int, "remaining": int, "assets_scanned": int, "later": int,
          "segments": int, "passes": int, "segments_scanned": int,
          "rate_per_s": float, "eta_s": float|None,
          "created_at_s": int, "updated_at_s": int, "finished_at_s": int}
@@ -195,7 +198,7 @@ def document(backfill: Backfill, *, now_s: float) -> dict[str, Any]:
     c = backfill.counts
     end_s = backfill.finished_at_s or now_s
     elapsed = max(1e-9, end_s - backfill.created_at_s)
-    ended = c.done + c.reused + c.failed
+    ended = c.done + c.reused + c.failed + c.dropped
     rate = ended / elapsed if ended else 0.0
     eta: float | None
     if backfill.state in (BackfillState.DONE, BackfillState.CANCELLED):
@@ -213,6 +216,7 @@ def document(backfill: Backfill, *, now_s: float) -> dict[str, Any]:
         "done": c.done,
         "reused": c.reused,
         "failed": c.failed,
+        "dropped": c.dropped,
         "remaining": c.remaining,
         "assets_scanned": c.assets_scanned,
         "later": c.later,

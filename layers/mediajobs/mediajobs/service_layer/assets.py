@@ -48,7 +48,16 @@ from mediajobs.domain.assets import (
     sequencer_order,
     summarize,
 )
-from mediajobs.domain.jobs import Claim, ClaimOutcome, JobResult, JobState, ObjectRef, SourceResult, SourceState
+from mediajobs.domain.jobs import (
+    Claim,
+    ClaimOutcome,
+    JobResult,
+    JobSpec,
+    JobState,
+    ObjectRef,
+    SourceResult,
+    SourceState,
+)
 from mediajobs.service_layer.ports import Assets
 
 log = logging.getLogger(__name__)
@@ -162,6 +171,30 @@ class AssetKeeper:
     def now_s(self) -> int:
         """The clock, whole Unix seconds."""
         return int(self._clock())
+
+    def source_for(self, spec: JobSpec) -> ObjectRef:
+        """Where a requested job reads its original: the version its row names (the first
+        original seen with the bytes) while that asset still holds the content, else the
+        current version of another asset referencing the job that does -- an original
+        overwritten or deleted since the request (a backfill's jobs wait on a lane) leaves
+        the others of its content with a copy to read. Without assets kept, or when none
+        holds it, the row's original (the request then ends ``source_missing``).
+
+        Raises
+        ------
+        TransientFailure
+            As the port's reads.
+        """
+        named = ObjectRef(spec.source_bucket, spec.source_key)
+        if self.assets is None:
+            return named
+        candidates = [(spec.source_bucket, spec.source_key)]
+        candidates += [r for r in self.assets.referrers(spec.job_key) if r != candidates[0]]
+        for bucket, key in candidates:
+            view = self.assets.get(bucket, key)
+            if view is not None and view.state != AssetState.DELETED and view.sha256 == spec.input_sha256:
+                return ObjectRef(bucket, key, view.version.version_id)
+        return named
 
     def rolled(self, result: JobResult) -> None:
         """Record a job ended by a job request (no asset's delivery) in the ``next`` set of

@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 PAGE_ASSETS: Final = 100
 #: Assets looked at again, and enqueued jobs checked for their end, per tick.
 SWEEP: Final = 500
+#: Job states of a row no worker holds that a lane request would claim again.
+_IDLE: Final = frozenset({JobState.TRANSIENT_FAILURE, JobState.COLLECTED})
 
 
 def entry_of(recipe: str, job_key: str, row: JobView | None) -> AssetJob:
@@ -321,14 +323,24 @@ class Backfiller:
             self._backfills.looked_again(backfill.id, bucket, key)
 
     def _count_ends(self, backfill: Backfill) -> None:
-        """Count the ends of enqueued jobs from their ledger rows (``done``, ``failed``):
-        whoever ran a job, its end is counted once."""
+        """Count the ends of enqueued jobs from their ledger rows, once each whoever ran
+        them: ``done``, ``failed``, or ``dropped`` -- not running, and no asset references
+        it any more (each that wanted it was overwritten or deleted). One whose claim was
+        given back (``transient_failure``, ``collected``; its lease over) while assets still
+        want it is requested on the lane again: its message may have been acknowledged (a
+        copy the request found changed), and a second one costs only a claim's read."""
         keys = self._backfills.enqueued(backfill.id, SWEEP)
         rows = self._claims.find(keys) if keys else {}
         now = int(self._clock())
+        lane = self._settings.backfill_queue_arn or self._settings.jobs_queue_arn
         for key in keys:
             row = rows.get(key)
             if row is not None and row.state == JobState.DONE:
                 self._backfills.end(backfill.id, key, "done", now_s=now)
             elif row is not None and row.state == JobState.PERMANENT_FAILURE:
                 self._backfills.end(backfill.id, key, "failed", now_s=now)
+            elif row is None or row.state in _IDLE and row.lease_expires_at_s <= now:
+                if not self._assets.referenced(key):
+                    self._backfills.end(backfill.id, key, "dropped", now_s=now)
+                elif row is not None:
+                    self._claims.resend(key, lane)

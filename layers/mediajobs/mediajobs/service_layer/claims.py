@@ -404,6 +404,10 @@ class Claims:
         """Request ``jobs`` on a backfill's lane: :meth:`JobRequests.lane`."""
         return self._requests.lane([job.spec for job in jobs], queue_arn)
 
+    def resend(self, job_key: str, queue_arn: str) -> None:
+        """Send a job's request to ``queue_arn`` again: :meth:`JobRequests.resend`."""
+        self._requests.resend(job_key, queue_arn)
+
     def find(self, job_keys: Sequence[str]) -> Mapping[str, JobView]:
         """The rows of ``job_keys`` that exist (strongly consistent)."""
         return self._ledger.find(list(job_keys))

@@ -287,14 +287,17 @@ class Pipeline:
             log.warning("a job request names no job", extra={"job_key": job_key})
             return self._told(SourceResult(ObjectRef("", ""), SourceState.IGNORED))
         spec = view.spec
-        source = ObjectRef(spec.source_bucket, spec.source_key)
+        content = next((i for i in spec.inputs.values() if isinstance(i, ContentInput)), None)
+        # A job that reads the original reads a copy an asset still holds.
+        source = (
+            self._assets.source_for(spec) if content is not None else ObjectRef(spec.source_bucket, spec.source_key)
+        )
         if view.waiting and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
             self._claims.tell(view, delivery)  # a teller that died half-way is finished
         job = PlannedJob(self._claims.recipe(spec), spec)
         claim = self._claims.claim(job, delivery, seen=view)
         if claim.outcome is ClaimOutcome.WAITING:
             return self._told(SourceResult(source, SourceState.IGNORED))
-        content = next((i for i in spec.inputs.values() if isinstance(i, ContentInput)), None)
         with self._reader.fetch(source, content, claim, delivery) as work:
             if isinstance(work, SourceResult):
                 return self._told(work)

@@ -268,6 +268,19 @@ class JobRequests:
                 log.info("job requested on the lane", extra={"job_key": spec.job_key})
         return views
 
+    def resend(self, job_key: str, queue_arn: str) -> None:
+        """Send the job request of ``job_key`` to ``queue_arn`` again (a backfill's job
+        whose claim was given back without its message coming again).
+
+        Raises
+        ------
+        TransientFailure
+            SQS refused it.
+        """
+        if self._queue is not None:
+            self._queue.resend(queue_arn, request_body(job_key), 0)
+            log.info("job requested again on the lane", extra={"job_key": job_key})
+
     def request_one(self, job_key: str, delivery: Delivery | None = None) -> bool:
         """Send the job request of ``job_key`` to the jobs queue (the settings' ``jobs_queue_arn``,
         else the queue ``delivery`` came from). Returns whether it was sent: ``False`` when
