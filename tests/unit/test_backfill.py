@@ -280,3 +280,11 @@ def test_a_lane_job_no_asset_needs_any_more_is_dropped_and_the_backfill_ends(tmp
     [done] = backfiller.tick(budget_s=60)
     assert (done.state, done.counts.dropped, done.counts.remaining) == (BackfillState.DONE, 1, 0)
     assert len(rig.step.runs) == 0
+
+
+def test_the_status_progress_bar_counts_the_ended_jobs_of_those_found():
+    from mediajobs.local.commands.backfill import progress_bar
+
+    doc = {"total": 10, "remaining": 4, "state": "running"}
+    assert progress_bar(doc, width=10) == "[######....]  60% of 10 jobs"
+    assert progress_bar({"total": 0, "remaining": 0, "state": "done"}, width=4) == "[####] 100% of 0 jobs"

@@ -101,9 +101,26 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     return 0
 
 
+#: Characters of the progress bar ``status`` prints.
+BAR_WIDTH = 30
+
+
+def progress_bar(doc: dict[str, Any], width: int = BAR_WIDTH) -> str:
+    """``[#########.....]  62% of 812 jobs`` for a status document: jobs ended (done,
+    reused, failed, dropped) of those found; a finished backfill is 100 %. Pure."""
+    total = doc["total"]
+    ended = total - doc["remaining"]
+    share = (
+        1.0 if doc["state"] in ("done", "cancelled") and doc["remaining"] == 0 else (ended / total if total else 0.0)
+    )
+    filled = round(share * width)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {share:4.0%} of {total} jobs"
+
+
 def _print(doc: dict[str, Any]) -> None:
-    """The status document as lines a person reads."""
+    """The status document as lines a person reads, a progress bar first."""
     print(f"backfill {doc['id']}: {doc['state']}")
+    print(f"  {progress_bar(doc)}")
     sets = ", ".join(f"{media}: {' + '.join(refs)}" for media, refs in doc["active"].items())
     print(f"  rolls out      {sets}")
     for name in ("total", "enqueued", "done", "reused", "failed", "remaining"):
