@@ -93,6 +93,37 @@ def test_web_image_2_keeps_the_lowest_tried_quality_reaching_70_and_records_it(t
         assert rendered.path.stat().st_size == rendered.bytes
 
 
+def test_variants_of_one_picture_share_the_metrics_reference_half(tmp_path, monkeypatch):
+    # camera-gps-nikon.jpg is 640x480: card (800 px box) and full (1600 px box) are the same picture.
+    from mediajobs.adapters import imaging
+
+    references = []
+
+    class Counting(Ssimulacra2):
+        def __init__(self, reference: Image.Image) -> None:
+            references.append(reference.size)
+            super().__init__(reference)
+
+    monkeypatch.setattr(imaging, "Ssimulacra2", Counting)
+    files, _ = PillowRenderer(50_000_000).render(
+        media_file("photos", "camera-gps-nikon.jpg"), V2.params.variants, tmp_path
+    )
+    assert [(f.name, f.width, f.height) for f in files] == [("thumb", 320, 240), ("card", 640, 480), ("full", 640, 480)]
+    assert references == [(320, 240), (640, 480)]
+
+
+def test_the_webp_variants_are_encoded_at_the_recipes_method(tmp_path):
+    path = media_file("photos", "phone-jolla.jpg")
+    files, decisions = PillowRenderer(50_000_000).render(path, V2.params.variants, tmp_path)
+    base, _, size = PillowRenderer(50_000_000).decode(path, 1600)
+    sized = _resize_all(base, size, V2.params.variants)
+    thumb = sized["thumb"]
+    thumb.info = {}
+    again = io.BytesIO()
+    thumb.save(again, format="WEBP", quality=decisions.to_json()["quality_search"]["thumb"]["quality"], method=6)
+    assert files[0].path.read_bytes() == again.getvalue()
+
+
 def test_the_manifest_carries_the_search_in_its_decisions(tmp_path):
     files, decisions = PillowRenderer(50_000_000).render(
         media_file("photos", "camera-gps-nikon.jpg"), V2.params.variants, tmp_path
