@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from mediajobs.domain.ssimulacra2 import SIGNIFICANT, WEIGHTS, needed, score, srgb_to_linear
+from mediajobs.domain.ssimulacra2 import (
+    SIGNIFICANT,
+    WEIGHTS,
+    needed,
+    scale_count,
+    score,
+    significant,
+    srgb_to_linear,
+    weight,
+)
 
 
 def test_the_weights_are_libjxls_108_in_its_order():
@@ -33,3 +42,34 @@ def test_the_srgb_curve_and_its_range():
     assert srgb_to_linear(0) == 0.0 and srgb_to_linear(255) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         srgb_to_linear(256)
+
+
+@pytest.mark.parametrize(
+    ("size", "scales"),
+    [
+        ((1600, 1200), 6),
+        ((320, 213), 6),  # the 1:32 scale is 10x7: computed, since 1:16 is 20x14
+        ((100, 68), 5),  # 100x68, 50x34, 25x17, 13x9, then 7x5 (libjxl's 100x68 photo)
+        ((320, 100), 5),
+        ((8, 8), 2),
+        ((7, 100), 0),
+    ],
+)
+def test_the_scales_are_counted_as_libjxl_counts_them(size, scales):
+    # libjxl's ComputeSSIMULACRA2 checks the previous scale's size before halving.
+    assert scale_count(*size) == scales
+
+
+def test_with_fewer_scales_the_weights_shift_as_libjxls_loop_walks_them():
+    # Msssim::Score walks weight[i++] over the scales the picture has: with 5 scales, the Y
+    # plane starts at weight[30] (X's 1:32 terms in the 6-scale table).
+    assert weight(("Y", 0, "ssim", 1), 5) == WEIGHTS[("X", 5, "ssim", 1)]
+    assert weight(("B", 4, "blurring", 4), 5) == WEIGHTS[("B", 2, "blurring", 4)]  # weight[89]
+    assert all(weight(term, 6) == w for term, w in WEIGHTS.items())
+    assert significant(6) == SIGNIFICANT and significant(5) != SIGNIFICANT
+    assert needed("Y", 0, 5) != needed("Y", 0)
+
+
+def test_a_term_outside_the_pictures_scales_is_refused():
+    with pytest.raises(ValueError, match="no scale 5 among 5"):
+        score({("Y", 5, "ssim", 1): 0.1}, 5)

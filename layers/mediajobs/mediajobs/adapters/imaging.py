@@ -133,6 +133,8 @@ MAX_FRAMES: Final = 10_000
 ANIMATED_FORMATS: Final = frozenset({"GIF", "WEBP", "PNG", "AVIF"})
 #: JPEG and MPO (a JPEG with more images appended, as phones write "Ultra HDR").
 JPEG_FORMATS: Final = frozenset({"JPEG", "MPO"})
+#: libwebp's method (effort, 0-6) when a variant names none: 4, as ``web-image@1`` was made.
+WEBP_METHOD: Final = 4
 #: Default of the most scans a progressive JPEG may have (``Settings.max_jpeg_scans``).
 #: Encoders write about 10 (mozjpeg up to ~20); each scan is a pass over the whole image, so
 #: thousands are a CPU bomb in a small file.
@@ -612,13 +614,14 @@ class PillowRenderer:
         files = []
         searches: dict[str, dict[str, Any]] = {}
         previous: tuple[str, float] | None = None  # (format, quality offset) of the last searched variant
+        metrics: dict[int, tuple[Image.Image, Ssimulacra2]] = {}  # one reference half per picture
         for variant in variants:
             image = sized.pop(variant.name)
             if variant.target is None:
                 files.append(_encode(image, variant, out_dir))
                 continue
             first = predicted_quality(variant.target.start_quality, _carried(previous, variant.format))
-            rendered, result = _encode_to_target(image, variant, out_dir, first)
+            rendered, result = _encode_to_target(image, variant, out_dir, first, metrics)
             files.append(rendered)
             searches[variant.name] = result.to_json()
             previous = (variant.format, result.chosen.quality - variant.target.start_quality)
@@ -777,7 +780,9 @@ def _prepared(image: Image.Image, variant: ImageVariant) -> Image.Image:
 def _save(image: Image.Image, variant: ImageVariant, quality: int | None, dest: Path | io.BytesIO) -> None:
     """Encode ``image`` as ``variant.format`` at ``quality`` (ignored by PNG) into ``dest``."""
     if variant.format == "webp":
-        image.save(dest, format="WEBP", quality=quality, method=4)
+        image.save(
+            dest, format="WEBP", quality=quality, method=WEBP_METHOD if variant.method is None else variant.method
+        )
     elif variant.format == "avif":
         image.save(dest, format="AVIF", quality=quality, speed=6 if variant.speed is None else variant.speed)
     elif variant.format == "jpeg":
@@ -795,15 +800,26 @@ def _carried(previous: tuple[str, float] | None, image_format: str) -> float:
 
 
 def _encode_to_target(
-    image: Image.Image, variant: ImageVariant, out_dir: Path, first_quality: int
+    image: Image.Image,
+    variant: ImageVariant,
+    out_dir: Path,
+    first_quality: int,
+    metrics: dict[int, tuple[Image.Image, Ssimulacra2]],
 ) -> tuple[RenderedFile, SearchResult]:
     """Encode one variant at the lowest quality found that reaches its target
     (:func:`mediajobs.domain.quality_search.search`: at most 3 encodes, each scored with
     SSIMULACRA2 against ``image`` as it is before encoding), write the chosen encode and
-    describe it."""
+    describe it.
+
+    ``metrics`` holds the reference half of the metric (:class:`Ssimulacra2`) of each
+    picture already searched, by the picture's identity (kept alive beside it): two variants
+    of one picture (``card`` and ``full`` of a source under 800 px are the same picture)
+    share it instead of computing it twice."""
     assert variant.target is not None
     image = _prepared(image, variant)
-    metric = Ssimulacra2(image)  # the reference's half of the work, once for every try
+    if id(image) not in metrics:
+        metrics[id(image)] = (image, Ssimulacra2(image))  # the reference's half, once for every try
+    metric = metrics[id(image)][1]
     encoded: dict[int, bytes] = {}
 
     def try_quality(quality: int) -> Try:

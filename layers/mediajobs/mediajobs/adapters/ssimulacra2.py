@@ -21,6 +21,10 @@ float operation, it is built from ones it has:
 - **Downscaling** 2x2 in linear RGB: ``Image.reduce(2)``, whose partial last column and row
   average what is there, as libjxl's replicated edge does.
 - **Pooling**: the mean of a map and of its 4th power by ``reduce`` to one pixel.
+- **Scales** are counted and weighted as libjxl does (:func:`~mediajobs.domain.ssimulacra2.scale_count`,
+  :func:`~mediajobs.domain.ssimulacra2.weight`): a picture under 113 px on a side has
+  fewer than 6, and then libjxl's weights shift; a 100x68 photo scored 18 points away
+  from libjxl's tool before this was matched.
 
 Only the terms with a weight of at least
 :data:`~mediajobs.domain.ssimulacra2.NEGLIGIBLE_WEIGHT` are computed (25 of 108): at 1:1 only
@@ -40,8 +44,6 @@ from PIL import Image, ImageFilter, ImageMath
 from mediajobs.domain.ssimulacra2 import (
     BLUR_SIGMA_PX,
     C2,
-    MIN_SCALE_SIDE_PX,
-    NUM_SCALES,
     OPSIN_BIAS,
     OPSIN_MATRIX,
     PLANES,
@@ -49,6 +51,7 @@ from mediajobs.domain.ssimulacra2 import (
     Plane,
     Term,
     needed,
+    scale_count,
     score,
     srgb_to_linear,
 )
@@ -150,8 +153,8 @@ def _xyb(linear: tuple[Image.Image, Image.Image, Image.Image], planes: set[Plane
     return out
 
 
-def _planes_at(scale: int) -> dict[Plane, frozenset[Map]]:
-    return {p: maps for p in PLANES if (maps := needed(p, scale))}
+def _planes_at(scale: int, scales: int) -> dict[Plane, frozenset[Map]]:
+    return {p: maps for p in PLANES if (maps := needed(p, scale, scales))}
 
 
 @dataclass(frozen=True)
@@ -202,16 +205,16 @@ class Ssimulacra2:
         if reference.width < 1 or reference.height < 1:
             raise ValueError(f"an empty picture: {reference.width}x{reference.height}")
         self.size: tuple[int, int] = reference.size
+        #: How many scales the picture has (libjxl's rule: :func:`scale_count`).
+        self.scale_count = scale_count(*reference.size)
         self._scales: list[dict[Plane, _PlaneRef]] = []
         linear = _linear(reference)
-        for scale in range(NUM_SCALES):
+        for scale in range(self.scale_count):
             if scale:
                 linear = (linear[0].reduce(2), linear[1].reduce(2), linear[2].reduce(2))
-            if min(linear[0].size) < MIN_SCALE_SIDE_PX:
-                break
-            wanted = _planes_at(scale)
+            wanted = _planes_at(scale, self.scale_count)
             refs: dict[Plane, _PlaneRef] = {}
-            for name, p1 in _xyb(linear, set(wanted)).items():
+            for name, p1 in (_xyb(linear, set(wanted)) if wanted else {}).items():
                 mu1 = blur(p1)
                 variance = None
                 if "ssim" in wanted[name]:
@@ -235,8 +238,8 @@ class Ssimulacra2:
         for scale, refs in enumerate(self._scales):
             if scale:
                 linear = (linear[0].reduce(2), linear[1].reduce(2), linear[2].reduce(2))
-            wanted = _planes_at(scale)
-            for name, p2 in _xyb(linear, set(refs)).items():
+            wanted = _planes_at(scale, self.scale_count)
+            for name, p2 in (_xyb(linear, set(refs)) if refs else {}).items():
                 ref = refs[name]
                 mu2 = blur(p2)
                 if ref.variance is not None:
@@ -273,7 +276,7 @@ class Ssimulacra2:
         ValueError
             If ``distorted`` is not the reference's size.
         """
-        return score(self.pooled(distorted))
+        return score(self.pooled(distorted), self.scale_count)
 
 
 def _sq(plane: Image.Image) -> Image.Image:

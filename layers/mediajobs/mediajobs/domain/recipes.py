@@ -94,6 +94,9 @@ class ImageVariant(_Strict):
         A perceptual target (:class:`QualityTarget`) the quality is searched for.
     speed:
         AVIF encoder speed, 0 (slowest, smallest) to 10; ignored by other formats.
+    method:
+        WebP encoder method (libwebp's effort), 0 (fastest) to 6 (smallest); ``webp`` only,
+        4 when not given (sharp's and libwebp's ``cwebp`` default too).
     """
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
@@ -102,6 +105,7 @@ class ImageVariant(_Strict):
     quality: int | None = Field(default=None, ge=1, le=100)
     target: QualityTarget | None = None
     speed: int | None = Field(default=None, ge=0, le=10)
+    method: int | None = Field(default=None, ge=0, le=6, strict=True)
 
     @model_validator(mode="after")
     def _quality_or_target(self) -> ImageVariant:
@@ -109,6 +113,8 @@ class ImageVariant(_Strict):
             raise ValueError(f"variant {self.name!r}: give either quality or target, not both or neither")
         if self.target is not None and self.format == "png":
             raise ValueError(f"variant {self.name!r}: png is lossless, it takes no target")
+        if self.method is not None and self.format != "webp":
+            raise ValueError(f"variant {self.name!r}: method is a WebP setting, not {self.format}'s")
         return self
 
 

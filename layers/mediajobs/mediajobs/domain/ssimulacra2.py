@@ -28,8 +28,10 @@ import math
 from collections.abc import Mapping
 from typing import Final, Literal
 
-#: Scales: 1:1, 1:2, ... 1:32 (libjxl ``kNumScales``). A scale is skipped, with every later
-#: one, once the picture is narrower or lower than :data:`MIN_SCALE_SIDE_PX`.
+#: Scales: 1:1, 1:2, ... 1:32 (libjxl ``kNumScales``). As libjxl's ``ComputeSSIMULACRA2``
+#: does, a scale is computed while the scale *before* it is at least :data:`MIN_SCALE_SIDE_PX`
+#: on both sides (its check reads the previous scale's size before halving), so the last
+#: scale may be smaller than that (:func:`scale_count`).
 NUM_SCALES: Final = 6
 MIN_SCALE_SIDE_PX: Final = 8
 #: SSIM's stabilising constant for the variance terms (libjxl ``kC2``).
@@ -92,8 +94,52 @@ def _weights() -> dict[Term, float]:
     return dict(zip(terms, _WEIGHT_LIST, strict=True))
 
 
-#: Weight of each of the 108 terms (libjxl ``Msssim::Score``).
+#: Weight of each of the 108 terms of a picture with all 6 scales (libjxl ``Msssim::Score``).
 WEIGHTS: Final[Mapping[Term, float]] = _weights()
+
+_PLANE_INDEX: Final = {p: i for i, p in enumerate(PLANES)}
+_MAP_INDEX: Final = {m: i for i, m in enumerate(MAPS)}
+
+
+def scale_count(width_px: int, height_px: int) -> int:
+    """How many scales libjxl's ``ComputeSSIMULACRA2`` computes for a picture of this size.
+
+    Scale 0 needs at least :data:`MIN_SCALE_SIDE_PX` on both sides; scale ``s`` > 0 (the
+    previous one halved, odd sides rounded up) is computed when scale ``s - 1`` still has at
+    least that on both sides. So a 320x213 picture has 6 scales (the last one 10x7) and a
+    100x68 one 5 (the last 7x5).
+    """
+    if min(width_px, height_px) < MIN_SCALE_SIDE_PX:
+        return 0
+    scales = 1
+    # (width_px, height_px) is the last scale counted: while it has at least 8 on both
+    # sides, the next one is computed too, whatever its own size.
+    while scales < NUM_SCALES and min(width_px, height_px) >= MIN_SCALE_SIDE_PX:
+        width_px, height_px = (width_px + 1) // 2, (height_px + 1) // 2
+        scales += 1
+    return scales
+
+
+def weight(term: Term, scales: int = NUM_SCALES) -> float:
+    """The weight libjxl gives ``term`` in a picture of ``scales`` scales.
+
+    libjxl's ``Msssim::Score`` walks its 108 weights in order while it loops over the scales
+    the picture *has* (plane, then scale, then norm, then map), so with fewer than 6 scales
+    the weights shift: the Y plane's terms take weights the table lists for X's missing
+    scales, and so on. The metric is what that tool computes, so the same shift is made
+    here (with 6 scales this is :data:`WEIGHTS`).
+
+    Raises
+    ------
+    ValueError
+        If ``scales`` is not 1-6 or the term's scale is not below it.
+    """
+    plane, scale, map_, norm = term
+    if not 1 <= scales <= NUM_SCALES or not 0 <= scale < scales:
+        raise ValueError(f"no scale {scale} among {scales}")
+    index = _PLANE_INDEX[plane] * scales * 6 + scale * 6 + (0 if norm == 1 else 3) + _MAP_INDEX[map_]
+    return _WEIGHT_LIST[index]
+
 
 #: Terms weighing less are not computed. The 27 such terms with a weight (the others weigh 0)
 #: weigh 0.020 together, at most 0.0021 each, and a pooled error map is below 1 in practice,
@@ -101,34 +147,59 @@ WEIGHTS: Final[Mapping[Term, float]] = _weights()
 #: point at 70 (where the sum is about 2.6).
 NEGLIGIBLE_WEIGHT: Final = 0.01
 
-#: The terms worth computing (weight at least :data:`NEGLIGIBLE_WEIGHT`): 25 of 108.
-SIGNIFICANT: Final[frozenset[Term]] = frozenset(t for t, w in WEIGHTS.items() if w >= NEGLIGIBLE_WEIGHT)
+
+def significant(scales: int = NUM_SCALES) -> frozenset[Term]:
+    """The terms worth computing in a picture of ``scales`` scales: weight (:func:`weight`)
+    at least :data:`NEGLIGIBLE_WEIGHT`; with 6 scales, 25 of 108."""
+    return frozenset(
+        (plane, scale, map_, norm)
+        for plane in PLANES
+        for scale in range(scales)
+        for map_ in MAPS
+        for norm in NORMS
+        if weight((plane, scale, map_, norm), scales) >= NEGLIGIBLE_WEIGHT
+    )
 
 
-def needed(plane: Plane, scale: int) -> frozenset[Map]:
-    """The maps of ``plane`` at ``scale`` that carry a significant weight (empty: skip it).
+#: The terms worth computing in a picture with all 6 scales: 25 of 108.
+SIGNIFICANT: Final[frozenset[Term]] = significant()
+
+
+def needed(plane: Plane, scale: int, scales: int = NUM_SCALES) -> frozenset[Map]:
+    """The maps of ``plane`` at ``scale`` that carry a significant weight in a picture of
+    ``scales`` scales (empty: skip it).
 
     ``ssim`` needs the blurred squares and product; ``ringing`` and ``blurring`` only the
     blurred planes."""
-    return frozenset(m for (p, s, m, _n) in SIGNIFICANT if p == plane and s == scale)
+    terms = SIGNIFICANT if scales == NUM_SCALES else significant(scales)
+    return frozenset(m for (p, s, m, _n) in terms if p == plane and s == scale)
 
 
-def score(pooled: Mapping[Term, float]) -> float:
-    """The SSIMULACRA2 score of 108 pooled error maps (libjxl ``Msssim::Score``).
+def score(pooled: Mapping[Term, float], scales: int = NUM_SCALES) -> float:
+    """The SSIMULACRA2 score of pooled error maps (libjxl ``Msssim::Score``).
 
     Parameters
     ----------
     pooled:
         (plane, scale, map, norm) -> the map's 1-norm (mean) or 4-norm (the 4th root of the
-        mean of 4th powers). A term not given counts 0: the scales a small picture does not
-        have, and terms not computed.
+        mean of 4th powers). A term not given counts 0 (terms not computed).
+    scales:
+        How many scales the picture has (:func:`scale_count`): it decides each term's
+        weight (:func:`weight`).
 
     Returns
     -------
     float
         100 for no error; lower is worse (it may go below 0).
+
+    Raises
+    ------
+    ValueError
+        If a term's scale is not below ``scales``.
     """
-    total = sum(WEIGHTS[term] * abs(value) for term, value in pooled.items())
+    if not pooled:
+        return 100.0
+    total = sum(weight(term, scales) * abs(value) for term, value in pooled.items())
     total *= 0.9562382616834844
     total = 2.326765642916932 * total - 0.020884521182843837 * total**2 + 6.248496625763138e-05 * total**3
     if total <= 0:
