@@ -14,9 +14,9 @@ from mediajobs.local.storm.plan import Upload
 
 
 def read_logs(folder: Path) -> Iterator[dict[str, Any]]:
-    """Every event of the workers' logs in ``folder`` (``worker-*.jsonl``), file by file; a
-    line a crash cut mid-write is skipped."""
-    for path in sorted(folder.glob("worker-*.jsonl")):
+    """Every event of the workers' logs in ``folder`` (``worker-*.jsonl``, and the backfill
+    lane's ``lane-*.jsonl``), file by file; a line a crash cut mid-write is skipped."""
+    for path in sorted([*folder.glob("worker-*.jsonl"), *folder.glob("lane-*.jsonl")]):
         for line in path.read_text().splitlines():
             if line.strip():
                 try:

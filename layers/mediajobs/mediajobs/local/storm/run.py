@@ -77,7 +77,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             # once the leases of workers that died holding a claim have run out (their renders
             # were abandoned: an unreferenced job whose lease is live is left for a later run).
             logged = list(read_logs(folder))
-            time.sleep(_until_leases_end_s(logged, workers, cfg.lease_s))
+            pools = [workers] + ([backfill.lane] if backfill is not None and backfill.lane is not None else [])
+            time.sleep(_until_leases_end_s(logged, pools, cfg.lease_s))
             if backfill is not None:  # the retired sets are held RETIRE_S after the last switch
                 time.sleep(RETIRE_S + 1)
             collections.run(grace_s=0)
@@ -139,14 +140,16 @@ def _settle(
         time.sleep(0.5)
 
 
-def _until_leases_end_s(logged: list[dict[str, Any]], workers: WorkerPool, lease_s: int) -> float:
-    """Seconds from now until the leases of every worker that died holding a claim have
-    run out (plus 1 s): ``lease_s`` after the last crash the workers' logs show (a lease
-    ends at most ``lease_s`` after its last renewal, before the crash). When a worker died
-    without logging its crash, or was killed at the end, the whole ``lease_s`` + 1 from now."""
+def _until_leases_end_s(logged: list[dict[str, Any]], pools: list[WorkerPool], lease_s: int) -> float:
+    """Seconds from now until the leases of every worker (of ``pools``: the upload workers,
+    the backfill lane's) that died holding a claim have run out (plus 1 s): ``lease_s``
+    after the last crash the workers' logs show (a lease ends at most ``lease_s`` after its
+    last renewal, before the crash). When a worker died without logging its crash, or was
+    killed at the end, the whole ``lease_s`` + 1 from now."""
     crashes = [e["t"] for e in logged if e["event"] == "crash"]
-    replaced = workers.spawned - len({e["pid"] for e in logged if e["event"] == "stopped"})
-    if workers.killed or replaced > len(crashes):
+    spawned = sum(pool.spawned for pool in pools)
+    replaced = spawned - len({e["pid"] for e in logged if e["event"] == "stopped"})
+    if any(pool.killed for pool in pools) or replaced > len(crashes):
         return lease_s + 1.0
     return max(0.0, max(crashes, default=0.0) + lease_s + 1 - time.time())
 
