@@ -27,6 +27,7 @@ from mediajobs.domain.assets import AssetState
 from mediajobs.domain.backfill import BackfillState, document
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.local.embedded import LocalStack
+from mediajobs.local.storm.accounting import duplicate_renders
 from mediajobs.local.storm.checks import asset_views
 from mediajobs.local.storm.config import StormConfig
 from mediajobs.local.storm.pool import WorkerPool
@@ -227,7 +228,10 @@ def backfill_checks(
             checks["assets_not_on_new_set"] += 1
     new_keys = _new_recipe_keys(contents)
     committed = Counter(e["job_key"] for e in events if e["event"] == "committed" and e.get("job_key") in new_keys)
-    checks["new_set_duplicate_renders"] = sum(n - 1 for n in committed.values())
+    # As the storm counts them (accounting.duplicate_renders): a render of a job committed
+    # already, or while another worker holds it; not a render again after its collection.
+    of_new = [e for e in events if e.get("job_key") in new_keys or e["event"] in ("crash", "record")]
+    checks["new_set_duplicate_renders"] = duplicate_renders(of_new)
     old_keys = _old_recipe_keys(contents)
     s3 = stack.client("s3")
     left: set[str] = set()
@@ -254,27 +258,35 @@ def backfill_checks(
 
     # Asset Ready of the new set, per live image asset's current version: from the outbox.
     told: dict[tuple[str, str], set[str]] = defaultdict(set)
+    readies: dict[str, list[tuple[str, str]]] = defaultdict(list)  # every Ready of a key: version, set
     for item in stack.outbox_model().scan(consistent_read=True):
         body = json.loads(item.payload) if isinstance(item.payload, str) else dict(item.payload or {})
         asset = body.get("asset", {})
-        serving = tuple(r for r, j in (asset.get("recipes") or {}).items() if j.get("serving", True))
-        if body.get("type") == "Asset Ready" and sorted(serving) == sorted(NEW_IMAGE_SET):
-            told[(str(asset.get("key")), str((asset.get("version") or {}).get("version_id")))].add(str(item.id))
-    for key in live_keys:
+        serving = sorted(r for r, j in (asset.get("recipes") or {}).items() if j.get("serving", True))
+        version = str((asset.get("version") or {}).get("version_id"))
+        if body.get("type") == "Asset Ready":
+            readies[str(asset.get("key"))].append((version, "+".join(serving)))
+            if serving == sorted(NEW_IMAGE_SET):
+                told[(str(asset.get("key")), version)].add(str(item.id))
+    wrong: list[dict[str, Any]] = []
+    for key in sorted(live_keys):
         view = views.get(key)
-        if view is not None and view.media == "image" and view.state == AssetState.READY:
-            checks["new_set_ready_not_once"] += len(told[(key, str(view.version.version_id))]) != 1
+        ready = view is not None and view.media == "image" and view.state == AssetState.READY
+        if ready and view is not None and len(told[(key, str(view.version.version_id))]) != 1:
+            checks["new_set_ready_not_once"] += 1
+            wrong.append({"key": key, "version": view.version.version_id, "readies": readies[key]})
 
     deployed, done = backfill.deployed_at or 0.0, backfill.done_at or time.time()
-    before, during = [], []
-    for (key, version), put in put_at.items():
-        ready = ready_at.get((key, version))
-        if ready is None:
+    before: list[float] = []
+    during: list[float] = []
+    for (put_key, put_version), put in put_at.items():
+        ready_s = ready_at.get((put_key, put_version))
+        if ready_s is None:
             continue  # overwritten or deleted before it was ready
         if put < deployed:
-            before.append(ready - put)
+            before.append(ready_s - put)
         elif put <= done:
-            during.append(ready - put)
+            during.append(ready_s - put)
     p95_before, p95_during = _percentile(before, 95), _percentile(during, 95)
     figures = {
         "id": status["id"] if status else None,
@@ -290,5 +302,6 @@ def backfill_checks(
         "p95_ratio": round(p95_during / p95_before, 3) if p95_before > 0 and during else None,
         "lane_workers": backfill.spawned,
         "failed_scans": backfill.failed_scans,
+        "new_set_ready_not_once": wrong[:5],  # for a post-mortem
     }
     return checks, figures
