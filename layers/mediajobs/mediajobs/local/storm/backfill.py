@@ -199,8 +199,9 @@ def backfill_checks(
       bucket after the last collection (no asset references them);
     * ``assets_without_ready_outputs``: writes that took a ``ready`` version of an asset
       to another state for the same version (read from the assets table's stream);
-    * ``new_set_ready_not_once``: live image assets whose current version was told
-      ``Asset Ready`` for the new set other than once (the outbox's notifications).
+    * ``new_set_ready_not_once``: live image assets whose current version (its version id
+      and the sequencer that made it current) was told ``Asset Ready`` for the new set other
+      than once (the outbox's notifications).
 
     The figures: renders and unique pairs of the new set, and upload-to-ready latency p50
     and p95 (seconds) of the uploads before the deployment and of those during the
@@ -263,7 +264,10 @@ def backfill_checks(
         body = json.loads(item.payload) if isinstance(item.payload, str) else dict(item.payload or {})
         asset = body.get("asset", {})
         serving = sorted(r for r, j in (asset.get("recipes") or {}).items() if j.get("serving", True))
-        version = str((asset.get("version") or {}).get("version_id"))
+        # A version is told again when it is made current again (its newer one deleted for
+        # good): the notification names the version and the sequencer that made it current.
+        named = asset.get("version") or {}
+        version = f"{named.get('version_id')}@{named.get('sequencer')}"
         if body.get("type") == "Asset Ready":
             readies[str(asset.get("key"))].append((version, "+".join(serving)))
             if serving == sorted(NEW_IMAGE_SET):
@@ -272,7 +276,8 @@ def backfill_checks(
     for key in sorted(live_keys):
         view = views.get(key)
         ready = view is not None and view.media == "image" and view.state == AssetState.READY
-        if ready and view is not None and len(told[(key, str(view.version.version_id))]) != 1:
+        current = f"{view.version.version_id}@{view.version.sequencer.lstrip('0') or '0'}" if view is not None else ""
+        if ready and view is not None and len(told[(key, current)]) != 1:
             checks["new_set_ready_not_once"] += 1
             wrong.append({"key": key, "version": view.version.version_id, "readies": readies[key]})
 
