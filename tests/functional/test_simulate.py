@@ -131,7 +131,7 @@ def test_a_small_storm_with_a_backfill_keeps_every_invariant(tmp_path):
         "new_set_duplicate_renders",
         "old_sets_left",
         "assets_without_ready_outputs",
-        "new_set_ready_not_once",
+        "new_set_not_told_ready",
     } <= set(summary["checks"])
     backfill = summary["backfill"]
     assert backfill["state"] == "done" and backfill["lane_workers"] >= 2
