@@ -553,9 +553,10 @@ class FakeAssets:
     def references(self, job_key):
         return len(self.refs.get(job_key, ()))
 
-    def candidates(self, *, released_before_s, limit):
+    def candidates(self, *, released_before_s, limit, now_s=None):
         rows = sorted(self.candidate_rows.items(), key=lambda item: item[0])
         found = [Candidate(j, by, at, self.holds.get((j, by), 0)) for (j, by), at in rows if at < released_before_s]
+        found = [c for c in found if now_s is None or c.not_before_s <= now_s]
         return found[:limit]
 
     def candidates_of(self, job_key):
@@ -707,8 +708,15 @@ class FakeBackfills:
     def enqueued(self, backfill_id, limit):
         return [k for (b, k), state in sorted(self.marks.items()) if b == backfill_id and state == "enqueued"][:limit]
 
-    def counted(self, backfill_id, job_key):
-        return (backfill_id, job_key) in self.marks
+    def mark(self, backfill_id, job_key):
+        return self.marks.get((backfill_id, job_key))
+
+    def reopen(self, backfill_id, job_key, *, now_s):
+        if self.marks.get((backfill_id, job_key)) != "dropped":
+            return False
+        self.marks[(backfill_id, job_key)] = "enqueued"
+        self._add(backfill_id, dropped=-1)
+        return True
 
     def create(self, backfill, *, after):
         if self.changes.get(backfill.change, ("", 0))[1] != after or backfill.id in self.backfills:

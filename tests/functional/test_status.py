@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import time
 import urllib.parse
 from typing import Any
 
@@ -562,3 +563,45 @@ def test_the_served_commands_reach_the_endpoint_an_apps_shell_exports(monkeypatc
     assert _cli(["status", "originals/a.jpg", "--endpoint", "http://127.0.0.1:5200"])[0].endpoint.endswith(":5200")
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     assert _cli(["collect"])[0].endpoint == "http://127.0.0.1:5000"
+
+
+@pytest.mark.subprocess  # the worker renders in its bounded child process
+def test_an_edit_of_active_json_is_deployed_by_the_served_worker_and_backfilled(local_session, monkeypatch):
+    """``serve --worker`` takes an edit of recipes/active.json as a deployment: its worker
+    renders the new set, and the backfill schedule's code (every poll here) starts the set's
+    backfill and switches the asset already there."""
+    import json as _json
+
+    import mediajobs.local.commands.serve as served
+    from mediajobs.bootstrap import active_file_text
+    from tests.functional.test_worker import unique_png
+
+    stack = local_session.stack
+    key = "originals/cli/served-rollout.png"
+    local_session.s3.put_object(Bucket=stack.bucket, Key=key, Body=unique_png())
+    before = active_file_text()
+    edited = _json.loads(before)
+    edited["image"] = ["web-image@2", "image-placeholder@1"]
+    served.serve_worker(stack, "ERROR", polls=2, active_text=lambda: before)  # the upload, on the old set
+    assert stack.assets().get(stack.bucket, key).jobs[0].recipe == "web-image@1"
+    monkeypatch.setattr(served, "BACKFILL_EVERY_S", 0.0)  # the schedule's code at every poll
+    served.serve_worker(stack, "ERROR", polls=3, active_text=lambda: _json.dumps(edited))  # the first pass
+    clock = FakeSecondPass(served.LOCAL_DEPLOY_OVER_S)
+    monkeypatch.setattr(time, "time", clock)  # the old set's invocations are over: the second pass
+    served.serve_worker(stack, "ERROR", polls=4, active_text=lambda: _json.dumps(edited))
+    view = stack.assets().get(stack.bucket, key)
+    assert [j.recipe for j in view.jobs] == ["web-image@2", "image-placeholder@1"] and not view.next
+
+
+class FakeSecondPass:
+    """``time.time`` moved ``ahead_s`` seconds forward (the wait before a backfill's second
+    pass), the rest of the clock as it is."""
+
+    def __init__(self, ahead_s: float) -> None:
+        import time as _time
+
+        self._real = _time.time
+        self._ahead_s = ahead_s
+
+    def __call__(self) -> float:
+        return self._real() + self._ahead_s + 1

@@ -165,6 +165,14 @@ def load_recipe(recipe_id: str, version: int) -> Recipe:
     return domain_recipes.load_recipe(recipe_id, version, params_models(steps(Settings())))
 
 
+def active_file_text() -> str:
+    """The text of ``recipes/active.json`` as it is now (read each call: ``mediajobs serve``
+    takes an edit of it as a deployment)."""
+    from importlib import resources
+
+    return resources.files("mediajobs.recipes").joinpath(domain_recipes.ACTIVE_FILE).read_text(encoding="utf-8")
+
+
 @functools.cache
 def active_recipes(document: str = "") -> dict[str, list[Recipe]]:
     """The recipes ``recipes/active.json`` makes active -- or ``document``, a JSON list in its

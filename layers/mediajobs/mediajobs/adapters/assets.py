@@ -365,19 +365,24 @@ class DynamoAssets:
         model = self._models.reference
         return self._uow.count(model, reference_pk(job_key), model.sk.startswith("ref#"), what="references count")
 
-    def candidates(self, *, released_before_s: int, limit: int) -> list[Candidate]:
-        """Up to ``limit`` candidates released before ``released_before_s``: the 16
-        ``collect#<hex>`` partitions queried in order (a filter on ``released_at_s``), by
-        job key and releaser within each."""
+    def candidates(self, *, released_before_s: int, limit: int, now_s: int | None = None) -> list[Candidate]:
+        """Up to ``limit`` candidates released before ``released_before_s`` and, with
+        ``now_s``, not held past it (``not_before_s``): the 16 ``collect#<hex>`` partitions
+        queried in order (a filter on ``released_at_s`` and ``not_before_s``), by job key and
+        releaser within each. Held candidates are filtered out by DynamoDB, so a week of a
+        backfill's retired jobs never fills a run's page."""
         model = self._models.candidate
         found: list[Candidate] = []
+        condition = model.released_at_s < released_before_s
+        if now_s is not None:
+            condition &= model.not_before_s.does_not_exist() | (model.not_before_s <= now_s)
         for digit in CANDIDATE_PARTITIONS:
             if len(found) >= limit:
                 break
             rows = self._uow.query(
                 model,
                 f"collect#{digit}",
-                filter_condition=model.released_at_s < released_before_s,
+                filter_condition=condition,
                 limit=limit - len(found),
                 what="candidates query",
             )

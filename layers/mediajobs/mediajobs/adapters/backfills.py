@@ -213,9 +213,20 @@ class DynamoBackfills:
         )
         return [r.sk.removeprefix("job#") for r in rows]
 
-    def counted(self, backfill_id: str, job_key: str) -> bool:
-        """Whether the job has its mark (one strongly consistent ``GetItem``)."""
-        return self._mark(backfill_id, job_key) is not None
+    def mark(self, backfill_id: str, job_key: str) -> str | None:
+        """How the job was counted, or ``None`` (one strongly consistent ``GetItem``)."""
+        return self._mark(backfill_id, job_key)
+
+    def reopen(self, backfill_id: str, job_key: str, *, now_s: int) -> bool:
+        """A ``dropped`` job wanted again: its mark back to ``enqueued`` and ``dropped`` less
+        1, in one transaction conditional on the mark being ``dropped``."""
+        m = self._m
+        mark = m.mark(_part(backfill_id), f"job#{job_key}")
+        item = m.backfill(BACKFILLS_PK, backfill_id)
+        tx = self._uow.transaction("backfill reopen")
+        tx.update(mark, [m.mark.state.set("enqueued")], m.mark.state == "dropped")
+        tx.update(item, [m.backfill.dropped.add(-1), m.backfill.updated_at_s.set(now_s)])
+        return self._decided(tx, lambda: self._mark(backfill_id, job_key) == "dropped")
 
     # -- writes --------------------------------------------------------------------------
 
@@ -257,9 +268,10 @@ class DynamoBackfills:
             actions = [model.state.set(str(to)), model.updated_at_s.set(now_s)]
             if to in (BackfillState.DONE, BackfillState.CANCELLED):
                 actions.append(model.finished_at_s.set(now_s))
-            # Conditional on the state and counts read: nothing counted meanwhile is missed.
-            condition = (model.state == str(now.state)) & (model.total == now.counts.total)
-            condition &= (model.later == now.counts.later) & (model.scanned == now.scanned)
+            condition = model.state == str(now.state)
+            if to == BackfillState.DONE:  # and on the counts read: nothing counted meanwhile is missed
+                condition &= (model.total == now.counts.total) & (model.later == now.counts.later)
+                condition &= model.scanned == now.scanned
             if not self._uow.update(item, actions, condition, what="backfill move"):
                 raise Lost("backfill move")
             return _of(item)

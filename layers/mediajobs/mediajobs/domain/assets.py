@@ -622,8 +622,9 @@ def plan_upgrade(
     jobs are ``wanted`` (in the set's order, each in the state the ledger has it). Pure.
 
     * ``None`` (nothing to write) when the version is no longer current, the asset is
-      deleted, its serving jobs are that set already, or its ``next`` set is, with nothing
-      new to merge.
+      deleted, its serving jobs are that set already (with no ``next`` set), or its
+      ``next`` set is, with nothing new to merge. Served by it already with another
+      ``next`` set (a rollback during a backfill): that set is dropped, its jobs released.
     * Otherwise ``wanted`` becomes the asset's ``next`` set: a job the serving set shares
       keeps its further state, a job it lacks gets this asset's reference row (``add``: the
       collection never takes a job an asset waits for), and a different ``next`` set left
@@ -635,8 +636,14 @@ def plan_upgrade(
     if old is None or old.state == AssetState.DELETED or old.version.sequencer != sequencer:
         return None
     keys = [job.job_key for job in wanted]
-    if not keys or keys == [job.job_key for job in old.jobs]:
+    if not keys:
         return None
+    if keys == [job.job_key for job in old.jobs]:  # served by it already: a stale next set goes
+        if not old.next:
+            return None
+        stale = frozenset(j.job_key for j in old.next) - frozenset(keys)
+        new = replace(old, next=(), next_grace_s=0, updated_at_s=now_s)
+        return AssetChange(new, drop=stale, candidates=_released(old.bucket, old.key, stale, now_s))
     serving = {job.job_key: job for job in old.jobs}
     if keys == [job.job_key for job in old.next]:
         merged = merge_jobs(old.next, wanted)

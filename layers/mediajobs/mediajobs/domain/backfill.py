@@ -81,18 +81,6 @@ def backfill_id(change: str, generation: int) -> str:
     return f"bf-{change[:12]}-{generation}"
 
 
-def wanted(view: AssetView, active: Mapping[str, Sequence[str]]) -> tuple[str, ...] | None:
-    """The recipe references the asset ``view`` should be served by, or ``None`` when a
-    backfill has nothing to do with it: deleted, its content or media type not known yet
-    (see :func:`unsettled`), or already served (or being rolled out to) exactly that set."""
-    if view.state == AssetState.DELETED or view.sha256 is None or view.media is None:
-        return None
-    refs = tuple(active.get(view.media, ()))
-    if not refs or refs == view.recipes or refs == tuple(job.recipe for job in view.next):
-        return None
-    return refs
-
-
 def unsettled(view: AssetView) -> bool:
     """Whether the asset is live but its content is not known yet (an event in flight,
     planned by whichever recipe set its worker has): it is looked at again once the scan

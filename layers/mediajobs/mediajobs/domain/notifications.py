@@ -110,11 +110,18 @@ def version_identity(version: AssetVersion) -> dict[str, Any]:
 
 
 def notification_id(
-    bucket: str, key: str, version: AssetVersion, notification_type: NotificationType, recipes: Iterable[str]
+    bucket: str,
+    key: str,
+    version: AssetVersion,
+    notification_type: NotificationType,
+    recipes: Iterable[str],
+    jobs: Iterable[str] | None = None,
 ) -> str:
     """The id of an asset version's notification: the SHA-256 (hex, 64 characters) of the
     canonical JSON ``{"asset": "<bucket>/<key>", "recipes": [sorted recipe references],
-    "type": <detail-type>, "v": NOTIFICATION_ID_VERSION, "version": version_identity}``.
+    "type": <detail-type>, "v": NOTIFICATION_ID_VERSION, "version": version_identity}``,
+    with ``"jobs": [sorted job keys]`` too when ``jobs`` is given (a switch to new jobs of
+    the same recipes, after a policy change: :func:`notification_for`).
 
     It is the webhook's ``webhook-id`` and the ``id`` in every EventBridge event's detail.
     Nothing of a delivery (event id, message id, time) is part of it.
@@ -126,6 +133,8 @@ def notification_id(
         "v": NOTIFICATION_ID_VERSION,
         "version": version_identity(version),
     }
+    if jobs is not None:
+        document["jobs"] = sorted(set(jobs))
     return hashlib.sha256(canonical_json(document)).hexdigest()
 
 
@@ -156,6 +165,10 @@ def payload(notification_id_: str, notification_type: NotificationType, view: As
     return {"id": notification_id_, "type": str(notification_type), "asset": status_document(view)}
 
 
+def _job_keys(view: AssetView) -> list[str]:
+    return [job.job_key for job in view.jobs]
+
+
 def notification_for(old: AssetView | None, new: AssetView) -> Notification | None:
     """The notification a write from ``old`` to ``new`` owes, or ``None``. Pure.
 
@@ -174,13 +187,16 @@ def notification_for(old: AssetView | None, new: AssetView) -> Notification | No
         old is not None
         and old.state == new.state
         and same_version(old.version, new.version)
-        and (new.state != AssetState.READY or old.recipes == new.recipes)
+        and (new.state != AssetState.READY or _job_keys(old) == _job_keys(new))
     ):
         return None
     if kind is NotificationType.DELETED and (old is None or old.state == AssetState.DELETED):
         return None
     recipes = [job.recipe for job in new.jobs] or [job.recipe for job in (old.jobs if old is not None else ())]
-    nid = notification_id(new.bucket, new.key, new.version, kind, recipes)
+    # A switch to other jobs of the same recipes (a new policy version) is told under an id
+    # of its own; every other id stays as it always was.
+    switched = old is not None and old.state == new.state == AssetState.READY and old.recipes == new.recipes
+    nid = notification_id(new.bucket, new.key, new.version, kind, recipes, _job_keys(new) if switched else None)
     return Notification(nid, kind, new.bucket, new.key, payload(nid, kind, new))
 
 

@@ -24,8 +24,9 @@ from mediajobs.service_layer.backfill import Backfiller
 BACKFILL_REQUEST: Final[Mapping[str, str]] = {"mediajobs": "backfill"}
 #: Seconds of the invocation kept for the counts and the log after the scan stops.
 MARGIN_S: Final = 30.0
-#: Longest scan of one invocation, seconds (the schedule runs it again).
-MOST_S: Final = 240.0
+#: Longest scan of one invocation, seconds: under the schedule's period (``rate(1 minute)``),
+#: so that two runs do not scan the same pages at once (the schedule runs it again).
+MOST_S: Final = 45.0
 
 
 def is_backfill_request(event: Any) -> bool:

@@ -25,9 +25,10 @@ keeps jobs only, as before assets existed.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from mediajobs.domain.assets import (
@@ -172,29 +173,38 @@ class AssetKeeper:
         """The clock, whole Unix seconds."""
         return int(self._clock())
 
-    def source_for(self, spec: JobSpec) -> ObjectRef:
-        """Where a requested job reads its original: the version its row names (the first
-        original seen with the bytes) while that asset still holds the content, else the
-        current version of another asset referencing the job that does -- an original
-        overwritten or deleted since the request (a backfill's jobs wait on a lane) leaves
-        the others of its content with a copy to read. Without assets kept, or when none
-        holds it, the row's original (the request then ends ``source_missing``).
+    def referenced(self, job_key: str) -> bool:
+        """Whether any asset references the job (``True`` when no assets are kept: nothing
+        says it is unwanted)."""
+        return self.assets is None or self.assets.referenced(job_key)
+
+    def sources_for(self, spec: JobSpec) -> Iterator[ObjectRef]:
+        """Where a requested job may read its original, best first: the version its row
+        names (the first original seen with the bytes) while that asset still holds the
+        content, then the current version of each other asset referencing the job that
+        does -- an original overwritten or deleted since the request (a backfill's jobs
+        wait on a lane) leaves the others of its content with a copy to read. Without
+        assets kept, the row's original only. Lazy: each asset is read when asked for.
 
         Raises
         ------
         TransientFailure
             As the port's reads.
         """
-        named = ObjectRef(spec.source_bucket, spec.source_key)
         if self.assets is None:
-            return named
-        candidates = [(spec.source_bucket, spec.source_key)]
-        candidates += [r for r in self.assets.referrers(spec.job_key) if r != candidates[0]]
-        for bucket, key in candidates:
+            yield ObjectRef(spec.source_bucket, spec.source_key)
+            return
+        named = (spec.source_bucket, spec.source_key)
+        seen = {named}
+        candidates: Iterator[tuple[str, str]] = iter([named])
+        for bucket, key in itertools.chain(candidates, (r for r in self._referrers(spec.job_key) if r not in seen)):
             view = self.assets.get(bucket, key)
             if view is not None and view.state != AssetState.DELETED and view.sha256 == spec.input_sha256:
-                return ObjectRef(bucket, key, view.version.version_id)
-        return named
+                yield ObjectRef(bucket, key, view.version.version_id)
+
+    def _referrers(self, job_key: str) -> Iterator[tuple[str, str]]:
+        assert self.assets is not None
+        yield from self.assets.referrers(job_key)
 
     def rolled(self, result: JobResult) -> None:
         """Record a job ended by a job request (no asset's delivery) in the ``next`` set of

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
-from mediajobs.domain.assets import AssetJob, AssetJobState, AssetView
+from mediajobs.domain.assets import AssetJob, AssetJobState, AssetState, AssetView
 from mediajobs.domain.backfill import (
     BACKFILL_ID,
     Backfill,
@@ -48,7 +48,6 @@ from mediajobs.domain.backfill import (
     backfill_id,
     change_of,
     unsettled,
-    wanted,
 )
 from mediajobs.domain.errors import TransientFailure
 from mediajobs.domain.jobs import JobState, JobView
@@ -65,8 +64,9 @@ log = logging.getLogger(__name__)
 PAGE_ASSETS: Final = 100
 #: Assets looked at again, and enqueued jobs checked for their end, per tick.
 SWEEP: Final = 500
-#: Job states of a row no worker holds that a lane request would claim again.
-_IDLE: Final = frozenset({JobState.TRANSIENT_FAILURE, JobState.COLLECTED})
+#: Job states of a row no worker holds: a lane request claims it again (a waiting job is
+#: requested by its inputs); with no asset referencing it any more, it is dropped.
+_IDLE: Final = frozenset({JobState.TRANSIENT_FAILURE, JobState.COLLECTED, JobState.WAITING})
 
 
 def entry_of(recipe: str, job_key: str, row: JobView | None) -> AssetJob:
@@ -121,11 +121,12 @@ class Backfiller:
 
     # -- the operator's verbs ------------------------------------------------------------
 
-    def start(self) -> tuple[Backfill, bool]:
+    def start(self, *, scheduled: bool = False) -> tuple[Backfill, bool]:
         """Start the backfill of this deployment's change, or find it: ``(backfill,
-        created)``. A cancelled backfill of the change is followed by a new generation;
-        any other backfill of the change is answered with. Starting one cancels a running
-        or paused backfill of another change (superseded).
+        created)``. Its latest backfill is answered with, unless another change's backfill
+        was started after it (a rollback to this set: its assets moved on since) or -- on
+        an operator's start, not ``scheduled`` -- it was cancelled: then a new generation.
+        Starting one cancels a running or paused backfill of another change (superseded).
 
         Raises
         ------
@@ -134,8 +135,14 @@ class Backfiller:
         """
         for _ in range(5):
             found = self._backfills.of_change(self.change)
-            if found is not None and found.state != BackfillState.CANCELLED:
-                return found, False
+            if found is not None:
+                newer = any(
+                    b.change != self.change and (b.created_at_s, b.id) > (found.created_at_s, found.id)
+                    for b in self._backfills.all()
+                )
+                cancelled = found.state == BackfillState.CANCELLED
+                if not newer and (not cancelled or scheduled):
+                    return found, False
             generation = found.generation + 1 if found is not None else 1
             now = int(self._clock())
             new = Backfill(
@@ -197,11 +204,16 @@ class Backfiller:
             A request failed; every step done before it stands (the next tick goes on).
         """
         if auto_start:
-            self.start()
+            self.start(scheduled=True)  # a cancel holds: the schedule starts no new generation
         deadline = time.monotonic() + budget_s
         after = []
         for backfill in self._backfills.all():
-            if backfill.state != BackfillState.RUNNING or backfill.change != self.change:
+            if backfill.change != self.change:
+                continue
+            if backfill.state == BackfillState.CANCELLED and backfill.counts.remaining:
+                self._count_ends(backfill)  # its jobs on the lane still run: their ends, and resends
+                continue
+            if backfill.state != BackfillState.RUNNING:
                 continue
             self._scan(backfill, deadline)
             if time.monotonic() < deadline:
@@ -227,13 +239,21 @@ class Backfiller:
 
     def _pass(self, backfill: Backfill, deadline: float, pass_: int) -> None:
         """One pass's segments (cursors ``pass_ * segments + n``) in parallel."""
-        started, enqueued = time.monotonic(), [0]
+        started, enqueued, pacing = time.monotonic(), [0], threading.Lock()
 
-        def pace(n: int) -> None:  # at most backfill_rate_per_s jobs enqueued per second
-            enqueued[0] += n
-            ahead_s = enqueued[0] / self._settings.backfill_rate_per_s - (time.monotonic() - started)
-            if ahead_s > 0:
-                self._sleep(min(ahead_s, max(0.0, deadline - time.monotonic())))
+        def pace(n: int) -> bool:
+            """At most ``backfill_rate_per_s`` jobs enqueued per second: sleep until the
+            rate allows the next; ``False`` when that is past the deadline (the page in
+            progress is left, its cursor unmoved: the next run redoes it)."""
+            with pacing:
+                enqueued[0] += n
+                ahead_s = enqueued[0] / self._settings.backfill_rate_per_s - (time.monotonic() - started)
+            if ahead_s <= 0:
+                return True
+            if time.monotonic() + ahead_s > deadline:
+                return False
+            self._sleep(ahead_s)
+            return True
 
         def segment(n: int) -> None:
             while time.monotonic() < deadline:
@@ -246,7 +266,8 @@ class Backfiller:
                     return
                 views, next_cursor = self._assets.scan(n, backfill.segments, cursor, limit=PAGE_ASSETS)
                 for view in views:
-                    pace(self.asset(backfill, view))
+                    if not pace(self.asset(backfill, view)):
+                        return
                 self._backfills.advance(
                     backfill.id, slot, cursor, next_cursor, scanned=len(views), now_s=int(self._clock())
                 )
@@ -258,35 +279,58 @@ class Backfiller:
     def asset(self, backfill: Backfill, view: AssetView) -> int:
         """Give one asset the jobs ``backfill`` owes it (the module's steps a-d); how many
         jobs were enqueued. An asset whose content is not known yet is kept to look at
-        again after the scan."""
-        refs = wanted(view, backfill.active)
-        if refs is None:
+        again after the scan.
+
+        The jobs are compared by key (recipe and policy version): an asset served by them
+        owes nothing; one whose ``next`` set they are already still has its jobs requested
+        (a scan that died between the two is redone whole). The reference comes before the
+        job rows are read -- the collection's rule: a job read ``done`` cannot be collected
+        under the asset -- and the jobs found ended are recorded after, switching the asset
+        when that makes its set whole."""
+        if view.state == AssetState.DELETED or view.sha256 is None or view.media is None:
             if unsettled(view):
                 self._backfills.keep_for_later(backfill.id, view.bucket, view.key)
             return 0
-        assert view.sha256 is not None and view.media is not None, "wanted() holds a known content"
+        refs = backfill.active.get(view.media, ())
         recipes = self._recipes.get(view.media, {})
+        if not refs:
+            return 0
         if any(ref not in recipes for ref in refs):  # never: a backfill of another change is left alone
             raise TransientFailure(f"backfill {backfill.id}: this worker lacks recipes of {refs}")
         where = Where(view.bucket, view.key, self._settings.derivatives_prefix, backfill.policy_version)
         jobs = plan_jobs(view.sha256, view.media, {view.media: [recipes[r] for r in refs]}, where)
-        rows = self._claims.find([job.key for job in jobs])
-        entries = [entry_of(job.recipe.ref, job.key, rows.get(job.key)) for job in jobs]
+        keys = [job.key for job in jobs]
+        if keys == [job.job_key for job in view.jobs]:
+            if view.next:  # a rollback: the set of a superseded backfill it was waiting for goes
+                self._assets.upgrade(
+                    view.bucket,
+                    view.key,
+                    view.version.sequencer,
+                    [AssetJob(job.recipe.ref, job.key) for job in jobs],
+                    now_s=int(self._clock()),
+                    grace_s=self._settings.retire_grace_s,
+                )
+            return 0  # served by the set already
         now = int(self._clock())
-        self._assets.upgrade(
-            view.bucket, view.key, view.version.sequencer, entries, now_s=now, grace_s=self._settings.retire_grace_s
-        )
+        if keys != [job.job_key for job in view.next]:  # b. the reference first
+            wanted_jobs = [AssetJob(job.recipe.ref, job.key) for job in jobs]
+            upgraded = self._assets.upgrade(
+                view.bucket,
+                view.key,
+                view.version.sequencer,
+                wanted_jobs,
+                now_s=now,
+                grace_s=self._settings.retire_grace_s,
+            )
+            if upgraded is None:
+                return 0  # the asset moved on meanwhile (a newer version plans the active set itself)
+        rows = self._claims.find(keys)  # a. the rows, read after the reference
         serving = {job.job_key for job in view.jobs}
-        lacking = [job for job in jobs if job.key not in serving]
-        sent = self._request(backfill, lacking, rows, now)
-        # d. a job that ended before this asset's reference was there: recorded now.
-        unsure = [e for e in entries if e.state not in (AssetJobState.DONE, AssetJobState.FAILED)]
-        if unsure:
-            again = self._claims.find([e.job_key for e in unsure])
-            ended = [entry_of(e.recipe, e.job_key, again.get(e.job_key)) for e in unsure]
-            ended = [e for e in ended if e.state in (AssetJobState.DONE, AssetJobState.FAILED)]
-            if ended:
-                self._assets.record_next(view.bucket, view.key, ended, now_s=now)
+        sent = self._request(backfill, [job for job in jobs if job.key not in serving], rows, now)  # c.
+        ended = [entry_of(job.recipe.ref, job.key, rows.get(job.key)) for job in jobs]
+        ended = [e for e in ended if e.state in (AssetJobState.DONE, AssetJobState.FAILED)]
+        if ended:  # d. what the rows say ended, recorded (the switch when whole)
+            self._assets.record_next(view.bucket, view.key, ended, now_s=now)
         return sent
 
     def _request(self, backfill: Backfill, jobs: Sequence[PlannedJob], rows: Mapping[str, JobView], now: int) -> int:
@@ -299,14 +343,18 @@ class Backfiller:
         for job in jobs:
             row = rows.get(job.key)
             if row is not None and row.state == JobState.DONE:
-                self._backfills.count(backfill.id, job.key, "reused", now_s=now)
+                if self._backfills.mark(backfill.id, job.key) is None:
+                    self._backfills.count(backfill.id, job.key, "reused", now_s=now)
                 continue
             with self._sending:  # this scanner's segments send a content's job once
-                if self._backfills.counted(backfill.id, job.key):
-                    continue  # another asset of the content had it requested
+                mark = self._backfills.mark(backfill.id, job.key)
+                if mark not in (None, "dropped"):
+                    continue  # another asset of the content had it requested (or it ended)
                 self._claims.lane([job], lane)
-                if self._backfills.count(backfill.id, job.key, "enqueued", now_s=now):
+                if mark is None and self._backfills.count(backfill.id, job.key, "enqueued", now_s=now):
                     sent += 1
+                elif mark == "dropped" and self._backfills.reopen(backfill.id, job.key, now_s=now):
+                    sent += 1  # dropped when no asset wanted it; this one does
         return sent
 
     def _look_again(self, backfill: Backfill) -> None:
@@ -314,10 +362,14 @@ class Backfiller:
         current = self._backfills.get(backfill.id)
         if current is None or not current.scan_over:
             return
+        old_code_over = self._clock() >= backfill.created_at_s + self._settings.worker_timeout_s
         for bucket, key in self._backfills.later(backfill.id, SWEEP):
             view = self._assets.get(bucket, key)
-            if view is not None and unsettled(view):
+            if view is not None and unsettled(view) and not old_code_over:
                 continue  # still in flight: the next tick looks again
+            # Settled, gone, or -- the old deployment's invocations over -- left to the workers
+            # of this one, which plan the active set when its event comes (a message in the
+            # dead-letter queue is redriven to them).
             if view is not None:
                 self.asset(current, view)
             self._backfills.looked_again(backfill.id, bucket, key)
@@ -342,5 +394,5 @@ class Backfiller:
             elif row is None or row.state in _IDLE and row.lease_expires_at_s <= now:
                 if not self._assets.referenced(key):
                     self._backfills.end(backfill.id, key, "dropped", now_s=now)
-                elif row is not None:
+                elif row is not None and row.state != JobState.WAITING:  # a waiting job: its inputs request it
                     self._claims.resend(key, lane)

@@ -363,6 +363,12 @@ class Claims:
         """The job's row (a consistent read), or ``None``."""
         return self._ledger.get(job_key)
 
+    def is_active(self, spec: JobSpec) -> bool:
+        """Whether the recipe (id and version) a job's row names is among the active ones."""
+        return any(
+            (r.id, r.version) == (spec.recipe_id, spec.recipe_version) for rs in self.recipes.values() for r in rs
+        )
+
     def recipe(self, spec: JobSpec) -> Recipe:
         """The recipe a job's row names, among the active ones.
 

@@ -149,7 +149,7 @@ class Collector:
         report = CollectionReport()
         # Due once ``grace_s`` whole seconds have passed since the release (so a grace of 0
         # takes what was released this very second too).
-        due = self._assets.candidates(released_before_s=now_s - grace_s + 1, limit=limit)
+        due = self._assets.candidates(released_before_s=now_s - grace_s + 1, limit=limit, now_s=now_s)
         by_job: dict[str, list[Candidate]] = {}
         for candidate in due:
             by_job[candidate.job_key] = []

@@ -252,6 +252,11 @@ class Pipeline:
             state = SourceState.SUPERSEDED
         return self._told(SourceResult(ref, state))
 
+    def _served(self, ref: ObjectRef) -> bool:
+        """Whether S3 serves ``ref``'s version as the key's current one (a ``HeadObject``)."""
+        head = self._identify.current(ref)
+        return head is not None and (ref.version_id is None or head.version_id in (None, ref.version_id))
+
     def request(self, jobs: Sequence[PlannedJob], delivery: Delivery | None = None) -> list[str]:
         """Request jobs that no S3 event causes (a backfill, the segments of a long video):
         each is written (``requested``, or ``waiting`` for its inputs) unless it exists, and
@@ -288,12 +293,16 @@ class Pipeline:
             return self._told(SourceResult(ObjectRef("", ""), SourceState.IGNORED))
         spec = view.spec
         content = next((i for i in spec.inputs.values() if isinstance(i, ContentInput)), None)
-        # A job that reads the original reads a copy an asset still holds.
-        source = (
-            self._assets.source_for(spec) if content is not None else ObjectRef(spec.source_bucket, spec.source_key)
-        )
+        source = ObjectRef(spec.source_bucket, spec.source_key)
+        if content is not None:  # a copy an asset holds and S3 still serves (HeadObject)
+            source = next((ref for ref in self._assets.sources_for(spec) if self._served(ref)), source)
         if view.waiting and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
             self._claims.tell(view, delivery)  # a teller that died half-way is finished
+        if not self._claims.is_active(spec) and not self._assets.referenced(job_key):
+            # A superseded backfill's job no asset wants any more: acknowledged, not retried
+            # into the dead-letter queue (one an asset still wants is this deployment's fault).
+            log.info("a job request of an inactive recipe nothing references", extra={"job_key": job_key})
+            return self._told(SourceResult(ObjectRef(spec.source_bucket, spec.source_key), SourceState.IGNORED))
         job = PlannedJob(self._claims.recipe(spec), spec)
         claim = self._claims.claim(job, delivery, seen=view)
         if claim.outcome is ClaimOutcome.WAITING:

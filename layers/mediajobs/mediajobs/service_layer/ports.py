@@ -277,8 +277,9 @@ class Assets(Protocol):
         """How many assets reference ``job_key`` now (strongly consistent; for checks)."""
         ...
 
-    def candidates(self, *, released_before_s: int, limit: int) -> list[Candidate]:
-        """Up to ``limit`` collection candidates released before ``released_before_s``."""
+    def candidates(self, *, released_before_s: int, limit: int, now_s: int | None = None) -> list[Candidate]:
+        """Up to ``limit`` collection candidates released before ``released_before_s`` and,
+        with ``now_s``, not held past it (:attr:`~mediajobs.domain.assets.Candidate.not_before_s`)."""
         ...
 
     def candidates_of(self, job_key: str) -> list[Candidate]:
@@ -348,8 +349,13 @@ class Backfills(Protocol):
         """Up to ``limit`` job keys counted ``enqueued`` and not ended."""
         ...
 
-    def counted(self, backfill_id: str, job_key: str) -> bool:
-        """Whether the job was counted."""
+    def mark(self, backfill_id: str, job_key: str) -> str | None:
+        """How the job was counted (``enqueued``, ``reused``, ``done``, ``failed``,
+        ``dropped``), or ``None``."""
+        ...
+
+    def reopen(self, backfill_id: str, job_key: str, *, now_s: int) -> bool:
+        """A ``dropped`` job wanted again: back to ``enqueued`` (``dropped`` less 1), once."""
         ...
 
     def create(self, backfill: Backfill, *, after: int) -> bool:

@@ -61,12 +61,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     from mediajobs.local.session import configure_worker_logs, local_adapters
 
     configure_worker_logs(getattr(args, "log_level", "WARNING"))
+    from mediajobs.local.commands.serve import LOCAL_DEPLOY_OVER_S
+
     stack = served_stack(args.endpoint)
     settings = stack.settings()
     adapters = dataclasses.replace(
         local_adapters(stack, settings), assets=stack.assets(writer=True), backfills=stack.backfills()
     )
-    backfiller = build_backfiller(settings, adapters)
+    # As serve --worker's scan: locally the previous set's invocations are over at once.
+    backfiller = build_backfiller(dataclasses.replace(settings, worker_timeout_s=LOCAL_DEPLOY_OVER_S), adapters)
     found: Backfill | None
     if args.verb == "start":
         found, created = backfiller.start()
@@ -88,7 +91,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     else:
         found = backfiller.move(args.id, _MOVES[args.verb])
         if found is None:
-            print(f"no backfill {args.id} that can be made {_MOVES[args.verb]}", file=sys.stderr)
+            try:
+                there = backfiller.status(args.id)
+            except ValueError as exc:
+                print(f"mediajobs backfill {args.verb}: {exc}", file=sys.stderr)
+                return 1
+            why = f"it is {there.state}" if there is not None else "there is no such backfill"
+            print(f"backfill {args.id} cannot be made {_MOVES[args.verb]}: {why}", file=sys.stderr)
             return 1
     if found is None:
         print("no backfill" + (f" {args.id}" if getattr(args, "id", None) else " yet"), file=sys.stderr)

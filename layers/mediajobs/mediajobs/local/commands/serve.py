@@ -6,16 +6,23 @@ stream."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.session import AdapterWrapper
 from mediajobs.settings import _ENV_NAMES
 
+#: ``WORKER_TIMEOUT_SECONDS`` of ``serve --worker``'s backfill: locally a deployment (an edit
+#: of active.json) takes effect between two polls, so no invocation of the old set is left
+#: after it; the second pass waits this long, not the function's 900 s.
+LOCAL_DEPLOY_OVER_S = 10
 #: Seconds between two backfill scans of ``serve --worker`` (the template's ``BackfillSchedule``
 #: is a minute: locally a backfill goes on sooner), and the longest each may take.
 BACKFILL_EVERY_S = 5.0
@@ -157,6 +164,7 @@ def serve_worker(
     polls: int | None = None,
     webhook_url: str | None = None,
     webhook_secret: str | None = None,
+    active_text: Callable[[], str] | None = None,
 ) -> None:
     """Run the real worker handler behind the local event source mapping on ``stack``'s
     queue (as ``demo`` does), long-polling until interrupted (or ``polls`` receives: tests).
@@ -165,37 +173,57 @@ def serve_worker(
     holds: to the stack's bus, and to ``webhook_url`` signed with ``webhook_secret`` (a
     ``mediajobs webhook listen``) when given.
 
+    An edit of ``recipes/active.json`` (``active_text``: how it is read; tests pass their
+    own) is deployed between two polls, as a deployment of the stack would: the worker
+    renders the new set, and the backfill schedule's code -- run every
+    :data:`BACKFILL_EVERY_S` -- starts its backfill and goes on with it.
+
     Raises
     ------
     ValueError
         A webhook URL that is not https or http to a loopback host, or a secret that is
         not a Standard Webhooks secret.
     """
-    from mediajobs.bootstrap import build_backfiller, build_service
+    from mediajobs.bootstrap import active_file_text, active_recipes, build_backfiller, build_service
     from mediajobs.entrypoints import worker
     from mediajobs.local.notifications import local_dispatcher
     from mediajobs.local.runner import EventSourceMapping
     from mediajobs.local.session import configure_worker_logs, local_adapters, local_handler
 
     settings = stack.settings()
+    # Locally the previous "deployment" is over between two polls: the backfill's second
+    # pass need not wait the function's timeout.
+    scan_settings = dataclasses.replace(settings, worker_timeout_s=LOCAL_DEPLOY_OVER_S)
     logger = configure_worker_logs(log_level)
     adapters = local_adapters(stack, settings)
-    service = build_service(settings, adapters=adapters)
-    handler = local_handler(worker.make_handler(service, logger=logger))
-    mappings = [
-        EventSourceMapping(
-            stack.client("sqs"),
-            url,
-            arn,
-            handler,
-            batch_size=stack.batch_size,
-            timeout_s=stack.timeout_s,
-            region=stack.region,
-        )
-        for url, arn in ((stack.queue_url, stack.queue_arn), (stack.backfill_queue_url, stack.backfill_queue_arn))
-        if url
-    ]
-    backfiller = build_backfiller(settings, adapters) if stack.backfill_queue_url else None
+
+    def deployed(text: str) -> tuple[list[EventSourceMapping], Any]:
+        """The worker and the backfill scan on the active set ``text`` (active.json's)."""
+        recipes = active_recipes(text)
+        service = build_service(settings, adapters=adapters, recipes=recipes)
+        handler = local_handler(worker.make_handler(service, logger=logger))
+        queues = ((stack.queue_url, stack.queue_arn), (stack.backfill_queue_url, stack.backfill_queue_arn))
+        esms = [
+            EventSourceMapping(
+                stack.client("sqs"),
+                url,
+                arn,
+                handler,
+                batch_size=stack.batch_size,
+                timeout_s=stack.timeout_s,
+                region=stack.region,
+            )
+            for url, arn in queues
+            if url
+        ]
+        scan = build_backfiller(scan_settings, adapters, recipes=recipes) if stack.backfill_queue_url else None
+        sets = ", ".join(f"{media}: {' + '.join(r.ref for r in rs)}" for media, rs in recipes.items())
+        print(f"worker: active recipes {sets} (recipes/active.json; an edit is deployed at once)", flush=True)
+        return esms, scan
+
+    read_active = active_text or active_file_text
+    current_text = read_active()
+    mappings, backfiller = deployed(current_text)
     next_tick = time.monotonic()
     dispatcher = local_dispatcher(stack, webhook_url=webhook_url, webhook_secret=webhook_secret)
     print("worker: processing the jobs queue" + (" and the backfill lane" if len(mappings) > 1 else ""), flush=True)
@@ -206,10 +234,16 @@ def serve_worker(
     )
     done = 0
     while polls is None or done < polls:
+        if (text := read_active()) != current_text:  # a deployment of the edited set
+            current_text = text
+            try:
+                mappings, backfiller = deployed(text)
+            except ValueError as exc:  # RecipeError: the edit is refused, the running set stays
+                print(f"worker: recipes/active.json not deployed: {exc}", flush=True)
         for esm in mappings:
             esm.poll_once(wait_s=1 if esm is mappings[0] else 0)
         if backfiller is not None and time.monotonic() >= next_tick:  # the Backfill schedule, every few seconds
-            backfiller.tick(budget_s=BACKFILL_TICK_S)
+            backfiller.tick(budget_s=BACKFILL_TICK_S, auto_start=True)
             next_tick = time.monotonic() + BACKFILL_EVERY_S
         dispatcher.mapping.drain()
         done += 1

@@ -197,6 +197,9 @@ def backfill_checks(
       equal the unique (content, new recipe) pairs);
     * ``old_sets_left``: derivative prefixes of the retired recipe's jobs still in the
       bucket after the last collection (no asset references them);
+    * ``backfill_counts_wrong``: counts that cannot be (``total`` not ``enqueued + reused``,
+      ``remaining`` not what is left of ``total``, or ``done`` with jobs remaining), or
+      ``done`` beyond the new-set jobs the ledger has done;
     * ``assets_without_ready_outputs``: writes that took a ``ready`` version of an asset
       to another state for the same version (read from the assets table's stream);
     * ``new_set_not_told_ready``: live image assets whose current version was never told
@@ -216,11 +219,17 @@ def backfill_checks(
             "old_sets_left",
             "assets_without_ready_outputs",
             "new_set_not_told_ready",
+            "backfill_counts_wrong",
         ),
         0,
     )
     status = backfill.status()
     checks["backfill_not_done"] = int(status is None or status["state"] != "done")
+    if status is not None:
+        c = status
+        ended = c["done"] + c["reused"] + c["failed"] + c["dropped"]
+        consistent = c["total"] == c["enqueued"] + c["reused"] and c["remaining"] == c["total"] - ended
+        checks["backfill_counts_wrong"] = int(not consistent or (c["state"] == "done" and c["remaining"] != 0))
     model = stack.asset_models().asset
     views = asset_views(stack)
     for key in live_keys:
@@ -234,6 +243,10 @@ def backfill_checks(
     # already, or while another worker holds it; not a render again after its collection.
     of_new = [e for e in events if e.get("job_key") in new_keys or e["event"] in ("crash", "record")]
     checks["new_set_duplicate_renders"] = duplicate_renders(of_new)
+    if status is not None:
+        rows = stack.ledger().find(sorted(new_keys)) if new_keys else {}
+        ledger_done = sum(1 for row in rows.values() if row.state == "done")
+        checks["backfill_counts_wrong"] |= int(status["done"] > ledger_done)
     old_keys = _old_recipe_keys(contents)
     s3 = stack.client("s3")
     left: set[str] = set()
@@ -293,7 +306,9 @@ def backfill_checks(
     figures = {
         "id": status["id"] if status else None,
         "state": status["state"] if status else None,
-        "counts": {k: status[k] for k in ("total", "enqueued", "done", "reused", "failed")} if status else {},
+        "counts": {k: status[k] for k in ("total", "enqueued", "done", "reused", "failed", "dropped")}
+        if status
+        else {},
         "new_set_renders": sum(committed.values()),
         "new_set_unique_pairs": len(committed),
         "seconds": round(done - deployed, 1) if deployed else 0.0,
