@@ -120,3 +120,12 @@ def test_the_prediction_is_the_start_moved_by_the_carried_offset_and_clamped():
 def test_bad_arguments_are_refused(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_a_try_within_the_window_is_kept_over_a_lower_quality_scoring_above_it():
+    from mediajobs.domain.quality_search import Try, choose
+
+    tries = [Try(51, 75.7, 900), Try(55, 72.0, 1000), Try(45, 69.0, 700)]  # not monotone near the top
+    assert choose(tries, 70.5, 3.5).quality == 55
+    assert choose(tries, 70.5).quality == 51  # without a window: the lowest that reaches
+    assert choose([Try(60, 76.0, 1), Try(62, 77.0, 2)], 70.5, 3.5).quality == 60  # none within: lowest reaching

@@ -100,9 +100,12 @@ def _clamp(quality: int) -> int:
     return max(MIN_QUALITY, min(MAX_QUALITY, quality))
 
 
-def choose(tries: tuple[Try, ...] | list[Try], target: float) -> Try:
-    """The lowest-quality try whose score reaches ``target``; when none does, the one with
-    the highest score (the highest quality among equals).
+def choose(tries: tuple[Try, ...] | list[Try], target: float, tolerance: float | None = None) -> Try:
+    """The lowest-quality try whose score lands in ``[target, target + tolerance]`` (with a
+    ``tolerance``: scores are not monotone in quality near the top of a curve, and a lower
+    quality scoring above the window would widen the spread across pictures); else the
+    lowest-quality try that reaches ``target``; when none does, the one with the highest
+    score (the highest quality among equals).
 
     Raises
     ------
@@ -111,6 +114,10 @@ def choose(tries: tuple[Try, ...] | list[Try], target: float) -> Try:
     """
     if not tries:
         raise ValueError("no try to choose from")
+    if tolerance is not None:
+        within = [t for t in tries if target <= t.score <= target + tolerance]
+        if within:
+            return min(within, key=lambda t: t.quality)
     reaching = [t for t in tries if t.score >= target]
     if reaching:
         return min(reaching, key=lambda t: t.quality)
@@ -191,4 +198,4 @@ def search(
     tries = [try_quality(first_quality)]
     while (quality := next_quality(tries, target, tolerance, slope)) is not None:
         tries.append(try_quality(quality))
-    return SearchResult(choose(tries, target), tuple(tries), target, tolerance)
+    return SearchResult(choose(tries, target, tolerance), tuple(tries), target, tolerance)
