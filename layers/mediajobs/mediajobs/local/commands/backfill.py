@@ -86,6 +86,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
             found = backfiller.status(args.id)
         except ValueError as exc:
             parser.error(str(exc))
+        if args.id is None and (found is None or found.change != backfiller.change):
+            # The active set (recipes/active.json) has no backfill yet: serve --worker starts
+            # one within seconds of the edit; --watch waits for it.
+            found = _wait_for_change(backfiller) if args.watch else found
+            if found is None or found.change != backfiller.change:
+                print(
+                    "the active recipe set has no backfill yet (serve --worker starts it within 5 s)", file=sys.stderr
+                )
         if found is not None and args.watch:
             found = _watch(backfiller, found)
     else:
@@ -140,12 +148,28 @@ def _print(doc: dict[str, Any]) -> None:
     print(f"  rate           {doc['rate_per_s']:.2f} jobs/s, ETA {eta}")
 
 
+#: Longest ``status --watch`` waits for the active set's backfill to be started, seconds.
+WAIT_FOR_START_S = 30.0
+
+
+def _wait_for_change(backfiller: Any) -> Backfill | None:
+    """The backfill of the active set, once started (up to :data:`WAIT_FOR_START_S`), else
+    the latest one."""
+    deadline = time.monotonic() + WAIT_FOR_START_S
+    while True:
+        latest = backfiller.status(None)
+        if (latest is not None and latest.change == backfiller.change) or time.monotonic() >= deadline:
+            return latest
+        time.sleep(WATCH_EVERY_S)
+
+
 def _watch(backfiller: Any, found: Backfill) -> Backfill:
     """Redraw a progress bar (jobs ended of those found) until the backfill is ``done`` or
     ``cancelled`` (stderr; tqdm draws only on a terminal)."""
     from tqdm import tqdm
 
-    with tqdm(total=0, unit="job", file=sys.stderr, desc=found.id) as bar:
+    bar_format = "{desc} {percentage:3.0f}%|{bar}| {n}/{total} jobs, {postfix}"
+    with tqdm(total=0, unit="job", file=sys.stderr, desc=found.id, bar_format=bar_format) as bar:
         while True:
             doc = document(found, now_s=time.time())
             bar.total = doc["total"]
