@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -122,8 +123,9 @@ def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None 
     Returns
     -------
     int
-        The exit code: 0 success, 1 internal error (said on stderr), 130 interrupted; a
-        usage error exits 2 (``SystemExit``, from argparse).
+        The exit code: 0 success, 1 internal error (said on stderr), 130 interrupted, 141
+        the reader of its output gone (a closed pipe: nothing said); a usage error exits 2
+        (``SystemExit``, from argparse).
     """
     argv = sys.argv[1:] if argv is None else argv
     # Only the module of the command asked for is imported (a status read imports no moto).
@@ -142,6 +144,12 @@ def main(argv: list[str] | None = None, *, wrap_adapters: AdapterWrapper | None 
     except KeyboardInterrupt:  # Ctrl-C: ffmpeg and work folders were cleaned up on the way out
         print("mediajobs: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+    except BrokenPipeError:  # `mediajobs status KEY | head -1`: the reader left, nothing is wrong
+        # Python's advice ("Note on SIGPIPE", signal module docs): point stdout at devnull so
+        # the interpreter's last flush at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":
