@@ -17,10 +17,7 @@ def test_a_closed_pipe_ends_the_command_quietly_with_141(monkeypatch, tmp_path, 
     parser = argparse.ArgumentParser()
     parser.set_defaults(run=run)
     monkeypatch.setattr(cli, "build_parser", lambda command=None: parser)
-    out = open(tmp_path / "stdout", "w")  # a real descriptor for the redirection
-    monkeypatch.setattr(sys, "stdout", out)
-    try:
+    with open(tmp_path / "stdout", "w") as out:  # a real descriptor for the redirection
+        monkeypatch.setattr(sys, "stdout", out)
         assert cli.main([]) == 128 + signal.SIGPIPE
-    finally:
-        out.close()
     assert capsys.readouterr().err == ""
