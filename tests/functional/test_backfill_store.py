@@ -140,7 +140,13 @@ def test_the_backfill_schedules_handler_starts_the_backfill_and_publishes_its_me
         store=None, ledger=stack.ledger(), sources=stack.sources(), queue=FakeQueue(), steps={},  # type: ignore[arg-type]
         assets=stack.assets(writer=True), backfills=stack.backfills(),
     )  # fmt: skip
-    handler = entry.make_handler(build_backfiller(settings, adapters, recipes=NEW), metrics=function_metrics())
+    # A logger of its own: Powertools' "mediajobs" logger, made here with capsys's stdout as its
+    # stream, would be the package's loggers' parent for the tests after this one.
+    from aws_lambda_powertools import Logger
+
+    logger = Logger(service="mediajobs-backfill-schedule-test")
+    backfiller = build_backfiller(settings, adapters, recipes=NEW)
+    handler = entry.make_handler(backfiller, logger=logger, metrics=function_metrics())
     capsys.readouterr()
     assert entry.is_backfill_request({"mediajobs": "backfill"}) and not entry.is_backfill_request({"Records": []})
     from mediajobs.local.runner import LocalLambdaContext

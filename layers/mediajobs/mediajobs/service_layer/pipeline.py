@@ -294,19 +294,20 @@ class Pipeline:
         spec = view.spec
         content = next((i for i in spec.inputs.values() if isinstance(i, ContentInput)), None)
         source = ObjectRef(spec.source_bucket, spec.source_key)
-        if content is not None:  # a copy an asset holds and S3 still serves (HeadObject)
-            source = next((ref for ref in self._assets.sources_for(spec) if self._served(ref)), source)
         if view.waiting and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
             self._claims.tell(view, delivery)  # a teller that died half-way is finished
         if not self._claims.is_active(spec) and not self._assets.referenced(job_key):
             # A superseded backfill's job no asset wants any more: acknowledged, not retried
             # into the dead-letter queue (one an asset still wants is this deployment's fault).
             log.info("a job request of an inactive recipe nothing references", extra={"job_key": job_key})
-            return self._told(SourceResult(ObjectRef(spec.source_bucket, spec.source_key), SourceState.IGNORED))
+            return self._told(SourceResult(source, SourceState.IGNORED))
         job = PlannedJob(self._claims.recipe(spec), spec)
         claim = self._claims.claim(job, delivery, seen=view)
         if claim.outcome is ClaimOutcome.WAITING:
             return self._told(SourceResult(source, SourceState.IGNORED))
+        if content is not None and claim.outcome is ClaimOutcome.RUN:  # the bytes are needed:
+            # a copy an asset holds and S3 still serves (HeadObject), only now
+            source = next((ref for ref in self._assets.sources_for(spec) if self._served(ref)), source)
         with self._reader.fetch(source, content, claim, delivery) as work:
             if isinstance(work, SourceResult):
                 return self._told(work)

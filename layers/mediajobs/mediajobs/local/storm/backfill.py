@@ -40,6 +40,16 @@ log = logging.getLogger(__name__)
 NEW_IMAGE_SET: Final = ("web-image@2", "image-placeholder@1")
 #: ``RETIRE_GRACE_SECONDS`` in the storm: the old sets are collected this long after a switch.
 RETIRE_S: Final = 2
+#: The checks :func:`backfill_checks` adds to a storm's (each 0 when it holds).
+BACKFILL_CHECKS: Final = (
+    "backfill_not_done",
+    "assets_not_on_new_set",
+    "new_set_duplicate_renders",
+    "old_sets_left",
+    "assets_without_ready_outputs",
+    "new_set_not_told_ready",
+    "backfill_counts_wrong",
+)
 #: Seconds between two runs of the backfill's scan (the schedule's ``rate(1 minute)``, sooner).
 SCAN_EVERY_S: Final = 1.0
 
@@ -211,18 +221,7 @@ def backfill_checks(
     and p95 (seconds) of the uploads before the deployment and of those during the
     backfill, with ``p95_ratio`` = during / before.
     """
-    checks = dict.fromkeys(
-        (
-            "backfill_not_done",
-            "assets_not_on_new_set",
-            "new_set_duplicate_renders",
-            "old_sets_left",
-            "assets_without_ready_outputs",
-            "new_set_not_told_ready",
-            "backfill_counts_wrong",
-        ),
-        0,
-    )
+    checks = dict.fromkeys(BACKFILL_CHECKS, 0)
     status = backfill.status()
     checks["backfill_not_done"] = int(status is None or status["state"] != "done")
     if status is not None:
