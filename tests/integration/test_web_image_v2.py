@@ -142,7 +142,7 @@ def test_the_manifest_carries_the_search_in_its_decisions(tmp_path):
         created_at="2026-01-01T00:00:00Z",
     )
     full = manifest["decisions"]["quality_search"]["full"]
-    assert full["metric"] == "ssimulacra2" and full["target"] == 70.0 and 1 <= full["encodes"] <= 3
+    assert full["metric"] == "ssimulacra2" and full["target"] == 70.5 and 1 <= full["encodes"] <= 3
     assert RenderDecisions(**manifest["decisions"]) == decisions  # the child's JSON reads back
 
 

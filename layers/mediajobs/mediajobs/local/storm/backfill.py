@@ -27,7 +27,7 @@ from mediajobs.domain.assets import AssetState
 from mediajobs.domain.backfill import BackfillState, document
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.local.embedded import LocalStack
-from mediajobs.local.storm.accounting import duplicate_renders
+from mediajobs.local.storm.accounting import duplicate_renders, rerenders_after_collection
 from mediajobs.local.storm.checks import asset_views
 from mediajobs.local.storm.config import StormConfig
 from mediajobs.local.storm.pool import WorkerPool
@@ -310,6 +310,8 @@ def backfill_checks(
         else {},
         "new_set_renders": sum(committed.values()),
         "new_set_unique_pairs": len(committed),
+        # A job collected (every asset of it overwritten or deleted), then uploaded again.
+        "new_set_rerenders_after_collection": rerenders_after_collection(of_new),
         "seconds": round(done - deployed, 1) if deployed else 0.0,
         "latency_s": {
             "before": {"uploads": len(before), "p50": round(_percentile(before, 50), 2), "p95": round(p95_before, 2)},
