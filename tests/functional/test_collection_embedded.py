@@ -55,7 +55,8 @@ def test_an_unreferenced_job_is_collected_manifest_first_and_nothing_else_is_tou
     for name in ("manifest.json", "thumb.webp", "large.webp"):
         s3.put_object(Bucket=stack.bucket, Key=prefix + name, Body=name.encode())
     s3.put_object(Bucket=stack.bucket, Key=f"originals/{job_key}.jpg", Body=b"original")
-    neighbour = f"derivatives/{job_key[:-1]}0/thumb.webp"  # another job's prefix, sharing all but the end
+    other_end = "1" if job_key.endswith("0") else "0"  # never the job's own key (1 in 16 random keys end in 0)
+    neighbour = f"derivatives/{job_key[:-1]}{other_end}/thumb.webp"  # another job's prefix, sharing all but the end
     s3.put_object(Bucket=stack.bucket, Key=neighbour, Body=b"other")
     ledger.complete(
         job_key, str(claim.lease_token), manifest_key=prefix + "manifest.json", outputs=[], now_s=NOW_S - 4950
