@@ -145,7 +145,7 @@ def run_sharp(core: int, module: Path, *args: str) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_ours(core: int, source: Path, out: Path, version: int) -> dict[str, Any]:
+def run_ours(core: int, source: Path, out: Path, version: int, max_encodes: int = 0) -> dict[str, Any]:
     proc = subprocess.run(
         [
             *pinned(core),
@@ -155,6 +155,7 @@ def run_ours(core: int, source: Path, out: Path, version: int) -> dict[str, Any]
             str(source),
             str(out),
             str(version),
+            str(max_encodes),
         ],
         capture_output=True,
         text=True,
@@ -163,10 +164,18 @@ def run_ours(core: int, source: Path, out: Path, version: int) -> dict[str, Any]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def worker(source: Path, out: Path, version: int) -> int:
-    """Render ``source`` with web-image@``version`` in this (fresh, pinned) process; print CPU and outputs."""
+def worker(source: Path, out: Path, version: int, max_encodes: int = 0) -> int:
+    """Render ``source`` with web-image@``version`` in this (fresh, pinned) process; print CPU and outputs.
+
+    ``max_encodes`` > 0 caps the search's encodes per variant (the domain's ``MAX_ENCODES``):
+    1 is web-image@2 with a perfect prediction, one encode and one score a variant, the least
+    CPU any search that scores what it keeps can take."""
     from mediajobs.adapters.imaging import PillowRenderer
+    from mediajobs.domain import quality_search
     from mediajobs.domain.recipes import ImageVariantsParams, load_recipe
+
+    if max_encodes:
+        quality_search.MAX_ENCODES = max_encodes  # type: ignore[misc]
 
     recipe = load_recipe("web-image", version, {"image.variants": ImageVariantsParams})
     renderer = PillowRenderer(max_pixels=50_000_000)
@@ -245,10 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each side per input; CPU is their median")
     parser.add_argument("--only", help="only the inputs whose label contains this")
     parser.add_argument("--json", type=Path, help="write every figure here")
-    parser.add_argument("--_worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--_worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._worker:
-        return worker(Path(args._worker[0]), Path(args._worker[1]), int(args._worker[2]))
+        return worker(Path(args._worker[0]), Path(args._worker[1]), int(args._worker[2]), int(args._worker[3]))
     module = ensure_sharp()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mj-vs-sharp-") as tmp:
@@ -275,7 +284,7 @@ def measure(
     variant, every output scored by the reference against the neutral reference picture."""
     job = work / "job"
     shutil.rmtree(job, ignore_errors=True)
-    for side in ("ours", "ours1", "sharp", "sweep"):
+    for side in ("ours", "ours1", "floor", "sharp", "sweep"):
         (job / side).mkdir(parents=True)
     sharp_input = source
     if source.suffix.lower() == ".heic":
@@ -284,6 +293,7 @@ def measure(
     runs = {
         "v2": [run_ours(core, source, job / "ours", 2) for _ in range(repeat)],
         "v1": [run_ours(core, source, job / "ours1", 1) for _ in range(repeat)],
+        "floor": [run_ours(core, source, job / "floor", 2, max_encodes=1) for _ in range(repeat)],
         "sharp": [run_sharp(core, module, "job", str(sharp_input), str(job / "sharp")) for _ in range(repeat)],
     }
     ours, theirs_job = runs["v2"][-1], runs["sharp"][-1]
@@ -326,8 +336,9 @@ def describe(row: dict[str, Any]) -> str:
         f" (own {v[n]['own_score']}; sharp {v[n]['sharp_bytes_at_our_score']:,.0f} B there; ratio {v[n]['ratio']:.3f})"
         for n in v
     ]
-    return f"{row['input']}: cpu v2 {cpu['v2']:.0f} ms, v1 {cpu['v1']:.0f}, sharp {cpu['sharp']:.0f}; " + "; ".join(
-        parts
+    return (
+        f"{row['input']}: cpu v2 {cpu['v2']:.0f} ms, v1 {cpu['v1']:.0f}, floor {cpu['floor']:.0f},"
+        f" sharp {cpu['sharp']:.0f}; " + "; ".join(parts)
     )
 
 
@@ -353,7 +364,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         f"full's score spread: {summary['full_spread']:.1f} points ({min(full):.1f}-{max(full):.1f};"
         f" aim <= {AIM_FULL_SPREAD}: {spread_ok}); sharp q50 effort 4: {max(sharp_full) - min(sharp_full):.1f}"
     )
-    cpu = {side: sum(r["cpu_ms"][side] for r in rows) for side in ("v2", "v1", "sharp")}
+    cpu = {side: sum(r["cpu_ms"][side] for r in rows) for side in ("v2", "v1", "floor", "sharp")}
     summary["cpu_ratio"] = cpu["v2"] / cpu["sharp"]
     per_image = [r["cpu_ms"]["v2"] / r["cpu_ms"]["sharp"] for r in rows]
     summary["cpu_ratio_per_image_geomean"] = geomean(per_image)
@@ -362,6 +373,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         f" {summary['cpu_ratio']:.2f} (aim <= {AIM_CPU_RATIO}: {verdict[summary['cpu_ratio'] <= AIM_CPU_RATIO]});"
         f" per image {min(per_image):.2f}-{max(per_image):.2f}, geometric mean {geomean(per_image):.2f};"
         f" v1/sharp {cpu['v1'] / cpu['sharp']:.2f}"
+    )
+    summary["cpu_floor_ratio"] = cpu["floor"] / cpu["sharp"]
+    print(
+        f"CPU floor (web-image@2 with one encode and one score a variant: a perfect prediction):"
+        f" {cpu['floor']:.0f} ms, {summary['cpu_floor_ratio']:.2f} of sharp's"
     )
     encodes = {name: [r["variants"][name]["ours_encodes"] for r in rows] for name, _b, _f in VARIANTS}
     summary["encodes"] = {name: statistics.fmean(e) for name, e in encodes.items()}

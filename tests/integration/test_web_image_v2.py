@@ -124,6 +124,25 @@ def test_the_webp_variants_are_encoded_at_the_recipes_method(tmp_path):
     assert files[0].path.read_bytes() == again.getvalue()
 
 
+def av1_chroma_subsampling(avif: bytes) -> tuple[int, int]:
+    """(x, y) of the AV1 codec configuration box (``av1C``, AV1-ISOBMFF section 2.3.3):
+    (1, 1) is 4:2:0, (0, 0) is 4:4:4."""
+    at = avif.index(b"av1C") + 4
+    flags = avif[at + 2]  # tier, high_bitdepth, twelve_bit, monochrome, subsampling_x, subsampling_y, position
+    return (flags >> 3) & 1, (flags >> 2) & 1
+
+
+def test_full_is_encoded_at_the_recipes_4_4_4_chroma_and_v1s_at_4_2_0(tmp_path):
+    path = media_file("photos", "camera-gps-nikon.jpg")
+    v1 = load_recipe("web-image", 1)
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v2").mkdir()
+    v2_files, _ = PillowRenderer(50_000_000).render(path, V2.params.variants, tmp_path / "v2")
+    v1_files, _ = PillowRenderer(50_000_000).render(path, v1.params.variants, tmp_path / "v1")
+    assert av1_chroma_subsampling(v2_files[2].path.read_bytes()) == (0, 0)
+    assert av1_chroma_subsampling(v1_files[2].path.read_bytes()) == (1, 1)
+
+
 def test_the_manifest_carries_the_search_in_its_decisions(tmp_path):
     files, decisions = PillowRenderer(50_000_000).render(
         media_file("photos", "camera-gps-nikon.jpg"), V2.params.variants, tmp_path

@@ -129,3 +129,34 @@ def test_a_try_within_the_window_is_kept_over_a_lower_quality_scoring_above_it()
     assert choose(tries, 70.5, 3.5).quality == 55
     assert choose(tries, 70.5).quality == 51  # without a window: the lowest that reaches
     assert choose([Try(60, 76.0, 1), Try(62, 77.0, 2)], 70.5, 3.5).quality == 60  # none within: lowest reaching
+
+
+#: retina.jpg's ``full`` (scikit-image, 1411x1411, AVIF speed 6): the worker's score at every
+#: 4th quality, measured; concave, 0.35 point a step above 75 and 1.2 near 70.
+RETINA_FULL = ((30, 56.8), (34, 60.4), (38, 64.2), (42, 69.2), (46, 72.2), (50, 75.6), (54, 77.0), (58, 78.4),
+               (62, 80.1), (66, 81.5), (70, 83.0))  # fmt: skip
+
+
+def retina(quality: int) -> float:
+    """RETINA_FULL, linear between its points."""
+    for (q0, s0), (q1, s1) in zip(RETINA_FULL, RETINA_FULL[1:], strict=False):
+        if q0 <= quality <= q1:
+            return s0 + (quality - q0) / (q1 - q0) * (s1 - s0)
+    raise AssertionError(f"off the measured curve: {quality}")
+
+
+def test_a_concave_curve_tried_from_above_lands_in_the_window():
+    # Two tries above the window gave a secant of 0.36 a step, which sent the third try to
+    # q40 (66.7, a miss), and the kept q51 scored 75.9: outside full's 70.5-74. The format's
+    # slope near the target from the nearest try lands within it.
+    result, calls = run(retina, 58, target=70.5, tolerance=3.5)
+    assert calls == [58, 51, 46]  # 51 - (75.9 - 72.25) / 0.9 = 46.9, rounded down from above
+    assert (result.chosen.quality, round(result.chosen.score, 1), result.reached) == (46, 72.2, True)
+
+
+def test_a_bracketed_aim_is_interpolated_between_the_nearest_tries_on_each_side():
+    tries = [Try(40, 64.2, 1), Try(58, 78.4, 2)]  # below 72.25 and above it
+    # the secant through them: 0.789 a step; 40 + (72.25 - 64.2) / 0.789 = 50.2 -> 51 (rounded up from below)
+    assert next_quality(tries, 70.5, 3.5, 0.9) == 51
+    # one side only: the format's slope from the nearest try, not the secant of the two
+    assert next_quality([Try(58, 78.4, 2), Try(51, 75.9, 1)], 70.5, 3.5, 0.9) == 46

@@ -80,6 +80,8 @@ def test_web_image_v2s_webp_variants_use_method_6_and_v1_names_none():
     v1, v2 = load_recipe("web-image", 1), load_recipe("web-image", 2)
     assert [v.method for v in v2.params.variants] == [6, 6, None]
     assert all(v.method is None for v in v1.params.variants)
+    assert [v.chroma for v in v2.params.variants] == [None, None, "4:4:4"]
+    assert all(v.chroma is None for v in v1.params.variants)  # libavif's 4:2:0, as v1 always was
 
 
 @pytest.mark.parametrize(
@@ -88,8 +90,10 @@ def test_web_image_v2s_webp_variants_use_method_6_and_v1_names_none():
         ({"method": 6}, "method is a WebP setting, not avif's"),
         ({"format": "webp", "speed": None, "method": 7}, "less than or equal to 6"),
         ({"format": "webp", "speed": None, "method": "6"}, "valid integer"),
+        ({"format": "webp", "speed": None, "chroma": "4:4:4"}, "chroma is an AVIF setting, not webp's"),
+        ({"chroma": "4:2:2"}, "'4:2:0' or '4:4:4'"),
     ],
 )
-def test_a_webp_method_is_refused_elsewhere_or_out_of_range(changes, message):
+def test_a_webp_method_or_avif_chroma_is_refused_elsewhere_or_out_of_range(changes, message):
     with pytest.raises(RecipeError, match=message):
         domain_recipes.parse_recipe(with_variant(**changes), MODELS)

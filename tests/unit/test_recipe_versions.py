@@ -20,7 +20,7 @@ GOLDEN = {
     "image-placeholder.v1.json": "b380f3fb1e0ce5788bf53294f9034e7bdeb0bdae51b7c26905c46f20a02b063f",
     "video-placeholder.v1.json": "e1a36618e3246c269b0fd030342ddd13f31db119108201b34bc2c3f727403891",
     "web-image.v1.json": "e367c8290d2fe6172691d759eb4f2b2dcb6f1247e2b38a40a0172d76b1f8f9fa",
-    "web-image.v2.json": "51561a688b72f98c819bd57e6ac58623ad9ce5639c993cdd3c3e535a37ce53ce",
+    "web-image.v2.json": "42c889636f3908372a9f56f2a4439864f35d9abdeaa809d1a02bce2489a3a7d9",
     "web-video.v1.json": "4c3d8284a577ac6aae17eb81706fa916b06dde30cc140e6f7e9c06226a4ce65a",
     "web-video.v2.json": "68fea602470e187d7e2c241372a25d6272a1c926ccfcb3a8474143e9e7e8b114",
 }

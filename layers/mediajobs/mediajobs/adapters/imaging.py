@@ -784,7 +784,13 @@ def _save(image: Image.Image, variant: ImageVariant, quality: int | None, dest: 
             dest, format="WEBP", quality=quality, method=WEBP_METHOD if variant.method is None else variant.method
         )
     elif variant.format == "avif":
-        image.save(dest, format="AVIF", quality=quality, speed=6 if variant.speed is None else variant.speed)
+        image.save(
+            dest,
+            format="AVIF",
+            quality=quality,
+            speed=6 if variant.speed is None else variant.speed,
+            subsampling=variant.chroma or "4:2:0",
+        )
     elif variant.format == "jpeg":
         image.save(dest, format="JPEG", quality=quality, optimize=True, progressive=True)
     else:

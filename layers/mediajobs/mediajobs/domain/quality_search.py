@@ -8,9 +8,15 @@ and a tolerance above it. The search:
    variant of the same picture needed (:func:`predicted_quality`), and encodes at it;
 2. stops as soon as a try scores within ``[target, target + tolerance]``; otherwise makes
    **at most two corrective encodes** (:data:`MAX_ENCODES` = 3 in all), each aimed at the
-   middle of that window along a straight line: the secant through the two tries nearest the
-   target, or after one try the format's typical slope (:data:`SLOPES`); a correction stays
-   strictly between the highest quality known to miss and the lowest known to reach;
+   middle of that window along a straight line: between a try below the aim and one above
+   it, the secant through the nearest such pair (an interpolation); while every try is on
+   one side, the format's typical slope near the target (:data:`SLOPES`) from the nearest
+   try. A score's curve in quality is concave (flat at the top, steep lower down), so a
+   secant through two tries on one side misjudges the distance: through two tries above the
+   window it is too flat and overshoots downwards (retina's ``full``: 78.4 at q58 and 75.9
+   at q51 sent the third try to q40, 66.7), and through two below it is too steep. A
+   correction stays strictly between the highest quality known to miss and the lowest known
+   to reach;
 3. keeps the **lowest tried quality whose score reaches the target**; when none does, the
    try with the highest score, marked as not reached.
 
@@ -153,13 +159,13 @@ def next_quality(tries: list[Try], target: float, tolerance: float, slope: float
     floor = max(missing, default=MIN_QUALITY - 1)  # known to miss: try above it
     ceiling = min(reaching, default=MAX_QUALITY + 1)  # known to reach: try below it
     aim = target + tolerance / 2
-    nearest = sorted(tries, key=lambda t: abs(t.score - aim))
-    base = nearest[0]
-    line_slope = slope
-    if len(nearest) > 1 and nearest[1].quality != base.quality:
-        secant = (nearest[1].score - base.score) / (nearest[1].quality - base.quality)
-        if secant > 0:
-            line_slope = secant
+    base, line_slope = min(tries, key=lambda t: abs(t.score - aim)), slope
+    below = [t for t in tries if t.score < aim]
+    above = [t for t in tries if t.score > aim]
+    if below and above:  # the aim is bracketed: interpolate between the nearest pair
+        low, high = max(below, key=lambda t: t.score), min(above, key=lambda t: t.score)
+        if high.quality > low.quality:
+            base, line_slope = low, (high.score - low.score) / (high.quality - low.quality)
     wanted = base.quality + (aim - base.score) / line_slope
     quality = math.ceil(wanted) if base.score < aim else math.floor(wanted)
     quality = max(floor + 1, min(ceiling - 1, quality))
