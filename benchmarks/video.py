@@ -19,20 +19,23 @@ Each variant runs ``--repeat`` times (default 3) interleaved, and the median wal
 Ratios: one decode / two runs (aim <= 0.8) and ours / bare (aim <= 1.05). It also prints the
 measured speed factor (seconds of work per second of 1080p30 source) for ``VIDEO_SPEED_FACTOR``.
 
-The accuracy table renders, ``--repeat`` times each: the 1080p source (``ours`` above), and a
-high-rate clip (:func:`generate_high_rate`: 16x16 at ``--high-rate-fps``, default 50,000, for
-``--high-rate-seconds``, default 2) with ``web-video@1`` (every frame encoded) and
-``web-video@2`` (capped at 60 fps). For each it prints the frames decoded and encoded, the
-median wall time against :func:`estimated_seconds` at the speed factor just measured (and
-against the estimate of duration x pixels that counted no frames), and the renditions' bytes
-against :func:`expected_output_bytes`.
+The accuracy table renders, ``--repeat`` times each: the 1080p source (``ours`` above), and
+a high-rate clip (:func:`generate_high_rate`: 16x16 at ``--high-rate-fps``, default 4,000 --
+above 5,000 a source is refused, ``MAX_SOURCE_FPS`` -- for ``--high-rate-seconds``, default
+2) with ``web-video@1`` (every frame encoded) and ``web-video@2`` (capped at 60 fps). For
+each it prints the frames decoded and encoded, the median wall time against
+:func:`estimated_seconds` at the speed factor just measured (and against the estimate of
+duration x pixels that counted no frames), and the renditions' bytes against
+:func:`expected_output_bytes`. Last, it times the issue's clip, 16x16 at 50,000 fps for
+``--refused-seconds`` (default 20), from ``render`` to its ``too_many_frames`` refusal.
 
     .venv/bin/python benchmarks/video.py [--seconds 60] [--repeat 3] [--high-rate-seconds 2]
-                                         [--high-rate-fps 50000] [--json]
+                                         [--high-rate-fps 4000] [--refused-seconds 20] [--json]
 
-Measured on 2 vCPUs with ffmpeg 7.0.2 (the layer's x86_64 build), with other work on the
-machine (the speed factor moved between 0.47 and 1.04 over the afternoon), once with
-``--seconds 20 --repeat 1 --high-rate-seconds 20`` (the issue's clip; speed factor 0.692):
+Before the rate bound (``MAX_SOURCE_FPS``), measured on 2 vCPUs with ffmpeg 7.0.2 (the
+layer's x86_64 build), with other work on the machine (the speed factor moved between 0.47
+and 1.04 over the afternoon), once with ``--seconds 20 --repeat 1 --high-rate-seconds 20``
+(the issue's clip; speed factor 0.692):
 
     source                 recipe        decoded  encoded  wall s   est s  dur x px     bytes  est bytes
     1080p30 20 s           web-video@2       600     1200   13.85   13.92     13.85   5325000    9848400
@@ -68,6 +71,7 @@ from pathlib import Path
 from mediajobs.adapters import ffmpeg
 from mediajobs.adapters.video import FfmpegRenderer
 from mediajobs.bootstrap import load_recipe
+from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.recipes import VideoRenditionsParams
 from mediajobs.domain.video import (
     RenditionPlan,
@@ -112,6 +116,25 @@ def generate_high_rate(path: Path, seconds: float, fps: int, binaries: ffmpeg.Bi
         ],
         check=True,
     )  # fmt: skip
+
+
+def time_to_refusal(
+    renderer: FfmpegRenderer, clip: Path, params: VideoRenditionsParams, out: Path
+) -> dict[str, object]:
+    """Wall seconds from ``render`` to its refusal of ``clip`` (probe, plan, budget), with the reason and detail.
+
+    Raises
+    ------
+    AssertionError
+        If the clip is rendered instead.
+    """
+    out.mkdir()
+    started = time.perf_counter()
+    try:
+        renderer.render(clip, params, out)
+    except PermanentFailure as failure:
+        return {"reason": failure.reason, "detail": failure.detail, "wall_s": round(time.perf_counter() - started, 3)}
+    raise AssertionError(f"{clip} was rendered, not refused")
 
 
 def pixels_estimate_s(probe: VideoProbe, speed_factor: float) -> float:
@@ -162,7 +185,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=60, help="length of the generated source (default 60)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each variant (default 3)")
     parser.add_argument("--high-rate-seconds", type=float, default=2, help="length of the high-rate clip (default 2)")
-    parser.add_argument("--high-rate-fps", type=int, default=50_000, help="its frame rate (default 50000)")
+    parser.add_argument("--high-rate-fps", type=int, default=4_000, help="its frame rate (default 4000)")
+    parser.add_argument(
+        "--refused-seconds", type=float, default=20, help="length of the 50,000 fps clip timed to its refusal (0: none)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
 
@@ -229,6 +255,12 @@ def main() -> int:
             label = f"16x16 {args.high_rate_fps} fps {args.high_rate_seconds:g} s"
             wall = statistics.median(runs)
             accuracy.append(row(label, high_probe, high_plan, version, wall, mp4_bytes(folder), speed_factor))
+        refused = None
+        if args.refused_seconds:
+            clip = work / "refused-rate"
+            print(f"generating {args.refused_seconds:g} s of 16x16 at 50000 fps ...", file=sys.stderr)
+            generate_high_rate(clip, args.refused_seconds, 50_000, binaries)
+            refused = time_to_refusal(renderer, clip, params, work / "refused-out")
         result = {
             "ffmpeg": ffmpeg.version(binaries.ffmpeg),
             "binaries": binaries.origin,
@@ -240,6 +272,7 @@ def main() -> int:
             "ours_vs_bare": round(median["ours"] / median["bare"], 3),
             "speed_factor": round(speed_factor, 3),
             "accuracy": accuracy,
+            "refused": refused,
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -262,6 +295,9 @@ def main() -> int:
         print(f"{entry['source']:<26} {entry['recipe']:<13} {entry['frames_decoded']:>8} {entry['frames_encoded']:>8} "
               f"{entry['wall_s']:>7.2f} {entry['estimated_s']:>7.2f} {entry['pixels_estimate_s']:>8.2f} "
               f"{entry['bytes']:>10} {entry['estimated_bytes']:>10}")  # fmt: skip
+    if refused:
+        print(f"\n16x16 at 50000 fps for {args.refused_seconds:g} s: {refused['reason']}"
+              f" after {refused['wall_s']:.2f} s ({refused['detail']})")  # fmt: skip
     return 0
 
 

@@ -557,3 +557,15 @@ def test_a_panorama_wider_than_level_4_allows_is_shrunk_to_fit(tmp_path: Path) -
     files, _ = render_file(original)
     assert (files["source"].width, files["source"].height) == (4096, 6)
     assert_playable(files["source"].path, width=4096, height=6, duration_s=source_duration(original), audio=False)
+
+
+def test_a_source_at_more_than_5000_frames_a_second_is_too_many_frames_before_decoding(tmp_path: Path) -> None:
+    # The clip is 20 s of 16x16 at 50,000 fps (a million frames: 34-134 s to render,
+    # 2.1 s to refuse here, benchmarks/video.py); 0.5 s at 12,000 fps is the same kind.
+    original = generate(
+        tmp_path, "rate", "-f", "lavfi", "-i", "testsrc=size=16x16:rate=12000:duration=0.5",
+        "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-f", "mp4",
+    )  # fmt: skip
+    failure = refuse_file(original)
+    assert failure.reason == "too_many_frames"
+    assert failure.detail.startswith("6,000 frames in 0.5 s (12,000 a second) > 5,000 a second")

@@ -395,23 +395,44 @@ def tiny(duration: str, frames: int, **stream: object) -> VideoProbe:
     return parse_probe(probe_doc([video(16, 16, nb_read_packets=str(frames), **stream)], duration=duration))
 
 
-def test_a_clip_of_millions_of_tiny_frames_is_too_long_without_a_cap_and_fits_with_one() -> None:
+def test_a_clip_of_millions_of_tiny_frames_is_estimated_by_its_frames_and_refused_for_its_rate() -> None:
     # 100 s of 16x16 at 50,000 fps: 5 million frames, about 125 MB at the 25 bytes a frame
-    # x264 writes. Duration x pixels called it 25 s of work; encoding every frame is 937 s.
+    # x264 writes. Duration x pixels called it 25 s of work; encoding every frame is 937 s,
+    # and capped at 60 fps decoding them still is 677 s. Its rate refuses it first, from the probe.
     probe = tiny("100.000000", 5_000_000, avg_frame_rate="50000/1")
+    assert estimated_seconds(probe, plan_renditions(probe, V1_PARAMS), 1.0) == pytest.approx(937, abs=0.5)
+    assert estimated_seconds(probe, plan_renditions(probe, PARAMS), 1.0) == pytest.approx(677, abs=0.5)
+    for params in (V1_PARAMS, PARAMS):
+        with pytest.raises(PermanentFailure) as caught:
+            check_budget(probe, plan_renditions(probe, params), BUDGET)
+        assert caught.value.reason == "too_many_frames"
+        assert caught.value.detail.startswith("5,000,000 frames in 100.0 s (50,000 a second) > 5,000 a second:")
+        assert "MAX_SOURCE_FPS" in caught.value.detail
+
+
+@pytest.mark.parametrize(
+    ("duration", "frames", "refused"),
+    [("20.000000", 1_000_000, True), ("2.000000", 6_000, False), ("10.000000", 50_000, False),
+     ("10.000000", 50_010, True), ("60.000000", 57_600, False)],
+)  # fmt: skip
+def test_a_source_over_5000_frames_a_second_is_too_many_frames(duration: str, frames: int, refused: bool) -> None:
+    # the issue's 20 s at 50,000 fps; case V10's 3,000 fps; exactly 5,000; just over; 960 fps slow motion
+    probe = tiny(duration, frames)
+    if not refused:
+        check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)
+        return
     with pytest.raises(PermanentFailure) as caught:
-        check_budget(probe, plan_renditions(probe, V1_PARAMS), BUDGET)
-    assert caught.value.reason == "too_long"
-    assert caught.value.detail.startswith("estimated 937 s of work (5000000 frames to decode, 5000000 to encode")
-    check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)  # capped at 60 fps: 677 s, decoding fits
+        check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)
+    assert caught.value.reason == "too_many_frames"
 
 
 def test_at_the_input_limit_even_decoding_the_tiny_frames_is_too_long() -> None:
-    # 8 million frames (200 MB): decoding them alone is estimated at 1,083 s.
-    probe = tiny("160.000000", 8_000_000, avg_frame_rate="50000/1")
+    # 4,000 fps (under the rate bound) for 1,700 s: 6.8 million frames, decoding them alone
+    # is estimated at 907 s, over the invocation's 880.
+    probe = tiny("1700.000000", 6_800_000, avg_frame_rate="4000/1")
     with pytest.raises(PermanentFailure) as caught:
         check_budget(probe, plan_renditions(probe, PARAMS), BUDGET)
-    assert caught.value.reason == "too_long" and "8000000 frames to decode, 9631 to encode" in caught.value.detail
+    assert caught.value.reason == "too_long" and "6800000 frames to decode" in caught.value.detail
 
 
 def test_the_issues_clip_is_no_longer_estimated_at_5_seconds() -> None:

@@ -112,6 +112,12 @@ SCANS: Final = Limit(
     "the decoder's scan bound (MAX_JPEG_SCANS in adapters/imaging.py)",
     "re-save the JPEG as baseline, or progressive with the encoder's default scans",
 )
+#: A video's frames per second of source (``domain/video.py``'s ``MAX_SOURCE_FPS``: every
+#: frame is decoded, whatever the renditions keep).
+SOURCE_FPS: Final = Limit(
+    "the video decoder's rate bound (MAX_SOURCE_FPS in domain/video.py)",
+    "re-encode it at the rate it is meant to play (a slow-motion clip at its playback rate)",
+)
 #: A video's duration (``Settings.max_video_seconds``).
 VIDEO_SECONDS: Final = Limit(
     "MAX_VIDEO_SECONDS (the worker's environment in template.yaml)",

@@ -40,8 +40,10 @@ from mediajobs.domain.errors import (
     INVALID_MEDIA,
     INVALID_OUTPUT,
     NO_VIDEO_STREAM,
+    SOURCE_FPS,
     TOO_LARGE,
     TOO_LONG,
+    TOO_MANY_FRAMES,
     UNSUPPORTED_CODEC,
     UNSUPPORTED_CONTAINER,
     VIDEO_SECONDS,
@@ -750,6 +752,17 @@ MIN_WORK_PER_S: Final = 0.25
 FRAME_BYTES: Final = 32
 
 
+#: Most frames a second of source may hold, averaged over its duration
+#: (:attr:`VideoProbe.frame_rate_fps`). Every frame is decoded, whatever the ``max_fps``
+#: cap keeps, and a frame's fixed cost (:data:`DECODE_FRAME_COST`, 37-64 us here) does not
+#: shrink with its size: 20 s of 16x16 at 50,000 fps took 34-134 s to render for 1,231
+#: frames kept. 5,000 keeps phones' and action cameras' slow motion (240 fps, 960 fps) and
+#: case V10's 3,000 fps clip, and bounds the per-frame part of the decode at about 0.7 s a
+#: second of source (speed factor 1): a source above it is refused from its probe,
+#: ``too_many_frames``, before any decoder starts.
+MAX_SOURCE_FPS: Final = 5_000
+
+
 @dataclass(frozen=True)
 class Budget:
     """What a job may use.
@@ -811,7 +824,8 @@ def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None
     PermanentFailure
         ``too_long`` when the source is longer than ``max_duration_s`` or its estimated time
         (:func:`estimated_seconds`: its frames, not only its seconds) exceeds a whole
-        invocation; ``too_large`` when twice the expected output exceeds the disk's whole size.
+        invocation; ``too_many_frames`` when it holds more than :data:`MAX_SOURCE_FPS`
+        frames a second of source; ``too_large`` when twice the expected output exceeds the disk's whole size.
     TransientFailure
         When it fits the disk but not its free space now (another folder holds the rest).
     """
@@ -819,6 +833,9 @@ def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None
         raise PermanentFailure(
             TOO_LONG, VIDEO_SECONDS.detail(f"{probe.duration_s:.1f} s", f"{budget.max_duration_s:.0f} s")
         )
+    if probe.frame_rate_fps > MAX_SOURCE_FPS:
+        found = f"{probe.frames:,} frames in {probe.duration_s:.1f} s ({probe.frame_rate_fps:,.0f} a second)"
+        raise PermanentFailure(TOO_MANY_FRAMES, SOURCE_FPS.detail(found, f"{MAX_SOURCE_FPS:,} a second"))
     needed = estimated_seconds(probe, plan, budget.speed_factor)
     if needed > budget.invocation_s:
         frames = f"{probe.frames} frames to decode, {plan.frames_out} to encode per rendition"
