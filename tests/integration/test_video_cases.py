@@ -24,7 +24,8 @@ from mediajobs.bootstrap import active_recipes
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.inspections.containers import top_level_boxes
 from mediajobs.domain.jobs import RenderedFile
-from mediajobs.domain.video import VideoDecisions, VideoProbe
+from mediajobs.domain.segments import plan_segments
+from mediajobs.domain.video import VideoDecisions, VideoProbe, keyframes_argv, parse_keyframes
 from tests.conftest import PACKAGED_VIDEOS, case_file, media_file, packaged_video
 
 #: The active video recipe (web-video@2: at most 60 fps), as the worker loads it.
@@ -569,3 +570,14 @@ def test_a_source_at_more_than_5000_frames_a_second_is_too_many_frames_before_de
     failure = refuse_file(original)
     assert failure.reason == "too_many_frames"
     assert failure.detail.startswith("6,000 frames in 0.5 s (12,000 a second) > 5,000 a second")
+
+
+def test_the_keyframes_ffprobe_lists_are_the_encoders_gop_starts(tmp_path: Path) -> None:
+    original = generate(
+        tmp_path, "gop", "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=10:duration=6",
+        "-c:v", "libx264", "-g", "30", "-keyint_min", "30", "-sc_threshold", "0", "-f", "mp4",
+    )  # fmt: skip
+    listing = subprocess.run(keyframes_argv(find_binaries().ffprobe, str(original)), capture_output=True, text=True)
+    assert parse_keyframes(listing.stdout) == (0.0, 3.0)
+    plan = plan_segments(6.0, parse_keyframes(listing.stdout), 2.0)  # 2 s segments: cuts at 2 and 4, exact
+    assert [(s.start_us, s.decode_from_us) for s in plan.segments] == [(0, 0), (2_000_000, 0), (4_000_000, 3_000_000)]

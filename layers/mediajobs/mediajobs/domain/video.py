@@ -554,6 +554,33 @@ def ffprobe_packets_argv(ffprobe: str, source: str) -> list[str]:
     ]  # fmt: skip
 
 
+def keyframes_argv(ffprobe: str, source: str) -> list[str]:
+    """argv listing the first video stream's packets as ``pts_time,flags`` CSV lines: demuxed,
+    not decoded (a ``K`` in the flags marks a keyframe), with the input guard of every run
+    (for :func:`parse_keyframes`; the segment plan's input, :mod:`mediajobs.domain.segments`)."""
+    return [
+        ffprobe, "-hide_banner", "-v", "error", *_input_guard(), "-select_streams", "v:0",
+        "-show_entries", "packet=pts_time,flags", "-of", "csv=p=0", "-i", source,
+    ]  # fmt: skip
+
+
+def parse_keyframes(csv_text: str) -> tuple[float, ...]:
+    """Keyframe times, seconds, ascending, from :func:`keyframes_argv`'s output (lines
+    ``1.234000,K__``; lines without a time or a ``K`` are skipped)."""
+    times = set()
+    for line in csv_text.splitlines():
+        fields = line.strip().split(",")
+        if len(fields) < 2 or "K" not in fields[1]:
+            continue
+        try:
+            value = float(fields[0])
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            times.add(value)
+    return tuple(sorted(times))
+
+
 def ffprobe_output_argv(ffprobe: str, path: str) -> list[str]:
     """argv to probe one of our own outputs (MP4 or JPEG) for verification."""
     return [

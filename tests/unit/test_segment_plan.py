@@ -1,0 +1,139 @@
+"""The segment plan (domain/segments.py): when a video is split, where it is cut, and what
+the manifest records. Pure: keyframe lists stand for ffprobe's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mediajobs.domain.segments import (
+    PLAN_VERSION,
+    SEGMENT_SECONDS,
+    SPLIT_ABOVE_SECONDS,
+    plan_segments,
+    should_split,
+    to_us,
+)
+from mediajobs.domain.video import keyframes_argv, parse_keyframes
+
+
+def every(step_s: float, until_s: float, start_s: float = 0.0) -> list[float]:
+    """Keyframe times every ``step_s`` from ``start_s`` to before ``until_s``."""
+    out, t = [], start_s
+    while t < until_s:
+        out.append(round(t, 6))
+        t += step_s
+    return out
+
+
+def starts(plan) -> list[float]:
+    return [s.start_us / 1e6 for s in plan.segments]
+
+
+def test_defaults_are_the_issues():
+    assert (SPLIT_ABOVE_SECONDS, SEGMENT_SECONDS) == (240.0, 60.0)
+
+
+def test_ten_minutes_with_a_keyframe_every_2_s_is_ten_segments_cut_on_keyframes():
+    plan = plan_segments(600.0, every(2.0, 600.0), 60.0)
+    assert starts(plan) == [0, 60, 120, 180, 240, 300, 360, 420, 480, 540]
+    assert plan.segments[-1].end_us == to_us(600.0)
+    assert plan.exact_cuts == 0 and all(s.on_keyframe for s in plan.segments)
+
+
+def test_segments_are_contiguous_and_cover_the_whole_source():
+    plan = plan_segments(3601.37, every(2.002, 3601.37, 0.033), 60.0)
+    assert plan.segments[0].start_us == 0 and plan.segments[-1].end_us == to_us(3601.37)
+    assert all(a.end_us == b.start_us for a, b in zip(plan.segments, plan.segments[1:], strict=False))
+    assert [s.index for s in plan.segments] == list(range(60))
+
+
+def test_a_cut_moves_to_the_nearest_keyframe_within_a_quarter_of_the_segment():
+    # keyframes every 7 s: the ideal cut at 60 s has 56 and 63 near it; 56 is 4 s off, 63 is 3 s
+    plan = plan_segments(180.0, every(7.0, 180.0), 60.0)
+    assert starts(plan) == [0, 63, 119]  # 119 = 17 x 7, 1 s from 120
+    assert plan.exact_cuts == 0
+
+
+def test_a_keyframe_further_than_a_quarter_is_not_used_and_the_cut_is_exact():
+    # keyframes at 0 and 44 (16 s before the ideal cut: more than 15 s away) and 200 (far after)
+    plan = plan_segments(120.0, [0.0, 44.0, 200.0], 60.0)
+    (first, second) = plan.segments
+    assert (second.start_us, second.decode_from_us, second.on_keyframe) == (to_us(60), to_us(44), False)
+    assert first.on_keyframe and plan.exact_cuts == 1
+    # 15 s away is within a quarter of 60: cut there
+    assert starts(plan_segments(120.0, [0.0, 45.0], 60.0)) == [0, 45]
+
+
+def test_a_screen_recording_with_one_keyframe_is_cut_at_exact_times_decoding_from_the_start():
+    plan = plan_segments(300.0, [0.0], 60.0)
+    assert starts(plan) == [0, 60, 120, 180, 240]
+    assert [s.decode_from_us for s in plan.segments] == [0] * 5
+    assert plan.exact_cuts == 4
+
+
+def test_sparse_keyframes_mix_snapped_and_exact_cuts_each_decoding_from_the_keyframe_before():
+    plan = plan_segments(600.0, [0.0, 300.5], 60.0)
+    assert starts(plan) == [0, 60, 120, 180, 240, 300.5, 360, 420, 480, 540]
+    assert [s.decode_from_us / 1e6 for s in plan.segments] == [0, 0, 0, 0, 0, 300.5, 300.5, 300.5, 300.5, 300.5]
+
+
+def test_the_count_rounds_so_no_segment_is_a_sliver():
+    assert len(plan_segments(150.0, [0.0], 60.0).segments) == 3  # 50 s each, not 60 + 60 + 30
+    assert len(plan_segments(125.0, [0.0], 60.0).segments) == 2  # 62.5 s each, not 60 + 60 + 5
+    assert len(plan_segments(89.0, [0.0], 60.0).segments) == 1
+
+
+def test_the_first_frame_counts_as_a_keyframe_and_keyframes_outside_the_source_are_ignored():
+    plan = plan_segments(120.0, [-1.0, 130.0, float("nan")], 60.0)
+    assert [s.decode_from_us for s in plan.segments] == [0, 0]
+
+
+def test_the_plan_is_deterministic_and_its_record_is_json_in_microsecond_precision():
+    keys = every(1.001, 400.0, 0.0)
+    one, two = plan_segments(400.0, keys, 60.0), plan_segments(400.0, list(reversed(keys)), 60.0)
+    assert one == two and json.dumps(one.to_json()) == json.dumps(two.to_json())
+    record = one.to_json()
+    assert record["version"] == PLAN_VERSION and record["count"] == 7 and record["exact_cuts"] == 0
+    assert record["segments"][1] == {
+        "index": 1, "start_s": 57.057, "end_s": 114.114, "decode_from_s": 57.057, "on_keyframe": True,
+    }  # fmt: skip
+
+
+def test_a_segments_identity_names_the_plan_version_and_its_range():
+    segment = plan_segments(120.0, [0.0, 60.06], 60.0).segments[1]
+    assert segment.identity() == f"segment/v{PLAN_VERSION}/60060000-120000000"
+
+
+@pytest.mark.parametrize(
+    ("estimated_s", "duration_s", "split"),
+    [(241.0, 120.0, True), (240.0, 120.0, False), (900.0, 89.0, False), (900.0, 90.0, True)],
+)
+def test_a_video_is_split_when_its_estimate_exceeds_the_threshold_and_it_makes_two_segments(
+    estimated_s, duration_s, split
+):
+    assert should_split(estimated_s, duration_s, 240.0, 60.0) is split
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: plan_segments(0.0, [0.0], 60.0),
+        lambda: plan_segments(float("inf"), [0.0], 60.0),
+        lambda: plan_segments(10.0, [0.0], 0.5),
+        lambda: should_split(1.0, 1.0, 0.0, 60.0),
+    ],
+)
+def test_bad_arguments_are_refused(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_keyframes_are_read_from_ffprobes_packet_flags_with_the_input_guard():
+    text = "0.000000,K__\n0.033367,___\n2.002000,K_\nN/A,K__\n4.004000,KD_\n\n1.001000,__\n"
+    assert parse_keyframes(text) == (0.0, 2.002, 4.004)
+    argv = keyframes_argv("ffprobe", "/tmp/work/original")
+    assert argv[-2:] == ["-i", "/tmp/work/original"]
+    assert "-protocol_whitelist" in argv and argv[argv.index("-protocol_whitelist") + 1] == "file"
+    assert argv[argv.index("-show_entries") + 1] == "packet=pts_time,flags"
