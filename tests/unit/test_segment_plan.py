@@ -15,7 +15,7 @@ from mediajobs.domain.segments import (
     should_split,
     to_us,
 )
-from mediajobs.domain.video import keyframes_argv, parse_keyframes
+from mediajobs.domain.video import keyframes_argv, parse_frame_times, parse_keyframes
 
 
 def every(step_s: float, until_s: float, start_s: float = 0.0) -> list[float]:
@@ -137,3 +137,42 @@ def test_keyframes_are_read_from_ffprobes_packet_flags_with_the_input_guard():
     assert argv[-2:] == ["-i", "/tmp/work/original"]
     assert "-protocol_whitelist" in argv and argv[argv.index("-protocol_whitelist") + 1] == "file"
     assert argv[argv.index("-show_entries") + 1] == "packet=pts_time,flags"
+
+
+def test_an_exact_cut_falls_on_the_first_frame_at_or_after_its_ideal_time():
+    frames = [round(i * 1001 / 30000, 6) for i in range(300)]  # 29.97 fps for 10 s, one keyframe
+    plan = plan_segments(10.01, [0.0], 5.0, frames_s=frames)
+    assert [s.start_us for s in plan.segments] == [0, 5_005_000]  # frame 150, not 5.0 between frames
+    assert plan.segments[1].decode_from_us == 0
+    # past the last frame there is none to fall on: the ideal time stays
+    assert [s.start_us for s in plan_segments(10.0, [0.0], 5.0, frames_s=[0.0, 1.0]).segments] == [0, 5_000_000]
+
+
+def test_frame_times_are_every_packets_time():
+    assert parse_frame_times("0.000000,K__\n0.066733,___\n0.033367,___\nN/A,___\n") == (0.0, 0.033367, 0.066733)
+
+
+def test_a_segment_is_seeked_and_bounded_on_the_input_video_only_with_closed_gops():
+    from mediajobs.bootstrap import load_recipe
+    from mediajobs.domain.video import VideoProbe, audio_argv, join_argv, plan_renditions, segment_argv
+
+    params = load_recipe("web-video", 2).params
+    probe = VideoProbe(format_name="mov,mp4", duration_s=600.0, codec="h264", coded_width=1920, coded_height=1080,
+                       frames=18000, audio_codec="aac")  # fmt: skip
+    plan = plan_renditions(probe, params)
+    argv = segment_argv("ffmpeg", "/w/original", probe, plan, params, 60.06, 59.94, "/w/out")
+    at = argv.index("-i")
+    assert argv[at - 4 : at + 2] == ["-ss", "60.060000", "-t", "59.940000", "-i", "/w/original"]
+    assert "-format_whitelist" in argv[:at] and argv[argv.index("-protocol_whitelist") + 1] == "file"
+    assert argv.count("-an") == len(plan.renditions) and "-c:a" not in argv
+    assert argv.count("open-gop=0") == len(plan.renditions)
+    assert [a for a in argv if a.endswith(".mp4")] == ["/w/out/720p.mp4", "/w/out/360p.mp4"]
+    audio = audio_argv("ffmpeg", "/w/original", plan, params, "/w/audio")
+    assert [a for a in audio if a.endswith(".m4a")] == ["/w/audio/720p.m4a", "/w/audio/360p.m4a"]
+    assert audio.count("-vn") == 2 and audio[audio.index("-b:a") + 1] == "128k"
+    join = join_argv("ffmpeg", "720p.ffconcat", "audio/720p.m4a", "/w/720p.mp4")
+    assert join[join.index("-f") + 1 : join.index("-f") + 5] == ["concat", "-safe", "1", "-i"]
+    assert join.count("concat,mov,mp4,m4a") == 2
+    assert join[join.index("-c") + 1] == "copy" and "+faststart" in join
+    assert "-map" in join and join[join.index("1:a:0") - 1] == "-map"
+    assert "1:a:0" not in join_argv("ffmpeg", "360p.ffconcat", None, "/w/360p.mp4")

@@ -567,10 +567,20 @@ def keyframes_argv(ffprobe: str, source: str) -> list[str]:
 def parse_keyframes(csv_text: str) -> tuple[float, ...]:
     """Keyframe times, seconds, ascending, from :func:`keyframes_argv`'s output (lines
     ``1.234000,K__``; lines without a time or a ``K`` are skipped)."""
+    return _packet_times(csv_text, keyframes_only=True)
+
+
+def parse_frame_times(csv_text: str) -> tuple[float, ...]:
+    """Every packet's (frame's) time, seconds, ascending and distinct, from
+    :func:`keyframes_argv`'s output."""
+    return _packet_times(csv_text, keyframes_only=False)
+
+
+def _packet_times(csv_text: str, *, keyframes_only: bool) -> tuple[float, ...]:
     times = set()
     for line in csv_text.splitlines():
         fields = line.strip().split(",")
-        if len(fields) < 2 or "K" not in fields[1]:
+        if len(fields) < 2 or (keyframes_only and "K" not in fields[1]):
             continue
         try:
             value = float(fields[0])
@@ -660,6 +670,112 @@ def renditions_argv(
             argv += ["-movflags", "+faststart"]
         argv += ["-f", "mp4", f"{out_dir}/{r.name}.mp4"]
     return argv
+
+
+# --- segments: long videos encoded in parallel and joined (domain/segments.py) -------------
+
+#: Demuxers the join reads: the concat demuxer over our own segment MP4s (listed by
+#: :func:`join_list`, never a user's file) and the audio job's M4A.
+JOIN_FORMAT_WHITELIST: Final = "concat,mov,mp4,m4a"
+#: A path a join list may hold: relative, each component of letters, digits, ``_ . -`` and not
+#: starting with a period: what the concat demuxer's ``-safe 1`` accepts (ffmpeg's
+#: ``libavformat/concatdec.c``, ``safe_filename``), so no quote, newline or ``..`` either.
+_SAFE_PATH: Final = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*$")
+
+
+def segment_argv(
+    ffmpeg: str,
+    source: str,
+    probe: VideoProbe,
+    plan: RenditionPlan,
+    params: VideoRenditionsParams,
+    start_s: float,
+    duration_s: float,
+    out_dir: str,
+) -> list[str]:
+    """argv that encodes ``duration_s`` seconds of ``source`` from ``start_s``, every planned
+    rung, video only, into ``<out_dir>/<rung>.mp4``.
+
+    ``-ss`` and ``-t`` are input options: ffmpeg seeks to the keyframe at or before
+    ``start_s``, decodes from there and drops the frames before ``start_s`` (accurate seek,
+    ffmpeg's default when transcoding), and stops at ``start_s + duration_s``: the segment
+    holds the frames whose time is in ``[start, start + duration)``, its first at time 0.
+    The picture chain and the encoder settings are :func:`renditions_argv`'s, the same in
+    every segment; libx264 begins every output with an IDR frame and its GOPs are closed
+    (``open-gop=0``, said explicitly), so the segments join without re-encoding
+    (:func:`join_argv`). No audio (``-an``): one job encodes the whole track once
+    (:func:`audio_argv`), so no boundary carries AAC priming samples."""
+    enc = params.encoding
+    n = len(plan.renditions)
+    cap = f"fps={plan.fps_cap}," if plan.fps_cap else ""
+    chains = [f"[0:{probe.stream_index}]{cap}{_picture_filter(probe)},split={n}" + "".join(f"[s{i}]" for i in range(n))]
+    chains += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(plan.renditions)]
+    argv = [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-progress", "pipe:1",
+        *_input_guard(), "-ss", f"{start_s:.6f}", "-t", f"{duration_s:.6f}", "-i", source,
+        "-filter_complex", ";".join(chains),
+    ]  # fmt: skip
+    for i, r in enumerate(plan.renditions):
+        argv += ["-map", f"[v{i}]", "-an", "-map_metadata", "-1", "-map_chapters", "-1"]
+        argv += ["-c:v", enc.codec, "-preset", enc.preset, "-profile:v", enc.profile, "-level:v", enc.level]
+        argv += ["-x264-params", "open-gop=0", "-fps_mode", "vfr"]
+        argv += ["-pix_fmt", enc.pix_fmt, "-crf", str(r.rung.crf)]
+        argv += ["-maxrate", f"{r.rung.maxrate_kbps}k", "-bufsize", f"{r.rung.bufsize_kbps}k"]
+        argv += _colour_tags(probe)
+        argv += ["-f", "mp4", f"{out_dir}/{r.name}.mp4"]
+    return argv
+
+
+def audio_argv(ffmpeg: str, source: str, plan: RenditionPlan, params: VideoRenditionsParams, out_dir: str) -> list[str]:
+    """argv that encodes the first audio stream of ``source``, whole, once per rung at the
+    rung's bitrate, into ``<out_dir>/<rung>.m4a`` (AAC, no video, no metadata): the one audio
+    encode a segmented video has, so the joined renditions have one continuous track."""
+    enc = params.encoding
+    argv = [ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", *_input_guard(), "-i", source]
+    for r in plan.renditions:
+        argv += ["-map", "0:a:0", "-vn", "-map_metadata", "-1", "-map_chapters", "-1"]
+        argv += ["-c:a", enc.audio_codec, "-b:a", f"{r.rung.audio_kbps}k", "-f", "mp4", f"{out_dir}/{r.name}.m4a"]
+    return argv
+
+
+def join_list(segments: list[tuple[str, float]]) -> str:
+    """The ffconcat script of one rung's segments: each file (a path of ours) with its planned
+    duration, seconds, so that the concat demuxer starts segment ``k + 1`` exactly at segment
+    ``k``'s planned end (the sum of the durations before it is its start on the source's
+    timeline; the last segment runs to its own end).
+
+    Raises
+    ------
+    ValueError
+        If a path is not relative and plain (:data:`_SAFE_PATH`: what ``-safe 1`` accepts).
+    """
+    lines = ["ffconcat version 1.0"]
+    for i, (path, duration_s) in enumerate(segments):
+        if not _SAFE_PATH.match(path):
+            raise ValueError(f"not a path of ours: {path!r}")
+        lines.append(f"file '{path}'")
+        if i < len(segments) - 1:
+            lines.append(f"duration {duration_s:.6f}")
+    return "\n".join(lines) + "\n"
+
+
+def join_argv(ffmpeg: str, list_path: str, audio_path: str | None, out_path: str) -> list[str]:
+    """argv that joins one rung's segments (:func:`join_list` at ``list_path``) without
+    re-encoding, muxes the audio job's track when there is one, and puts the moov first.
+
+    The concat demuxer reads only the list's files (``-safe 1``: relative, plain paths; the
+    local file protocol; :data:`JOIN_FORMAT_WHITELIST`)."""
+    argv = [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error",
+        "-format_whitelist", JOIN_FORMAT_WHITELIST, "-protocol_whitelist", PROTOCOL_WHITELIST,
+        "-f", "concat", "-safe", "1", "-i", list_path,
+    ]  # fmt: skip
+    if audio_path is not None:
+        argv += ["-format_whitelist", JOIN_FORMAT_WHITELIST, "-protocol_whitelist", PROTOCOL_WHITELIST]
+        argv += ["-i", audio_path, "-map", "0:v:0", "-map", "1:a:0"]
+    else:
+        argv += ["-map", "0:v:0"]
+    return [*argv, "-c", "copy", "-map_metadata", "-1", "-movflags", "+faststart", "-f", "mp4", out_path]
 
 
 def poster_argv(
