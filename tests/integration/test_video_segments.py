@@ -136,6 +136,6 @@ def test_a_join_list_takes_only_plain_relative_paths() -> None:
     assert join_list([("segment-0/720p.mp4", 4.004), ("segment-1/720p.mp4", 3.0)]) == (
         "ffconcat version 1.0\nfile 'segment-0/720p.mp4'\nduration 4.004000\nfile 'segment-1/720p.mp4'\n"
     )
-    for bad in ("/etc/passwd", "../x.mp4", "a'b.mp4", "x.mp4\nfile y", ".hidden/x.mp4", "http://x/y.mp4"):
+    for bad in ("/etc/passwd", "../x.mp4", "a'b.mp4", "x.mp4\nfile y", "x.mp4\n", ".hidden/x.mp4", "http://x/y.mp4"):
         with pytest.raises(ValueError, match="not a path of ours"):
             join_list([(bad, 1.0)])

@@ -18,6 +18,7 @@ from mediajobs.domain.keys import (
     content_id,
     encode_event_key,
     event_key_candidates,
+    inputs_job_key,
     job_key,
     recipe_hash,
     sha256_hex,
@@ -238,3 +239,21 @@ def test_escapes_that_are_not_utf8_give_only_the_key_as_received():
     assert event_key_candidates("originals/a%C3.jpg") == ("originals/a%C3.jpg",)
     assert event_key_candidates("originals/%ED%A0%80") == ("originals/%ED%A0%80",)
     assert event_key_candidates("originals/caf%C3%A9.jpg") == ("originals/café.jpg", "originals/caf%C3%A9.jpg")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: job_key("a" * 64 + "\n", "b" * 64),
+        lambda: inputs_job_key({"original\n": {"sha256": "a" * 64}}, "b" * 64),
+        lambda: inputs_job_key({"frames": {"job_key": "a" * 64, "output": "thumb\n"}}, "b" * 64),
+        lambda: inputs_job_key({"frames": {"job_key": "a" * 64 + "\n", "output": "thumb"}}, "b" * 64),
+        lambda: inputs_job_key({"original": {"sha256": "a" * 64, "part": "audio/v1\n"}}, "b" * 64),
+        lambda: inputs_job_key({"frames": {"job_key": "a" * 64, "output": "thumb"}}, "b" * 64 + "\n"),
+    ],
+)
+def test_a_trailing_newline_never_passes_for_a_hash_or_a_name(call):
+    # re's "$" matches before a final newline: a key or a name with one must not pass as the
+    # same hash (it would be another job key for the same content).
+    with pytest.raises(ValueError):
+        call()

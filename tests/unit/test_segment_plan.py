@@ -176,3 +176,24 @@ def test_a_segment_is_seeked_and_bounded_on_the_input_video_only_with_closed_gop
     assert join[join.index("-c") + 1] == "copy" and "+faststart" in join
     assert "-map" in join and join[join.index("1:a:0") - 1] == "-map"
     assert "1:a:0" not in join_argv("ffmpeg", "360p.ffconcat", None, "/w/360p.mp4")
+
+
+def test_a_segments_job_key_is_its_content_recipe_range_and_plan_version():
+    from mediajobs.domain.keys import inputs_job_key, job_key, part_job_key
+
+    sha, recipe = "a" * 64, "b" * 64
+    first, second = plan_segments(120.0, [0.0], 60.0).segments
+    keys = {part_job_key(sha, s.identity(), recipe, "p1") for s in (first, second)}
+    keys.add(part_job_key(sha, f"audio/v{PLAN_VERSION}", recipe, "p1"))
+    keys.add(job_key(sha, recipe, "p1"))  # the whole content's job: the join's key
+    assert len(keys) == 4 and all(len(k) == 64 for k in keys)
+    assert part_job_key(sha, first.identity(), recipe, "p1") == part_job_key(sha, first.identity(), recipe, "p1")
+    assert part_job_key(sha, first.identity(), recipe, "p1") != part_job_key(sha, first.identity(), recipe, "p2")
+    assert part_job_key(sha, first.identity(), recipe, "p1") != part_job_key(sha, first.identity(), "c" * 64, "p1")
+    assert part_job_key(sha, "segment/v1/0-60000000", recipe) != part_job_key(sha, "segment/v2/0-60000000", recipe)
+    assert part_job_key(sha, "audio/v1", recipe) == inputs_job_key(
+        {"original": {"sha256": sha, "part": "audio/v1"}}, recipe
+    )
+    for part in ("segment/v1/0-", "segment/1/0-5", "../x", "audio", "segment/v1/0-5\n"):
+        with pytest.raises(ValueError, match="not a content, a part of one or a job's named output"):
+            part_job_key(sha, part, recipe)

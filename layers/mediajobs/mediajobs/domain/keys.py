@@ -124,7 +124,7 @@ def job_key(
         If a hash is not 64 lowercase hex characters.
     """
     for name, value in (("input_sha256", input_sha256), ("recipe_sha256", recipe_sha256)):
-        if not _HEX64.match(value):
+        if not _HEX64.fullmatch(value):
             raise ValueError(f"{name} must be 64 lowercase hex characters, got {value!r}")
     document = {
         "algorithm": algorithm_version,
@@ -133,6 +133,25 @@ def job_key(
         "recipe_sha256": recipe_sha256,
     }
     return sha256_hex(canonical_json(document))
+
+
+#: A part of a content a job works on: ``segment/v<plan version>/<start us>-<end us>``
+#: (:meth:`mediajobs.domain.segments.Segment.identity`) or ``audio/v<plan version>``.
+PART: Final = re.compile(r"^(segment/v[0-9]{1,4}/[0-9]{1,15}-[0-9]{1,15}|audio/v[0-9]{1,4})$")
+
+
+def part_job_key(sha256: str, part: str, recipe_sha256: str, policy_version: str = NO_POLICY) -> str:
+    """The job key of the job that works on one part of the content ``sha256`` under a
+    recipe: a segment of a long video, or its audio track (:func:`inputs_job_key` of
+    ``{"original": {"sha256": sha256, "part": part}}``): the content, the recipe, the
+    range and the plan's version, never a file name or a message.
+
+    Raises
+    ------
+    ValueError
+        As :func:`inputs_job_key` (``part`` not :data:`PART`, a hash not 64 hex characters).
+    """
+    return inputs_job_key({ORIGINAL_INPUT: {"sha256": sha256, "part": part}}, recipe_sha256, policy_version)
 
 
 def inputs_job_key(
@@ -147,6 +166,8 @@ def inputs_job_key(
     ----------
     inputs:
         Input name -> its identity: ``{"sha256": <hex>}`` for an original's content,
+        ``{"sha256": <hex>, "part": <part>}`` for a part of it (:data:`PART`: a segment's
+        range under a plan version, or the whole audio track: :func:`part_job_key`),
         ``{"job_key": <hex>, "output": <name>}`` for another job's named output. At least one.
     recipe_sha256, policy_version, algorithm_version:
         As :func:`job_key`.
@@ -167,19 +188,22 @@ def inputs_job_key(
     if not inputs:
         raise ValueError("a job has at least one input")
     for name, identity in inputs.items():
-        if not NAME.match(name):
+        if not NAME.fullmatch(name):
             raise ValueError(f"input name {name!r} is not [a-z0-9][a-z0-9_-]{{0,31}}")
         if set(identity) == {"sha256"}:
             digest = identity["sha256"]
-        elif set(identity) == {"job_key", "output"} and NAME.match(identity["output"]):
+        elif set(identity) == {"job_key", "output"} and NAME.fullmatch(identity["output"]):
             digest = identity["job_key"]
+        elif set(identity) == {"sha256", "part"} and PART.fullmatch(identity["part"]):
+            digest = identity["sha256"]
         else:
-            raise ValueError(f"input {name!r}: not a content or a job's named output: {dict(identity)!r}")
-        if not _HEX64.match(digest):
+            shape = "a content, a part of one or a job's named output"
+            raise ValueError(f"input {name!r}: not {shape}: {dict(identity)!r}")
+        if not _HEX64.fullmatch(digest):
             raise ValueError(f"input {name!r}: {digest!r} is not 64 lowercase hex characters")
     if set(inputs) == {ORIGINAL_INPUT} and set(inputs[ORIGINAL_INPUT]) == {"sha256"}:
         return job_key(inputs[ORIGINAL_INPUT]["sha256"], recipe_sha256, policy_version, algorithm_version)
-    if not _HEX64.match(recipe_sha256):
+    if not _HEX64.fullmatch(recipe_sha256):
         raise ValueError(f"recipe_sha256 must be 64 lowercase hex characters, got {recipe_sha256!r}")
     document = {
         "algorithm": algorithm_version,

@@ -751,7 +751,7 @@ def join_list(segments: list[tuple[str, float]]) -> str:
     """
     lines = ["ffconcat version 1.0"]
     for i, (path, duration_s) in enumerate(segments):
-        if not _SAFE_PATH.match(path):
+        if not _SAFE_PATH.fullmatch(path):
             raise ValueError(f"not a path of ours: {path!r}")
         lines.append(f"file '{path}'")
         if i < len(segments) - 1:

@@ -74,7 +74,9 @@ def placeholder_from_manifest(manifest: Mapping[str, Any]) -> GalleryPlaceholder
     if not isinstance(decisions, Mapping) or decisions.get("placeholder") != "thumbhash":
         return None
     colour, width, height = (decisions.get(k) for k in ("dominant_colour", "display_width_px", "display_height_px"))
-    if not (isinstance(colour, str) and _COLOUR.match(colour) and isinstance(width, int) and isinstance(height, int)):
+    if not (
+        isinstance(colour, str) and _COLOUR.fullmatch(colour) and isinstance(width, int) and isinstance(height, int)
+    ):
         return None
     try:
         hashed = base64.b64decode(str(decisions.get("thumbhash", "")), validate=True)
