@@ -22,7 +22,9 @@ replacing methods on it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +83,27 @@ from mediajobs.domain.recipes import ImageVariantsParams, VideoRenditionsParams
 from mediajobs.service_layer.ports import StepResult
 
 
+def atomic(cls):
+    """Make each public method of the fake ``cls`` one atomic step: it runs under a re-entrant
+    lock of its instance. The ports' real adapters are atomic per call (one DynamoDB or S3
+    request), and the backfill's scan segments call them from threads: without the lock, two
+    ``FakeBackfills.advance`` calls could each read the backfill, add their segment, and write
+    it back, losing one (a CI run ended a backfill's test ``running``: a segment's end lost)."""
+    for name, member in list(vars(cls).items()):
+        if callable(member) and not name.startswith("_") and not isinstance(member, (staticmethod, classmethod, type)):
+            setattr(cls, name, _locked(member))
+    return cls
+
+
+def _locked(method):
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self.__dict__.setdefault("_atomic_lock", threading.RLock()):  # dict.setdefault is atomic
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class Wrapping:
     """An adapter wrapped: each call goes to ``inner``, unless ``overrides`` names the
     method (``Wrapping(store, download=broken)``); ``inner`` stays reachable as ``.inner``."""
@@ -108,6 +131,7 @@ class FakeClock:
         self.now += seconds
 
 
+@atomic
 class FakeStore:
     """S3 in a dict: ``objects`` by key. ``checksums``: ``HeadObject`` reports a full-object
     SHA-256. ETags in listings are the MD5 of the bytes (a single-part SSE-S3 upload)."""
@@ -157,6 +181,7 @@ class FakeStore:
         return len(doomed) + (1 if first is not None and first not in doomed else 0)
 
 
+@atomic
 class FakeLedger:
     """The job ledger in a dict of :class:`JobView` rows. Every write applies the domain's
     row transitions (:func:`~mediajobs.domain.jobs.taken_over`, :func:`~mediajobs.domain.jobs.completed`
@@ -320,6 +345,7 @@ class FakeLedger:
 _EMPTY: dict[str, Any] = {"outputs": (), "waiting": frozenset(), "pending": frozenset()}
 
 
+@atomic
 class FakeSources:
     """The source index in a dict: ``rows`` holds :class:`KnownSource` or :class:`Reading`
     (a reading mark, its lease fenced on its token as the DynamoDB index's)."""
@@ -359,6 +385,7 @@ class FakeSources:
             self.rows[i] = known
 
 
+@atomic
 class FakeQueue:
     """The ``Queue`` port in memory.
 
@@ -448,6 +475,7 @@ class FakeVideoStep:
         return StepResult(files, RenderDecisions("mov,mp4", 2, 2).to_json())
 
 
+@atomic
 class FakeAssets:
     """The asset records in dicts, with the semantics of the ``Assets`` port (the reference
     for :class:`mediajobs.adapters.assets.DynamoAssets`; ``tests/functional/test_assets_port.py``
@@ -672,6 +700,7 @@ def diamond_recipes() -> dict[str, list[Any]]:
     )
 
 
+@atomic
 class FakeBackfills:
     """The ``Backfills`` port in dicts, with its semantics: each method is one atomic step,
     each count written with what it counts (:class:`mediajobs.adapters.backfills.DynamoBackfills`
