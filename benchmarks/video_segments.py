@@ -135,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             renditions_argv(binaries.ffmpeg, str(source), probe, renditions, params, str(work / "single")), args.core
         )
         print("segmented ...", file=sys.stderr, flush=True)
-        split_cpu, split_wall, listing = job(keyframes_argv(binaries.ffprobe, str(source)), args.core)
+        split_cpu, split_wall, listing = job(
+            keyframes_argv(binaries.ffprobe, str(source), probe.stream_index), args.core
+        )
         plan = plan_segments(
             probe.duration_s, parse_keyframes(listing), args.segment_seconds, frames_s=parse_frame_times(listing)
         )
@@ -143,11 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         for segment in plan.segments:
             folder = work / f"segment-{segment.index}"
             folder.mkdir()
-            start, length = to_s(segment.start_us), to_s(segment.end_us - segment.start_us)
+            start = to_s(segment.start_us)
+            length = None if segment is plan.segments[-1] else to_s(segment.end_us - segment.start_us)
             argv_ = segment_argv(binaries.ffmpeg, str(source), probe, renditions, params, start, length, str(folder))
             cpu, wall, _ = job(argv_, args.core)
             segments.append({**segment.to_json(), "cpu_s": round(cpu, 3), "wall_s": round(wall, 3)})
-            print(f"  segment {segment.index}: {length:.1f} s of source, {cpu:.1f} s CPU", file=sys.stderr, flush=True)
+            print(
+                f"  segment {segment.index}: {segment.duration_s:.1f} s of source, {cpu:.1f} s CPU",
+                file=sys.stderr,
+                flush=True,
+            )
         (work / "audio").mkdir()
         audio_job = audio_argv(binaries.ffmpeg, str(source), renditions, params, str(work / "audio"))
         audio_cpu, audio_wall, _ = job(audio_job, args.core)

@@ -11,6 +11,7 @@ CHILDREN: dict[str, tuple[str, ...]] = {
     "test_bounded_decode.py": (),  # the bounded render child
     "test_video_cases.py": (),  # ffmpeg and ffprobe
     "test_video_segments.py": (),  # ffmpeg and ffprobe
+    "test_break28_video.py": (),  # ffmpeg and ffprobe
     "test_case_build.py": (),  # the video makers run ffmpeg
     "test_heif_cases.py": ("test_an_mp4_with_bytes_after_its_last_box_renders",),  # ffprobe
     "test_raw_and_unsupported_images.py": ("test_the_cases_end_the_same_in_the_bounded_render_child",),

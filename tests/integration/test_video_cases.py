@@ -577,7 +577,7 @@ def test_the_keyframes_ffprobe_lists_are_the_encoders_gop_starts(tmp_path: Path)
         tmp_path, "gop", "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=10:duration=6",
         "-c:v", "libx264", "-g", "30", "-keyint_min", "30", "-sc_threshold", "0", "-f", "mp4",
     )  # fmt: skip
-    listing = subprocess.run(keyframes_argv(find_binaries().ffprobe, str(original)), capture_output=True, text=True)
+    listing = subprocess.run(keyframes_argv(find_binaries().ffprobe, str(original), 0), capture_output=True, text=True)
     assert parse_keyframes(listing.stdout) == (0.0, 3.0)
     plan = plan_segments(6.0, parse_keyframes(listing.stdout), 2.0)  # 2 s segments: cuts at 2 and 4, exact
     assert [(s.start_us, s.decode_from_us) for s in plan.segments] == [(0, 0), (2_000_000, 0), (4_000_000, 3_000_000)]

@@ -68,12 +68,13 @@ def joined(clip: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("joined")
     probe = FfmpegRenderer(speed_factor=1.0, max_duration_s=1800, invocation_s=880, margin_s=10).probe(clip)
     renditions = plan_renditions(probe, PARAMS)
-    listing = run(keyframes_argv(ffprobe, str(clip)))
+    listing = run(keyframes_argv(ffprobe, str(clip), probe.stream_index))
     plan = plan_segments(probe.duration_s, parse_keyframes(listing), 4.5, frames_s=parse_frame_times(listing))
     for segment in plan.segments:
         folder = work / f"segment-{segment.index}"
         folder.mkdir()
-        start, length = to_s(segment.start_us), to_s(segment.end_us - segment.start_us)
+        start = to_s(segment.start_us)
+        length = None if segment is plan.segments[-1] else to_s(segment.end_us - segment.start_us)
         run(segment_argv(ffmpeg, str(clip), probe, renditions, PARAMS, start, length, str(folder)))
     (work / "audio").mkdir()
     run(audio_argv(ffmpeg, str(clip), renditions, PARAMS, str(work / "audio")))

@@ -133,10 +133,11 @@ def test_bad_arguments_are_refused(call):
 def test_keyframes_are_read_from_ffprobes_packet_flags_with_the_input_guard():
     text = "0.000000,K__\n0.033367,___\n2.002000,K_\nN/A,K__\n4.004000,KD_\n\n1.001000,__\n"
     assert parse_keyframes(text) == (0.0, 2.002, 4.004)
-    argv = keyframes_argv("ffprobe", "/tmp/work/original")
+    argv = keyframes_argv("ffprobe", "/tmp/work/original", 1)
     assert argv[-2:] == ["-i", "/tmp/work/original"]
     assert "-protocol_whitelist" in argv and argv[argv.index("-protocol_whitelist") + 1] == "file"
     assert argv[argv.index("-show_entries") + 1] == "packet=pts_time,flags"
+    assert argv[argv.index("-select_streams") + 1] == "1"  # the probed stream, not v:0 (cover art may be)
 
 
 def test_an_exact_cut_falls_on_the_first_frame_at_or_after_its_ideal_time():
@@ -144,8 +145,10 @@ def test_an_exact_cut_falls_on_the_first_frame_at_or_after_its_ideal_time():
     plan = plan_segments(10.01, [0.0], 5.0, frames_s=frames)
     assert [s.start_us for s in plan.segments] == [0, 5_005_000]  # frame 150, not 5.0 between frames
     assert plan.segments[1].decode_from_us == 0
-    # past the last frame there is none to fall on: the ideal time stays
-    assert [s.start_us for s in plan_segments(10.0, [0.0], 5.0, frames_s=[0.0, 1.0]).segments] == [0, 5_000_000]
+    # past the last frame there is none to fall on: no cut (a segment with no frame would be empty)
+    assert [s.start_us for s in plan_segments(10.0, [0.0], 5.0, frames_s=[0.0, 1.0]).segments] == [0]
+    # no frame known: the ideal time stays
+    assert [s.start_us for s in plan_segments(10.0, [0.0], 5.0).segments] == [0, 5_000_000]
 
 
 def test_frame_times_are_every_packets_time():
@@ -163,6 +166,8 @@ def test_a_segment_is_seeked_and_bounded_on_the_input_video_only_with_closed_gop
     argv = segment_argv("ffmpeg", "/w/original", probe, plan, params, 60.06, 59.94, "/w/out")
     at = argv.index("-i")
     assert argv[at - 4 : at + 2] == ["-ss", "60.060000", "-t", "59.940000", "-i", "/w/original"]
+    last = segment_argv("ffmpeg", "/w/original", probe, plan, params, 540.0, None, "/w/out")  # to its end
+    assert "-t" not in last[: last.index("-i")]
     assert "-format_whitelist" in argv[:at] and argv[argv.index("-protocol_whitelist") + 1] == "file"
     assert argv.count("-an") == len(plan.renditions) and "-c:a" not in argv
     assert argv.count("open-gop=0") == len(plan.renditions)

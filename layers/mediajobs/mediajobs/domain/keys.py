@@ -136,8 +136,19 @@ def job_key(
 
 
 #: A part of a content a job works on: ``segment/v<plan version>/<start us>-<end us>``
-#: (:meth:`mediajobs.domain.segments.Segment.identity`) or ``audio/v<plan version>``.
-PART: Final = re.compile(r"^(segment/v[0-9]{1,4}/[0-9]{1,15}-[0-9]{1,15}|audio/v[0-9]{1,4})$")
+#: (:meth:`mediajobs.domain.segments.Segment.identity`) or ``audio/v<plan version>``; numbers
+#: without leading zeros (one spelling, one key), the range not empty (:func:`_part_ok`).
+PART: Final = re.compile(r"(segment/v[1-9][0-9]{0,3}/(0|[1-9][0-9]{0,14})-[1-9][0-9]{0,14}|audio/v[1-9][0-9]{0,3})")
+
+
+def _part_ok(part: str) -> bool:
+    """Whether ``part`` is :data:`PART` and, for a segment, its start is before its end."""
+    if not PART.fullmatch(part):
+        return False
+    if part.startswith("segment/"):
+        start, end = part.rsplit("/", 1)[1].split("-")
+        return int(start) < int(end)
+    return True
 
 
 def part_job_key(sha256: str, part: str, recipe_sha256: str, policy_version: str = NO_POLICY) -> str:
@@ -194,7 +205,7 @@ def inputs_job_key(
             digest = identity["sha256"]
         elif set(identity) == {"job_key", "output"} and NAME.fullmatch(identity["output"]):
             digest = identity["job_key"]
-        elif set(identity) == {"sha256", "part"} and PART.fullmatch(identity["part"]):
+        elif set(identity) == {"sha256", "part"} and _part_ok(identity["part"]):
             digest = identity["sha256"]
         else:
             shape = "a content, a part of one or a job's named output"

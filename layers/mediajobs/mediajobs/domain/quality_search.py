@@ -146,18 +146,23 @@ def next_quality(tries: list[Try], target: float, tolerance: float, slope: float
     Raises
     ------
     ValueError
-        If ``tries`` is empty or ``slope`` is not positive.
+        If ``tries`` is empty, ``slope`` is not a positive finite number, or ``target`` or
+        ``tolerance`` is not finite (or the tolerance negative).
     """
     if not tries:
         raise ValueError("next_quality needs the first try")
-    if slope <= 0:
+    if not (slope > 0 and math.isfinite(slope)):
         raise ValueError(f"slope must be positive: {slope}")
+    if not (math.isfinite(target) and tolerance >= 0 and math.isfinite(tolerance)):
+        raise ValueError(f"target and tolerance must be finite, the tolerance not negative: {target}, {tolerance}")
     if len(tries) >= MAX_ENCODES or any(target <= t.score <= target + tolerance for t in tries):
         return None
     missing = [t.quality for t in tries if t.score < target]
     reaching = [t.quality for t in tries if t.score >= target]
     floor = max(missing, default=MIN_QUALITY - 1)  # known to miss: try above it
     ceiling = min(reaching, default=MAX_QUALITY + 1)  # known to reach: try below it
+    if floor + 1 >= ceiling:  # nothing untried between (scores are not monotone near the top)
+        return None
     aim = target + tolerance / 2
     base, line_slope = min(tries, key=lambda t: abs(t.score - aim)), slope
     below = [t for t in tries if t.score < aim]
@@ -199,8 +204,8 @@ def search(
     """
     if not MIN_QUALITY <= first_quality <= MAX_QUALITY:
         raise ValueError(f"quality must be 1-100: {first_quality}")
-    if tolerance < 0:
-        raise ValueError(f"tolerance must not be negative: {tolerance}")
+    if not (tolerance >= 0 and math.isfinite(tolerance)):
+        raise ValueError(f"tolerance must be finite and not negative: {tolerance}")
     tries = [try_quality(first_quality)]
     while (quality := next_quality(tries, target, tolerance, slope)) is not None:
         tries.append(try_quality(quality))

@@ -45,6 +45,8 @@ SEGMENT_SECONDS: Final = 60.0
 SNAP_FRACTION: Final = 0.25
 #: Shortest segment length accepted, seconds: below it a split gains nothing.
 MIN_SEGMENT_SECONDS: Final = 1.0
+#: Longest segment length accepted, seconds: a day (``MAX_VIDEO_SECONDS`` is at most 3 h).
+MAX_SEGMENT_SECONDS: Final = 86_400.0
 
 _US: Final = 1_000_000
 
@@ -136,15 +138,15 @@ class SegmentPlan:
 
 def should_split(estimated_s: float, duration_s: float, split_above_s: float, segment_s: float) -> bool:
     """Whether a video is split: its single-invocation estimate (seconds of work) exceeds
-    ``split_above_s`` and it lasts at least 1.5 segments (``round`` gives two or more).
+    ``split_above_s`` and its plan (:func:`plan_segments`) has two segments or more.
 
     Raises
     ------
     ValueError
-        If ``segment_s`` is under :data:`MIN_SEGMENT_SECONDS` or ``split_above_s`` is not positive.
+        As :func:`plan_segments`, or if ``split_above_s`` is not positive.
     """
     _check(segment_s, split_above_s)
-    return estimated_s > split_above_s and duration_s >= 1.5 * segment_s
+    return estimated_s > split_above_s and len(plan_segments(duration_s, (), segment_s).segments) >= 2
 
 
 def plan_segments(
@@ -162,7 +164,8 @@ def plan_segments(
         when none is at or before 0.
     segment_s: wanted segment length, seconds.
     frames_s: presentation times of every frame of the stream, seconds (ffprobe's packets),
-        when known: an exact cut then moves to the first frame at or after its ideal time, so
+        when known: an exact cut then moves to the first frame at or after its ideal time (and
+        is dropped when no frame is left after it), so
         that every segment starts on a frame and its first frame keeps its time when the
         segments are joined (cut between frames, the join would move the segment's frames by
         the gap: 4 ms at 4.2 s of a 29.97 fps source, which put the renditions a frame off
@@ -171,15 +174,17 @@ def plan_segments(
     Raises
     ------
     ValueError
-        If ``duration_s`` is not positive or ``segment_s`` is under :data:`MIN_SEGMENT_SECONDS`.
+        If ``duration_s`` is not at least a microsecond, or ``segment_s`` is not within
+        :data:`MIN_SEGMENT_SECONDS`-:data:`MAX_SEGMENT_SECONDS`.
     """
     _check(segment_s, 1.0)
-    if not duration_s > 0 or not math.isfinite(duration_s):
-        raise ValueError(f"a duration must be positive: {duration_s}")
+    if not (duration_s > 0 and math.isfinite(duration_s)) or to_us(duration_s) < 1:
+        raise ValueError(f"a duration must be at least a microsecond: {duration_s}")
     end_us = to_us(duration_s)
     keys = sorted({k for k in (to_us(t) for t in keyframes_s if math.isfinite(t)) if 0 <= k < end_us} | {0})
     frames = sorted({f for f in (to_us(t) for t in frames_s if math.isfinite(t)) if 0 <= f < end_us})
-    count = max(1, math.floor(duration_s / segment_s + 0.5))
+    segment_us = to_us(segment_s)
+    count = max(1, (2 * end_us + segment_us) // (2 * segment_us))  # round(duration / segment), in microseconds
     reach_us = to_us(SNAP_FRACTION * segment_s)
     min_us = to_us(MIN_SEGMENT_SECONDS)
     cuts = [0]
@@ -188,7 +193,7 @@ def plan_segments(
         nearest = _nearest(keys, ideal, low=cuts[-1] + min_us, high=end_us - min_us)
         if nearest is not None and abs(nearest - ideal) <= reach_us:
             cuts.append(nearest)
-        elif cuts[-1] + min_us <= (exact := _frame_at_or_after(frames, ideal)) <= end_us - min_us:
+        elif (exact := _frame_at_or_after(frames, ideal)) is not None and cuts[-1] + min_us <= exact <= end_us - min_us:
             cuts.append(exact)
     bounds = [*cuts, end_us]
     pairs = zip(bounds, bounds[1:], strict=False)
@@ -197,8 +202,8 @@ def plan_segments(
 
 
 def _check(segment_s: float, split_above_s: float) -> None:
-    if not segment_s >= MIN_SEGMENT_SECONDS:
-        raise ValueError(f"a segment must be at least {MIN_SEGMENT_SECONDS} s: {segment_s}")
+    if not (segment_s >= MIN_SEGMENT_SECONDS and math.isfinite(segment_s) and segment_s <= MAX_SEGMENT_SECONDS):
+        raise ValueError(f"a segment must be {MIN_SEGMENT_SECONDS}-{MAX_SEGMENT_SECONDS} s: {segment_s}")
     if not split_above_s > 0:
         raise ValueError(f"the split threshold must be positive: {split_above_s}")
 
@@ -209,10 +214,14 @@ def _nearest(keys: Sequence[int], ideal: int, *, low: int, high: int) -> int | N
     return min(inside, key=lambda k: (abs(k - ideal), k)) if inside else None
 
 
-def _frame_at_or_after(frames: Sequence[int], at: int) -> int:
-    """The first of ``frames`` at or after ``at``; ``at`` itself when none is known."""
+def _frame_at_or_after(frames: Sequence[int], at: int) -> int | None:
+    """The first of ``frames`` at or after ``at``; ``at`` itself when no frame is known;
+    ``None`` when frames are known and none is left (a cut there would start a segment with
+    no frame: an audio track running on after the video)."""
+    if not frames:
+        return at
     index = bisect.bisect_left(frames, at)
-    return frames[index] if index < len(frames) else at
+    return frames[index] if index < len(frames) else None
 
 
 def _at_or_before(keys: Sequence[int], at: int) -> int:

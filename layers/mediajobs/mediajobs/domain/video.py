@@ -169,6 +169,8 @@ class VideoProbe:
     audio_codec: the first audio stream's codec, or ``None`` without audio.
     stream_index: the video stream's index in the file (cover art may come before it).
     sar: sample (pixel) aspect ratio as (num, den); (1, 1) for square pixels or unknown.
+    video_duration_s: the video stream's own duration, seconds, when it declares one (an
+        audio track may run on after the video ends).
     """
 
     format_name: str
@@ -187,6 +189,7 @@ class VideoProbe:
     audio_codec: str | None = None
     stream_index: int = 0
     sar: tuple[int, int] = (1, 1)
+    video_duration_s: float | None = None
 
     @property
     def display_size(self) -> tuple[int, int]:
@@ -204,6 +207,14 @@ class VideoProbe:
         """The average frame rate over the whole duration, frames per second (:attr:`frames`
         over :attr:`duration_s`): the rate that decides the work, whatever the header says."""
         return self.frames / self.duration_s
+
+    @property
+    def video_rate_fps(self) -> float:
+        """Frames per second of the video stream's own duration (the container's when the
+        stream declares none, or one longer than the container's): the rate a decoder has to
+        keep up with, which an audio track running on after the video cannot dilute."""
+        own = self.video_duration_s
+        return self.frames / (own if own is not None and 0 < own <= self.duration_s else self.duration_s)
 
     @property
     def has_audio(self) -> bool:
@@ -407,6 +418,7 @@ def parse_probe(document: dict[str, Any], *, packets_duration_s: float | None = 
         audio_codec=str(audios[0].get("codec_name")) if audios else None,
         stream_index=int(video.get("index") or 0),
         sar=_sar(video),
+        video_duration_s=_seconds(video.get("duration")),
     )
 
 
@@ -554,12 +566,14 @@ def ffprobe_packets_argv(ffprobe: str, source: str) -> list[str]:
     ]  # fmt: skip
 
 
-def keyframes_argv(ffprobe: str, source: str) -> list[str]:
-    """argv listing the first video stream's packets as ``pts_time,flags`` CSV lines: demuxed,
-    not decoded (a ``K`` in the flags marks a keyframe), with the input guard of every run
-    (for :func:`parse_keyframes`; the segment plan's input, :mod:`mediajobs.domain.segments`)."""
+def keyframes_argv(ffprobe: str, source: str, stream_index: int) -> list[str]:
+    """argv listing the packets of the stream ``stream_index`` (the probe's
+    :attr:`VideoProbe.stream_index`: cover art may come first, and ``v:0`` would be it) as
+    ``pts_time,flags`` CSV lines: demuxed, not decoded (a ``K`` in the flags marks a
+    keyframe), with the input guard of every run (for :func:`parse_keyframes`; the segment
+    plan's input, :mod:`mediajobs.domain.segments`)."""
     return [
-        ffprobe, "-hide_banner", "-v", "error", *_input_guard(), "-select_streams", "v:0",
+        ffprobe, "-hide_banner", "-v", "error", *_input_guard(), "-select_streams", str(int(stream_index)),
         "-show_entries", "packet=pts_time,flags", "-of", "csv=p=0", "-i", source,
     ]  # fmt: skip
 
@@ -690,11 +704,12 @@ def segment_argv(
     plan: RenditionPlan,
     params: VideoRenditionsParams,
     start_s: float,
-    duration_s: float,
+    duration_s: float | None,
     out_dir: str,
 ) -> list[str]:
-    """argv that encodes ``duration_s`` seconds of ``source`` from ``start_s``, every planned
-    rung, video only, into ``<out_dir>/<rung>.mp4``.
+    """argv that encodes ``duration_s`` seconds of ``source`` from ``start_s`` (``None``: to
+    its end, for the last segment, whose last frame may sit exactly at the declared
+    duration), every planned rung, video only, into ``<out_dir>/<rung>.mp4``.
 
     ``-ss`` and ``-t`` are input options: ffmpeg seeks to the keyframe at or before
     ``start_s``, decodes from there and drops the frames before ``start_s`` (accurate seek,
@@ -712,7 +727,8 @@ def segment_argv(
     chains += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(plan.renditions)]
     argv = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-progress", "pipe:1",
-        *_input_guard(), "-ss", f"{start_s:.6f}", "-t", f"{duration_s:.6f}", "-i", source,
+        *_input_guard(), "-ss", f"{start_s:.6f}", *([] if duration_s is None else ["-t", f"{duration_s:.6f}"]),
+        "-i", source,
         "-filter_complex", ";".join(chains),
     ]  # fmt: skip
     for i, r in enumerate(plan.renditions):
@@ -747,12 +763,17 @@ def join_list(segments: list[tuple[str, float]]) -> str:
     Raises
     ------
     ValueError
-        If a path is not relative and plain (:data:`_SAFE_PATH`: what ``-safe 1`` accepts).
+        If there is no segment, a path is not relative and plain (:data:`_SAFE_PATH`: what
+        ``-safe 1`` accepts), or a duration is not a finite number of at least a microsecond.
     """
+    if not segments:
+        raise ValueError("a join needs at least one segment")
     lines = ["ffconcat version 1.0"]
     for i, (path, duration_s) in enumerate(segments):
         if not _SAFE_PATH.fullmatch(path):
             raise ValueError(f"not a path of ours: {path!r}")
+        if not (math.isfinite(duration_s) and duration_s >= 1e-6):
+            raise ValueError(f"a segment's duration must be at least a microsecond: {duration_s!r}")
         lines.append(f"file '{path}'")
         if i < len(segments) - 1:
             lines.append(f"duration {duration_s:.6f}")
@@ -895,14 +916,15 @@ MIN_WORK_PER_S: Final = 0.25
 FRAME_BYTES: Final = 32
 
 
-#: Most frames a second of source may hold, averaged over its duration
-#: (:attr:`VideoProbe.frame_rate_fps`). Every frame is decoded, whatever the ``max_fps``
-#: cap keeps, and a frame's fixed cost (:data:`DECODE_FRAME_COST`, 37-64 us here) does not
-#: shrink with its size: 20 s of 16x16 at 50,000 fps took 34-134 s to render for 1,231
-#: frames kept. 5,000 keeps phones' and action cameras' slow motion (240 fps, 960 fps) and
-#: case V10's 3,000 fps clip, and bounds the per-frame part of the decode at about 0.7 s a
-#: second of source (speed factor 1): a source above it is refused from its probe,
-#: ``too_many_frames``, before any decoder starts.
+#: Most frames a second of source may hold, averaged over the video stream's duration
+#: (:attr:`VideoProbe.video_rate_fps`: an audio track running on cannot dilute it). Every
+#: frame is decoded, whatever the ``max_fps`` cap keeps, and a frame's fixed cost
+#: (:data:`DECODE_FRAME_COST`, 37-64 us here) does not shrink with its size: 20 s of 16x16
+#: at 50,000 fps took 34-134 s to render for 1,231 frames kept. 5,000 keeps phones' and
+#: action cameras' slow motion (240 fps, 960 fps) and case V10's 3,000 fps clip, and
+#: bounds the per-frame part of the decode at about 0.7 s a second of source (speed factor
+#: 1): a source above it is refused from its probe, ``too_many_frames``, before any
+#: decoder starts.
 MAX_SOURCE_FPS: Final = 5_000
 
 
@@ -976,8 +998,9 @@ def check_budget(probe: VideoProbe, plan: RenditionPlan, budget: Budget) -> None
         raise PermanentFailure(
             TOO_LONG, VIDEO_SECONDS.detail(f"{probe.duration_s:.1f} s", f"{budget.max_duration_s:.0f} s")
         )
-    if probe.frame_rate_fps > MAX_SOURCE_FPS:
-        found = f"{probe.frames:,} frames in {probe.duration_s:.1f} s ({probe.frame_rate_fps:,.0f} a second)"
+    if probe.video_rate_fps > MAX_SOURCE_FPS:
+        seconds = probe.frames / probe.video_rate_fps
+        found = f"{probe.frames:,} frames in {seconds:.1f} s ({probe.video_rate_fps:,.0f} a second)"
         raise PermanentFailure(TOO_MANY_FRAMES, SOURCE_FPS.detail(found, f"{MAX_SOURCE_FPS:,} a second"))
     needed = estimated_seconds(probe, plan, budget.speed_factor)
     if needed > budget.invocation_s:
