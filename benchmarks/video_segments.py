@@ -139,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             keyframes_argv(binaries.ffprobe, str(source), probe.stream_index), args.core
         )
         plan = plan_segments(
-            probe.duration_s, parse_keyframes(listing), args.segment_seconds, frames_s=parse_frame_times(listing)
+            probe.duration_s,
+            parse_keyframes(listing, probe.start_s),
+            args.segment_seconds,
+            frames_s=parse_frame_times(listing, probe.start_s),
         )
         segments: list[dict[str, Any]] = []
         for segment in plan.segments:

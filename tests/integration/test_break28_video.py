@@ -49,7 +49,8 @@ def joined_and_single(clip: Path, segment_s: float, work: Path) -> tuple[list[fl
     probe = probe_of(clip)
     renditions = plan_renditions(probe, PARAMS)
     listing = run(keyframes_argv(ffprobe, str(clip), probe.stream_index))
-    plan = plan_segments(probe.duration_s, parse_keyframes(listing), segment_s, frames_s=parse_frame_times(listing))
+    keyframes, frames = parse_keyframes(listing, probe.start_s), parse_frame_times(listing, probe.start_s)
+    plan = plan_segments(probe.duration_s, keyframes, segment_s, frames_s=frames)
     for segment in plan.segments:
         folder = work / f"segment-{segment.index}"
         folder.mkdir(parents=True)
@@ -76,11 +77,6 @@ def assert_same_frames(joined: list[float], single: list[float]) -> None:
     assert worst < 0.001, worst
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known, not fixed yet (issue 27): ffprobe's keyframe and frame times are absolute,"
-    " -ss counts from the file's start: each cut lands the start time off",
-)
 def test_a_source_whose_timestamps_start_after_zero_joins_at_the_single_passs_times(tmp_path: Path) -> None:
     # A Matroska file whose first frame is at 0.010 s (recordings cut from a stream keep their
     # timestamps): ffprobe's packet times are absolute, -ss is relative to the file's start,

@@ -202,3 +202,9 @@ def test_a_segments_job_key_is_its_content_recipe_range_and_plan_version():
     for part in ("segment/v1/0-", "segment/1/0-5", "../x", "audio", "segment/v1/0-5\n"):
         with pytest.raises(ValueError, match="not a content, a part of one or a job's named output"):
             part_job_key(sha, part, recipe)
+
+
+def test_listed_times_are_made_relative_to_the_containers_start_as_ss_counts():
+    text = "10.010000,K__\n10.043333,___\n12.010000,K__\n"
+    assert parse_keyframes(text, 10.01) == (0.0, 2.0)
+    assert parse_frame_times(text, 10.01) == (0.0, 0.033333, 2.0)

@@ -171,6 +171,9 @@ class VideoProbe:
     sar: sample (pixel) aspect ratio as (num, den); (1, 1) for square pixels or unknown.
     video_duration_s: the video stream's own duration, seconds, when it declares one (an
         audio track may run on after the video ends).
+    start_s: the container's start time, seconds (ffprobe's ``format.start_time``; 0 when
+        absent): what ffmpeg's input ``-ss`` counts from (``fftools/ffmpeg_demux.c`` adds it
+        to the seek position), so a time ffprobe lists is ``start_s`` after its ``-ss``.
     """
 
     format_name: str
@@ -190,6 +193,7 @@ class VideoProbe:
     stream_index: int = 0
     sar: tuple[int, int] = (1, 1)
     video_duration_s: float | None = None
+    start_s: float = 0.0
 
     @property
     def display_size(self) -> tuple[int, int]:
@@ -419,6 +423,7 @@ def parse_probe(document: dict[str, Any], *, packets_duration_s: float | None = 
         stream_index=int(video.get("index") or 0),
         sar=_sar(video),
         video_duration_s=_seconds(video.get("duration")),
+        start_s=_finite(fmt.get("start_time")),
     )
 
 
@@ -578,19 +583,29 @@ def keyframes_argv(ffprobe: str, source: str, stream_index: int) -> list[str]:
     ]  # fmt: skip
 
 
-def parse_keyframes(csv_text: str) -> tuple[float, ...]:
-    """Keyframe times, seconds, ascending, from :func:`keyframes_argv`'s output (lines
-    ``1.234000,K__``; lines without a time or a ``K`` are skipped)."""
-    return _packet_times(csv_text, keyframes_only=True)
+def parse_keyframes(csv_text: str, origin_s: float = 0.0) -> tuple[float, ...]:
+    """Keyframe times, seconds after ``origin_s`` (the probe's :attr:`VideoProbe.start_s`,
+    so that they are what ``-ss`` takes), ascending, from :func:`keyframes_argv`'s output
+    (lines ``1.234000,K__``; lines without a time or a ``K`` are skipped)."""
+    return _packet_times(csv_text, keyframes_only=True, origin_s=origin_s)
 
 
-def parse_frame_times(csv_text: str) -> tuple[float, ...]:
-    """Every packet's (frame's) time, seconds, ascending and distinct, from
-    :func:`keyframes_argv`'s output."""
-    return _packet_times(csv_text, keyframes_only=False)
+def parse_frame_times(csv_text: str, origin_s: float = 0.0) -> tuple[float, ...]:
+    """Every packet's (frame's) time, seconds after ``origin_s`` (as :func:`parse_keyframes`),
+    ascending and distinct, from :func:`keyframes_argv`'s output."""
+    return _packet_times(csv_text, keyframes_only=False, origin_s=origin_s)
 
 
-def _packet_times(csv_text: str, *, keyframes_only: bool) -> tuple[float, ...]:
+def _finite(value: Any) -> float:
+    """A finite number of seconds from ffprobe, else 0."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return seconds if math.isfinite(seconds) else 0.0
+
+
+def _packet_times(csv_text: str, *, keyframes_only: bool, origin_s: float) -> tuple[float, ...]:
     times = set()
     for line in csv_text.splitlines():
         fields = line.strip().split(",")
@@ -601,7 +616,7 @@ def _packet_times(csv_text: str, *, keyframes_only: bool) -> tuple[float, ...]:
         except ValueError:
             continue
         if math.isfinite(value):
-            times.add(value)
+            times.add(round(value - origin_s, 6))
     return tuple(sorted(times))
 
 
