@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             parse_keyframes(listing, probe.start_s),
             args.segment_seconds,
             frames_s=parse_frame_times(listing, probe.start_s),
+            grid_s=1 / renditions.fps_cap if renditions.fps_cap else None,
         )
         segments: list[dict[str, Any]] = []
         for segment in plan.segments:

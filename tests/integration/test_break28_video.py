@@ -50,7 +50,8 @@ def joined_and_single(clip: Path, segment_s: float, work: Path) -> tuple[list[fl
     renditions = plan_renditions(probe, PARAMS)
     listing = run(keyframes_argv(ffprobe, str(clip), probe.stream_index))
     keyframes, frames = parse_keyframes(listing, probe.start_s), parse_frame_times(listing, probe.start_s)
-    plan = plan_segments(probe.duration_s, keyframes, segment_s, frames_s=frames)
+    grid = 1 / renditions.fps_cap if renditions.fps_cap else None
+    plan = plan_segments(probe.duration_s, keyframes, segment_s, frames_s=frames, grid_s=grid)
     for segment in plan.segments:
         folder = work / f"segment-{segment.index}"
         folder.mkdir(parents=True)
@@ -109,9 +110,6 @@ def test_a_video_starting_after_its_audio_is_joined_without_repeated_frames(tmp_
     assert_same_frames(joined, single)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="known, not fixed yet (issue 27): each segment's fps filter starts its own grid at the cut"
-)
 def test_a_source_above_max_fps_stays_capped_across_the_joins(tmp_path: Path) -> None:
     # 120 fps (web-video@2 caps at 60): the exact cut at 4.008333 s is on a source frame but
     # off the 60 fps grid, and each segment's fps filter starts its own grid: the joined

@@ -69,12 +69,9 @@ def joined(clip: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     probe = FfmpegRenderer(speed_factor=1.0, max_duration_s=1800, invocation_s=880, margin_s=10).probe(clip)
     renditions = plan_renditions(probe, PARAMS)
     listing = run(keyframes_argv(ffprobe, str(clip), probe.stream_index))
-    plan = plan_segments(
-        probe.duration_s,
-        parse_keyframes(listing, probe.start_s),
-        4.5,
-        frames_s=parse_frame_times(listing, probe.start_s),
-    )
+    keyframes, frames = parse_keyframes(listing, probe.start_s), parse_frame_times(listing, probe.start_s)
+    grid = 1 / renditions.fps_cap if renditions.fps_cap else None
+    plan = plan_segments(probe.duration_s, keyframes, 4.5, frames_s=frames, grid_s=grid)
     for segment in plan.segments:
         folder = work / f"segment-{segment.index}"
         folder.mkdir()

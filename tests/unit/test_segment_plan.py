@@ -208,3 +208,18 @@ def test_listed_times_are_made_relative_to_the_containers_start_as_ss_counts():
     text = "10.010000,K__\n10.043333,___\n12.010000,K__\n"
     assert parse_keyframes(text, 10.01) == (0.0, 2.0)
     assert parse_frame_times(text, 10.01) == (0.0, 0.033333, 2.0)
+
+
+def test_a_capped_sources_cuts_fall_on_the_renditions_frame_grid():
+    # 120 fps capped at 60: frames every 1/120 s, the renditions' grid every 1/60 s
+    frames = [round(i / 120, 6) for i in range(1200)]  # 10 s
+    keys = [0.0, 3.008333, 6.0]  # 3.008333 is frame 361: off the 60 fps grid
+    plan = plan_segments(10.0, keys, 3.3, frames_s=frames, grid_s=1 / 60)
+    starts_us = [s.start_us for s in plan.segments]
+    assert starts_us == [0, 3_333_333, 6_000_000]  # 3.3333 s: the grid point after 3.333 s, on frame 400
+    assert all(abs(t / 1e6 * 60 - round(t / 1e6 * 60)) < 0.06 for t in starts_us)  # within 1 ms of the grid
+    assert plan.segments[1].decode_from_us == 3_008_333  # decoding still starts at the keyframe before
+    unsnapped = plan_segments(10.0, keys, 3.3, frames_s=frames)
+    assert [s.start_us for s in unsnapped.segments] == [0, 3_008_333, 6_000_000]  # without the grid: the keyframe
+    with pytest.raises(ValueError, match="grid"):
+        plan_segments(10.0, keys, 3.3, grid_s=0.0)

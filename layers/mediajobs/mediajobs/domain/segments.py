@@ -150,7 +150,11 @@ def should_split(estimated_s: float, duration_s: float, split_above_s: float, se
 
 
 def plan_segments(
-    duration_s: float, keyframes_s: Iterable[float], segment_s: float, frames_s: Iterable[float] = ()
+    duration_s: float,
+    keyframes_s: Iterable[float],
+    segment_s: float,
+    frames_s: Iterable[float] = (),
+    grid_s: float | None = None,
 ) -> SegmentPlan:
     """Cut ``duration_s`` seconds of source into about ``segment_s``-second segments (module
     docstring), snapping each cut to the nearest of ``keyframes_s`` within
@@ -171,10 +175,18 @@ def plan_segments(
         the gap: 4 ms at 4.2 s of a 29.97 fps source, which put the renditions a frame off
         the source's timeline).
 
+    grid_s: the renditions' frame interval when they are capped (``1 / fps_cap``), seconds:
+        every cut then falls on that grid (within :data:`GRID_TOLERANCE_US`), a keyframe off
+        it is not cut at, and an exact cut moves to the first frame at or after the first
+        grid point at or after its ideal time. Each segment's ``fps`` filter starts its grid
+        at the segment's first frame, so a cut off the single pass's grid would put two
+        frames closer than the cap at the join (8 ms apart for a 120 fps source at 4.008 s).
+
     Raises
     ------
     ValueError
-        If ``duration_s`` is not at least a microsecond, or ``segment_s`` is not within
+        If ``grid_s`` is given and not a positive finite number, if ``duration_s`` is not at
+        least a microsecond, or ``segment_s`` is not within
         :data:`MIN_SEGMENT_SECONDS`-:data:`MAX_SEGMENT_SECONDS`.
     """
     _check(segment_s, 1.0)
@@ -185,15 +197,20 @@ def plan_segments(
     frames = sorted({f for f in (to_us(t) for t in frames_s if math.isfinite(t)) if 0 <= f < end_us})
     segment_us = to_us(segment_s)
     count = max(1, (2 * end_us + segment_us) // (2 * segment_us))  # round(duration / segment), in microseconds
+    if grid_s is not None and not (grid_s > 0 and math.isfinite(grid_s)):
+        raise ValueError(f"a grid must be a positive number of seconds: {grid_s}")
+    cut_keys = keys if grid_s is None else [0, *(k for k in keys if k and _on_grid(k, grid_s))]
     reach_us = to_us(SNAP_FRACTION * segment_s)
     min_us = to_us(MIN_SEGMENT_SECONDS)
     cuts = [0]
     for k in range(1, count):
         ideal = end_us * k // count
-        nearest = _nearest(keys, ideal, low=cuts[-1] + min_us, high=end_us - min_us)
+        nearest = _nearest(cut_keys, ideal, low=cuts[-1] + min_us, high=end_us - min_us)
         if nearest is not None and abs(nearest - ideal) <= reach_us:
             cuts.append(nearest)
-        elif (exact := _frame_at_or_after(frames, ideal)) is not None and cuts[-1] + min_us <= exact <= end_us - min_us:
+        elif (
+            exact := _frame_at_or_after(frames, ideal if grid_s is None else _grid_at_or_after(ideal, grid_s))
+        ) is not None and cuts[-1] + min_us <= exact <= end_us - min_us:
             cuts.append(exact)
     bounds = [*cuts, end_us]
     pairs = zip(bounds, bounds[1:], strict=False)
@@ -212,6 +229,22 @@ def _nearest(keys: Sequence[int], ideal: int, *, low: int, high: int) -> int | N
     """The key in ``[low, high]`` nearest ``ideal`` (the earlier of two equally near)."""
     inside = [k for k in keys if low <= k <= high]
     return min(inside, key=lambda k: (abs(k - ideal), k)) if inside else None
+
+
+#: How far from a grid point a time may be and count as on it, microseconds.
+GRID_TOLERANCE_US: Final = 1000
+
+
+def _on_grid(at_us: int, grid_s: float) -> bool:
+    grid_us = grid_s * _US
+    return abs(at_us - round(at_us / grid_us) * grid_us) <= GRID_TOLERANCE_US
+
+
+def _grid_at_or_after(at_us: int, grid_s: float) -> int:
+    """The first grid point at or after ``at_us``, less the tolerance (a frame a hair
+    before it counts as on it), microseconds."""
+    grid_us = grid_s * _US
+    return max(0, round(math.ceil(at_us / grid_us - 1e-9) * grid_us) - GRID_TOLERANCE_US)
 
 
 def _frame_at_or_after(frames: Sequence[int], at: int) -> int | None:
