@@ -149,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         for segment in plan.segments:
             folder = work / f"segment-{segment.index}"
             folder.mkdir()
-            start = to_s(segment.start_us)
-            length = None if segment is plan.segments[-1] else to_s(segment.end_us - segment.start_us)
+            start, length = plan.encode_range(segment)
             argv_ = segment_argv(binaries.ffmpeg, str(source), probe, renditions, params, start, length, str(folder))
             cpu, wall, _ = job(argv_, args.core)
             segments.append({**segment.to_json(), "cpu_s": round(cpu, 3), "wall_s": round(wall, 3)})
@@ -164,10 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         audio_cpu, audio_wall, _ = job(audio_job, args.core)
         join_cpu = join_wall = 0.0
         for r in renditions.renditions:
-            parts = [(f"segment-{s.index}/{r.name}.mp4", to_s(s.end_us - s.start_us)) for s in plan.segments]
-            (work / f"{r.name}.ffconcat").write_text(join_list(parts))
+            names = [f"segment-{s.index}/{r.name}.mp4" for s in plan.segments]
+            (work / f"{r.name}.ffconcat").write_text(join_list(list(zip(names, plan.join_durations(), strict=True))))
+            out = str(work / f"{r.name}.mp4")
             cpu, wall, _ = job(
-                join_argv(binaries.ffmpeg, f"{r.name}.ffconcat", f"audio/{r.name}.m4a", str(work / f"{r.name}.mp4")),
+                join_argv(binaries.ffmpeg, f"{r.name}.ffconcat", f"audio/{r.name}.m4a", out, to_s(plan.video_start_us)),
                 args.core,
                 cwd=work,
             )

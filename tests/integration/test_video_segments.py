@@ -75,17 +75,17 @@ def joined(clip: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     for segment in plan.segments:
         folder = work / f"segment-{segment.index}"
         folder.mkdir()
-        start = to_s(segment.start_us)
-        length = None if segment is plan.segments[-1] else to_s(segment.end_us - segment.start_us)
+        start, length = plan.encode_range(segment)
         run(segment_argv(ffmpeg, str(clip), probe, renditions, PARAMS, start, length, str(folder)))
     (work / "audio").mkdir()
     run(audio_argv(ffmpeg, str(clip), renditions, PARAMS, str(work / "audio")))
     outputs = {}
     for r in renditions.renditions:
-        parts = [(f"segment-{s.index}/{r.name}.mp4", to_s(s.end_us - s.start_us)) for s in plan.segments]
-        (work / f"{r.name}.ffconcat").write_text(join_list(parts))
+        names = [f"segment-{s.index}/{r.name}.mp4" for s in plan.segments]
+        (work / f"{r.name}.ffconcat").write_text(join_list(list(zip(names, plan.join_durations(), strict=True))))
         out = work / f"{r.name}.mp4"
-        run(join_argv(ffmpeg, f"{r.name}.ffconcat", f"audio/{r.name}.m4a", str(out)), cwd=work)
+        offset = to_s(plan.video_start_us)
+        run(join_argv(ffmpeg, f"{r.name}.ffconcat", f"audio/{r.name}.m4a", str(out), offset), cwd=work)
         outputs[r.name] = out
     single = work / "single"
     single.mkdir()

@@ -223,3 +223,21 @@ def test_a_capped_sources_cuts_fall_on_the_renditions_frame_grid():
     assert [s.start_us for s in unsnapped.segments] == [0, 3_008_333, 6_000_000]  # without the grid: the keyframe
     with pytest.raises(ValueError, match="grid"):
         plan_segments(10.0, keys, 3.3, grid_s=0.0)
+
+
+def test_a_video_starting_late_is_encoded_and_joined_from_its_first_frame():
+    frames = [round(0.523 + i / 30, 6) for i in range(360)]  # video from 0.523 s; the container from 0
+    plan = plan_segments(12.5, [0.523, 4.523, 8.523], 4.5, frames_s=frames)
+    assert plan.video_start_us == 523_000
+    assert [s.start_us for s in plan.segments] == [0, 4_523_000, 8_523_000]
+    # ffmpeg's input -t counts from the first frame decoded: the first segment's from 0.523 s
+    assert [plan.encode_range(s) for s in plan.segments] == [(0.0, 4.0), (4.523, 4.0), (8.523, None)]
+    assert plan.join_durations() == [4.0, 4.0, 3.977]
+    assert plan_segments(12.0, [0.0], 4.0).video_start_us == 0  # frames unknown: from 0
+    from mediajobs.domain.video import join_argv
+
+    argv = join_argv("ffmpeg", "l.ffconcat", None, "/w/o.mp4", 0.523)
+    assert argv[argv.index("-itsoffset") + 1] == "0.523000" and argv.index("-itsoffset") < argv.index("concat")
+    assert "-itsoffset" not in join_argv("ffmpeg", "l.ffconcat", None, "/w/o.mp4")
+    with pytest.raises(ValueError, match="offset"):
+        join_argv("ffmpeg", "l.ffconcat", None, "/w/o.mp4", -1.0)

@@ -113,11 +113,33 @@ class SegmentPlan:
     version: :data:`PLAN_VERSION` of the rules that made it.
     segment_s: the segment length asked for, seconds.
     segments: in order, contiguous, covering ``[0, duration)``.
+    video_start_us: the first frame's time when the frames are known (a video may start
+        after its audio), else 0, microseconds.
     """
 
     version: int
     segment_s: float
     segments: tuple[Segment, ...]
+    video_start_us: int = 0
+
+    def encode_range(self, segment: Segment) -> tuple[float, float | None]:
+        """``(seek_s, duration_s)`` for :func:`mediajobs.domain.video.segment_argv`: where
+        the segment's ``-ss`` goes and how long its ``-t`` is, seconds; ``None`` for the last
+        segment (to the end: a frame may sit exactly at the declared duration). ffmpeg's
+        input ``-t`` counts from the first frame it decodes after the seek, so the first
+        segment's length counts from :attr:`video_start_us` (counted from 0 it ran that far
+        into the second segment: 16 repeated frames for a video starting 0.52 s late)."""
+        begins = max(segment.start_us, self.video_start_us)
+        if segment.index == len(self.segments) - 1:
+            return to_s(segment.start_us), None
+        return to_s(segment.start_us), to_s(segment.end_us - begins)
+
+    def join_durations(self) -> list[float]:
+        """Each segment's length as the join lists it (:func:`mediajobs.domain.video.join_list`),
+        seconds: from its first frame (the first segment's is :attr:`video_start_us`) to the
+        next segment's start; the joined video is then moved :attr:`video_start_us` later
+        (:func:`mediajobs.domain.video.join_argv`'s ``offset_s``)."""
+        return [to_s(s.end_us - max(s.start_us, self.video_start_us)) for s in self.segments]
 
     @property
     def exact_cuts(self) -> int:
@@ -215,7 +237,7 @@ def plan_segments(
     bounds = [*cuts, end_us]
     pairs = zip(bounds, bounds[1:], strict=False)
     segments = tuple(Segment(i, start, stop, _at_or_before(keys, start)) for i, (start, stop) in enumerate(pairs))
-    return SegmentPlan(PLAN_VERSION, segment_s, segments)
+    return SegmentPlan(PLAN_VERSION, segment_s, segments, frames[0] if frames else 0)
 
 
 def _check(segment_s: float, split_above_s: float) -> None:

@@ -795,16 +795,20 @@ def join_list(segments: list[tuple[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def join_argv(ffmpeg: str, list_path: str, audio_path: str | None, out_path: str) -> list[str]:
+def join_argv(ffmpeg: str, list_path: str, audio_path: str | None, out_path: str, offset_s: float = 0.0) -> list[str]:
     """argv that joins one rung's segments (:func:`join_list` at ``list_path``) without
-    re-encoding, muxes the audio job's track when there is one, and puts the moov first.
+    re-encoding, moved ``offset_s`` seconds later (the plan's video start: a video that
+    starts after its audio keeps its place against it), muxes the audio job's track when
+    there is one, and puts the moov first.
 
     The concat demuxer reads only the list's files (``-safe 1``: relative, plain paths; the
     local file protocol; :data:`JOIN_FORMAT_WHITELIST`)."""
+    if not (math.isfinite(offset_s) and offset_s >= 0):
+        raise ValueError(f"an offset must be a finite number of seconds, not negative: {offset_s!r}")
     argv = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error",
         "-format_whitelist", JOIN_FORMAT_WHITELIST, "-protocol_whitelist", PROTOCOL_WHITELIST,
-        "-f", "concat", "-safe", "1", "-i", list_path,
+        *(["-itsoffset", f"{offset_s:.6f}"] if offset_s else []), "-f", "concat", "-safe", "1", "-i", list_path,
     ]  # fmt: skip
     if audio_path is not None:
         argv += ["-format_whitelist", JOIN_FORMAT_WHITELIST, "-protocol_whitelist", PROTOCOL_WHITELIST]
