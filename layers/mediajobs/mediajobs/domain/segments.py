@@ -45,6 +45,9 @@ SEGMENT_SECONDS: Final = 60.0
 SNAP_FRACTION: Final = 0.25
 #: Shortest segment length accepted, seconds: below it a split gains nothing.
 MIN_SEGMENT_SECONDS: Final = 1.0
+#: How far from a grid point of the renditions' frame rate a time may be and count as on it,
+#: microseconds (``plan_segments``' ``grid_s``).
+GRID_TOLERANCE_US: Final = 1000
 #: Longest segment length accepted, seconds: a day (``MAX_VIDEO_SECONDS`` is at most 3 h).
 MAX_SEGMENT_SECONDS: Final = 86_400.0
 
@@ -122,6 +125,11 @@ class SegmentPlan:
     segments: tuple[Segment, ...]
     video_start_us: int = 0
 
+    def _length_us(self, segment: Segment) -> int:
+        """From the segment's first frame (the first segment's is :attr:`video_start_us`) to
+        its end, microseconds."""
+        return segment.end_us - max(segment.start_us, self.video_start_us)
+
     def encode_range(self, segment: Segment) -> tuple[float, float | None]:
         """``(seek_s, duration_s)`` for :func:`mediajobs.domain.video.segment_argv`: where
         the segment's ``-ss`` goes and how long its ``-t`` is, seconds; ``None`` for the last
@@ -129,17 +137,15 @@ class SegmentPlan:
         input ``-t`` counts from the first frame it decodes after the seek, so the first
         segment's length counts from :attr:`video_start_us` (counted from 0 it ran that far
         into the second segment: 16 repeated frames for a video starting 0.52 s late)."""
-        begins = max(segment.start_us, self.video_start_us)
-        if segment.index == len(self.segments) - 1:
-            return to_s(segment.start_us), None
-        return to_s(segment.start_us), to_s(segment.end_us - begins)
+        last = segment.index == len(self.segments) - 1
+        return to_s(segment.start_us), None if last else to_s(self._length_us(segment))
 
     def join_durations(self) -> list[float]:
         """Each segment's length as the join lists it (:func:`mediajobs.domain.video.join_list`),
         seconds: from its first frame (the first segment's is :attr:`video_start_us`) to the
         next segment's start; the joined video is then moved :attr:`video_start_us` later
         (:func:`mediajobs.domain.video.join_argv`'s ``offset_s``)."""
-        return [to_s(s.end_us - max(s.start_us, self.video_start_us)) for s in self.segments]
+        return [to_s(self._length_us(s)) for s in self.segments]
 
     @property
     def exact_cuts(self) -> int:
@@ -186,17 +192,15 @@ def plan_segments(
     ----------
     duration_s: the source's duration, seconds (> 0).
     keyframes_s: presentation times of the video stream's keyframes, seconds, in any order
-        (ffprobe's ``K`` packets: :func:`mediajobs.domain.video.parse_keyframes`); the first frame counts as one
-        when none is at or before 0.
+        (ffprobe's ``K`` packets: :func:`mediajobs.domain.video.parse_keyframes`); the first
+        frame counts as one when none is at or before 0.
     segment_s: wanted segment length, seconds.
     frames_s: presentation times of every frame of the stream, seconds (ffprobe's packets),
         when known: an exact cut then moves to the first frame at or after its ideal time (and
-        is dropped when no frame is left after it), so
-        that every segment starts on a frame and its first frame keeps its time when the
-        segments are joined (cut between frames, the join would move the segment's frames by
-        the gap: 4 ms at 4.2 s of a 29.97 fps source, which put the renditions a frame off
-        the source's timeline).
-
+        is dropped when no frame is left after it), so that every segment starts on a frame
+        and its first frame keeps its time when the segments are joined (cut between frames,
+        the join would move the segment's frames by the gap: 4 ms at 4.2 s of a 29.97 fps
+        source, which put the renditions a frame off the source's timeline).
     grid_s: the renditions' frame interval when they are capped (``1 / fps_cap``), seconds:
         every cut then falls on that grid (within :data:`GRID_TOLERANCE_US`), a keyframe off
         it is not cut at, and an exact cut moves to the first frame at or after the first
@@ -214,13 +218,13 @@ def plan_segments(
     _check(segment_s, 1.0)
     if not (duration_s > 0 and math.isfinite(duration_s)) or to_us(duration_s) < 1:
         raise ValueError(f"a duration must be at least a microsecond: {duration_s}")
+    if grid_s is not None and not (grid_s > 0 and math.isfinite(grid_s)):
+        raise ValueError(f"a grid must be a positive number of seconds: {grid_s}")
     end_us = to_us(duration_s)
     keys = sorted({k for k in (to_us(t) for t in keyframes_s if math.isfinite(t)) if 0 <= k < end_us} | {0})
     frames = sorted({f for f in (to_us(t) for t in frames_s if math.isfinite(t)) if 0 <= f < end_us})
     segment_us = to_us(segment_s)
     count = max(1, (2 * end_us + segment_us) // (2 * segment_us))  # round(duration / segment), in microseconds
-    if grid_s is not None and not (grid_s > 0 and math.isfinite(grid_s)):
-        raise ValueError(f"a grid must be a positive number of seconds: {grid_s}")
     cut_keys = keys if grid_s is None else [0, *(k for k in keys if k and _on_grid(k, grid_s))]
     reach_us = to_us(SNAP_FRACTION * segment_s)
     min_us = to_us(MIN_SEGMENT_SECONDS)
@@ -253,10 +257,6 @@ def _nearest(keys: Sequence[int], ideal: int, *, low: int, high: int) -> int | N
     return min(inside, key=lambda k: (abs(k - ideal), k)) if inside else None
 
 
-#: How far from a grid point a time may be and count as on it, microseconds.
-GRID_TOLERANCE_US: Final = 1000
-
-
 def _on_grid(at_us: int, grid_s: float) -> bool:
     grid_us = grid_s * _US
     return abs(at_us - round(at_us / grid_us) * grid_us) <= GRID_TOLERANCE_US
@@ -280,5 +280,5 @@ def _frame_at_or_after(frames: Sequence[int], at: int) -> int | None:
 
 
 def _at_or_before(keys: Sequence[int], at: int) -> int:
-    """The last key at or before ``at`` (``keys`` holds 0)."""
-    return max(k for k in keys if k <= at)
+    """The last key at or before ``at`` (``keys``: sorted, holding 0)."""
+    return keys[bisect.bisect_right(keys, at) - 1]

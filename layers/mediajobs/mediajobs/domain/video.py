@@ -52,7 +52,7 @@ from mediajobs.domain.errors import (
     TransientFailure,
     in_bytes,
 )
-from mediajobs.domain.recipes import VideoRenditionsParams, VideoRung, fit_within
+from mediajobs.domain.recipes import VideoEncoding, VideoRenditionsParams, VideoRung, fit_within
 
 #: Demuxers ffprobe/ffmpeg may use, as ``-format_whitelist`` takes them. The mov family
 #: (MP4, MOV, M4V, 3GP, the MJ2 and M4A brands share one demuxer) and Matroska/WebM are what
@@ -271,13 +271,19 @@ def _rotation(stream: dict[str, Any]) -> int:
     return 0
 
 
-def _seconds(value: Any) -> float | None:
-    """A positive finite number of seconds from ffprobe (``"2.000000"``), else ``None`` (``N/A``)."""
+def _float(value: Any) -> float | None:
+    """A finite number from ffprobe (``"2.000000"``), else ``None`` (``N/A``, ``nan``)."""
     try:
-        seconds = float(value)
+        number = float(value)
     except (TypeError, ValueError):
         return None
-    return seconds if math.isfinite(seconds) and seconds > 0 else None
+    return number if math.isfinite(number) else None
+
+
+def _seconds(value: Any) -> float | None:
+    """A positive finite number of seconds from ffprobe (``"2.000000"``), else ``None`` (``N/A``)."""
+    seconds = _float(value)
+    return seconds if seconds is not None and seconds > 0 else None
 
 
 def _number(value: Any) -> float:
@@ -597,12 +603,9 @@ def parse_frame_times(csv_text: str, origin_s: float = 0.0) -> tuple[float, ...]
 
 
 def _finite(value: Any) -> float:
-    """A finite number of seconds from ffprobe, else 0."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return seconds if math.isfinite(seconds) else 0.0
+    """A finite number of seconds from ffprobe (negative allowed), else 0."""
+    seconds = _float(value)
+    return 0.0 if seconds is None else seconds
 
 
 def _packet_times(csv_text: str, *, keyframes_only: bool, origin_s: float) -> tuple[float, ...]:
@@ -646,6 +649,35 @@ def output_limit_s(probe: VideoProbe) -> float:
     return probe.duration_s + 5 * DURATION_TOLERANCE_S
 
 
+def _ladder_filter(probe: VideoProbe, plan: RenditionPlan, first: str = "") -> str:
+    """The filter graph of every encode of the ladder (the single pass's and each segment's):
+    the probed stream (by index: cover art may come first), ``first`` (a ``trim``), the cap
+    when there is one, the conversion to 8-bit BT.709 4:2:0, split, and each rendition's
+    planned size in square pixels, labelled ``[v<i>]``."""
+    n = len(plan.renditions)
+    cap = f"fps={plan.fps_cap}," if plan.fps_cap else ""
+    chains = [
+        f"[0:{probe.stream_index}]{first}{cap}{_picture_filter(probe)},split={n}" + "".join(f"[s{i}]" for i in range(n))
+    ]
+    # The planned size, not scale=-2:H: for a strip thinner than 1:180, -2 gives width 0.
+    chains += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(plan.renditions)]
+    return ";".join(chains)
+
+
+def _video_encoding(enc: VideoEncoding, rung: VideoRung, probe: VideoProbe, *, closed_gop: bool = False) -> list[str]:
+    """The video encoder's options of one rung, the same in the single pass and in every
+    segment (``closed_gop`` says libx264's ``open-gop=0``, its default, explicitly)."""
+    args = ["-c:v", enc.codec, "-preset", enc.preset, "-profile:v", enc.profile, "-level:v", enc.level]
+    if closed_gop:
+        args += ["-x264-params", "open-gop=0"]
+    # Variable frame rate stays variable: a constant output rate would duplicate frames to
+    # fill gaps (a 3-frame file declaring 25 minutes became 37,000 frames per rendition).
+    # Only a source above the recipe's max_fps becomes constant, at the cap (fps filter).
+    args += ["-fps_mode", "vfr", "-pix_fmt", enc.pix_fmt, "-crf", str(rung.crf)]
+    args += ["-maxrate", f"{rung.maxrate_kbps}k", "-bufsize", f"{rung.bufsize_kbps}k"]
+    return args + _colour_tags(probe)
+
+
 def renditions_argv(
     ffmpeg: str, source: str, probe: VideoProbe, plan: RenditionPlan, params: VideoRenditionsParams, out_dir: str
 ) -> list[str]:
@@ -673,26 +705,14 @@ def renditions_argv(
     output rate it would fill a sparse file's gaps with duplicates.
     """
     enc = params.encoding
-    n = len(plan.renditions)
-    cap = f"fps={plan.fps_cap}," if plan.fps_cap else ""
-    picture = f"[0:{probe.stream_index}]trim=end_frame={probe.frames},{cap}{_picture_filter(probe)},split={n}"
-    chains = [picture + "".join(f"[s{i}]" for i in range(n))]
-    # The planned size, not scale=-2:H: for a strip thinner than 1:180, -2 gives width 0.
-    chains += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(plan.renditions)]
     argv = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-progress", "pipe:1",
-        *_input_guard(), "-i", source, "-filter_complex", ";".join(chains),
+        *_input_guard(), "-i", source,
+        "-filter_complex", _ladder_filter(probe, plan, f"trim=end_frame={probe.frames},"),
     ]  # fmt: skip
     for i, r in enumerate(plan.renditions):
         argv += ["-map", f"[v{i}]", "-map", "0:a:0?", "-map_metadata", "-1", "-map_chapters", "-1"]
-        argv += ["-c:v", enc.codec, "-preset", enc.preset, "-profile:v", enc.profile, "-level:v", enc.level]
-        # Variable frame rate stays variable: a constant output rate would duplicate frames to
-        # fill gaps (a 3-frame file declaring 25 minutes became 37,000 frames per rendition).
-        # Only a source above the recipe's max_fps becomes constant, at the cap (fps filter).
-        argv += ["-fps_mode", "vfr"]
-        argv += ["-pix_fmt", enc.pix_fmt, "-crf", str(r.rung.crf)]
-        argv += ["-maxrate", f"{r.rung.maxrate_kbps}k", "-bufsize", f"{r.rung.bufsize_kbps}k"]
-        argv += _colour_tags(probe)
+        argv += _video_encoding(enc, r.rung, probe)
         argv += ["-c:a", enc.audio_codec, "-b:a", f"{r.rung.audio_kbps}k"]
         argv += ["-t", f"{output_limit_s(probe):.3f}"]
         if enc.faststart:
@@ -735,25 +755,19 @@ def segment_argv(
     (``open-gop=0``, said explicitly), so the segments join without re-encoding
     (:func:`join_argv`). No audio (``-an``): one job encodes the whole track once
     (:func:`audio_argv`), so no boundary carries AAC priming samples."""
-    enc = params.encoding
-    n = len(plan.renditions)
-    cap = f"fps={plan.fps_cap}," if plan.fps_cap else ""
-    chains = [f"[0:{probe.stream_index}]{cap}{_picture_filter(probe)},split={n}" + "".join(f"[s{i}]" for i in range(n))]
-    chains += [f"[s{i}]scale={r.width}:{r.height},setsar=1[v{i}]" for i, r in enumerate(plan.renditions)]
     argv = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-progress", "pipe:1",
         *_input_guard(), "-ss", f"{start_s:.6f}", *([] if duration_s is None else ["-t", f"{duration_s:.6f}"]),
-        "-i", source,
-        "-filter_complex", ";".join(chains),
+        "-i", source, "-filter_complex", _ladder_filter(probe, plan),
     ]  # fmt: skip
     for i, r in enumerate(plan.renditions):
         argv += ["-map", f"[v{i}]", "-an", "-map_metadata", "-1", "-map_chapters", "-1"]
-        argv += ["-c:v", enc.codec, "-preset", enc.preset, "-profile:v", enc.profile, "-level:v", enc.level]
-        argv += ["-x264-params", "open-gop=0", "-fps_mode", "vfr"]
-        argv += ["-pix_fmt", enc.pix_fmt, "-crf", str(r.rung.crf)]
-        argv += ["-maxrate", f"{r.rung.maxrate_kbps}k", "-bufsize", f"{r.rung.bufsize_kbps}k"]
-        argv += _colour_tags(probe)
-        argv += ["-f", "mp4", f"{out_dir}/{r.name}.mp4"]
+        argv += [
+            *_video_encoding(params.encoding, r.rung, probe, closed_gop=True),
+            "-f",
+            "mp4",
+            f"{out_dir}/{r.name}.mp4",
+        ]
     return argv
 
 
