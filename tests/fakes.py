@@ -79,6 +79,7 @@ from mediajobs.domain.jobs import (
 from mediajobs.domain.keys import sha256_hex
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.domain.notifications import Notification, notification_for
+from mediajobs.domain.parts import split_changes
 from mediajobs.domain.recipes import ImageVariantsParams, VideoRenditionsParams
 from mediajobs.service_layer.ports import StepResult
 
@@ -309,6 +310,10 @@ class FakeLedger:
         self._write_new(spec, new_row(spec, token=None, lease_until_s=0, now_s=now_s, pending=pending))
         return True
 
+    def split(self, job_key, token, pending, split, *, now_s):
+        self.log.append(("split", job_key, len(split.parts)))
+        return self._held(job_key, token, HELD_RENDERING, split_changes(pending, split, now_s))
+
     def register(self, input_key, waiter_key, *, now_s):
         self.log.append(("register_waiter", input_key, waiter_key))
         row = self.rows.get(input_key)
@@ -342,7 +347,7 @@ class FakeLedger:
 
 
 #: What a removed field reads back as on a :class:`JobView`.
-_EMPTY: dict[str, Any] = {"outputs": (), "waiting": frozenset(), "pending": frozenset()}
+_EMPTY: dict[str, Any] = {"outputs": (), "waiting": frozenset(), "pending": frozenset(), "split": None}
 
 
 @atomic

@@ -101,6 +101,8 @@ def video_renderer(settings: Settings) -> FfmpegRenderer:
     return FfmpegRenderer(
         speed_factor=settings.video_speed_factor,
         max_duration_s=settings.max_video_s,
+        split_above_s=settings.split_above_s,
+        segment_s=settings.segment_s,
         invocation_s=settings.worker_timeout_s - settings.deadline_margin_s,
         margin_s=settings.deadline_margin_s,
         max_pixels=settings.max_pixels,
@@ -288,7 +290,13 @@ def build_service(
             settings, store=a.store, sources=a.sources, claims=claims, detect_media=detect, observer=observer
         ),
         runner=JobRunner(
-            settings, store=a.store, ledger=a.ledger, steps=a.steps, heartbeats=heartbeats, observer=observer
+            settings,
+            store=a.store,
+            ledger=a.ledger,
+            steps=a.steps,
+            heartbeats=heartbeats,
+            observer=observer,
+            requests=requests,
         ),
         assets=AssetKeeper(a.assets, a.clock, on_write=observer.step, retire_grace_s=settings.retire_grace_s),
         observer=observer,

@@ -36,6 +36,9 @@ _ENV_NAMES: Final = {
     "worker_timeout_s": "WORKER_TIMEOUT_SECONDS",
     "video_speed_factor": "VIDEO_SPEED_FACTOR",
     "max_video_s": "MAX_VIDEO_SECONDS",
+    "split_above_s": "SPLIT_ABOVE_SECONDS",
+    "segment_s": "SEGMENT_SECONDS",
+    "video_queue_arn": "VIDEO_QUEUE_ARN",
     "retry_base_s": "RETRY_BASE_SECONDS",
     "work_dir": "WORK_DIR",
     "collect_grace_s": "COLLECT_GRACE_SECONDS",
@@ -131,7 +134,14 @@ class Settings:
         rendition and the poster (default 1.0; ``benchmarks/video.py`` measures it); the
         estimate scales it by the frames decoded and encoded and their pixels, plus a cost
         per frame (:func:`mediajobs.domain.video.estimated_seconds`).
-    max_video_s: longest accepted video, seconds (default 1800); longer ones end ``too_long``.
+    max_video_s: longest accepted video, seconds (default 10,800: 3 h); longer ones end
+        ``too_long``.
+    split_above_s: a video whose single-invocation estimate exceeds this many seconds of
+        work is split into segments encoded by parallel jobs (default 240;
+        :mod:`mediajobs.domain.segments`).
+    segment_s: the length of source a segment covers, seconds (default 60).
+    video_queue_arn: the video lane, where the job requests of a split video's parts go
+        (env ``VIDEO_QUEUE_ARN``; empty: the jobs queue).
     retry_base_s: first backoff after a transient failure, seconds; it doubles per
         receive up to 900 (default 5).
     work_dir: parent of the per-record work folders (``/tmp`` in Lambda).
@@ -184,7 +194,10 @@ class Settings:
     image_job_s: int = 20
     worker_timeout_s: int = 900
     video_speed_factor: float = 1.0
-    max_video_s: int = 1800
+    max_video_s: int = 10_800
+    split_above_s: float = 240.0
+    segment_s: float = 60.0
+    video_queue_arn: str = ""
     retry_base_s: int = 5
     retry_cap_s: int = 900
     work_dir: str = tempfile.gettempdir()
@@ -221,6 +234,8 @@ class Settings:
             "worker_timeout_s",
             "video_speed_factor",
             "max_video_s",
+            "split_above_s",
+            "segment_s",
             "collect_batch_jobs",
             "webhook_timeout_s",
             "webhook_attempts",

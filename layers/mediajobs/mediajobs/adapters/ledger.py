@@ -71,6 +71,7 @@ from mediajobs.domain.jobs import (
     taken_over,
 )
 from mediajobs.domain.keys import ORIGINAL_INPUT
+from mediajobs.domain.parts import Part, Split, split_changes
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,10 @@ class JobModel(Model):
     inputs = JSONAttribute(null=True)
     waiting = UnicodeSetAttribute(null=True)
     pending = UnicodeSetAttribute(null=True)
+    # A split job: a part's range (domain/parts.py Part), and on the parent what it was
+    # split into (Split), which its run joins.
+    part = JSONAttribute(null=True)
+    split = JSONAttribute(null=True)
 
 
 #: How often a claim re-reads and decides again after losing a race to another claim.
@@ -134,6 +139,8 @@ def _stored(name: str, value: Any) -> Any:
         return [o.to_json() for o in value]
     if name in ("waiting", "pending", "output_candidates"):
         return set(value)
+    if name == "split":
+        return value.to_json()
     return value
 
 
@@ -184,6 +191,7 @@ def view_of(row: JobModel) -> JobView:
         source_key=row.source_key or "",
         inputs=inputs,
         waiting=frozenset(row.waiting or ()),
+        part=None if row.part is None else Part.from_json(row.part),
     )
     return JobView(
         job_key=row.job_key,
@@ -204,6 +212,7 @@ def view_of(row: JobModel) -> JobView:
         waiting=frozenset(row.waiting or ()),
         pending=frozenset(row.pending or ()),
         spec=spec,
+        split=None if row.split is None else Split.from_json(row.split),
     )
 
 
@@ -267,6 +276,7 @@ class DynamoLedger:
             source_key=spec.source_key,
             inputs=inputs,
             waiting=set(spec.waiting) or None,
+            part=None if spec.part is None else spec.part.to_json(),
         )
         for name, value in changes.items():
             setattr(row, name, None if value is None else _stored(name, value))
@@ -555,6 +565,23 @@ class DynamoLedger:
         """
         row = self._new(spec, new_row(spec, token=None, lease_until_s=0, now_s=now_s, pending=pending))
         return self._uow.put(row, self._model.job_key.does_not_exist(), what="ledger put")
+
+    def split(self, job_key: str, token: str, pending: frozenset[str], split: Split, *, now_s: int) -> JobView:
+        """Turn the running job ``job_key``, held by ``token``, ``waiting`` for its parts
+        ``pending`` (``requested`` when none is), with ``split`` recorded
+        (:func:`~mediajobs.domain.parts.split_changes`); its lease is given up. Returns the
+        row as stored.
+
+        Raises
+        ------
+        Superseded
+            ``token`` no longer holds the job.
+        PermanentFailure, TransientFailure
+            As :meth:`complete`.
+        """
+        view = view_of(self._holder_writes(job_key, token, split_changes(pending, split, now_s), HELD_RENDERING))
+        log.info("job split", extra={"job_key": job_key, "parts": len(split.parts), "pending": len(pending)})
+        return view
 
     def register(self, input_key: str, waiter_key: str, *, now_s: int) -> bool:
         """Name ``waiter_key`` among the jobs waiting for ``input_key``, unless that job

@@ -20,13 +20,18 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
+import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from mediajobs.adapters import ffmpeg
 from mediajobs.domain.errors import (
     INVALID_MEDIA,
     PIXELS,
+    TOO_LONG,
     TOO_MANY_PIXELS,
     DeadlineReached,
     PermanentFailure,
@@ -34,13 +39,16 @@ from mediajobs.domain.errors import (
 )
 from mediajobs.domain.inspections.containers import container_problem, top_level_boxes
 from mediajobs.domain.jobs import RenderContext, RenderedFile
+from mediajobs.domain.parts import AUDIO_PART, Part, Split, SplitNeeded
 from mediajobs.domain.recipes import VideoRenditionsParams
+from mediajobs.domain.segments import SEGMENT_SECONDS, plan_segments, should_split, to_s
 from mediajobs.domain.video import (
     Budget,
     Expected,
     RenditionPlan,
     VideoDecisions,
     VideoProbe,
+    audio_argv,
     check_budget,
     classify,
     decisions_for,
@@ -49,8 +57,13 @@ from mediajobs.domain.video import (
     ffprobe_output_argv,
     ffprobe_packets_argv,
     frame_argv,
+    join_argv,
+    join_list,
+    keyframes_argv,
     media_duration_s,
     packets_end_s,
+    parse_frame_times,
+    parse_keyframes,
     parse_probe,
     plan_renditions,
     playlist_problem,
@@ -59,6 +72,8 @@ from mediajobs.domain.video import (
     progress_seconds,
     rendition_failure,
     renditions_argv,
+    segment_argv,
+    stream_frames,
     verification_failure,
 )
 
@@ -96,6 +111,10 @@ class FfmpegRenderer:
     max_pixels: largest accepted frame, width x height (the images' ``MAX_PIXELS``).
     binaries: ffmpeg/ffprobe to run; found by :func:`mediajobs.adapters.ffmpeg.find_binaries`
         when ``None`` (at the first render, so image-only workers never look).
+    split_above_s: a video whose estimate exceeds this many seconds of work is split into
+        segments (``SPLIT_ABOVE_SECONDS``; ``None``: never split, the single pass or
+        ``too_long``).
+    segment_s: the length of source a segment covers, seconds (``SEGMENT_SECONDS``).
     """
 
     def __init__(
@@ -107,7 +126,11 @@ class FfmpegRenderer:
         margin_s: float,
         max_pixels: int = 50_000_000,
         binaries: ffmpeg.Binaries | None = None,
+        split_above_s: float | None = None,
+        segment_s: float = SEGMENT_SECONDS,
     ) -> None:
+        self.split_above_s = split_above_s
+        self.segment_s = segment_s
         self.speed_factor = speed_factor
         self.max_duration_s = max_duration_s
         self.invocation_s = invocation_s
@@ -182,10 +205,18 @@ class FfmpegRenderer:
             When the job fits an invocation but not what is left of this one.
         TransientFailure
             For any other ffmpeg failure or a timeout.
+        SplitNeeded
+            Instead of rendering: the estimate exceeds ``split_above_s`` and the source
+            splits in two segments or more (:meth:`_split`).
         """
         context = context or RenderContext()
         probe = self.probe(source)
         plan = plan_renditions(probe, params)
+        if self._splits(probe, plan):
+            check_budget(probe, plan, dataclasses.replace(self._budget(out_dir), invocation_s=math.inf))
+            split = self._split(source, probe, plan, context)
+            if split is not None:
+                raise SplitNeeded(split)
         check_budget(probe, plan, self._budget(out_dir))
         timeout = self._timeout(probe, plan, context)
         names = tuple(r.name for r in plan.renditions)
@@ -207,6 +238,212 @@ class FfmpegRenderer:
         files = [self._verified(out_dir / f"{r.name}.mp4", r.name, probe, r.width, r.height) for r in plan.renditions]
         files.append(poster)
         return files, decisions_for(probe, plan, ffmpeg.version(binaries.ffmpeg))
+
+    # -- a long video in parts ----------------------------------------------------------
+
+    def _splits(self, probe: VideoProbe, plan: RenditionPlan) -> bool:
+        """Whether the single pass's estimate calls for a split (:func:`should_split`)."""
+        if self.split_above_s is None or probe.duration_s > self.max_duration_s:
+            return False
+        needed = estimated_seconds(probe, plan, self.speed_factor)
+        return should_split(needed, probe.duration_s, self.split_above_s, self.segment_s)
+
+    def _split(self, source: Path, probe: VideoProbe, plan: RenditionPlan, context: RenderContext) -> Split | None:
+        """The parts of ``source``: its segments (:func:`plan_segments` on the keyframes and
+        frame times ffprobe lists, on the renditions' frame grid when they are capped), then
+        the audio track once when there is one. ``None`` when the plan has one segment
+        only (no frame left for a second: the single pass runs).
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As ffprobe's failures are classified, or a timeout.
+        """
+        listed = self._run(
+            keyframes_argv(self.binaries.ffprobe, str(source), probe.stream_index),
+            self._remaining(context),
+            source.parent,
+        )
+        if listed.returncode != 0:
+            raise _failure("ffprobe", listed)
+        listing = listed.stdout.decode("utf-8", "replace")
+        segments = plan_segments(
+            probe.duration_s,
+            parse_keyframes(listing, probe.start_s),
+            self.segment_s,
+            frames_s=parse_frame_times(listing, probe.start_s),
+            grid_s=1 / plan.fps_cap if plan.fps_cap else None,
+        )
+        if len(segments.segments) < 2:
+            return None
+        parts = []
+        for segment, join_s in zip(segments.segments, segments.join_durations(), strict=True):
+            seek_s, length_s = segments.encode_range(segment)
+            parts.append(Part(segment.identity(), seek_s, length_s, segment.duration_s, join_s))
+        if probe.has_audio:
+            parts.append(Part(AUDIO_PART, 0.0, None, probe.duration_s))
+        return Split(tuple(parts), to_s(segments.video_start_us), segments.to_json())
+
+    def render_part(
+        self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext
+    ) -> tuple[list[RenderedFile], dict[str, Any]]:
+        """Render one part of a split video into ``out_dir``: a segment's every rung, video
+        only (:func:`~mediajobs.domain.video.segment_argv`: ``<rung>.mp4``), or the whole
+        audio track at each rung's bitrate (:func:`~mediajobs.domain.video.audio_argv`:
+        ``<rung>.m4a``). Each output is named after its rung.
+
+        Returns
+        -------
+        (files, decisions)
+            The outputs in ladder order; ``{"part": <identity>, "frames": {rung: n}}``.
+
+        Raises
+        ------
+        PermanentFailure
+            From :meth:`probe`; ``too_long`` when the part alone exceeds an invocation; a
+            classified ffmpeg failure; ``invalid_output`` when an output is not its rung.
+        TransientFailure
+            For any other ffmpeg failure or a timeout.
+        """
+        part = context.part
+        assert part is not None, "render_part renders a part"
+        probe = self.probe(source)
+        plan = plan_renditions(probe, params)
+        check_budget(probe, plan, dataclasses.replace(self._budget(out_dir), invocation_s=math.inf))
+        span_s = part.length_s if part.length_s is not None else max(probe.duration_s - part.seek_s, 0.0)
+        timeout = self._remaining(context)
+        names = tuple(r.name for r in plan.renditions)
+        if part.is_audio:
+            argv = audio_argv(self.binaries.ffmpeg, str(source), plan, params, str(out_dir))
+        else:
+            share = min(1.0, span_s / probe.duration_s) if probe.duration_s > 0 else 1.0
+            needed = estimated_seconds(probe, plan, self.speed_factor) * share
+            if needed > self.invocation_s:
+                raise PermanentFailure(
+                    TOO_LONG, f"a segment of {span_s:.1f} s needs about {needed:.0f} s; lower SEGMENT_SECONDS"
+                )
+            argv = segment_argv(
+                self.binaries.ffmpeg, str(source), probe, plan, params, part.seek_s, part.length_s, str(out_dir)
+            )
+
+        def on_progress(block: dict[str, str]) -> None:
+            context.check()
+            done = progress_seconds(block)
+            if done is not None:
+                context.progress(names, min(done, span_s), span_s)
+
+        completed = self._run(argv, timeout, out_dir, on_progress)
+        if completed.returncode != 0:
+            raise _failure("ffmpeg", completed)
+        context.check()
+        files, frames = [], {}
+        for r in plan.renditions:
+            if part.is_audio:
+                path = out_dir / f"{r.name}.m4a"
+                self._check_stream(path, r.name, "audio", None)
+                files.append(self._rendered(path, r.name, "m4a", "audio/mp4", 0, 0))
+            else:
+                path = out_dir / f"{r.name}.mp4"
+                frames[r.name] = self._check_stream(path, r.name, "video", (r.width, r.height))
+                files.append(self._rendered(path, r.name, "mp4", "video/mp4", r.width, r.height))
+        return files, {"part": part.identity, "frames": frames}
+
+    def join(
+        self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext
+    ) -> tuple[list[RenderedFile], dict[str, Any]]:
+        """Join a split video's parts (found in ``context.inputs`` as ``"<part index>/<rung>"``)
+        into each rung's rendition without re-encoding (:func:`~mediajobs.domain.video.join_argv`:
+        the segments in order at their planned lengths, the audio muxed, the moov first),
+        verify each as the single pass's are and its frames against the segments', then
+        take the poster from the original.
+
+        Returns
+        -------
+        (files, decisions)
+            The renditions in ladder order, then the poster; the single pass's decisions
+            with ``segments`` (the plan) added.
+
+        Raises
+        ------
+        PermanentFailure
+            ``invalid_output`` when a rendition is not what was planned or lost frames at
+            the join; as :meth:`probe`.
+        TransientFailure
+            A part's output is missing (it is read again on the next attempt), any other
+            ffmpeg failure, or a timeout.
+        """
+        split = context.split
+        assert split is not None, "join joins a split job's parts"
+        probe = self.probe(source)
+        plan = plan_renditions(probe, params)
+        timeout = self._remaining(context)
+        audio_index = next((i for i, p in enumerate(split.parts) if p.is_audio), None)
+        segments = [(i, p) for i, p in enumerate(split.parts) if not p.is_audio]
+        folder = out_dir.with_name(out_dir.name + "-join")
+        folder.mkdir(exist_ok=True)
+        files = []
+        for r in plan.renditions:
+            listed = []
+            for n, (i, part) in enumerate(segments):
+                name = f"{r.name}-{n}.mp4"
+                _link(_input(context.inputs, f"{i}/{r.name}"), folder / name)
+                listed.append((name, part.join_s if n < len(segments) - 1 else max(part.join_s, 1e-6)))
+            (folder / f"{r.name}.ffconcat").write_text(join_list(listed))
+            audio = None
+            if audio_index is not None:
+                audio = f"{r.name}.m4a"
+                _link(_input(context.inputs, f"{audio_index}/{r.name}"), folder / audio)
+            out = out_dir / f"{r.name}.mp4"
+            argv = join_argv(self.binaries.ffmpeg, f"{r.name}.ffconcat", audio, str(out), split.offset_s)
+            completed = self._run(argv, timeout, folder)
+            if completed.returncode != 0:
+                raise _failure("ffmpeg join", completed)
+            context.check()
+            rendered = self._verified(out, r.name, probe, r.width, r.height)
+            segment_frames = sum(self._frames(folder / name) for name, _ in listed)
+            joined = self._frames(out)
+            expected = probe.frames if plan.fps_cap is None else segment_frames
+            if joined != segment_frames or joined != expected:
+                problem = f"{joined} frames joined, {segment_frames} in the segments, {expected} planned"
+                raise verification_failure(r.name, [problem])
+            files.append(rendered)
+        shutil.rmtree(folder, ignore_errors=True)
+        files.append(self._poster(source, probe, plan, params, out_dir, timeout))
+        decisions = decisions_for(probe, plan, ffmpeg.version(self.binaries.ffmpeg)).to_json()
+        return files, {**decisions, "segments": dict(split.plan)}
+
+    def _remaining(self, context: RenderContext) -> float:
+        """Seconds a tool may run: what is left of the invocation less the margin, or a
+        whole invocation without a deadline."""
+        remaining = context.remaining_s()
+        return self.invocation_s if remaining is None else max(1.0, remaining - self.margin_s)
+
+    def _check_stream(self, path: Path, name: str, kind: str, size: tuple[int, int] | None) -> int:
+        """Check a part's output holds one ``kind`` stream (of ``size`` for video); its frames.
+
+        Raises
+        ------
+        PermanentFailure
+            ``invalid_output`` naming what differs.
+        """
+        if not path.exists():
+            raise verification_failure(name, ["not written"])
+        document = self._probe_output(path)
+        streams = _streams(document)
+        found = [s for s in streams if s.get("codec_type") == kind]
+        if len(found) != 1 or len(streams) != 1:
+            raise verification_failure(name, [f"{len(found)} {kind} streams of {len(streams)}"])
+        if size is not None and (found[0].get("width"), found[0].get("height")) != size:
+            got = f"{found[0].get('width')}x{found[0].get('height')}"
+            raise verification_failure(name, [f"size {got}, planned {size[0]}x{size[1]}"])
+        return stream_frames(found[0], 0.0)
+
+    def _frames(self, path: Path) -> int:
+        """The video frames of one of our MP4s (its sample table's count)."""
+        document = self._probe_output(path)
+        streams = _streams(document)
+        video = [s for s in streams if s.get("codec_type") == "video"]
+        return stream_frames(video[0], 0.0) if video else 0
 
     def _budget(self, out_dir: Path) -> Budget:
         disk = shutil.disk_usage(out_dir)
@@ -346,6 +583,35 @@ class FfmpegRenderer:
             return ffmpeg.run(argv, timeout_s=timeout, on_progress=on_progress, cwd=cwd)
         except ffmpeg.FfmpegTimeout as exc:
             raise TransientFailure(str(exc)) from exc
+
+
+def _streams(document: Mapping[str, object]) -> list[dict[str, Any]]:
+    """The ``streams`` of an ffprobe document."""
+    streams = document.get("streams")
+    return [s for s in streams if isinstance(s, dict)] if isinstance(streams, list) else []
+
+
+def _input(inputs: Mapping[str, Path], name: str) -> Path:
+    """A part's output among a join's inputs.
+
+    Raises
+    ------
+    TransientFailure
+        When it is not there (the runner reads every committed output of every part).
+    """
+    path = inputs.get(name)
+    if path is None or not path.is_file():
+        raise TransientFailure(f"the join's input {name} is missing")
+    return path
+
+
+def _link(source: Path, dest: Path) -> None:
+    """``dest`` names ``source``'s bytes: a hard link, else a copy (another filesystem)."""
+    dest.unlink(missing_ok=True)
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
 
 
 def _at_start(plan: RenditionPlan) -> RenditionPlan:

@@ -6,9 +6,12 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, EMPTY_FILE, INPUT_BYTES, TOO_LARGE, in_bytes
+
+if TYPE_CHECKING:
+    from mediajobs.domain.parts import Part, Split
 
 
 class JobState(enum.StrEnum):
@@ -45,11 +48,14 @@ class SourceState(enum.StrEnum):
     one of its jobs, failed for good (the reason says why); ``ignored``: its key is
     outside ``originals/``; ``superseded``: a greater sequencer of its key is current (an
     older version's late event, or one deleted since): nothing was rendered or counted;
-    ``deleted``: an ``Object Deleted`` event was applied to its asset. Busy and transient
-    outcomes are raised, not returned.
+    ``deleted``: an ``Object Deleted`` event was applied to its asset; ``split``: a job of
+    it was split into parts (a long video's segments and audio) that run as job requests,
+    durably requested: the asset ends when the last of them and the join do. Busy and
+    transient outcomes are raised, not returned.
     """
 
     DONE = "done"
+    SPLIT = "split"
     PERMANENT_FAILURE = "permanent_failure"
     IGNORED = "ignored"
     SUPERSEDED = "superseded"
@@ -205,6 +211,7 @@ class Claim:
         placeholder recipe's hash is there).
     sweep: this claim took over an interrupted collection: whatever is left under the
         job's prefix (perhaps its old manifest) is deleted before the render.
+    split: what the job was split into, when it was (its run joins the parts).
     """
 
     outcome: ClaimOutcome
@@ -221,6 +228,7 @@ class Claim:
     staged_manifest: str | None = None
     decisions: Mapping[str, Any] | None = None
     sweep: bool = False
+    split: Split | None = None
 
 
 class Decision(enum.StrEnum):
@@ -302,6 +310,8 @@ class JobView:
     pending: the inputs (job keys) a ``waiting`` job still waits for.
     spec: what the job is, as recorded when it was first written (``None`` for a row
         written before specs were read back: then only a planned job can run it).
+    split: what the job was split into (:class:`~mediajobs.domain.parts.Split`), once it
+        was: its run joins the parts' outputs.
     """
 
     job_key: str
@@ -322,6 +332,7 @@ class JobView:
     waiting: frozenset[str] = frozenset()
     pending: frozenset[str] = frozenset()
     spec: JobSpec | None = None
+    split: Split | None = None
 
 
 def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
@@ -359,8 +370,8 @@ def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
 
 def standing_claim(view: JobView) -> Claim:
     """The claim outcome a row stands for when it is not taken over: ``DONE`` with its
-    outputs, ``FAILED`` with its reason, ``WAITING`` for its inputs, or ``BUSY`` until its
-    lease ends. Pure."""
+    outputs, ``FAILED`` with its reason, ``WAITING`` for its inputs (or its parts, with the
+    split), or ``BUSY`` until its lease ends. Pure."""
     if view.state == JobState.DONE:
         return Claim(
             ClaimOutcome.DONE,
@@ -374,7 +385,7 @@ def standing_claim(view: JobView) -> Claim:
             ClaimOutcome.FAILED, view.job_key, failure_reason=view.failure_reason, failure_detail=view.failure_detail
         )
     if view.state == JobState.WAITING:
-        return Claim(ClaimOutcome.WAITING, view.job_key, lease_expires_at_s=view.lease_expires_at_s)
+        return Claim(ClaimOutcome.WAITING, view.job_key, lease_expires_at_s=view.lease_expires_at_s, split=view.split)
     return Claim(ClaimOutcome.BUSY, view.job_key, lease_expires_at_s=view.lease_expires_at_s)
 
 
@@ -487,6 +498,7 @@ def taken_over(
             attempts=1,
             took_over=True,
             sweep=seen.state == JobState.COLLECTING,
+            split=seen.split,
         )
         return changes, claim
     changes = {**held, "attempts": seen.attempts + 1, "updated_at_s": now_s}
@@ -498,6 +510,7 @@ def taken_over(
         attempts=seen.attempts + 1,
         took_over=seen.state != JobState.REQUESTED,
         staged_manifest=seen.staged_manifest,
+        split=seen.split,
     )
 
 
@@ -673,6 +686,9 @@ class JobSpec:
     inputs: the job's named inputs (``{"original": ContentInput(input_sha256)}`` for a
         recipe that declares none).
     waiting: the job keys of the jobs that wait for this one's outputs.
+    part: for one part of a split job (a long video's segment or audio), which part and
+        its range (:class:`~mediajobs.domain.parts.Part`); its key is then
+        :func:`~mediajobs.domain.keys.part_job_key` of the content and the part's identity.
     """
 
     job_key: str
@@ -686,6 +702,7 @@ class JobSpec:
     source_key: str
     inputs: Mapping[str, JobInput] = field(default_factory=dict)
     waiting: frozenset[str] = frozenset()
+    part: Part | None = None
 
     @property
     def recipe_ref(self) -> str:
@@ -835,13 +852,18 @@ class RenderContext:
     remaining_s: seconds left in the invocation, or ``None`` without a deadline.
     progress: called with (output names, seconds of output written, total seconds).
     inputs: the job's inputs as files, by input name (the original is also the step's
-        ``source``); a step that takes other jobs' outputs reads them here.
+        ``source``); a step that takes other jobs' outputs reads them here. A split job's
+        join also finds its parts' outputs here, named ``"<part index>/<output name>"``.
+    part: the part this job renders, for a part of a split job (else ``None``).
+    split: what this job was split into, when its parts are done and it joins them.
     """
 
     check: Callable[[], None] = _no_check
     remaining_s: Callable[[], float | None] = _no_deadline
     progress: Callable[[tuple[str, ...], float, float], None] = _no_progress
     inputs: Mapping[str, Path] = field(default_factory=dict)
+    part: Part | None = None
+    split: Split | None = None
 
 
 def refused(

@@ -55,6 +55,7 @@ from mediajobs.domain.jobs import (
     JobResult,
     JobSpec,
     JobState,
+    JobView,
     ObjectRef,
     SourceResult,
     SourceState,
@@ -66,6 +67,8 @@ log = logging.getLogger(__name__)
 #: A job's progress is written to its asset at most this often, seconds (it is advice: an
 #: app polling the status sees it move; a write per ffmpeg report would cost more than it tells).
 PROGRESS_EVERY_S: Final = 5.0
+#: A job's states in an asset that no later write of its job changes.
+_ENDED: Final = frozenset({AssetJobState.DONE, AssetJobState.FAILED})
 
 
 class EventSuperseded(Exception):
@@ -207,10 +210,12 @@ class AssetKeeper:
         yield from self.assets.referrers(job_key)
 
     def rolled(self, result: JobResult) -> None:
-        """Record a job ended by a job request (no asset's delivery) in the ``next`` set of
-        every asset referencing it (:meth:`~mediajobs.service_layer.ports.Assets.record_next`):
+        """Record a job ended by a job request (no asset's delivery) in every asset
+        referencing it: in its ``next`` set (:meth:`~mediajobs.service_layer.ports.Assets.record_next`:
         an asset a backfill gave the job switches to its new set when this was the last
-        one. A job no ``next`` set holds writes nothing (one ``Query`` of its references).
+        one), and in its current set where the job is not ended there yet (a split video's
+        join: the asset is ``ready`` or ``failed`` by it, and tells so). A job no asset awaits
+        writes nothing (one ``Query`` of its references, one read of each).
 
         Raises
         ------
@@ -223,6 +228,38 @@ class AssetKeeper:
         for bucket, key in self.assets.referrers(result.job_key):
             if self.assets.record_next(bucket, key, [entry], now_s=self.now_s()) is not None:
                 self.on_write("asset_recorded", asset_id(bucket, key))
+            view = self.assets.get(bucket, key)
+            if view is None or not _awaits(view, result.job_key):
+                continue
+            if self.assets.record(bucket, key, view.version.sequencer, [entry], now_s=self.now_s()) is not None:
+                self.on_write("asset_recorded", asset_id(bucket, key))
+
+    def parts_ended(self, parents: Sequence[tuple[JobView, float]]) -> None:
+        """A part of each split job in ``parents`` (its row, its progress 0-1) ended: a
+        job its parts ended (one failed: it fails with that reason) is recorded in its
+        assets (:meth:`rolled`); one still waiting has its progress set in each asset
+        awaiting it (advice: failures are logged, never raised).
+
+        Raises
+        ------
+        TransientFailure
+            As :meth:`rolled`.
+        """
+        if self.assets is None:
+            return
+        for parent, fraction in parents:
+            if parent.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
+                self.rolled(_result_of(parent))
+                continue
+            for bucket, key in self.assets.referrers(parent.job_key):
+                view = self.assets.get(bucket, key)
+                if view is None or not _awaits(view, parent.job_key):
+                    continue
+                try:
+                    sequencer = view.version.sequencer
+                    self.assets.progress(bucket, key, sequencer, parent.job_key, fraction, now_s=self.now_s())
+                except Exception as exc:  # advice only
+                    log.warning("could not record progress: %r", exc, extra={"job_key": parent.job_key})
 
 
 class KeptAsset:
@@ -512,6 +549,27 @@ def _claimed(claim: Claim) -> AssetJob | None:
                 detail=claim.failure_detail or "",
             )
     return None
+
+
+def _awaits(view: AssetView, job_key: str) -> bool:
+    """Whether ``view``'s current set holds ``job_key`` not ended yet."""
+    return any(j.job_key == job_key and j.state not in _ENDED for j in view.jobs)
+
+
+def _result_of(row: JobView) -> JobResult:
+    """The result a job's ended row stands for (a split job its parts' failure ended)."""
+    recipe = row.spec.recipe_ref if row.spec is not None else row.recipe_id
+    return JobResult(
+        recipe,
+        row.job_key,
+        JobState(row.state),
+        reused=True,
+        reason=row.failure_reason,
+        detail=row.failure_detail or "",
+        manifest_key=row.manifest_key,
+        outputs=row.outputs,
+        decisions=row.decisions,
+    )
 
 
 def _finished(result: JobResult) -> AssetJob:

@@ -45,6 +45,7 @@ from mediajobs.domain.jobs import (
     refused,
     standing_claim,
 )
+from mediajobs.domain.parts import parent_key, part_specs, progress_of
 from mediajobs.domain.plan import PlannedJob, Where, media_of_rows, plan_jobs
 from mediajobs.domain.recipes import Recipe
 from mediajobs.service_layer.assets import EventSuperseded, KeptAsset
@@ -295,8 +296,10 @@ class Claims:
         busy: dict[str, JobView] = {}
         for job in plan.jobs:  # in the plan's order: a job after the jobs whose outputs it takes
             view = plan.views[job.key]
-            if decisions[job.key] is Decision.BUSY or (
-                decisions[job.key] is Decision.WAIT and any(u in busy or u not in decisions for u in view.pending)
+            if decisions[job.key] is Decision.BUSY or (  # a split job's parts end it: not busy
+                decisions[job.key] is Decision.WAIT
+                and view.split is None
+                and any(u in busy or u not in decisions for u in view.pending)
             ):
                 busy[job.key] = view
         if busy:  # the earliest lease of a job running elsewhere (a waiting row has none)
@@ -417,6 +420,24 @@ class Claims:
     def find(self, job_keys: Sequence[str]) -> Mapping[str, JobView]:
         """The rows of ``job_keys`` that exist (strongly consistent)."""
         return self._ledger.find(list(job_keys))
+
+    def parents(self, part: JobSpec) -> list[tuple[JobView, float]]:
+        """The split job ``part`` is a part of, as its row stands, with its progress (the
+        share of its parts' seconds done: :func:`~mediajobs.domain.parts.progress_of`);
+        empty when it has no row or was never split.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the ledger's.
+        """
+        parent = self._ledger.get(parent_key(part))
+        if parent is None or parent.split is None or parent.spec is None:
+            return []
+        specs = part_specs(parent.spec, parent.split, self._settings.derivatives_prefix)
+        rows = self._ledger.find([spec.job_key for spec in specs])
+        done = [spec.job_key in rows and rows[spec.job_key].state == JobState.DONE for spec in specs]
+        return [(parent, progress_of(parent.split, done))]
 
     def tell(self, row: JobView, delivery: Delivery | None) -> None:
         """Tell the jobs still waiting for ``row`` (an ended job) again: a teller that died

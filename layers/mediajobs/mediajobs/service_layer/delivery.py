@@ -71,6 +71,7 @@ class Outcome(enum.StrEnum):
     """What working on a record came to."""
 
     COMMITTED = "committed"  #: the jobs are done (or were already)
+    SPLIT = "split"  #: a job was split: its parts run as job requests, and the asset ends with them
     FAILED = "failed"  #: a permanent failure, recorded in the ledger
     IGNORED = "ignored"  #: not an original (outside the originals prefix)
     OUTDATED = "outdated"  #: the event was superseded: a greater sequencer of its key is current
@@ -156,6 +157,7 @@ def outcome_of(error: BaseException) -> Outcome:
 #: The outcome each state a processed record returns with stands for.
 _RESULT_OUTCOMES: Final[Mapping[SourceState, Outcome]] = {
     SourceState.DONE: Outcome.COMMITTED,
+    SourceState.SPLIT: Outcome.SPLIT,
     SourceState.PERMANENT_FAILURE: Outcome.FAILED,
     SourceState.IGNORED: Outcome.IGNORED,
     SourceState.SUPERSEDED: Outcome.OUTDATED,
@@ -221,7 +223,14 @@ def decide(
     ValueError
         ``BUSY`` without ``busy_until_s``.
     """
-    if outcome in (Outcome.COMMITTED, Outcome.FAILED, Outcome.IGNORED, Outcome.OUTDATED, Outcome.DELETED):
+    if outcome in (
+        Outcome.COMMITTED,
+        Outcome.SPLIT,
+        Outcome.FAILED,
+        Outcome.IGNORED,
+        Outcome.OUTDATED,
+        Outcome.DELETED,
+    ):
         return Acknowledge()
     if outcome is Outcome.BUSY:
         if busy_until_s is None:

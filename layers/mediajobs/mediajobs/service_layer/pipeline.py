@@ -170,13 +170,15 @@ class Pipeline:
             except (TransientFailure, Superseded, JobBusy) as exc:
                 if interrupted is None or isinstance(exc, DeadlineReached | DeliveryLost):
                     interrupted = exc
-        asset.finished(result.jobs)
+        asset.finished([j for j in result.jobs if j.state != JobState.WAITING])  # a split one: processing
         if interrupted is not None:
             raise interrupted
-        failed = [j for j in result.jobs if j.state != JobState.DONE]
+        failed = [j for j in result.jobs if j.state not in (JobState.DONE, JobState.WAITING)]
         if failed:
             result.state = SourceState.PERMANENT_FAILURE
             result.reason, result.detail = failed[0].reason, failed[0].detail
+        elif any(j.state == JobState.WAITING for j in result.jobs):
+            result.state = SourceState.SPLIT
         return result
 
     def _ended(self, asset: KeptAsset | None, result: SourceResult) -> SourceResult:
@@ -312,8 +314,12 @@ class Pipeline:
             if isinstance(work, SourceResult):
                 return self._told(work)
             ended = self._runner.run(job, claim, source, delivery, work, None, {})
+        if ended.state == JobState.WAITING:  # split: its parts request it again when they end
+            return self._told(SourceResult(source, SourceState.SPLIT, sha256=spec.input_sha256, jobs=[ended]))
         self._claims.ended(ended, delivery, frozenset())
-        self._assets.rolled(ended)  # assets a backfill gave the job switch when it was their last
+        self._assets.rolled(ended)  # the assets waiting for it; a backfill's switch when it was the last
+        if spec.part is not None:
+            self._assets.parts_ended(self._claims.parents(spec))
         state = SourceState.DONE if ended.state == JobState.DONE else SourceState.PERMANENT_FAILURE
         result = SourceResult(source, state, sha256=spec.input_sha256, jobs=[ended], reason=ended.reason)
         return self._told(result)

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from mediajobs.domain.errors import TransientFailure
+from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, PermanentFailure, TransientFailure
 from mediajobs.domain.jobs import (
     Claim,
     ClaimOutcome,
@@ -37,6 +37,7 @@ from mediajobs.domain.jobs import (
     decide,
     standing_claim,
 )
+from mediajobs.domain.parts import Split, part_specs
 from mediajobs.service_layer.ports import Ledger, Queue
 from mediajobs.settings import Settings
 
@@ -134,7 +135,8 @@ class JobRequests:
         self, views: Mapping[str, JobView], *, delivery: Delivery | None = None, in_plan: frozenset[str] = frozenset()
     ) -> bool:
         """Finish, from the rows ``views`` read, what a delivery that died or was throttled
-        half-way left: the jobs waiting for an ended job are told (:meth:`tell`); a
+        half-way left: the parts of a split job still ``requested`` are requested again
+        (:meth:`resume`); the jobs waiting for an ended job are told (:meth:`tell`); a
         ``waiting`` job that an input of ``views`` does not name (its registration lost
         between the waiting row's write and the input's) is named there again, or told,
         that input having ended. Whether anything was told or named (the rows are then to
@@ -147,6 +149,8 @@ class JobRequests:
         """
         changed = False
         for view in views.values():
+            if view.split is not None and view.state == JobState.WAITING:
+                changed |= self.resume(view, delivery) > 0  # its parts' requests, lost with a delivery
             if view.waiting and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
                 self.tell(view, delivery=delivery, in_plan=in_plan)
                 changed = True
@@ -244,6 +248,93 @@ class JobRequests:
         failed = self._ledger.input_failed(waiter, ended.job_key, ended.failure_reason, ended.failure_detail, now_s=now)
         return self._ledger.get(waiter), failed
 
+    def fan_out(self, parent: JobSpec, token: str, split: Split, delivery: Delivery | None = None) -> JobView:
+        """Split the running job ``parent``, held by ``token``, into ``split``'s parts
+        (:mod:`mediajobs.domain.parts`), in this order, each step idempotent:
+
+        1. each part's row is written ``requested``, naming the parent among the jobs
+           waiting for it (a row an earlier attempt wrote is kept, and made to name it);
+        2. the parent turns ``waiting`` for the parts not done (``requested`` when none is),
+           with the split recorded, conditional on ``token`` still holding it: a lost
+           holder splits nothing, and a split parent is never split again;
+        3. a job request is sent for each part still ``requested`` (on the video lane,
+           ``video_queue_arn``, when there is one), and for the parent when it is
+           ``requested`` already.
+
+        No request goes out before step 2, so no part can end before the parent waits for
+        it; a part ended by an earlier attempt is not waited for. A delivery that dies
+        between 1 and 2 leaves rows that its takeover finds (the plan is the same, so the
+        keys are); one that dies in 3 leaves the parent waiting for parts whose requests are
+        lost -- the original's next delivery sends them again (:meth:`resume`).
+
+        Returns
+        -------
+        JobView
+            The parent's row as step 2 stored it.
+
+        Raises
+        ------
+        Superseded
+            ``token`` no longer holds the parent.
+        PermanentFailure
+            A part failed for good already (its reason is the parent's).
+        TransientFailure
+            As the ledger's, or SQS refused a request.
+        """
+        specs = part_specs(parent, split, self._settings.derivatives_prefix)
+        keys = [spec.job_key for spec in specs]
+        now = int(self._clock())
+        views = self._ledger.find(keys)
+        for spec in specs:
+            if spec.job_key not in views:
+                self._ledger.wait(spec, frozenset(), now_s=now)
+            elif parent.job_key not in views[spec.job_key].waiting:
+                self._ledger.register(spec.job_key, parent.job_key, now_s=now)
+        views = self._ledger.find(keys)
+        failed = next((v for v in views.values() if v.state == JobState.PERMANENT_FAILURE), None)
+        if failed is not None:
+            raise PermanentFailure(
+                failed.failure_reason or ATTEMPTS_EXHAUSTED,
+                f"part {failed.job_key[:12]} failed: {failed.failure_detail or ''}".strip(),
+            )
+        pending = frozenset(k for k in keys if k not in views or views[k].state != JobState.DONE)
+        row = self._ledger.split(parent.job_key, token, pending, split, now_s=now)
+        log.info("job split into parts", extra={"job_key": parent.job_key, "parts": len(keys), "pending": len(pending)})
+        self.resume(row, delivery)
+        return row
+
+    def resume(self, parent: JobView, delivery: Delivery | None = None) -> int:
+        """Send a job request for each part of the split ``parent`` still ``requested``
+        (or given back: ``transient_failure``), and for ``parent`` itself when it is
+        ``requested``: what a delivery that died after the split left unsent. Idempotent: a
+        part's claim makes it run once however often it is requested. Returns how many were
+        sent.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the ledger's, or SQS refused a request.
+        """
+        if parent.split is None or parent.spec is None:
+            return 0
+        lane = self._settings.video_queue_arn or None
+        sent = 0
+        if parent.state == JobState.REQUESTED:
+            return int(self.request_one(parent.job_key, delivery, queue_arn=lane))
+        if parent.state != JobState.WAITING:
+            return 0
+        keys = [spec.job_key for spec in part_specs(parent.spec, parent.split, self._settings.derivatives_prefix)]
+        views = self._ledger.find(keys)
+        for key in keys:
+            view = views.get(key)
+            if view is not None and view.state == JobState.DONE and key in parent.pending:
+                _, made = self._tell_one(parent.job_key, view)  # ended between a find and the split
+                if made:
+                    sent += int(self.request_one(parent.job_key, delivery))
+            elif view is not None and view.state in (JobState.REQUESTED, JobState.TRANSIENT_FAILURE):
+                sent += int(self.request_one(key, delivery, queue_arn=lane))
+        return sent
+
     def lane(self, specs: Sequence[JobSpec], queue_arn: str) -> dict[str, JobView]:
         """Request ``specs`` on the queue ``queue_arn`` (a backfill's lane): each written
         unless it is (``requested``, or ``waiting`` for its inputs not done), and a job
@@ -281,9 +372,10 @@ class JobRequests:
             self._queue.resend(queue_arn, request_body(job_key), 0)
             log.info("job requested again on the lane", extra={"job_key": job_key})
 
-    def request_one(self, job_key: str, delivery: Delivery | None = None) -> bool:
-        """Send the job request of ``job_key`` to the jobs queue (the settings' ``jobs_queue_arn``,
-        else the queue ``delivery`` came from). Returns whether it was sent: ``False`` when
+    def request_one(self, job_key: str, delivery: Delivery | None = None, *, queue_arn: str | None = None) -> bool:
+        """Send the job request of ``job_key`` to ``queue_arn`` when given, else the jobs
+        queue (the settings' ``jobs_queue_arn``, else the queue ``delivery`` came from).
+        Returns whether it was sent: ``False`` when
         there is no queue to send it to (the job stays ``requested`` for a delivery whose
         plan holds it: the local CLI runs every job of its plan itself).
 
@@ -292,7 +384,7 @@ class JobRequests:
         TransientFailure
             SQS refused it (the caller's message is redelivered, and sends it again).
         """
-        queue_arn = self._settings.jobs_queue_arn or (delivery.queue_arn if delivery is not None else "")
+        queue_arn = queue_arn or self._settings.jobs_queue_arn or (delivery.queue_arn if delivery is not None else "")
         if self._queue is None or not queue_arn:
             log.warning("a requested job has no queue to go to", extra={"job_key": job_key})
             return False

@@ -25,6 +25,7 @@ from typing import Any
 
 from mediajobs.domain.errors import (
     INVALID_OUTPUT,
+    TOO_LONG,
     DeadlineReached,
     DeliveryLost,
     JobBusy,
@@ -44,6 +45,7 @@ from mediajobs.domain.jobs import (
     OutputRecord,
     RenderContext,
 )
+from mediajobs.domain.parts import Split, SplitNeeded, part_specs
 from mediajobs.domain.plan import PlannedJob
 from mediajobs.service_layer.assets import KeptAsset
 from mediajobs.service_layer.commit import Commit
@@ -51,6 +53,7 @@ from mediajobs.service_layer.lease import Heartbeats
 from mediajobs.service_layer.observer import PipelineObserver
 from mediajobs.service_layer.ports import Ledger, ObjectStore, Queue, Step
 from mediajobs.service_layer.reading import Work
+from mediajobs.service_layer.requests import JobRequests
 from mediajobs.service_layer.work import work_folder
 from mediajobs.settings import Settings
 
@@ -75,6 +78,9 @@ class JobRunner:
     steps: the recipe steps by name.
     heartbeats: the lease and heartbeat of each claim (and the clock).
     observer: hooks (``claimed``, ``render_started``, ``step``, ``progress``).
+    requests: jobs in steps: a step that asks for its job to be split
+        (:class:`~mediajobs.domain.parts.SplitNeeded`) fans out through it (``None``: such
+        a job fails ``too_long``, nothing can run its parts).
     """
 
     def __init__(
@@ -86,8 +92,10 @@ class JobRunner:
         steps: Mapping[str, Step],
         heartbeats: Heartbeats,
         observer: PipelineObserver,
+        requests: JobRequests | None = None,
     ) -> None:
         self._settings = settings
+        self._requests = requests
         self._store = store
         self._ledger = ledger
         self._steps = steps
@@ -144,14 +152,14 @@ class JobRunner:
         staged = claim.staged_manifest
         if staged is not None:
             return self._under_lease(job, commit, extra, functools.partial(_adopt, commit, staged, extra))
-        render = functools.partial(self._render_and_commit, job, commit, claim.sweep, delivery, work, asset, produced)
-        return self._under_lease(job, commit, extra, render)
+        render = functools.partial(self._render_and_commit, job, commit, claim, delivery, work, asset, produced)
+        return self._under_lease(job, commit, extra, render, delivery)
 
     def _render_and_commit(
         self,
         job: PlannedJob,
         commit: Commit,
-        sweep: bool,
+        claim: Claim,
         delivery: Delivery | None,
         work: Work | None,
         asset: KeptAsset | None,
@@ -160,13 +168,16 @@ class JobRunner:
         """Run the recipe's step on the job's inputs into its folder (a bounded step stops
         its child at the invocation's deadline: ``DeadlineReached``), then commit its files.
 
-        ``sweep``: the claim took over an interrupted collection: what is left under the
-        job's prefix (its old manifest first) is deleted before the render."""
+        When the claim took over an interrupted collection (``claim.sweep``), what is left
+        under the job's prefix (its old manifest first) is deleted before the render. A job
+        that was split (``claim.split``) finds its parts' outputs among its inputs."""
         key, source = job.key, commit.source
         extra = {"job_key": key, "source_key": source.key, "recipe": job.recipe.ref}
         with self._folder(work) as folder:
             inputs = self._inputs(job, work, folder, produced)
-            if sweep:
+            if claim.split is not None:
+                inputs.update(self._part_outputs(job, claim, folder))
+            if claim.sweep:
                 removed = self._store.delete_prefix(source.bucket, job.spec.output_prefix, first=commit.manifest_key)
                 log.info("swept %d objects an interrupted collection left", removed, extra=extra)
             log.info("processing started", extra=extra)
@@ -178,6 +189,8 @@ class JobRunner:
                 remaining_s=(delivery.remaining_s if delivery is not None else lambda: None),
                 progress=self._progress_sink(key, source, asset),
                 inputs=inputs,
+                part=job.spec.part,
+                split=claim.split,
             )
             main = next(iter(inputs.values()))
             step = self._steps[job.recipe.step].run(main, job.recipe.params, context, out_dir)
@@ -217,6 +230,32 @@ class JobRunner:
                 paths[name] = self._output_file(wanted, folder, produced, job.spec.source_bucket)
         return paths
 
+    def _part_outputs(self, job: PlannedJob, claim: Claim, folder: Path) -> dict[str, Path]:
+        """The outputs of every part of a split job, as files named ``"<part index>/<output
+        name>"`` (each read from S3 and checked against its committed hash).
+
+        Raises
+        ------
+        TransientFailure
+            A part is not done (its row lost, or collected meanwhile), or its bytes are not
+            the ones it committed.
+        """
+        assert claim.split is not None
+        specs = part_specs(job.spec, claim.split, self._settings.derivatives_prefix)
+        rows = self._ledger.find([spec.job_key for spec in specs])
+        ended: dict[str, JobResult] = {}
+        for spec in specs:
+            row = rows.get(spec.job_key)
+            if row is None or row.state != JobState.DONE:
+                raise TransientFailure(f"part {spec.job_key[:12]} of the split job is not done")
+            ended[spec.job_key] = JobResult(job.recipe.ref, spec.job_key, JobState.DONE, True, outputs=row.outputs)
+        files: dict[str, Path] = {}
+        for i, spec in enumerate(specs):
+            for out in ended[spec.job_key].outputs:
+                wanted = OutputInput(spec.job_key, out.name)
+                files[f"{i}/{out.name}"] = self._output_file(wanted, folder, ended, job.spec.source_bucket)
+        return files
+
     def _output_file(self, wanted: OutputInput, folder: Path, produced: Mapping[str, JobResult], bucket: str) -> Path:
         """Another job's committed output as a file: the one this delivery rendered when
         its bytes are the committed ones, else read from S3 (and checked)."""
@@ -244,14 +283,22 @@ class JobRunner:
         return dest
 
     def _under_lease(
-        self, job: PlannedJob, commit: Commit, extra: dict[str, str], work: Callable[[], _Committed]
+        self,
+        job: PlannedJob,
+        commit: Commit,
+        extra: dict[str, str],
+        work: Callable[[], _Committed],
+        delivery: Delivery | None = None,
     ) -> JobResult:
         """Do a held job's ``work`` (which ends with its commit) with its heartbeat running,
         and classify what went wrong: a permanent failure is recorded in the job's row; any
-        other failure gives the claim back (unless the heartbeat did) and is raised."""
+        other failure gives the claim back (unless the heartbeat did) and is raised. A step
+        that asks for its job to be split has it fanned out (:meth:`JobRequests.fan_out`):
+        the job is then ``waiting`` for its parts."""
         key, keeper = job.key, commit.keeper
         lease = keeper.lease
         started = time.monotonic()
+        split: Split | None = None
         try:
             self._observer.step("claimed", key)
             with keeper:
@@ -259,7 +306,23 @@ class JobRunner:
                 # before it run: entering renewed it, or found it taken over -- then this
                 # worker stops here, before any work, not at its first write.
                 keeper.check()
-                outputs, decisions = work()
+                try:
+                    outputs, decisions = work()
+                except SplitNeeded as needed:
+                    if self._requests is None:
+                        raise PermanentFailure(
+                            TOO_LONG, f"needs splitting, nothing here runs parts: {needed}"
+                        ) from None
+                    keeper.check()
+                    split = needed.split
+            if split is not None:
+                assert self._requests is not None
+                row = self._requests.fan_out(job.spec, commit.token, split, delivery)
+                lease.forget()
+                self._observer.step("split", key)
+                log.info("split into %d parts", len(split.parts), extra=extra)
+                seconds = time.monotonic() - started
+                return JobResult(job.recipe.ref, key, JobState.WAITING, reused=False, seconds=seconds, row=row)
             self._observer.step("done", key)
         except PermanentFailure as failure:
             log.warning("permanent failure: %s (%s)", failure.reason, failure.detail, extra=extra)
@@ -337,7 +400,8 @@ class JobRunner:
 
 
 def settled(job: PlannedJob, claim: Claim) -> JobResult:
-    """The result of a job this delivery found finished (or just ended exhausted).
+    """The result of a job this delivery found finished (or just ended exhausted), or
+    waiting for the parts it was split into (``waiting``: the parts end it).
 
     Raises
     ------
@@ -356,6 +420,9 @@ def settled(job: PlannedJob, claim: Claim) -> JobResult:
             outputs=claim.outputs,
             decisions=claim.decisions,
         )
+    if claim.outcome is ClaimOutcome.WAITING and claim.split is not None:
+        log.info("job was split: its parts run as job requests", extra=extra)
+        return JobResult(job.recipe.ref, claim.job_key, JobState.WAITING, reused=True)
     if claim.outcome is ClaimOutcome.FAILED:
         log.info("job failed permanently: %s", claim.failure_reason, extra=extra)
         return JobResult(

@@ -38,12 +38,22 @@ class VideoRenditionsStep:
         """The renditions and the poster in ``out_dir``; the decisions of
         :class:`~mediajobs.domain.video.VideoDecisions`.
 
+        A part of a split video renders that part
+        (:meth:`~mediajobs.adapters.video.FfmpegRenderer.render_part`); a split video whose
+        parts are done joins them (:meth:`~mediajobs.adapters.video.FfmpegRenderer.join`).
+
         Raises
         ------
         PermanentFailure, TransientFailure
             As :meth:`FfmpegRenderer.render <mediajobs.adapters.video.FfmpegRenderer.render>`.
+        SplitNeeded
+            The video is long enough to split (the runner fans it out).
         """
         if self._renderer is None:
             self._renderer = self._make()
+        if context.part is not None:  # one part of a split video
+            return StepResult(*self._renderer.render_part(source, params, out_dir, context))
+        if context.split is not None:  # a split video whose parts are done: the join
+            return StepResult(*self._renderer.join(source, params, out_dir, context))
         files, decisions = self._renderer.render(source, params, out_dir, context)
         return StepResult(files, decisions.to_json())

@@ -5,6 +5,7 @@ table of results)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import re
 from pathlib import Path
@@ -73,7 +74,28 @@ def first_result(session: LocalSession, key: str) -> SourceResult:
     results = session.collector.results.get(key)
     if not results:
         raise InternalError(f"{key} was not processed (dead-letter queue: {session.dead_letters()} messages)")
-    return results[0]
+    return joined(results[0], results[1:])
+
+
+def joined(first: SourceResult, later: list[SourceResult]) -> SourceResult:
+    """``first`` with each job it split (``waiting``) replaced by how the job's own run
+    ended among ``later`` (the join's job request), and its state made what they make:
+    the split video's renditions are the upload's, not its parts'. ``first`` when nothing
+    was split or no join ended."""
+    from mediajobs.domain.jobs import JobState, SourceState
+
+    if first.state != SourceState.SPLIT:
+        return first
+    ended = {j.job_key: j for r in later for j in r.jobs if j.state in (JobState.DONE, JobState.PERMANENT_FAILURE)}
+    jobs = [ended.get(j.job_key, j) if j.state == JobState.WAITING else j for j in first.jobs]
+    failed = next((j for j in jobs if j.state == JobState.PERMANENT_FAILURE), None)
+    state = SourceState.SPLIT
+    if failed is not None:
+        state = SourceState.PERMANENT_FAILURE
+    elif all(j.state == JobState.DONE for j in jobs):
+        state = SourceState.DONE
+    reason, detail = (failed.reason, failed.detail) if failed is not None else (None, "")
+    return dataclasses.replace(first, state=state, jobs=jobs, reason=reason, detail=detail)
 
 
 def print_table(rows: list[tuple[str, SourceResult]]) -> None:
