@@ -137,11 +137,11 @@ def job_key(
 
 #: A part of a content a job works on: ``segment/v<plan version>/<start us>-<end us>``
 #: (:meth:`mediajobs.domain.segments.Segment.identity`) or ``audio/v<plan version>``; numbers
-#: without leading zeros (one spelling, one key), the range not empty (:func:`_part_ok`).
+#: without leading zeros (one spelling, one key), the range not empty (:func:`is_part`).
 PART: Final = re.compile(r"(segment/v[1-9][0-9]{0,3}/(0|[1-9][0-9]{0,14})-[1-9][0-9]{0,14}|audio/v[1-9][0-9]{0,3})")
 
 
-def _part_ok(part: str) -> bool:
+def is_part(part: str) -> bool:
     """Whether ``part`` is :data:`PART` and, for a segment, its start is before its end."""
     if not PART.fullmatch(part):
         return False
@@ -205,7 +205,7 @@ def inputs_job_key(
             digest = identity["sha256"]
         elif set(identity) == {"job_key", "output"} and NAME.fullmatch(identity["output"]):
             digest = identity["job_key"]
-        elif set(identity) == {"sha256", "part"} and _part_ok(identity["part"]):
+        elif set(identity) == {"sha256", "part"} and is_part(identity["part"]):
             digest = identity["sha256"]
         else:
             shape = "a content, a part of one or a job's named output"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mediajobs.domain.jobs import Changes, JobSpec, JobState
-from mediajobs.domain.keys import ORIGINAL_INPUT, PART, inputs_job_key, part_job_key
+from mediajobs.domain.keys import ORIGINAL_INPUT, inputs_job_key, is_part, part_job_key
 from mediajobs.domain.manifest import derivative_prefix
 
 #: The audio part's identity: the whole first audio track, once per rung's bitrate.
@@ -51,7 +51,7 @@ class Part:
     join_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not PART.fullmatch(self.identity):
+        if not is_part(self.identity):
             raise ValueError(f"not a part: {self.identity!r}")
         for name in ("seek_s", "weight_s", "join_s"):
             value = getattr(self, name)

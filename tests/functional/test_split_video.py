@@ -1,0 +1,272 @@
+"""A long video split into segments and an audio part, through the embedded AWS and the real
+handler (``SEGMENT_SECONDS`` lowered so that a 6 s clip splits in three): each part and the
+join commit once, under crashes at every boundary of the fan-out and under duplicate
+deliveries of every message, and the joined rendition has the source's frames and one
+continuous audio track.
+
+A crash is a ``BaseException`` raised from the observer's hook or an adapter (like a process
+dying: no release, no acknowledgement); the crashed batch is made visible again (its
+visibility timeout "ran out") and a second worker, whose clock is past every lease, goes on
+-- never a sleep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mediajobs.adapters.ffmpeg import find_binaries
+from mediajobs.bootstrap import active_recipes, build_service, default_adapters
+from mediajobs.domain.jobs import JobState
+from mediajobs.domain.keys import sha256_hex
+from mediajobs.domain.parts import part_specs
+from mediajobs.domain.plan import Where, plan_jobs
+from mediajobs.local.session import Collector
+from mediajobs.settings import Settings
+from tests.fakes import Wrapping
+from tests.functional.test_crash_points import esm_for
+
+pytestmark = pytest.mark.subprocess
+
+#: 6 s of 30 fps cut every 2 s: three segments (keyframes every second) and the audio.
+SEGMENT_S = 2.0
+PARTS = 4
+FRAMES = 180
+
+
+class Crash(BaseException):
+    """The worker process dies here."""
+
+
+class CrashAt(Collector):
+    """Dies at the ``nth`` time ``point`` is reached for a job ``which`` accepts."""
+
+    def __init__(self, point: str, which, nth: int = 1) -> None:
+        super().__init__()
+        self.point, self.which, self.nth, self.seen = point, which, nth, 0
+
+    def step(self, point: str, job_key: str) -> None:
+        if point == self.point and self.which(job_key):
+            self.seen += 1
+            if self.seen == self.nth:
+                raise Crash(f"{point} {job_key[:12]}")
+
+
+def split_settings() -> Settings:
+    return dataclasses.replace(Settings.from_env(), segment_s=SEGMENT_S, split_above_s=0.001)
+
+
+def clip(tmp_path: Path, tone_hz: int) -> bytes:
+    """6 s of 320x180 at 30 fps with a tone (``tone_hz`` makes the bytes the test's own), a
+    keyframe every 30 frames."""
+    out = tmp_path / "clip.mp4"
+    subprocess.run(
+        [find_binaries().ffmpeg, "-nostdin", "-v", "error", "-f", "lavfi", "-i",
+         "testsrc2=size=320x180:rate=30:duration=6", "-f", "lavfi", "-i", f"sine=frequency={tone_hz}:duration=6",
+         "-c:v", "libx264", "-g", "30", "-keyint_min", "30", "-sc_threshold", "0", "-c:a", "aac", "-shortest",
+         "-f", "mp4", str(out)],
+        check=True,
+    )  # fmt: skip
+    return out.read_bytes()
+
+
+class Flow:
+    """One clip through a worker that may crash, then a second one past every lease."""
+
+    def __init__(self, session, tmp_path: Path, tone_hz: int) -> None:
+        self.session = session
+        self.settings = split_settings()
+        self.data = clip(tmp_path, tone_hz)
+        self.key = f"originals/split/{uuid.uuid4().hex}.mp4"
+        where = Where(session.stack.bucket, self.key, self.settings.derivatives_prefix, self.settings.policy_version)
+        video = next(
+            j for j in plan_jobs(sha256_hex(self.data), "video", active_recipes(), where) if "video@" in j.recipe.ref
+        )
+        self.parent = video.key
+        self.spec = video.spec
+        self.crashes = 0
+        self.renders: list[str] = []
+        self.bodies: list[str] = []
+
+    def part_keys(self) -> list[str]:
+        row = self.session.stack.ledger().get(self.parent)
+        assert row is not None and row.split is not None
+        return [s.job_key for s in part_specs(self.spec, row.split, self.settings.derivatives_prefix)]
+
+    def service(self, observer: Collector, skew_s: float = 0.0, wrap=None):
+        adapters = default_adapters(self.settings, clients=self.session.stack.clients())
+        if skew_s:
+            adapters = dataclasses.replace(adapters, clock=lambda: time.time() + skew_s)
+        if wrap is not None:
+            adapters = wrap(adapters)
+        return build_service(self.settings, adapters=adapters, observer=observer)
+
+    def run(self, observer: Collector | None = None, wrap=None) -> Collector:
+        """Upload the clip and drain the queue: with ``observer`` (and ``wrap``) until it
+        crashes, then with a worker past every lease."""
+        self.session.s3.put_object(Bucket=self.session.stack.bucket, Key=self.key, Body=self.data)
+        first = observer or Collector()
+        a = esm_for(self.session, self.service(first, wrap=wrap))
+        try:
+            while a.poll_once():
+                pass
+        except Crash:
+            self.crashes += 1
+            a.expire(a.current_batch)
+        self.renders += first.renders
+        second = Collector()
+        b = esm_for(self.session, self.service(second, skew_s=self.settings.lease_s + 60))
+        while b.poll_once():
+            pass
+        self.renders += second.renders
+        self.bodies = a.stats.bodies + b.stats.bodies
+        self.results = [r for c in (first, second) for rs in c.results.values() for r in rs]
+        assert b.in_flight() == 0
+        return second
+
+    def redeliver_everything(self) -> list[str]:
+        """Every message delivered so far, sent again and drained: the renders it caused."""
+        stack = self.session.stack
+        for body in self.bodies:
+            self.session.sqs.send_message(QueueUrl=stack.queue_url, MessageBody=body)
+        again = Collector()
+        b = esm_for(self.session, self.service(again, skew_s=self.settings.lease_s + 60))
+        while b.poll_once():
+            pass
+        return again.renders
+
+    def check_one_committed_set(self) -> dict:
+        stack, s3 = self.session.stack, self.session.s3
+        row = stack.ledger().get(self.parent)
+        assert row is not None and row.state == JobState.DONE
+        listed = s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"derivatives/{self.parent}/")
+        assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed["Contents"]) == [
+            "manifest.json", "poster.jpg", "source.mp4",
+        ]  # fmt: skip
+        parts = self.part_keys()
+        assert len(parts) == PARTS
+        for key in parts:
+            part = stack.ledger().get(key)
+            assert part is not None and part.state == JobState.DONE and part.waiting == frozenset()
+        asset = stack.assets().get(stack.bucket, self.key)
+        assert asset is not None and asset.state == "ready"
+        assert self.session.dead_letters() == 0
+        manifest = json.loads(s3.get_object(Bucket=stack.bucket, Key=row.manifest_key)["Body"].read())
+        return manifest
+
+
+def test_a_split_video_commits_each_part_and_the_join_once_with_the_sources_frames(local_session, tmp_path):
+    flow = Flow(local_session, tmp_path, 440)
+    flow.run()
+    manifest = flow.check_one_committed_set()
+    assert manifest["decisions"]["segments"]["count"] == 3
+    assert [s["start_s"] for s in manifest["decisions"]["segments"]["segments"]] == [0.0, 2.0, 4.0]
+    counts = Counter(flow.renders)  # the video's job runs twice: it splits, then it joins
+    assert [counts[k] for k in [*flow.part_keys(), flow.parent]] == [1] * PARTS + [2]
+    assert flow.results[0].source.key == flow.key and flow.results[0].state == "split"  # acknowledged, split
+
+    rendition = tmp_path / "source.mp4"
+    stack = local_session.stack
+    rendition.write_bytes(
+        local_session.s3.get_object(Bucket=stack.bucket, Key=f"derivatives/{flow.parent}/source.mp4")["Body"].read()
+    )
+    ffprobe = find_binaries().ffprobe
+    video = json.loads(subprocess.run(
+        [ffprobe, "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_streams", "-show_format",
+         "-of", "json", str(rendition)], capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    assert int(video["streams"][0]["nb_read_frames"]) == FRAMES
+    assert abs(float(video["format"]["duration"]) - 6.0) <= 1 / 30 + 0.03  # a frame (and AAC's last frame)
+    audio = subprocess.run(
+        [ffprobe, "-v", "error", "-select_streams", "a:0", "-show_entries", "packet=pts_time,duration_time",
+         "-of", "csv=p=0", str(rendition)], capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    packets = [tuple(map(float, line.split(",")[:2])) for line in audio]
+    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(packets, packets[1:], strict=False)]
+    assert packets and max(abs(g) for g in gaps) < 1024 / 44100  # one track, no gap over an AAC frame
+
+    assert flow.redeliver_everything() == []  # every message again: no render
+
+
+def test_the_assets_progress_is_the_share_of_the_parts_seconds_committed(local_session, tmp_path):
+    flow = Flow(local_session, tmp_path, 523)
+    seen: list[float] = []
+    stack = local_session.stack
+
+    def record_progress(adapters):
+        assets = adapters.assets
+
+        def progress(bucket, key, sequencer, job_key, fraction, *, now_s):
+            if job_key == flow.parent:
+                seen.append(round(fraction, 3))
+            return assets.progress(bucket, key, sequencer, job_key, fraction, now_s=now_s)
+
+        return dataclasses.replace(adapters, assets=Wrapping(assets, progress=progress))
+
+    flow.run(wrap=record_progress)
+    # three 2 s segments and the 6 s audio, in that order: 2/12, 4/12, 6/12 (the audio last: 12/12)
+    assert seen[:3] == [0.167, 0.333, 0.5]
+    assert stack.assets().get(stack.bucket, flow.key).state == "ready"
+
+
+@pytest.mark.parametrize(
+    ("tone_hz", "point", "which", "nth", "rerendered"),
+    [
+        (601, "claimed", "part", 2, None),  # a segment claimed, its render not started
+        (602, "output_stored", "part", 2, "part"),  # inside a segment: an output stored
+        (603, "done", "part", PARTS, None),  # the last part committed, the join not requested yet
+        (604, "claimed", "parent", 2, None),  # the join claimed, not started
+        (605, "output_stored", "parent", 1, "parent"),  # inside the join: a rendition stored
+    ],
+)
+def test_a_crash_at_each_boundary_ends_with_one_committed_set(
+    local_session, tmp_path, tone_hz, point, which, nth, rerendered
+):
+    flow = Flow(local_session, tmp_path, tone_hz)
+    is_parent = (lambda k: k == flow.parent) if which == "parent" else (lambda k: k != flow.parent and len(k) == 64)
+    crash = CrashAt(point, lambda k: is_parent(k) and k != _placeholder_key(flow), nth)
+    flow.run(crash)
+    assert flow.crashes == 1
+    flow.check_one_committed_set()
+    counts = Counter(k for k in flow.renders if k in {*flow.part_keys(), flow.parent})
+    counts[flow.parent] -= 1  # its split run
+    again = [k for k, n in counts.items() if n == 2]
+    assert all(n in (1, 2) for n in counts.values()) and len(again) == (0 if rerendered is None else 1)
+    if rerendered == "parent":
+        assert again == [flow.parent]
+    assert flow.redeliver_everything() == []
+
+
+def test_a_crash_between_the_split_and_its_requests_is_finished_by_the_originals_redelivery(local_session, tmp_path):
+    flow = Flow(local_session, tmp_path, 880)
+    sent: list[str] = []
+
+    def die_at_the_first_request(adapters):
+        queue = adapters.queue
+
+        def resend(queue_arn, body, delay_s, *, handovers=0):
+            if not sent:
+                sent.append(body)
+                raise Crash("after the split, before its requests")
+            return queue.resend(queue_arn, body, delay_s, handovers=handovers)
+
+        return dataclasses.replace(adapters, queue=Wrapping(queue, resend=resend))
+
+    flow.run(wrap=die_at_the_first_request)
+    assert flow.crashes == 1
+    flow.check_one_committed_set()
+    counts = Counter(k for k in flow.renders if k in {*flow.part_keys(), flow.parent})
+    counts[flow.parent] -= 1  # its split run
+    assert set(counts.values()) == {1}  # nothing rendered twice
+    assert flow.redeliver_everything() == []
+
+
+def _placeholder_key(flow: Flow) -> str:
+    where = Where(flow.session.stack.bucket, flow.key, flow.settings.derivatives_prefix, flow.settings.policy_version)
+    jobs = plan_jobs(sha256_hex(flow.data), "video", active_recipes(), where)
+    return next(j.key for j in jobs if j.key != flow.parent)

@@ -1,0 +1,90 @@
+"""domain/parts.py: a split job's parts, their keys and records, the parent's row change and
+its progress."""
+
+from __future__ import annotations
+
+import pytest
+
+from mediajobs.domain.jobs import JobSpec, JobState
+from mediajobs.domain.keys import ORIGINAL_INPUT, inputs_job_key, part_job_key
+from mediajobs.domain.parts import (
+    AUDIO_PART,
+    Part,
+    Split,
+    parent_key,
+    part_spec,
+    part_specs,
+    progress_of,
+    split_changes,
+)
+
+SHA = "ab" * 32
+RECIPE = "cd" * 32
+
+
+def parent() -> JobSpec:
+    key = inputs_job_key({ORIGINAL_INPUT: {"sha256": SHA}}, RECIPE, "none")
+    return JobSpec(key, SHA, "web-video", 2, RECIPE, "none", f"derivatives/{key}/", "media", "originals/a.mp4")
+
+
+def split() -> Split:
+    return Split(
+        (
+            Part("segment/v1/0-2000000", 0.0, 2.0, 2.0, 2.0),
+            Part("segment/v1/2000000-6000000", 2.0, None, 4.0, 4.0),
+            Part(AUDIO_PART, 0.0, None, 6.0),
+        ),
+        0.0,
+        {"version": 1, "count": 2},
+    )
+
+
+def test_each_part_is_keyed_by_the_content_its_range_the_recipe_and_the_policy():
+    specs = part_specs(parent(), split(), "derivatives/")
+    assert [s.job_key for s in specs] == [part_job_key(SHA, p.identity, RECIPE, "none") for p in split().parts]
+    assert len({s.job_key for s in specs} | {parent().job_key}) == 4
+    for spec, part in zip(specs, split().parts, strict=True):
+        assert spec.output_prefix == f"derivatives/{spec.job_key}/"
+        assert spec.waiting == frozenset({parent().job_key}) and spec.part == part
+        assert (spec.input_sha256, spec.recipe_sha256, spec.source_key) == (SHA, RECIPE, "originals/a.mp4")
+        assert parent_key(spec) == parent().job_key
+
+
+def test_another_policy_gives_other_part_keys():
+    other = part_spec(JobSpec(**{**parent().__dict__, "policy_version": "p2"}), split().parts[0], "derivatives/")
+    assert other.job_key != part_spec(parent(), split().parts[0], "derivatives/").job_key
+
+
+def test_a_split_is_recorded_and_read_back_whole():
+    assert Split.from_json(split().to_json()) == split()
+    assert split().audio == split().parts[2] and split().segments == split().parts[:2]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"identity": "segment/v1/5-5", "seek_s": 0, "length_s": 1, "weight_s": 1},  # empty range
+        {"identity": "../etc", "seek_s": 0, "length_s": 1, "weight_s": 1},
+        {"identity": AUDIO_PART, "seek_s": -1, "length_s": None, "weight_s": 1},
+        {"identity": AUDIO_PART, "seek_s": 0, "length_s": 0, "weight_s": 1},
+        {"identity": AUDIO_PART, "seek_s": 0, "length_s": None, "weight_s": float("nan")},
+        {"identity": AUDIO_PART, "seek_s": 0},
+    ],
+)
+def test_a_malformed_part_is_refused(bad):
+    with pytest.raises(ValueError):
+        Part.from_json(bad)
+
+
+def test_the_parent_waits_for_the_parts_not_done_with_its_lease_given_up():
+    changes = split_changes(frozenset({"k1"}), split(), 100)
+    assert changes["state"] == JobState.WAITING and changes["pending"] == frozenset({"k1"})
+    assert (changes["lease_token"], changes["lease_expires_at_s"], changes["split"]) == (None, 0, split())
+    assert split_changes(frozenset(), split(), 100)["state"] == JobState.REQUESTED  # every part done already
+
+
+def test_progress_is_the_share_of_the_parts_seconds_done():
+    assert progress_of(split(), [False, False, False]) == 0.0
+    assert progress_of(split(), [True, False, False]) == pytest.approx(2 / 12)
+    assert progress_of(split(), [True, True, False]) == pytest.approx(6 / 12)
+    assert progress_of(split(), [True, True, True]) == 1.0
