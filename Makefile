@@ -28,7 +28,7 @@ endif
 	@$(FIND_FFMPEG)
 
 demo: ffmpeg
-	$(BIN)/mediajobs demo --out mediajobs-out
+	$(BIN)/mediajobs demo --segment-seconds 2 --out mediajobs-out
 
 # The tests run on pytest-xdist workers, one more than the cores (a test often waits on the
 # embedded AWS or a child process); PYTEST_WORKERS=1 runs one. Each test file passes alone

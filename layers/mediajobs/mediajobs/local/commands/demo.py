@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import shutil
 import sys
 import time
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
-from mediajobs.domain.jobs import SourceResult
+from mediajobs.domain.jobs import SourceResult, SourceState
+from mediajobs.domain.segments import MAX_SEGMENT_SECONDS, MIN_SEGMENT_SECONDS
 from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import (
     InternalError,
@@ -58,6 +60,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Register ``mediajobs demo`` (its ``run``: :func:`run`)."""
     demo = subparsers.add_parser("demo", help=SUMMARIES["demo"])
     demo.add_argument("--out", default="mediajobs-out", help="output folder (default ./mediajobs-out)")
+    demo.add_argument(
+        "--segment-seconds",
+        type=float,
+        metavar="S",
+        help="split every video into segments of about S seconds, encoded as parallel jobs and joined "
+        "(SEGMENT_SECONDS, with SPLIT_ABOVE_SECONDS lowered so that short samples split; make demo uses 2)",
+    )
     demo.add_argument("files", nargs="*", help="your own files instead of the sample photos")
     demo.set_defaults(run=run)
 
@@ -124,8 +133,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     files, out_dir = checked_inputs(args, parser)
     files = files or sample_photos() + videos_if_ffmpeg()
     out_dir = out_dir.resolve()
+    environ = None
+    if args.segment_seconds is not None:
+        if not MIN_SEGMENT_SECONDS <= args.segment_seconds <= MAX_SEGMENT_SECONDS:
+            parser.error(f"--segment-seconds must be {MIN_SEGMENT_SECONDS:g}-{MAX_SEGMENT_SECONDS:g}")
+        environ = {**os.environ, "SEGMENT_SECONDS": str(args.segment_seconds), "SPLIT_ABOVE_SECONDS": "0.001"}
     with (
-        LocalSession(log_level=args.log_level, bars=ProgressBars(), wrap_adapters=wrap_adapters) as session,
+        LocalSession(
+            log_level=args.log_level, bars=ProgressBars(), wrap_adapters=wrap_adapters, environ=environ
+        ) as session,
         LocalNotifications(session.stack) as told,
     ):
         print(
@@ -157,6 +173,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         )
         rows = [(title, first_result(session, key)) for title, _, key in uploads]
         print_table(rows)
+        _print_splits(session, uploads)
         _tell(told, "notifications")
 
         session.redeliver(first_bodies)
@@ -194,6 +211,24 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     print(f"\nderivatives and gallery written to {out_dir}")
     print(f"open {index}")
     return 0 if renders_second == 0 and collected and no_new_ids else 1
+
+
+def _print_splits(session: LocalSession, uploads: list[tuple[str, Path, str]]) -> None:
+    """A line for each upload whose video was split: its segments and how they were cut."""
+    for title, _, key in uploads:
+        results = session.collector.results.get(key) or []
+        if not results or results[0].state != SourceState.SPLIT:
+            continue
+        result = first_result(session, key)
+        plan = next(
+            (j.decisions.get("segments") for j in result.jobs if j.decisions and "segments" in j.decisions), None
+        )
+        if plan is None:
+            print(f"{title}: split, not joined ({result.state})")
+            continue
+        cuts = ", ".join(f"{s['start_s']:.2f}" for s in plan["segments"])
+        exact = f", {plan['exact_cuts']} between keyframes" if plan["exact_cuts"] else ", every cut on a keyframe"
+        print(f"{title}: split into {plan['count']} segments (at {cuts} s{exact}) and its audio; joined")
 
 
 def _tell(told: LocalNotifications, title: str) -> int:
