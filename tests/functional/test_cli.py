@@ -123,9 +123,12 @@ def test_process_missing_file_is_a_usage_error(tmp_path):
 @pytest.mark.slow
 def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     out = tmp_path / "demo"
-    done = run("demo", "--out", str(out), cwd=tmp_path)
+    done = run("demo", "--segment-seconds", "2", "--out", str(out), cwd=tmp_path)  # as make demo runs it
     assert done.returncode == 0, done.stderr
     assert "no render ran twice" in done.stdout
+    # both videos split (5.3 s and 10 s in about 2 s segments), and joined
+    assert "bigbuckbunny.mp4: split into 3 segments" in done.stdout
+    assert "bikes.mp4: split into 5 segments" in done.stdout
     assert "0 renders" in done.stdout.split("second delivery")[1]
     assert "(copy)" in done.stdout and "reused" in done.stdout
     # Each asset told once, to the verifying receiver and the bus; the second delivery of
@@ -165,9 +168,11 @@ def test_out_must_be_a_folder(tmp_path):
         ("process", photo, "--out", str(a_file)),
         ("process", photo, "--out", ""),
         ("demo", "--out", str(a_file)),
+        ("demo", "--segment-seconds", "0.5", "--out", str(tmp_path / "d")),
     ):
         done = run(*args, cwd=tmp_path)
-        assert done.returncode == 2 and "--out" in done.stderr and "Traceback" not in done.stderr, args
+        assert done.returncode == 2 and "Traceback" not in done.stderr, args
+        assert "--out" in done.stderr or "--segment-seconds" in done.stderr, args
 
 
 def test_demo_with_a_missing_file_is_a_usage_error(tmp_path):
