@@ -318,9 +318,11 @@ def test_the_role_grants_s3_reads_on_originals_and_inputs_and_writes_on_derivati
         "sqs:SendMessage",
         "sqs:GetQueueUrl",
     }
-    # The jobs queue, and the backfill lane (its scan sends there, the mapping polls it).
-    assert all(grants[a] == {"JobsQueue.Arn", "BackfillQueue.Arn"} for a in sqs)
-    assert grants["logs:PutLogEvents"] == grants["logs:CreateLogStream"] == {"WorkerLogGroup.Arn"}
+    # The jobs queue, the backfill lane (its scan sends there, the mapping polls it), and
+    # the video lane (a split video's parts are requested there, the video function polls it).
+    assert all(grants[a] == {"JobsQueue.Arn", "BackfillQueue.Arn", "VideoQueue.Arn"} for a in sqs)
+    logs = {"WorkerLogGroup.Arn", "VideoWorkerLogGroup.Arn"}  # the role is the worker's and the video function's
+    assert grants["logs:PutLogEvents"] == grants["logs:CreateLogStream"] == logs
     assert {a for a in grants if a.startswith("dynamodb:")} and all(
         grants[a] <= {"JobsTable.Arn", "SourcesTable.Arn", "AssetsTable.Arn", "OutboxTable.Arn"}
         for a in grants

@@ -3,6 +3,8 @@ its progress."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mediajobs.domain.jobs import JobSpec, JobState
@@ -88,3 +90,41 @@ def test_progress_is_the_share_of_the_parts_seconds_done():
     assert progress_of(split(), [True, False, False]) == pytest.approx(2 / 12)
     assert progress_of(split(), [True, True, False]) == pytest.approx(6 / 12)
     assert progress_of(split(), [True, True, True]) == 1.0
+
+
+def test_the_parts_and_the_join_are_requested_on_the_video_lane_once_the_parent_waits():
+    """JobRequests.fan_out with the in-memory ledger and queue: the parts are written
+    requested and named waiting for the parent before it turns waiting, their requests go to
+    the video lane after; the last part's end makes the parent requested there, once."""
+    from mediajobs.domain.jobs import Claim, ClaimOutcome, OutputRecord, completed
+    from mediajobs.service_layer.requests import JobRequests
+    from mediajobs.settings import Settings
+    from tests.fakes import FakeLedger, FakeQueue
+
+    log: list = []
+    ledger, queue = FakeLedger(log), FakeQueue()
+    settings = Settings(jobs_queue_arn="arn:jobs", video_queue_arn="arn:video")
+    requests = JobRequests(settings, ledger=ledger, queue=queue, clock=lambda: 1000.0)
+    claim = ledger.claim(parent(), now_s=1000, lease_until_s=1120)
+    assert claim == Claim(ClaimOutcome.RUN, parent().job_key, "t1", 1120, attempts=1)
+
+    row = requests.fan_out(parent(), "t1", split(), None)
+    keys = [s.job_key for s in part_specs(parent(), split(), "derivatives/")]
+    assert (row.state, row.pending, row.split, row.lease_token) == (JobState.WAITING, frozenset(keys), split(), None)
+    writes = [entry[0] for entry in log if entry[0] in ("wait", "split")]
+    assert writes == ["wait", "wait", "wait", "split"]  # every part written before the parent waits
+    assert [(arn, body) for arn, body, _, _ in queue.resent] == [
+        ("arn:video", f'{{"job_key":"{k}","mediajobs":"job"}}') for k in keys
+    ]
+    assert ledger.get(keys[0]).waiting == frozenset({parent().job_key})
+
+    queue.resent.clear()
+    out = OutputRecord("source", "derivatives/x/source.mp4", "mp4", 16, 16, 1, "00" * 32, "video/mp4")
+    for key in keys:  # each part commits and tells the parent
+        ledger.rows[key] = dataclasses.replace(ledger.rows[key], state="running", lease_token="p")
+        ended = ledger._held(key, "p", frozenset({JobState.RUNNING}), completed("m", [out], {}, 1001))
+        requests.tell(ended)
+    assert ledger.get(parent().job_key).state == JobState.REQUESTED
+    assert [(arn, body) for arn, body, _, _ in queue.resent] == [
+        ("arn:video", f'{{"job_key":"{parent().job_key}","mediajobs":"job"}}')
+    ]

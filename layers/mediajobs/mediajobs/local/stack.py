@@ -57,12 +57,16 @@ USER_TUNABLE: Final = frozenset(
         "worker_timeout_s",
         "video_speed_factor",
         "max_video_s",
+        "split_above_s",
+        "segment_s",
     )
 )
 
 #: Local differences from the deployed function: a transient failure comes back after
-#: about 1, 2, 4, 8 s instead of 5, 10, 20, 40 s, so a local run with a failing input ends soon.
-LOCAL_DEFAULTS: Final[dict[str, str]] = {_ENV_NAMES["retry_base_s"]: "1"}
+#: about 1, 2, 4, 8 s instead of 5, 10, 20, 40 s, so a local run with a failing input ends soon;
+#: and a split video's parts go to the jobs queue, which a local worker polls alone (deployed,
+#: the video lane has a function of its own).
+LOCAL_DEFAULTS: Final[dict[str, str]] = {_ENV_NAMES["retry_base_s"]: "1", _ENV_NAMES["video_queue_arn"]: ""}
 
 #: Prefix of the work folder an embedded AWS gives its process's workers (under the system's
 #: temporary folder). Not ``mediajobs-*``: a worker whose ``WORK_DIR`` is that temporary

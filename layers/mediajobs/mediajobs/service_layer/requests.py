@@ -229,8 +229,9 @@ class JobRequests:
             if view.state == JobState.PERMANENT_FAILURE and view.waiting and depth < _MAX_DEPTH:
                 self.tell(view, delivery=delivery, in_plan=in_plan, again=again, depth=depth + 1)
             elif view.state == JobState.REQUESTED and (made or again) and waiter not in in_plan:
+                lane = self._settings.video_queue_arn or None if view.split is not None else None  # a join
                 try:
-                    self.request_one(waiter, delivery)
+                    self.request_one(waiter, delivery, queue_arn=lane)
                 except TransientFailure:
                     unsent.append(waiter)
         self._ledger.told(ended.job_key, ended.waiting - frozenset(unsent), now_s=int(self._clock()))
@@ -330,7 +331,7 @@ class JobRequests:
             if view is not None and view.state == JobState.DONE and key in parent.pending:
                 _, made = self._tell_one(parent.job_key, view)  # ended between a find and the split
                 if made:
-                    sent += int(self.request_one(parent.job_key, delivery))
+                    sent += int(self.request_one(parent.job_key, delivery, queue_arn=lane))
             elif view is not None and view.state in (JobState.REQUESTED, JobState.TRANSIENT_FAILURE):
                 sent += int(self.request_one(key, delivery, queue_arn=lane))
         return sent
