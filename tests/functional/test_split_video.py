@@ -164,7 +164,22 @@ class Flow:
 
 def test_a_split_video_commits_each_part_and_the_join_once_with_the_sources_frames(local_session, tmp_path):
     flow = Flow(local_session, tmp_path, 440)
-    flow.run()
+    downloads: list[str] = []
+
+    def count_downloads(adapters):
+        store = adapters.store
+
+        def download(ref, dest, *, etag=None):
+            downloads.append(ref.key)
+            return store.download(ref, dest, etag=etag)
+
+        return dataclasses.replace(adapters, store=Wrapping(store, download=download))
+
+    flow.run(wrap=count_downloads)
+    # The original is read whole once, by its delivery (which splits); the parts and the join
+    # read it by byte ranges through a presigned URL. The join reads each part's outputs.
+    assert downloads.count(flow.key) == 1
+    assert sum(1 for k in downloads if k.startswith("derivatives/")) == PARTS
     manifest = flow.check_one_committed_set()
     assert manifest["decisions"]["segments"]["count"] == 3
     assert [s["start_s"] for s in manifest["decisions"]["segments"]["segments"]] == [0.0, 2.0, 4.0]

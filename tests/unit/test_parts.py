@@ -128,3 +128,41 @@ def test_the_parts_and_the_join_are_requested_on_the_video_lane_once_the_parent_
     assert [(arn, body) for arn, body, _, _ in queue.resent] == [
         ("arn:video", f'{{"job_key":"{parent().job_key}","mediajobs":"job"}}')
     ]
+
+
+@pytest.mark.parametrize(
+    ("source", "protocols"),
+    [
+        ("/tmp/work/original", "file"),
+        ("original", "file"),
+        ("https://bucket.s3.amazonaws.com/originals/a.mp4?versionId=v&X-Amz-Signature=s", "https,tls,tcp"),
+        ("http://127.0.0.1:5000/bucket/originals/a.mp4?X-Amz-Signature=s", "http,tcp"),
+    ],
+)
+def test_a_part_reads_its_presigned_url_with_exactly_that_urls_protocols(source, protocols):
+    from mediajobs.bootstrap import load_recipe
+    from mediajobs.domain.video import VideoProbe, audio_argv, input_protocols, plan_renditions, segment_argv
+
+    assert input_protocols(source) == protocols
+    params = load_recipe("web-video", 2).params
+    probe = VideoProbe(format_name="mov,mp4", duration_s=6.0, codec="h264", coded_width=640, coded_height=360,
+                       frames=180, audio_codec="aac")  # fmt: skip
+    plan = plan_renditions(probe, params)
+    for argv in (
+        segment_argv("ffmpeg", source, probe, plan, params, 2.0, 2.0, "out"),
+        audio_argv("ffmpeg", source, plan, params, "out"),
+    ):
+        assert argv[argv.index("-protocol_whitelist") + 1] == protocols
+        assert argv[argv.index("-format_whitelist") + 1] == "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm"
+        assert argv[argv.index("-i") + 1] == source
+
+
+@pytest.mark.parametrize("source", ["ftp://host/a.mp4", "file:///etc/passwd", "concat:a|b", "data:,x"])
+def test_no_other_url_is_read(source):
+    from mediajobs.domain.video import input_protocols
+
+    if "://" in source:
+        with pytest.raises(ValueError):
+            input_protocols(source)
+    else:  # not a URL to ffmpeg's parsing here: a relative path, read with the file protocol only
+        assert input_protocols(source) == "file"

@@ -141,6 +141,26 @@ class S3Store:
         version = response.get("VersionId")
         return Downloaded(digest.hexdigest(), size, None if version in (None, "null") else version)
 
+    def presigned_get(self, ref: ObjectRef, *, expires_s: int) -> str:
+        """A URL that reads ``ref`` (its version, when it names one) for ``expires_s``
+        seconds, signed with this client's credentials (SigV4 query parameters: "Sharing
+        objects with presigned URLs", S3 user guide): ffmpeg reads a split video's part
+        through it by byte ranges, never the whole original. Made locally: no request.
+
+        Raises
+        ------
+        TransientFailure
+            When the client cannot sign (no credentials).
+        """
+        params: dict[str, Any] = {"Bucket": ref.bucket, "Key": ref.key}
+        if ref.version_id:
+            params["VersionId"] = ref.version_id
+        try:
+            url: str = self._s3.generate_presigned_url("get_object", Params=params, ExpiresIn=expires_s)
+        except BotoCoreError as exc:
+            raise TransientFailure(f"cannot presign s3://{ref.bucket}/{ref.key}: {exc}") from exc
+        return url
+
     def put_if_absent(self, bucket: str, key: str, body: bytes | IO[bytes], *, content_type: str) -> bool:
         """Write an immutable object unless the key exists (``If-None-Match: *``).
 

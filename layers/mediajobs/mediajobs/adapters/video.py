@@ -159,6 +159,11 @@ class FfmpegRenderer:
         TransientFailure
             When ffprobe fails for a reason the classification does not know, or times out.
         """
+        return self._probed(source)[0]
+
+    def _probed(self, source: Path) -> tuple[VideoProbe, dict[str, Any]]:
+        """:meth:`probe`, and what it read: ``{"document": <ffprobe's JSON>,
+        "packets_duration_s": <float | None>}`` (:func:`_parsed` reads it again)."""
         with open(source, "rb") as f:
             if problem := playlist_problem(f.read(1024)):
                 raise problem
@@ -178,13 +183,31 @@ class FfmpegRenderer:
             if listed.returncode != 0:
                 raise _failure("ffprobe", listed)
             packets = packets_end_s(listed.stdout.decode("utf-8", "replace"))
-        probe = parse_probe(document, packets_duration_s=packets)
+        facts = {"document": document, "packets_duration_s": packets}
+        return self._parsed(facts), facts
+
+    def _parsed(self, facts: Mapping[str, Any]) -> VideoProbe:
+        """The probe of what :meth:`_probed` read (a split's ``probe``).
+
+        Raises
+        ------
+        PermanentFailure
+            As :func:`~mediajobs.domain.video.parse_probe`; ``too_many_pixels``.
+        """
+        probe = parse_probe(dict(facts["document"]), packets_duration_s=facts.get("packets_duration_s"))
         if probe.coded_width * probe.coded_height > self.max_pixels:
             raise PermanentFailure(
                 TOO_MANY_PIXELS,
                 PIXELS.detail(f"{probe.coded_width}x{probe.coded_height} frames", f"{self.max_pixels} pixels"),
             )
         return probe
+
+    def _split_probe(self, source: Path, context: RenderContext) -> tuple[VideoProbe, str]:
+        """For a part or a join: the parent's probe from its split (else ``source`` probed
+        again), and what ffmpeg reads: the presigned URL when there is one, else ``source``."""
+        split = context.split
+        probe = self._parsed(split.probe) if split is not None and split.probe else self.probe(source)
+        return probe, context.source_url or str(source)
 
     def render(
         self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext | None = None
@@ -210,11 +233,11 @@ class FfmpegRenderer:
             splits in two segments or more (:meth:`_split`).
         """
         context = context or RenderContext()
-        probe = self.probe(source)
+        probe, facts = self._probed(source)
         plan = plan_renditions(probe, params)
         if self._splits(probe, plan):
             check_budget(probe, plan, dataclasses.replace(self._budget(out_dir), invocation_s=math.inf))
-            split = self._split(source, probe, plan, context)
+            split = self._split(source, probe, plan, context, facts)
             if split is not None:
                 raise SplitNeeded(split)
         check_budget(probe, plan, self._budget(out_dir))
@@ -234,7 +257,7 @@ class FfmpegRenderer:
             raise _failure("ffmpeg", completed)
         context.progress(names, probe.duration_s, probe.duration_s)
         context.check()
-        poster = self._poster(source, probe, plan, params, out_dir, timeout)
+        poster = self._poster(str(source), probe, plan, params, out_dir, timeout)
         files = [self._verified(out_dir / f"{r.name}.mp4", r.name, probe, r.width, r.height) for r in plan.renditions]
         files.append(poster)
         return files, decisions_for(probe, plan, ffmpeg.version(binaries.ffmpeg))
@@ -248,7 +271,9 @@ class FfmpegRenderer:
         needed = estimated_seconds(probe, plan, self.speed_factor)
         return should_split(needed, probe.duration_s, self.split_above_s, self.segment_s)
 
-    def _split(self, source: Path, probe: VideoProbe, plan: RenditionPlan, context: RenderContext) -> Split | None:
+    def _split(
+        self, source: Path, probe: VideoProbe, plan: RenditionPlan, context: RenderContext, facts: dict[str, Any]
+    ) -> Split | None:
         """The parts of ``source``: its segments (:func:`plan_segments` on the keyframes and
         frame times ffprobe lists, on the renditions' frame grid when they are capped), then
         the audio track once when there is one. ``None`` when the plan has one segment
@@ -282,7 +307,7 @@ class FfmpegRenderer:
             parts.append(Part(segment.identity(), seek_s, length_s, segment.duration_s, join_s))
         if probe.has_audio:
             parts.append(Part(AUDIO_PART, 0.0, None, probe.duration_s))
-        return Split(tuple(parts), to_s(segments.video_start_us), segments.to_json())
+        return Split(tuple(parts), to_s(segments.video_start_us), segments.to_json(), facts)
 
     def render_part(
         self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext
@@ -307,14 +332,14 @@ class FfmpegRenderer:
         """
         part = context.part
         assert part is not None, "render_part renders a part"
-        probe = self.probe(source)
+        probe, src = self._split_probe(source, context)
         plan = plan_renditions(probe, params)
         check_budget(probe, plan, dataclasses.replace(self._budget(out_dir), invocation_s=math.inf))
         span_s = part.length_s if part.length_s is not None else max(probe.duration_s - part.seek_s, 0.0)
         timeout = self._remaining(context)
         names = tuple(r.name for r in plan.renditions)
         if part.is_audio:
-            argv = audio_argv(self.binaries.ffmpeg, str(source), plan, params, str(out_dir))
+            argv = audio_argv(self.binaries.ffmpeg, src, plan, params, str(out_dir))
         else:
             share = min(1.0, span_s / probe.duration_s) if probe.duration_s > 0 else 1.0
             needed = estimated_seconds(probe, plan, self.speed_factor) * share
@@ -323,7 +348,7 @@ class FfmpegRenderer:
                     TOO_LONG, f"a segment of {span_s:.1f} s needs about {needed:.0f} s; lower SEGMENT_SECONDS"
                 )
             argv = segment_argv(
-                self.binaries.ffmpeg, str(source), probe, plan, params, part.seek_s, part.length_s, str(out_dir)
+                self.binaries.ffmpeg, src, probe, plan, params, part.seek_s, part.length_s, str(out_dir)
             )
 
         def on_progress(block: dict[str, str]) -> None:
@@ -374,7 +399,7 @@ class FfmpegRenderer:
         """
         split = context.split
         assert split is not None, "join joins a split job's parts"
-        probe = self.probe(source)
+        probe, src = self._split_probe(source, context)
         plan = plan_renditions(probe, params)
         timeout = self._remaining(context)
         audio_index = next((i for i, p in enumerate(split.parts) if p.is_audio), None)
@@ -408,7 +433,7 @@ class FfmpegRenderer:
                 raise verification_failure(r.name, [problem])
             files.append(rendered)
         shutil.rmtree(folder, ignore_errors=True)
-        files.append(self._poster(source, probe, plan, params, out_dir, timeout))
+        files.append(self._poster(src, probe, plan, params, out_dir, timeout))
         decisions = decisions_for(probe, plan, ffmpeg.version(self.binaries.ffmpeg)).to_json()
         return files, {**decisions, "segments": dict(split.plan)}
 
@@ -476,7 +501,7 @@ class FfmpegRenderer:
 
     def _poster(
         self,
-        source: Path,
+        source: str,
         probe: VideoProbe,
         plan: RenditionPlan,
         params: VideoRenditionsParams,
@@ -487,7 +512,7 @@ class FfmpegRenderer:
         frame (a very short or sparse-keyframe file gives no frame there)."""
         path = out_dir / f"{params.poster.name}.jpg"
         for plan_at in (plan, _at_start(plan)):
-            argv = poster_argv(self.binaries.ffmpeg, str(source), probe, plan_at, params, str(path))
+            argv = poster_argv(self.binaries.ffmpeg, source, probe, plan_at, params, str(path))
             completed = self._run(argv, timeout, out_dir)
             if completed.returncode != 0:
                 raise _failure("ffmpeg poster", completed)

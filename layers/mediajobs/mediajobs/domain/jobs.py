@@ -855,7 +855,10 @@ class RenderContext:
         ``source``); a step that takes other jobs' outputs reads them here. A split job's
         join also finds its parts' outputs here, named ``"<part index>/<output name>"``.
     part: the part this job renders, for a part of a split job (else ``None``).
-    split: what this job was split into, when its parts are done and it joins them.
+    split: what this job was split into, when its parts are done and it joins them; for a
+        part, what its parent was split into (the parent's probe is there).
+    source_url: when the original is read where it is, by byte ranges, rather than copied:
+        a presigned URL of its version (the step's ``source`` then names no file).
     """
 
     check: Callable[[], None] = _no_check
@@ -864,6 +867,7 @@ class RenderContext:
     inputs: Mapping[str, Path] = field(default_factory=dict)
     part: Part | None = None
     split: Split | None = None
+    source_url: str | None = None
 
 
 def refused(

@@ -101,11 +101,15 @@ class Split:
     offset_s: how much later than 0 the joined video starts (the plan's video start), seconds.
     plan: the plan's record for the manifest's ``decisions.segments``
         (:meth:`SegmentPlan.to_json <mediajobs.domain.segments.SegmentPlan.to_json>`).
+    probe: what the parent's probe read of the source (ffprobe's document, and the
+        packets' end when it declares no duration), so that every part and the join plan
+        from the same facts without reading the whole original again; ``{}`` when unknown.
     """
 
     parts: tuple[Part, ...]
     offset_s: float
     plan: Mapping[str, Any]
+    probe: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def segments(self) -> tuple[Part, ...]:
@@ -118,8 +122,13 @@ class Split:
         return next((p for p in self.parts if p.is_audio), None)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"parts": [...], "offset_s", "plan"}``: the record on the parent's row."""
-        return {"parts": [p.to_json() for p in self.parts], "offset_s": self.offset_s, "plan": dict(self.plan)}
+        """``{"parts": [...], "offset_s", "plan", "probe"}``: the record on the parent's row."""
+        return {
+            "parts": [p.to_json() for p in self.parts],
+            "offset_s": self.offset_s,
+            "plan": dict(self.plan),
+            "probe": dict(self.probe),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Split:
@@ -132,7 +141,7 @@ class Split:
         """
         try:
             parts = tuple(Part.from_json(p) for p in data["parts"])
-            return cls(parts, float(data["offset_s"]), dict(data["plan"]))
+            return cls(parts, float(data["offset_s"]), dict(data["plan"]), dict(data.get("probe") or {}))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a split: {exc}") from exc
 

@@ -553,8 +553,31 @@ def output_frames(probe: VideoProbe, max_fps: int | None) -> tuple[int | None, i
 
 #: Options every ffmpeg and ffprobe run starts with: no stdin, no banner, and the input
 #: confined to the allow-listed demuxers on a local file.
-def _input_guard() -> list[str]:
-    return ["-format_whitelist", FORMAT_WHITELIST, "-protocol_whitelist", PROTOCOL_WHITELIST]
+def _input_guard(source: str) -> list[str]:
+    return ["-format_whitelist", FORMAT_WHITELIST, "-protocol_whitelist", input_protocols(source)]
+
+
+def input_protocols(source: str) -> str:
+    """The ``-protocol_whitelist`` for reading ``source``: :data:`PROTOCOL_WHITELIST` (the
+    local file) for a path; for a presigned URL of the original (a split video's part reads
+    only its range: :meth:`~mediajobs.service_layer.ports.ObjectStore.presigned_get`),
+    exactly that URL's scheme and what it rides on -- ``https,tls,tcp`` (``http,tcp`` for
+    the embedded S3) -- and nothing else: no ``file``, ``concat``, ``subfile``, ``data`` or
+    playlist protocol (ffmpeg's protocols documentation: https is http over tls over tcp).
+
+    Raises
+    ------
+    ValueError
+        For a URL of any other scheme.
+    """
+    scheme = source.split("://", 1)[0].lower() if "://" in source else ""
+    if not scheme:
+        return PROTOCOL_WHITELIST
+    if scheme == "https":
+        return "https,tls,tcp"
+    if scheme == "http":
+        return "http,tcp"
+    raise ValueError(f"not a source ffmpeg may read: {scheme}://")
 
 
 def ffprobe_argv(ffprobe: str, source: str) -> list[str]:
@@ -564,7 +587,7 @@ def ffprobe_argv(ffprobe: str, source: str) -> list[str]:
     ``nb_read_packets``: the frames :func:`stream_frames` counts.
     """
     return [
-        ffprobe, "-hide_banner", "-v", "error", *_input_guard(),
+        ffprobe, "-hide_banner", "-v", "error", *_input_guard(source),
         "-show_format", "-show_streams", "-count_packets", "-of", "json", "-i", source,
     ]  # fmt: skip
 
@@ -572,7 +595,7 @@ def ffprobe_argv(ffprobe: str, source: str) -> list[str]:
 def ffprobe_packets_argv(ffprobe: str, source: str) -> list[str]:
     """argv listing every packet's time and length as CSV (for :func:`packets_end_s`)."""
     return [
-        ffprobe, "-hide_banner", "-v", "error", *_input_guard(),
+        ffprobe, "-hide_banner", "-v", "error", *_input_guard(source),
         "-show_entries", "packet=pts_time,duration_time", "-of", "csv=p=0", "-i", source,
     ]  # fmt: skip
 
@@ -584,7 +607,7 @@ def keyframes_argv(ffprobe: str, source: str, stream_index: int) -> list[str]:
     keyframe), with the input guard of every run (for :func:`parse_keyframes`; the segment
     plan's input, :mod:`mediajobs.domain.segments`)."""
     return [
-        ffprobe, "-hide_banner", "-v", "error", *_input_guard(), "-select_streams", str(int(stream_index)),
+        ffprobe, "-hide_banner", "-v", "error", *_input_guard(source), "-select_streams", str(int(stream_index)),
         "-show_entries", "packet=pts_time,flags", "-of", "csv=p=0", "-i", source,
     ]  # fmt: skip
 
@@ -707,7 +730,7 @@ def renditions_argv(
     enc = params.encoding
     argv = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-progress", "pipe:1",
-        *_input_guard(), "-i", source,
+        *_input_guard(source), "-i", source,
         "-filter_complex", _ladder_filter(probe, plan, f"trim=end_frame={probe.frames},"),
     ]  # fmt: skip
     for i, r in enumerate(plan.renditions):
@@ -757,7 +780,7 @@ def segment_argv(
     (:func:`audio_argv`), so no boundary carries AAC priming samples."""
     argv = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-progress", "pipe:1",
-        *_input_guard(), "-ss", f"{start_s:.6f}", *([] if duration_s is None else ["-t", f"{duration_s:.6f}"]),
+        *_input_guard(source), "-ss", f"{start_s:.6f}", *([] if duration_s is None else ["-t", f"{duration_s:.6f}"]),
         "-i", source, "-filter_complex", _ladder_filter(probe, plan),
     ]  # fmt: skip
     for i, r in enumerate(plan.renditions):
@@ -776,7 +799,7 @@ def audio_argv(ffmpeg: str, source: str, plan: RenditionPlan, params: VideoRendi
     rung's bitrate, into ``<out_dir>/<rung>.m4a`` (AAC, no video, no metadata): the one audio
     encode a segmented video has, so the joined renditions have one continuous track."""
     enc = params.encoding
-    argv = [ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", *_input_guard(), "-i", source]
+    argv = [ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", *_input_guard(source), "-i", source]
     for r in plan.renditions:
         argv += ["-map", "0:a:0", "-vn", "-map_metadata", "-1", "-map_chapters", "-1"]
         argv += ["-c:a", enc.audio_codec, "-b:a", f"{r.rung.audio_kbps}k", "-f", "mp4", f"{out_dir}/{r.name}.m4a"]
@@ -840,7 +863,7 @@ def poster_argv(
     width, height = plan.poster_size
     return [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error",
-        *_input_guard(), "-ss", f"{plan.poster_at_s:.3f}", "-i", source,
+        *_input_guard(source), "-ss", f"{plan.poster_at_s:.3f}", "-i", source,
         "-map", f"0:{probe.stream_index}", "-frames:v", "1",
         "-vf", f"{_picture_filter(probe)},scale={width}:{height},setsar=1",
         "-map_metadata", "-1", "-q:v", str(params.poster.quality), "-update", "1", "-f", "image2", out_path,
@@ -861,7 +884,7 @@ def frame_argv(ffmpeg: str, source: str, probe: VideoProbe, at_s: float, size: t
     width, height = size
     return [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error",
-        *_input_guard(), "-ss", f"{at_s:.3f}", "-i", source,
+        *_input_guard(source), "-ss", f"{at_s:.3f}", "-i", source,
         "-map", f"0:{probe.stream_index}", "-frames:v", "1",
         "-vf", f"{_picture_filter(probe)},scale={width}:{height},setsar=1,format=rgb24",
         "-map_metadata", "-1", "-f", "rawvideo", "pipe:1",

@@ -310,7 +310,8 @@ class Pipeline:
         if content is not None and claim.outcome is ClaimOutcome.RUN:  # the bytes are needed:
             # a copy an asset holds and S3 still serves (HeadObject), only now
             source = next((ref for ref in self._assets.sources_for(spec) if self._served(ref)), source)
-        with self._reader.fetch(source, content, claim, delivery) as work:
+        ranged = spec.part is not None or claim.split is not None  # a split video's part, or its join
+        with self._reader.fetch(source, content, claim, delivery, ranged=ranged) as work:
             if isinstance(work, SourceResult):
                 return self._told(work)
             ended = self._runner.run(job, claim, source, delivery, work, None, {})

@@ -19,6 +19,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Final
 
 from mediajobs.domain.errors import SOURCE_MISSING, UNSUPPORTED_FORMAT, JobBusy, PermanentFailure, TransientFailure
 from mediajobs.domain.jobs import (
@@ -46,6 +47,11 @@ from mediajobs.settings import Settings
 log = logging.getLogger(__name__)
 
 
+#: How long a presigned URL of an original lasts, seconds: a whole invocation (Lambda's
+#: 900 s maximum) and its margin.
+PRESIGNED_URL_S: Final = 960
+
+
 @dataclasses.dataclass(frozen=True)
 class Work:
     """One delivery's original, read into its work folder.
@@ -54,6 +60,9 @@ class Work:
     ----------
     ref: the original; original: its copy in the folder; size_bytes: bytes read;
     sha256: SHA-256 hex of the bytes read; folder: the work folder.
+    url: when the original is not copied but read where it is, by byte ranges: a presigned
+        ``GetObject`` URL of its version (``original`` then names no file, ``size_bytes``
+        is 0 and ``sha256`` the content's, which the version pins).
     """
 
     ref: ObjectRef
@@ -61,6 +70,7 @@ class Work:
     size_bytes: int
     sha256: str
     folder: Path
+    url: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,11 +246,20 @@ class Reader:
 
     @contextlib.contextmanager
     def fetch(
-        self, source: ObjectRef, content: ContentInput | None, claim: Claim, delivery: Delivery | None
+        self,
+        source: ObjectRef,
+        content: ContentInput | None,
+        claim: Claim,
+        delivery: Delivery | None,
+        *,
+        ranged: bool = False,
     ) -> Iterator[Work | SourceResult | None]:
         """For a job a request names: its original read into a work folder (removed on
         exit) when the job takes it and holds its claim to render; ``None`` when nothing is
-        to be read.
+        to be read. With ``ranged`` (a split video's part or join, which read only what they
+        need) and a version to pin the bytes, nothing is copied: the work carries a
+        presigned URL of that version, valid for :data:`PRESIGNED_URL_S`
+        (:meth:`~mediajobs.service_layer.ports.ObjectStore.presigned_get`).
 
         Yields
         ------
@@ -254,6 +273,10 @@ class Reader:
             return
         with work_folder(self._settings.work_dir) as folder:
             path = folder / "original"
+            if ranged and source.version_id:  # a version's bytes never change: no hash to check
+                url = self._store.presigned_get(source, expires_s=PRESIGNED_URL_S)
+                yield Work(source, path, 0, content.sha256, folder, url=url)
+                return
             try:
                 downloaded = self._store.download(source, path)
             except PermanentFailure as failure:

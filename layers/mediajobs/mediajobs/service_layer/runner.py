@@ -45,7 +45,7 @@ from mediajobs.domain.jobs import (
     OutputRecord,
     RenderContext,
 )
-from mediajobs.domain.parts import Split, SplitNeeded, part_specs
+from mediajobs.domain.parts import Split, SplitNeeded, parent_key, part_specs
 from mediajobs.domain.plan import PlannedJob
 from mediajobs.service_layer.assets import KeptAsset
 from mediajobs.service_layer.commit import Commit
@@ -175,8 +175,11 @@ class JobRunner:
         extra = {"job_key": key, "source_key": source.key, "recipe": job.recipe.ref}
         with self._folder(work) as folder:
             inputs = self._inputs(job, work, folder, produced)
-            if claim.split is not None:
+            split = claim.split
+            if split is not None:
                 inputs.update(self._part_outputs(job, claim, folder))
+            elif job.spec.part is not None:  # a part reads its parent's split (the probe is there)
+                split = self._parent_split(job)
             if claim.sweep:
                 removed = self._store.delete_prefix(source.bucket, job.spec.output_prefix, first=commit.manifest_key)
                 log.info("swept %d objects an interrupted collection left", removed, extra=extra)
@@ -190,7 +193,8 @@ class JobRunner:
                 progress=self._progress_sink(key, source, asset),
                 inputs=inputs,
                 part=job.spec.part,
-                split=claim.split,
+                split=split,
+                source_url=work.url if work is not None else None,
             )
             main = next(iter(inputs.values()))
             step = self._steps[job.recipe.step].run(main, job.recipe.params, context, out_dir)
@@ -229,6 +233,20 @@ class JobRunner:
             else:
                 paths[name] = self._output_file(wanted, folder, produced, job.spec.source_bucket)
         return paths
+
+    def _parent_split(self, job: PlannedJob) -> Split:
+        """What the parent of the part ``job`` was split into (its row, one ``GetItem``).
+
+        Raises
+        ------
+        TransientFailure
+            The parent has no split on its row (it cannot have requested this part then:
+            the row is read again at the next delivery).
+        """
+        parent = self._ledger.get(parent_key(job.spec))
+        if parent is None or parent.split is None:
+            raise TransientFailure(f"the parent of part {job.key[:12]} holds no split")
+        return parent.split
 
     def _part_outputs(self, job: PlannedJob, claim: Claim, folder: Path) -> dict[str, Path]:
         """The outputs of every part of a split job, as files named ``"<part index>/<output

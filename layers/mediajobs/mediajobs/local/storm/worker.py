@@ -104,6 +104,10 @@ class CountingStore:
         self.bytes_read += downloaded.size_bytes
         return downloaded
 
+    def presigned_get(self, ref: ObjectRef, *, expires_s: int) -> str:
+        """As ``inner.presigned_get`` (what ffmpeg reads through the URL is not counted)."""
+        return self._inner.presigned_get(ref, expires_s=expires_s)
+
     def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool:
         """As ``inner.put_file_if_absent``."""
         return self._inner.put_file_if_absent(bucket, key, path, content_type=content_type)
