@@ -600,6 +600,10 @@ class FakeAssets:
         if self.candidate_rows.get((candidate.job_key, candidate.released_by)) == candidate.released_at_s:
             del self.candidate_rows[(candidate.job_key, candidate.released_by)]
 
+    def release(self, job_keys, released_by, *, now_s):
+        for job_key in job_keys:
+            self.candidate_rows.setdefault((job_key, released_by), now_s)
+
 
 def pipeline_on(
     settings: Any,

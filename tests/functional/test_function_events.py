@@ -84,7 +84,13 @@ def test_serve_env_vars_writes_every_functions_environment_as_the_template_decla
     }
     with EmbeddedAws() as stack:
         written = sam_env_vars(stack, "http://host.docker.internal:5000")
-    assert sorted(written) == sorted(declared) == ["DispatcherFunction", "StatusFunction", "WorkerFunction"]
+    assert sorted(written) == sorted(declared) == [
+        "DispatcherFunction", "StatusFunction", "VideoWorkerFunction", "WorkerFunction",
+    ]  # fmt: skip
+    # The video function is the worker's code behind the video lane: the same environment.
+    assert declared["VideoWorkerFunction"] == declared["WorkerFunction"]
+    # No video lane locally: a split video's parts go to the jobs queue `serve --worker` polls.
+    assert written["WorkerFunction"]["VIDEO_QUEUE_ARN"] == written["VideoWorkerFunction"]["VIDEO_QUEUE_ARN"] == ""
     for logical_id, variables in declared.items():
         env = written[logical_id]
         assert set(variables) <= set(env), logical_id

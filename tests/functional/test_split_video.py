@@ -285,3 +285,44 @@ def _placeholder_key(flow: Flow) -> str:
     where = Where(flow.session.stack.bucket, flow.key, flow.settings.derivatives_prefix, flow.settings.policy_version)
     jobs = plan_jobs(sha256_hex(flow.data), "video", active_recipes(), where)
     return next(j.key for j in jobs if j.key != flow.parent)
+
+
+def test_the_parts_are_collected_after_the_join_and_a_video_collected_later_renders_again(local_session, tmp_path):
+    """The join releases its parts (a candidate each): the collection deletes their outputs
+    (no asset ever references a part). Deleted, the video is collected too; the same bytes
+    uploaded again split again, render the parts again and join: ready, one set."""
+    from mediajobs.bootstrap import build_collector
+    from mediajobs.local.session import local_adapters
+
+    flow = Flow(local_session, tmp_path, 990)
+    flow.run()
+    flow.check_one_committed_set()
+    stack, s3 = local_session.stack, local_session.s3
+    parts = flow.part_keys()
+    candidates = {c.job_key for c in stack.assets().candidates(released_before_s=2**40, limit=1000)}
+    assert set(parts) <= candidates and flow.parent not in candidates
+
+    def collect() -> None:
+        build_collector(flow.settings, local_adapters(stack, flow.settings)).run(grace_s=0, limit=1000)
+
+    def listing(key: str) -> list[str]:
+        return [
+            o["Key"] for o in s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"derivatives/{key}/").get("Contents", [])
+        ]
+
+    collect()
+    assert [stack.ledger().get(k).state for k in parts] == [JobState.COLLECTED] * PARTS
+    assert all(listing(k) == [] for k in parts) and len(listing(flow.parent)) == 3  # the video's set stays
+
+    s3.delete_object(Bucket=stack.bucket, Key=flow.key)  # a delete marker: the asset lets go of the set
+    b = esm_for(local_session, flow.service(Collector()))
+    while b.poll_once():
+        pass
+    collect()
+    assert stack.ledger().get(flow.parent).state == JobState.COLLECTED and listing(flow.parent) == []
+
+    flow.key = f"originals/split/{uuid.uuid4().hex}.mp4"  # the same bytes, another key
+    flow.run()
+    manifest = flow.check_one_committed_set()
+    assert manifest["decisions"]["segments"]["count"] == 3
+    assert [stack.ledger().get(k).state for k in flow.part_keys()] == [JobState.DONE] * PARTS

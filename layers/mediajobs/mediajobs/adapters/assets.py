@@ -417,6 +417,25 @@ class DynamoAssets:
         row = model(candidate_pk(candidate.job_key), candidate_sk(candidate.job_key, candidate.released_by))
         self._uow.delete(row, model.released_at_s == candidate.released_at_s, what="candidate delete")
 
+    def release(self, job_keys: Sequence[str], released_by: str, *, now_s: int) -> None:
+        """Write a candidate per job key released by ``released_by``; one there already
+        keeps its time (``if_not_exists``): one ``UpdateItem`` each.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the unit of work's.
+        """
+        cand = self._models.candidate
+        for job_key in job_keys:
+            row = cand(candidate_pk(job_key), candidate_sk(job_key, released_by))
+            actions = [
+                cand.job_key.set(job_key),
+                cand.released_by.set(released_by),
+                cand.released_at_s.set(cand.released_at_s | now_s),
+            ]
+            self._uow.update(row, actions, what="candidate release")
+
     # -- writes --------------------------------------------------------------------------
 
     def _commit(self, read: _Read, change: AssetChange, what: str, failed: Sequence[str] = (), now_s: int = 0) -> None:

@@ -396,6 +396,9 @@ class Candidate:
 
 #: ``released_by`` of a candidate written for a failed job's manifest-less prefix.
 FAILED_PREFIX: Final = "failed"
+#: ``released_by`` of a candidate written for a split video's part once its join committed
+#: (no asset ever references a part: its outputs were the join's inputs).
+JOINED_PART: Final = "joined"
 #: Jobs that end failed with outputs but no manifest: their prefix is collected too.
 MANIFESTLESS: Final = frozenset({ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT})
 

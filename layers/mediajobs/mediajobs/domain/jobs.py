@@ -488,7 +488,16 @@ def taken_over(
         raise ValueError(f"no write for {decision}")
     held = {"state": str(JobState.RUNNING), "lease_token": token, "lease_expires_at_s": lease_until_s}
     if seen.state in (JobState.COLLECTING, JobState.COLLECTED):
-        forgotten = ("manifest_key", "outputs", "decisions", "finished_at_s", "collected_at_s", *_WHILE_RUNNING)
+        # A split job rendered again splits again: its parts were collected after its join.
+        forgotten = (
+            "manifest_key",
+            "outputs",
+            "decisions",
+            "finished_at_s",
+            "collected_at_s",
+            "split",
+            *_WHILE_RUNNING,
+        )
         changes = {**held, "attempts": 1, "updated_at_s": now_s, **dict.fromkeys(forgotten)}
         claim = Claim(
             ClaimOutcome.RUN,
@@ -498,7 +507,6 @@ def taken_over(
             attempts=1,
             took_over=True,
             sweep=seen.state == JobState.COLLECTING,
-            split=seen.split,
         )
         return changes, claim
     changes = {**held, "attempts": seen.attempts + 1, "updated_at_s": now_s}

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from mediajobs.domain.assets import (
+    JOINED_PART,
     AssetJob,
     AssetJobState,
     AssetState,
@@ -181,13 +182,15 @@ class AssetKeeper:
         says it is unwanted)."""
         return self.assets is None or self.assets.referenced(job_key)
 
-    def sources_for(self, spec: JobSpec) -> Iterator[ObjectRef]:
+    def sources_for(self, spec: JobSpec, via: str | None = None) -> Iterator[ObjectRef]:
         """Where a requested job may read its original, best first: the version its row
         names (the first original seen with the bytes) while that asset still holds the
         content, then the current version of each other asset referencing the job that
         does -- an original overwritten or deleted since the request (a backfill's jobs
         wait on a lane) leaves the others of its content with a copy to read. Without
         assets kept, the row's original only. Lazy: each asset is read when asked for.
+        ``via``: the job whose referrers to look at, when not ``spec``'s own (a split
+        video's part: no asset references it, its video's job is).
 
         Raises
         ------
@@ -200,7 +203,8 @@ class AssetKeeper:
         named = (spec.source_bucket, spec.source_key)
         seen = {named}
         candidates: Iterator[tuple[str, str]] = iter([named])
-        for bucket, key in itertools.chain(candidates, (r for r in self._referrers(spec.job_key) if r not in seen)):
+        referrers = self._referrers(via or spec.job_key)
+        for bucket, key in itertools.chain(candidates, (r for r in referrers if r not in seen)):
             view = self.assets.get(bucket, key)
             if view is not None and view.state != AssetState.DELETED and view.sha256 == spec.input_sha256:
                 yield ObjectRef(bucket, key, view.version.version_id)
@@ -233,6 +237,19 @@ class AssetKeeper:
                 continue
             if self.assets.record(bucket, key, view.version.sequencer, [entry], now_s=self.now_s()) is not None:
                 self.on_write("asset_recorded", asset_id(bucket, key))
+
+    def parts_joined(self, part_keys: Sequence[str]) -> None:
+        """A split video's join committed: its parts' outputs are referenced by nothing, so
+        each part gets a collection candidate (:data:`~mediajobs.domain.assets.JOINED_PART`),
+        and the collection deletes them after its grace like any unreferenced set.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the port's (the join's request is redelivered and releases them again).
+        """
+        if self.assets is not None and part_keys:
+            self.assets.release(part_keys, JOINED_PART, now_s=self.now_s())
 
     def parts_ended(self, parents: Sequence[tuple[JobView, float]]) -> None:
         """A part of each split job in ``parents`` (its row, its progress 0-1) ended: a

@@ -421,6 +421,13 @@ class Claims:
         """The rows of ``job_keys`` that exist (strongly consistent)."""
         return self._ledger.find(list(job_keys))
 
+    def part_keys(self, row: JobView) -> list[str]:
+        """The job keys of the parts the split job ``row`` was split into (none when it
+        was not)."""
+        if row.split is None or row.spec is None:
+            return []
+        return [spec.job_key for spec in part_specs(row.spec, row.split, self._settings.derivatives_prefix)]
+
     def parents(self, part: JobSpec) -> list[tuple[JobView, float]]:
         """The split job ``part`` is a part of, as its row stands, with its progress (the
         share of its parts' seconds done: :func:`~mediajobs.domain.parts.progress_of`);

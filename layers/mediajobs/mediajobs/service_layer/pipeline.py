@@ -48,6 +48,7 @@ from mediajobs.domain.jobs import (
     SourceState,
     refused,
 )
+from mediajobs.domain.parts import parent_key
 from mediajobs.domain.plan import PlannedJob
 from mediajobs.service_layer.assets import AssetKeeper, EventSuperseded, KeptAsset
 from mediajobs.service_layer.claims import Claimed, Claims
@@ -298,6 +299,8 @@ class Pipeline:
         source = ObjectRef(spec.source_bucket, spec.source_key)
         if view.waiting and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
             self._claims.tell(view, delivery)  # a teller that died half-way is finished
+        if view.split is not None and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
+            self._assets.parts_joined(self._claims.part_keys(view))  # a joiner that died before it
         if not self._claims.is_active(spec) and not self._assets.referenced(job_key):
             # A superseded backfill's job no asset wants any more: acknowledged, not retried
             # into the dead-letter queue (one an asset still wants is this deployment's fault).
@@ -309,7 +312,8 @@ class Pipeline:
             return self._told(SourceResult(source, SourceState.IGNORED))
         if content is not None and claim.outcome is ClaimOutcome.RUN:  # the bytes are needed:
             # a copy an asset holds and S3 still serves (HeadObject), only now
-            source = next((ref for ref in self._assets.sources_for(spec) if self._served(ref)), source)
+            via = parent_key(spec) if spec.part is not None else None  # a part: its video's assets
+            source = next((ref for ref in self._assets.sources_for(spec, via) if self._served(ref)), source)
         ranged = spec.part is not None or claim.split is not None  # a split video's part, or its join
         with self._reader.fetch(source, content, claim, delivery, ranged=ranged) as work:
             if isinstance(work, SourceResult):
@@ -321,6 +325,8 @@ class Pipeline:
         self._assets.rolled(ended)  # the assets waiting for it; a backfill's switch when it was the last
         if spec.part is not None:
             self._assets.parts_ended(self._claims.parents(spec))
+        if claim.split is not None and ended.row is not None:  # joined (or failed): the parts are unwanted
+            self._assets.parts_joined(self._claims.part_keys(ended.row))
         state = SourceState.DONE if ended.state == JobState.DONE else SourceState.PERMANENT_FAILURE
         result = SourceResult(source, state, sha256=spec.input_sha256, jobs=[ended], reason=ended.reason)
         return self._told(result)

@@ -295,6 +295,12 @@ class Assets(Protocol):
         the same job by the same asset stays)."""
         ...
 
+    def release(self, job_keys: Sequence[str], released_by: str, *, now_s: int) -> None:
+        """Write a candidate for each of ``job_keys`` released by ``released_by`` (jobs no
+        asset references: a split video's parts once joined), released at ``now_s`` unless
+        one is there already (its time kept: idempotent)."""
+        ...
+
     def upgrade(
         self, bucket: str, key: str, sequencer: str, wanted: Sequence[AssetJob], *, now_s: int, grace_s: int
     ) -> AssetView | None:

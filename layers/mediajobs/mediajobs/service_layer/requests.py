@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 #: record parser tell it from an S3 event by it).
 JOB_REQUEST: Final = "job"
 _JOB_KEY: Final = re.compile(r"[0-9a-f]{64}")
+#: The states of a part that a split job's (re)split requests: not run yet, given back, or
+#: collected after an earlier join (a video rendered again after its own collection).
+_TO_REQUEST: Final = frozenset(
+    {JobState.REQUESTED, JobState.TRANSIENT_FAILURE, JobState.COLLECTING, JobState.COLLECTED}
+)
 #: How deep a failure is told along jobs waiting for jobs waiting for it.
 _MAX_DEPTH: Final = 16
 
@@ -306,7 +311,8 @@ class JobRequests:
 
     def resume(self, parent: JobView, delivery: Delivery | None = None) -> int:
         """Send a job request for each part of the split ``parent`` still ``requested``
-        (or given back: ``transient_failure``), and for ``parent`` itself when it is
+        (or given back, or collected after an earlier join: :data:`_TO_REQUEST`), and for
+        ``parent`` itself when it is
         ``requested``: what a delivery that died after the split left unsent. Idempotent: a
         part's claim makes it run once however often it is requested. Returns how many were
         sent.
@@ -332,7 +338,7 @@ class JobRequests:
                 _, made = self._tell_one(parent.job_key, view)  # ended between a find and the split
                 if made:
                     sent += int(self.request_one(parent.job_key, delivery, queue_arn=lane))
-            elif view is not None and view.state in (JobState.REQUESTED, JobState.TRANSIENT_FAILURE):
+            elif view is not None and view.state in _TO_REQUEST:
                 sent += int(self.request_one(key, delivery, queue_arn=lane))
         return sent
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mediajobs.local.commands import SUMMARIES
-from mediajobs.local.embedded import EmbeddedAws, LocalStack
+from mediajobs.local.embedded import LOCAL_DEFAULTS, EmbeddedAws, LocalStack
 from mediajobs.local.session import AdapterWrapper
 from mediajobs.settings import _ENV_NAMES
 
@@ -151,8 +151,15 @@ def sam_env_vars(stack: LocalStack, endpoint_url: str) -> dict[str, dict[str, st
     stack's credentials and region (:func:`signing_env`); a value naming the stack's own
     endpoint (a queue's URL) names ``endpoint_url`` instead."""
     served = {**signing_env(stack, endpoint_url), _ENV_NAMES["region"]: stack.region}
+    # No video lane locally: a split video's parts go to the jobs queue, which `serve
+    # --worker` polls (LOCAL_DEFAULTS, as for every local worker).
+    lanes = {k: v for k, v in LOCAL_DEFAULTS.items() if k == _ENV_NAMES["video_queue_arn"]}
     return {
-        function: {**{k: v.replace(stack.endpoint_url, endpoint_url) for k, v in env.items()}, **served}
+        function: {
+            **{k: v.replace(stack.endpoint_url, endpoint_url) for k, v in env.items()},
+            **{k: v for k, v in lanes.items() if k in env},
+            **served,
+        }
         for function, env in stack.function_envs.items()
     }
 
