@@ -310,9 +310,9 @@ class FakeLedger:
         self._write_new(spec, new_row(spec, token=None, lease_until_s=0, now_s=now_s, pending=pending))
         return True
 
-    def split(self, job_key, token, pending, split, *, now_s):
+    def split(self, job_key, token, pending, split, *, now_s, requests_until_s):
         self.log.append(("split", job_key, len(split.parts)))
-        return self._held(job_key, token, HELD_RENDERING, split_changes(pending, split, now_s))
+        return self._held(job_key, token, HELD_RENDERING, split_changes(pending, split, now_s, requests_until_s))
 
     def register(self, input_key, waiter_key, *, now_s):
         self.log.append(("register_waiter", input_key, waiter_key))

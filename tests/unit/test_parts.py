@@ -79,10 +79,10 @@ def test_a_malformed_part_is_refused(bad):
 
 
 def test_the_parent_waits_for_the_parts_not_done_with_its_lease_given_up():
-    changes = split_changes(frozenset({"k1"}), split(), 100)
+    changes = split_changes(frozenset({"k1"}), split(), 100, 220)
     assert changes["state"] == JobState.WAITING and changes["pending"] == frozenset({"k1"})
-    assert (changes["lease_token"], changes["lease_expires_at_s"], changes["split"]) == (None, 0, split())
-    assert split_changes(frozenset(), split(), 100)["state"] == JobState.REQUESTED  # every part done already
+    assert (changes["lease_token"], changes["lease_expires_at_s"], changes["split"]) == (None, 220, split())
+    assert split_changes(frozenset(), split(), 100, 220)["state"] == JobState.REQUESTED  # every part done already
 
 
 def test_progress_is_the_share_of_the_parts_seconds_done():
@@ -111,6 +111,7 @@ def test_the_parts_and_the_join_are_requested_on_the_video_lane_once_the_parent_
     row = requests.fan_out(parent(), "t1", split(), None)
     keys = [s.job_key for s in part_specs(parent(), split(), "derivatives/")]
     assert (row.state, row.pending, row.split, row.lease_token) == (JobState.WAITING, frozenset(keys), split(), None)
+    assert row.lease_expires_at_s == 1000 + settings.lease_s  # a redelivery is busy while the requests go out
     writes = [entry[0] for entry in log if entry[0] in ("wait", "split")]
     assert writes == ["wait", "wait", "wait", "split"]  # every part written before the parent waits
     assert [(arn, body) for arn, body, _, _ in queue.resent] == [

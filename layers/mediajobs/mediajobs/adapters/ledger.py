@@ -566,11 +566,13 @@ class DynamoLedger:
         row = self._new(spec, new_row(spec, token=None, lease_until_s=0, now_s=now_s, pending=pending))
         return self._uow.put(row, self._model.job_key.does_not_exist(), what="ledger put")
 
-    def split(self, job_key: str, token: str, pending: frozenset[str], split: Split, *, now_s: int) -> JobView:
+    def split(
+        self, job_key: str, token: str, pending: frozenset[str], split: Split, *, now_s: int, requests_until_s: int
+    ) -> JobView:
         """Turn the running job ``job_key``, held by ``token``, ``waiting`` for its parts
         ``pending`` (``requested`` when none is), with ``split`` recorded
-        (:func:`~mediajobs.domain.parts.split_changes`); its lease is given up. Returns the
-        row as stored.
+        (:func:`~mediajobs.domain.parts.split_changes`: until ``requests_until_s`` the
+        parts' requests are being sent); its lease is given up. Returns the row as stored.
 
         Raises
         ------
@@ -579,7 +581,8 @@ class DynamoLedger:
         PermanentFailure, TransientFailure
             As :meth:`complete`.
         """
-        view = view_of(self._holder_writes(job_key, token, split_changes(pending, split, now_s), HELD_RENDERING))
+        changes = split_changes(pending, split, now_s, requests_until_s)
+        view = view_of(self._holder_writes(job_key, token, changes, HELD_RENDERING))
         log.info("job split", extra={"job_key": job_key, "parts": len(split.parts), "pending": len(pending)})
         return view
 

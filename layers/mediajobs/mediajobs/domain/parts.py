@@ -187,13 +187,18 @@ def part_specs(parent: JobSpec, split: Split, derivatives_prefix: str) -> list[J
     return [part_spec(parent, part, derivatives_prefix) for part in split.parts]
 
 
-def split_changes(pending: frozenset[str], split: Split, now_s: int) -> Changes:
+def split_changes(pending: frozenset[str], split: Split, now_s: int, requests_until_s: int) -> Changes:
     """What the parent's row becomes when split: ``waiting`` for the parts not done
-    (``requested`` when every one is), its lease given up, the split recorded."""
+    (``requested`` when every one is), its lease token given up, the split recorded.
+
+    Its ``lease_expires_at_s`` becomes ``requests_until_s``: until then the splitting
+    delivery is sending the parts' requests, and a redelivery of the original is busy;
+    after it, a redelivery sends again any still ``requested`` (the splitter may have died
+    before sending them) and is acknowledged."""
     return {
         "state": str(JobState.WAITING if pending else JobState.REQUESTED),
         "lease_token": None,
-        "lease_expires_at_s": 0,
+        "lease_expires_at_s": requests_until_s,
         "pending": frozenset(pending) or None,
         "split": split,
         "updated_at_s": now_s,

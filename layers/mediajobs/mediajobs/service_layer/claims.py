@@ -296,14 +296,19 @@ class Claims:
         busy: dict[str, JobView] = {}
         for job in plan.jobs:  # in the plan's order: a job after the jobs whose outputs it takes
             view = plan.views[job.key]
-            if decisions[job.key] is Decision.BUSY or (  # a split job's parts end it: not busy
+            if decisions[job.key] is Decision.BUSY or (
                 decisions[job.key] is Decision.WAIT
-                and view.split is None
-                and any(u in busy or u not in decisions for u in view.pending)
+                and (  # a split job's parts end it: busy only while its splitter sends their requests
+                    view.lease_expires_at_s > now
+                    if view.split is not None
+                    else any(u in busy or u not in decisions for u in view.pending)
+                )
             ):
                 busy[job.key] = view
-        if busy:  # the earliest lease of a job running elsewhere (a waiting row has none)
-            holders = [v for k, v in busy.items() if decisions[k] is Decision.BUSY] or list(busy.values())
+        if busy:  # the earliest lease of a job running elsewhere (or of a split's requests)
+            holders = [v for k, v in busy.items() if decisions[k] is Decision.BUSY or v.split is not None] or list(
+                busy.values()
+            )
             first = min(holders, key=lambda v: v.lease_expires_at_s)
             log.info("job is running elsewhere", extra={"job_key": first.job_key, "source_key": plan.original.ref.key})
             raise JobBusy(first.job_key, first.lease_expires_at_s)
@@ -427,6 +432,13 @@ class Claims:
         if row.split is None or row.spec is None:
             return []
         return [spec.job_key for spec in part_specs(row.spec, row.split, self._settings.derivatives_prefix)]
+
+    def wanted(self, part: JobSpec) -> bool:
+        """Whether the split job ``part`` is a part of still waits for it (one ``GetItem``):
+        a request for a part its video no longer waits for -- joined, failed, or redelivered
+        after the part was collected -- renders nothing."""
+        parent = self._ledger.get(parent_key(part))
+        return parent is not None and parent.state == JobState.WAITING and part.job_key in parent.pending
 
     def parents(self, part: JobSpec) -> list[tuple[JobView, float]]:
         """The split job ``part`` is a part of, as its row stands, with its progress (the

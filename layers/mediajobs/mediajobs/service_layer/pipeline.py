@@ -38,6 +38,7 @@ from mediajobs.domain.errors import (
     TransientFailure,
 )
 from mediajobs.domain.jobs import (
+    Claim,
     ClaimOutcome,
     ContentInput,
     Delivery,
@@ -166,6 +167,7 @@ class Pipeline:
                     asset.claimed([claim])
                 ended = self._runner.run(job, claim, source, delivery, work, asset, produced)
                 produced[job.key] = ended
+                self._joined(claim, ended)
                 self._claims.ended(ended, delivery, in_plan)  # told before the asset records it:
                 result.jobs.append(ended)  # else a redelivery is answered from the asset, untold
             except (TransientFailure, Superseded, JobBusy) as exc:
@@ -208,6 +210,13 @@ class Pipeline:
                 log.info("superseded: %s", superseded, extra={"source_key": source.key})
                 result = SourceResult(source, SourceState.SUPERSEDED)
         return self._told(result)
+
+    def _joined(self, claim: Claim, ended: JobResult) -> None:
+        """A split job this delivery joined (or failed joining): its parts are wanted by
+        nothing now, and are released to the collection
+        (:meth:`~mediajobs.service_layer.assets.AssetKeeper.parts_joined`)."""
+        if claim.split is not None and ended.row is not None and not ended.reused:
+            self._assets.parts_joined(self._claims.part_keys(ended.row))
 
     def _told(self, result: SourceResult) -> SourceResult:
         self.observer.source_finished(result)
@@ -306,6 +315,9 @@ class Pipeline:
             # into the dead-letter queue (one an asset still wants is this deployment's fault).
             log.info("a job request of an inactive recipe nothing references", extra={"job_key": job_key})
             return self._told(SourceResult(source, SourceState.IGNORED))
+        if spec.part is not None and view.state != JobState.DONE and not self._claims.wanted(spec):
+            log.info("a job request of a part its video no longer waits for", extra={"job_key": job_key})
+            return self._told(SourceResult(source, SourceState.IGNORED))
         job = PlannedJob(self._claims.recipe(spec), spec)
         claim = self._claims.claim(job, delivery, seen=view)
         if claim.outcome is ClaimOutcome.WAITING:
@@ -325,8 +337,7 @@ class Pipeline:
         self._assets.rolled(ended)  # the assets waiting for it; a backfill's switch when it was the last
         if spec.part is not None:
             self._assets.parts_ended(self._claims.parents(spec))
-        if claim.split is not None and ended.row is not None:  # joined (or failed): the parts are unwanted
-            self._assets.parts_joined(self._claims.part_keys(ended.row))
+        self._joined(claim, ended)
         state = SourceState.DONE if ended.state == JobState.DONE else SourceState.PERMANENT_FAILURE
         result = SourceResult(source, state, sha256=spec.input_sha256, jobs=[ended], reason=ended.reason)
         return self._told(result)

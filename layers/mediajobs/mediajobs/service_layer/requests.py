@@ -141,7 +141,7 @@ class JobRequests:
     ) -> bool:
         """Finish, from the rows ``views`` read, what a delivery that died or was throttled
         half-way left: the parts of a split job still ``requested`` are requested again
-        (:meth:`resume`); the jobs waiting for an ended job are told (:meth:`tell`); a
+        (:meth:`resume`), once its splitter's time to send them is over; the jobs waiting for an ended job are told (:meth:`tell`); a
         ``waiting`` job that an input of ``views`` does not name (its registration lost
         between the waiting row's write and the input's) is named there again, or told,
         that input having ended. Whether anything was told or named (the rows are then to
@@ -153,8 +153,9 @@ class JobRequests:
             As :meth:`tell`.
         """
         changed = False
+        now = int(self._clock())
         for view in views.values():
-            if view.split is not None and view.state == JobState.WAITING:
+            if view.split is not None and view.state == JobState.WAITING and view.lease_expires_at_s <= now:
                 changed |= self.resume(view, delivery) > 0  # its parts' requests, lost with a delivery
             if view.waiting and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
                 self.tell(view, delivery=delivery, in_plan=in_plan)
@@ -304,7 +305,8 @@ class JobRequests:
                 f"part {failed.job_key[:12]} failed: {failed.failure_detail or ''}".strip(),
             )
         pending = frozenset(k for k in keys if k not in views or views[k].state != JobState.DONE)
-        row = self._ledger.split(parent.job_key, token, pending, split, now_s=now)
+        until = now + self._settings.lease_s
+        row = self._ledger.split(parent.job_key, token, pending, split, now_s=now, requests_until_s=until)
         log.info("job split into parts", extra={"job_key": parent.job_key, "parts": len(keys), "pending": len(pending)})
         self.resume(row, delivery)
         return row

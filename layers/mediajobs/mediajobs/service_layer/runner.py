@@ -141,7 +141,7 @@ class JobRunner:
             Anything that may pass (the claim given back first).
         """
         if claim.outcome is not ClaimOutcome.RUN:
-            return settled(job, claim)
+            return settled(job, claim, now_s=int(self._clock()))
         assert claim.lease_token is not None, "a held claim carries its token"
         extra = {"job_key": job.key, "source_key": source.key, "recipe": job.recipe.ref}
         self._observer.claimed(claim, source)
@@ -417,9 +417,10 @@ class JobRunner:
         return sink
 
 
-def settled(job: PlannedJob, claim: Claim) -> JobResult:
+def settled(job: PlannedJob, claim: Claim, *, now_s: int = 0) -> JobResult:
     """The result of a job this delivery found finished (or just ended exhausted), or
-    waiting for the parts it was split into (``waiting``: the parts end it).
+    waiting for the parts it was split into (``waiting``: the parts end it) once its
+    splitter's time to request them (its ``lease_expires_at_s``) is over at ``now_s``.
 
     Raises
     ------
@@ -438,7 +439,7 @@ def settled(job: PlannedJob, claim: Claim) -> JobResult:
             outputs=claim.outputs,
             decisions=claim.decisions,
         )
-    if claim.outcome is ClaimOutcome.WAITING and claim.split is not None:
+    if claim.outcome is ClaimOutcome.WAITING and claim.split is not None and claim.lease_expires_at_s <= now_s:
         log.info("job was split: its parts run as job requests", extra=extra)
         return JobResult(job.recipe.ref, claim.job_key, JobState.WAITING, reused=True)
     if claim.outcome is ClaimOutcome.FAILED:

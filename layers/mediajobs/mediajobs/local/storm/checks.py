@@ -12,7 +12,9 @@ from mediajobs.domain.assets import AssetState, AssetView
 from mediajobs.local.embedded import LocalStack
 
 
-def end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict[str, int]]:
+def end_checks(
+    stack: LocalStack, keys: set[str], *, videos_split: bool = False
+) -> tuple[dict[str, int], dict[str, int]]:
     """What must hold once the storm is over, counted (0 each when it holds), and the end
     state of every live asset's jobs:
 
@@ -22,7 +24,10 @@ def end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict[
     * ``missing_manifests``: jobs a live asset references whose manifest is not there;
     * ``count_mismatches``: jobs whose references differ from the live assets using them;
     * ``unreferenced_prefixes``: prefixes under ``derivatives/`` no live asset references
-      (the last collection ran with no grace).
+      (the last collection ran with no grace: a split video's parts, released by its join,
+      are gone too);
+    * ``videos_not_split``: live videos' jobs done without a split of 3 segments or more
+      (counted only when ``videos_split`` is asked for: the storm's ``--video-rate``).
     """
     s3 = stack.client("s3")
     checks = dict.fromkeys(
@@ -57,6 +62,9 @@ def end_checks(stack: LocalStack, keys: set[str]) -> tuple[dict[str, int], dict[
     for job_key, uses in used.items():
         row = rows.get(job_key)
         end_states["no_job" if row is None else str(row.failure_reason or row.state)] += uses
+    if videos_split:
+        videos = [r for r in rows.values() if r.recipe_id == "web-video"]
+        checks["videos_not_split"] = sum(1 for r in videos if r.split is None or len(r.split.segments) < 3)
     prefixes: set[str] = set()
     manifests: set[str] = set()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=stack.bucket, Prefix="derivatives/"):

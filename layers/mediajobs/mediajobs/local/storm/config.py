@@ -86,6 +86,10 @@ class StormConfig:
     duplicate_share: share of uploads whose event is delivered twice.
     redelivery_share: share of successful records whose acknowledgement is lost, so
         SQS delivers them again after their visibility timeout.
+    video_rate: share of the distinct contents that are small generated videos (3 s at 10
+        fps with a tone, a keyframe a second: :func:`~mediajobs.local.storm.plan.video`); the
+        workers split them in 1 s segments (``SEGMENT_SECONDS`` 1, ``SPLIT_ABOVE_SECONDS``
+        lowered), so each is 3 segment jobs, an audio job and a join.
     checksum_share: share of uploads sent with a full-object SHA-256 checksum.
     lease_s: the workers' lease, seconds.
     timeout_s: the simulated function timeout, seconds.
@@ -139,6 +143,13 @@ class StormConfig:
         "--redelivery-share",
         share,
         "records whose acknowledgement is lost, redelivered after the visibility timeout (default {default})",
+    )
+    video_rate: float = flagged(
+        0.0,
+        "--video-rate",
+        share,
+        "uploads that are small generated videos, split into 3 segments and their audio, then joined "
+        "(default {default})",
     )
     checksum_share: float = flagged(
         1.0, "--checksum-share", share, "uploads sent with a full-object SHA-256 checksum (default {default})"

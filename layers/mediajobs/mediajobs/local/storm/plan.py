@@ -7,6 +7,10 @@ from __future__ import annotations
 import dataclasses
 import io
 import random
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Final
 
 from mediajobs.local.storm.config import StormConfig
 
@@ -39,20 +43,65 @@ def jpeg(seed: int, size: tuple[int, int] = (96, 64)) -> bytes:
     return out.getvalue()
 
 
+#: A storm video's length and rate: with 1 s segments, 3 segments (a keyframe each second).
+VIDEO_SECONDS: Final = 3
+VIDEO_FPS: Final = 10
+#: The parts each storm video is split into: its 3 segments and its audio.
+VIDEO_PARTS: Final = VIDEO_SECONDS + 1
+
+
+def is_video(content: bytes) -> bool:
+    """Whether a storm content is one of :func:`video`'s (an ISO BMFF ``ftyp`` box first)."""
+    return content[4:8] == b"ftyp"
+
+
+def video(seed: int) -> bytes:
+    """A small unique real MP4 (``seed`` in its tone and its metadata): 64x64 H.264 at
+    :data:`VIDEO_FPS` for :data:`VIDEO_SECONDS` s, a keyframe each second, with AAC.
+
+    Raises
+    ------
+    subprocess.CalledProcessError
+        If ffmpeg fails; :class:`~mediajobs.adapters.ffmpeg.FfmpegMissing` without it.
+    """
+    from mediajobs.adapters.ffmpeg import find_binaries
+
+    with tempfile.TemporaryDirectory(prefix="mediajobs.storm-video-") as folder:
+        out = Path(folder) / "video.mp4"
+        subprocess.run(  # noqa: S603 - argv list, no shell
+            [find_binaries().ffmpeg, "-nostdin", "-v", "error", "-f", "lavfi", "-i",
+             f"testsrc2=size=64x64:rate={VIDEO_FPS}:duration={VIDEO_SECONDS}", "-f", "lavfi", "-i",
+             f"sine=frequency={200 + seed % 1000}:duration={VIDEO_SECONDS}", "-c:v", "libx264",
+             "-g", str(VIDEO_FPS), "-keyint_min", str(VIDEO_FPS), "-sc_threshold", "0", "-c:a", "aac",
+             "-shortest", "-metadata", f"comment=storm {seed}", "-f", "mp4", str(out)],
+            check=True,
+        )  # fmt: skip
+        return out.read_bytes()
+
+
 def plan(cfg: StormConfig) -> tuple[list[Upload], list[bytes]]:
-    """The uploads in order and the distinct contents, every choice drawn from ``cfg.seed``."""
+    """The uploads in order and the distinct contents, every choice drawn from ``cfg.seed``
+    (a share ``cfg.video_rate`` of the contents are videos: :func:`video`)."""
     rng = random.Random(cfg.seed)
     copies = round(cfg.uploads * cfg.identical_share)
     uniques = max(1, cfg.uploads - copies)
-    contents = [jpeg(cfg.seed * 1_000_003 + i) for i in range(uniques)]
-    uploads = [Upload(f"originals/storm/{i:05d}.jpg", i, rng.random() < cfg.checksum_share) for i in range(uniques)]
+    videos = random.Random(f"{cfg.seed}-videos")  # its own generator: the other choices stay
+    is_video = [cfg.video_rate > 0 and videos.random() < cfg.video_rate for _ in range(uniques)]
+    contents = [
+        video(cfg.seed * 1_000_003 + i) if v else jpeg(cfg.seed * 1_000_003 + i) for i, v in enumerate(is_video)
+    ]
+    suffix = [".mp4" if v else ".jpg" for v in is_video]
+    uploads = [
+        Upload(f"originals/storm/{i:05d}{suffix[i]}", i, rng.random() < cfg.checksum_share) for i in range(uniques)
+    ]
     # Copies under names S3's events URL-encode (a space, parentheses, "+" and an accent),
     # which the worker must decode to find them.
     for j in range(cfg.uploads - uniques):
         position = rng.randrange(1, len(uploads) + 1)  # after at least one original
         source = rng.randrange(0, min(position, uniques))
         source_index = uploads[source].data_index
-        copy = Upload(f"originals/storm/copy {j:05d} (1)+é.jpg", source_index, rng.random() < cfg.checksum_share)
+        name = f"originals/storm/copy {j:05d} (1)+é{suffix[source_index]}"
+        copy = Upload(name, source_index, rng.random() < cfg.checksum_share)
         uploads.insert(position, copy)
     # Chosen here, in upload order, not by the upload threads as they happen to run.
     duplicates = random.Random(cfg.seed + 7)

@@ -5,6 +5,7 @@ and the summary."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -51,6 +52,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
         stack = aws.__enter__()
         # The workers' settings, passed to each as an argument (short leases and margins).
         settings = stack.settings(lease_s=cfg.lease_s, deadline_margin_s=2, image_job_s=2, retry_base_s=1)
+        if cfg.video_rate:  # the storm's 3 s videos split in 1 s segments
+            settings = dataclasses.replace(settings, segment_s=1.0, split_above_s=0.001)
         sqs = stack.client("sqs")
         watch_asset_writes(stack)
         sqs.set_queue_attributes(QueueUrl=stack.queue_url, Attributes={"VisibilityTimeout": str(cfg.visibility_s)})
@@ -89,7 +92,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             if events_log is not None:
                 with open(events_log, "w", encoding="utf-8") as log_out:
                     log_out.writelines(json.dumps(e) + "\n" for e in events)
-            end = end_checks(stack, {u.key for u in feeder.uploads})
+            end = end_checks(stack, {u.key for u in feeder.uploads}, videos_split=cfg.video_rate > 0)
             told_checks = notification_checks(stack, told)
             backfilled = None
             if backfill is not None:

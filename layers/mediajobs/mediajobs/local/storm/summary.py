@@ -18,6 +18,7 @@ from mediajobs.local.storm.accounting import (
 )
 from mediajobs.local.storm.collection import Collections
 from mediajobs.local.storm.feeder import Feeder
+from mediajobs.local.storm.plan import VIDEO_PARTS, is_video
 
 
 def summarize(
@@ -61,16 +62,22 @@ def summarize(
     uploads = feeder.uploads
     checks, end_states = end
     told_checks, notifications = told
-    # Every job of every content uploaded: one per active image recipe.
-    recipes = active_recipes()["image"]
-    unique_keys = {job_key(sha256_hex(c), recipe.sha256) for c in feeder.contents for recipe in recipes}
+    # Every job of every content uploaded: one per active recipe of its media type, and for a
+    # video its parts (a split job's segments and audio: VIDEO_PARTS each).
+    recipes = active_recipes()
+    videos = [c for c in feeder.contents if is_video(c)]
+    unique_keys = {
+        job_key(sha256_hex(c), recipe.sha256)
+        for c in feeder.contents
+        for recipe in recipes["video" if is_video(c) else "image"]
+    }
     lost = checks["assets_not_ready"]
     records = [e for e in events if e["event"] == "record"]
     copies = copy_deliveries(records, uploads)
     duplicates = duplicate_deliveries(records, copies)
     summary: dict[str, Any] = {
         "uploads": len(uploads),
-        "unique_jobs": len(unique_keys),
+        "unique_jobs": len(unique_keys) + VIDEO_PARTS * len(videos),
         "renders_started": sum(1 for e in events if e["event"] == "render_started"),
         "renders_committed": sum(1 for e in events if e["event"] == "committed"),
         "duplicate_renders": duplicate_renders(events),
@@ -101,6 +108,8 @@ def summarize(
         "version_deletes": sum(1 for u in uploads if u.kind == "delete_version"),
         "noncurrent_deletes": sum(1 for u in uploads if u.kind == "delete_noncurrent"),
         "reuploads": sum(1 for u in uploads if u.kind == "reupload"),
+        "videos": len(videos),
+        "splits": sum(1 for r in records if r["outcome"] == "split"),
         "late_events": feeder.late_events,
         "superseded": sum(1 for r in records if r["outcome"] == "superseded"),
         "collections": collections.report,
