@@ -73,6 +73,16 @@ def _backfilled(s: Summary) -> list[str]:
     return wrong
 
 
+def _videos_split(s: Summary) -> list[str]:
+    """Videos were uploaded and each was split (every part and join once: simulate's checks)."""
+    missing = []
+    if not s.get("videos"):
+        missing.append("no video uploaded")
+    if s.get("splits", 0) < s.get("videos", 0):
+        missing.append(f"{s.get('splits')} splits for {s.get('videos')} videos")
+    return missing
+
+
 def _no_checksums(s: Summary) -> list[str]:
     """Without checksums a duplicate of a ready version still costs one read, no S3 byte."""
     if s["busy_resent"] == 0 and s["ddb_requests_per_duplicate"] != 1.0:
@@ -104,6 +114,14 @@ STORMS = (
         ("--uploads", "400", "--workers", "4", "--crash-rate", "0.05", "--overwrite-rate", "0.1")
         + ("--delete-rate", "0.1", "--backfill-at", "200"),
         lambda s: _every_change(s) + _backfilled(s),
+    ),
+    # Issue 27's: a tenth of the uploads are small videos, each split into 3 segments and its
+    # audio then joined, with crashes, overwrites and deletes going on.
+    Storm(
+        "issue-27",
+        ("--uploads", "200", "--workers", "4", "--crash-rate", "0.05", "--overwrite-rate", "0.1")
+        + ("--delete-rate", "0.1", "--video-rate", "0.1"),
+        lambda s: _every_change(s) + _videos_split(s),
     ),
     Storm(
         "crash-heavy",

@@ -144,6 +144,25 @@ def test_a_small_storm_with_a_backfill_keeps_every_invariant(tmp_path):
     assert backfill["latency_s"]["before"]["uploads"] > 0
 
 
+@pytest.mark.slow
+def test_a_small_storm_with_videos_splits_each_and_renders_every_part_once(tmp_path):
+    """A third of the contents are small videos, each split in 3 segments and its audio
+    then joined, under crashes, duplicated events and lost acknowledgements: every video
+    ready and split, every segment, audio and join job committed once (no duplicate render),
+    the parts collected once joined, nothing lost. (Larger: ``benchmarks/storms.py --only
+    issue-27``.)"""
+    code, summary = run(
+        tmp_path,
+        *("--uploads", "12", "--workers", "2", "--crash-rate", "0.1", "--video-rate", "0.34", "--seed", "5"),
+    )
+    assert code == 0, summary
+    assert summary["checks"] == dict.fromkeys(summary["checks"], 0), summary["checks"]
+    assert "videos_not_split" in summary["checks"]
+    assert summary["videos"] >= 3 and summary["splits"] >= summary["videos"]
+    # every job of every content once: 2 per image; 2 per video, and its 3 segments and audio
+    assert summary["renders_committed"] == summary["unique_jobs"]
+
+
 def test_without_checksums_duplicates_use_the_source_index(tmp_path):
     """No full-object checksums: identical copies are read once to be hashed (they render
     nothing), every redelivery of a ready version is answered from its asset record alone."""

@@ -167,3 +167,30 @@ def test_no_other_url_is_read(source):
             input_protocols(source)
     else:  # not a URL to ffmpeg's parsing here: a relative path, read with the file protocol only
         assert input_protocols(source) == "file"
+
+
+def _doc(v_start: float, v_dur: float, a_start: float, a_dur: float) -> dict:
+    return {
+        "streams": [
+            {"codec_type": "video", "start_time": f"{v_start:.6f}", "duration": f"{v_dur:.6f}"},
+            {"codec_type": "audio", "start_time": f"{a_start:.6f}", "duration": f"{a_dur:.6f}"},
+        ]
+    }
+
+
+def test_the_joined_audio_starts_and_ends_with_the_video_as_the_sources_does_within_a_frame():
+    from mediajobs.domain.video import av_alignment_problems
+
+    frame = 1 / 30
+    source = _doc(0.0, 9.0, 0.0, 9.0)
+    assert av_alignment_problems(_doc(0.0, 9.0, 0.0, 9.009), source, frame) == []  # AAC's last frame
+    assert av_alignment_problems(_doc(0.0, 9.0, 0.0, 8.9), source, frame) == [
+        "audio ends -100.0 ms from the video, the source's +0.0 ms"
+    ]
+    late = _doc(0.52, 8.48, 0.0, 9.0)  # a video that starts after its audio, kept so when joined
+    assert av_alignment_problems(_doc(0.52, 8.48, 0.0, 9.009), late, frame) == []
+    assert av_alignment_problems(_doc(0.0, 8.48, 0.0, 9.0), late, frame) == [
+        "audio starts +0.0 ms from the video, the source's -520.0 ms",
+        "audio ends +520.0 ms from the video, the source's +0.0 ms",
+    ]
+    assert av_alignment_problems({"streams": [{"codec_type": "video"}]}, source, frame) == []  # no audio

@@ -49,6 +49,7 @@ from mediajobs.domain.video import (
     VideoDecisions,
     VideoProbe,
     audio_argv,
+    av_alignment_problems,
     check_budget,
     classify,
     decisions_for,
@@ -61,6 +62,7 @@ from mediajobs.domain.video import (
     join_list,
     keyframes_argv,
     media_duration_s,
+    output_duration_s,
     packets_end_s,
     parse_frame_times,
     parse_keyframes,
@@ -379,8 +381,10 @@ class FfmpegRenderer:
         """Join a split video's parts (found in ``context.inputs`` as ``"<part index>/<rung>"``)
         into each rung's rendition without re-encoding (:func:`~mediajobs.domain.video.join_argv`:
         the segments in order at their planned lengths, the audio muxed, the moov first),
-        verify each as the single pass's are and its frames against the segments', then
-        take the poster from the original.
+        verify each as the single pass's are, its frames against the segments' (and the
+        source's when uncapped), and its audio's start and end against the video's as the
+        source has them, within a frame (:func:`~mediajobs.domain.video.av_alignment_problems`),
+        then take the poster from the original.
 
         Returns
         -------
@@ -431,6 +435,10 @@ class FfmpegRenderer:
             if joined != segment_frames or joined != expected:
                 problem = f"{joined} frames joined, {segment_frames} in the segments, {expected} planned"
                 raise verification_failure(r.name, [problem])
+            document = self._probe_output(out)
+            frame_s = output_duration_s(document) / joined if joined else 0.0
+            if split.probe and (problems := av_alignment_problems(document, dict(split.probe["document"]), frame_s)):
+                raise verification_failure(r.name, problems)
             files.append(rendered)
         shutil.rmtree(folder, ignore_errors=True)
         files.append(self._poster(src, probe, plan, params, out_dir, timeout))

@@ -1149,6 +1149,40 @@ def rendition_failure(
     return verification_failure(name, problems)
 
 
+def av_alignment_problems(output: dict[str, Any], source: dict[str, Any], frame_s: float) -> list[str]:
+    """Whether a joined rendition's audio starts and ends where its video does, as the
+    source's do: the audio's start less the video's, and its end less the video's, may each
+    differ from the source's by at most ``frame_s`` (one video frame, seconds). Both are
+    ffprobe documents (``-show_streams``); a side without both streams, or without their
+    times, is not compared (empty list)."""
+
+    def edges(document: dict[str, Any]) -> tuple[float, float] | None:
+        streams = [x for x in document.get("streams") or [] if isinstance(x, dict)]
+        found: dict[str, tuple[float, float]] = {}
+        for kind in ("video", "audio"):
+            stream = next((x for x in streams if x.get("codec_type") == kind), None)
+            if stream is None:
+                return None
+            try:
+                start, length = float(stream["start_time"]), float(stream["duration"])
+            except (KeyError, TypeError, ValueError):
+                return None
+            found[kind] = (start, start + length)
+        (v_start, v_end), (a_start, a_end) = found["video"], found["audio"]
+        return a_start - v_start, a_end - v_end
+
+    out, src = edges(output), edges(source)
+    if out is None or src is None:
+        return []
+    problems = []
+    for what, joined, original in (("starts", out[0], src[0]), ("ends", out[1], src[1])):
+        if abs(joined - original) > frame_s:
+            problems.append(
+                f"audio {what} {joined * 1000:+.1f} ms from the video, the source's {original * 1000:+.1f} ms"
+            )
+    return problems
+
+
 def poster_problems(document: dict[str, Any], width: int, height: int) -> list[str]:
     """Differences between the poster's ffprobe document and its planned JPEG size."""
     streams = document.get("streams") or []

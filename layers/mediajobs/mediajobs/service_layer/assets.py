@@ -238,6 +238,13 @@ class AssetKeeper:
             if self.assets.record(bucket, key, view.version.sequencer, [entry], now_s=self.now_s()) is not None:
                 self.on_write("asset_recorded", asset_id(bucket, key))
 
+    def released(self, job_key: str, released_by: str) -> bool:
+        """Whether ``job_key`` has a candidate released by ``released_by`` (one ``Query``;
+        ``True`` when no assets are kept: nothing to release to)."""
+        if self.assets is None:
+            return True
+        return any(c.released_by == released_by for c in self.assets.candidates_of(job_key))
+
     def parts_joined(self, part_keys: Sequence[str]) -> None:
         """A split video's join committed: its parts' outputs are referenced by nothing, so
         each part gets a collection candidate (:data:`~mediajobs.domain.assets.JOINED_PART`),

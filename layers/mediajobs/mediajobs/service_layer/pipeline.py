@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from mediajobs.domain.assets import Deleted, DeletionEffect
+from mediajobs.domain.assets import JOINED_PART, Deleted, DeletionEffect
 from mediajobs.domain.errors import (
     DeadlineReached,
     DeliveryLost,
@@ -44,6 +44,7 @@ from mediajobs.domain.jobs import (
     Delivery,
     JobResult,
     JobState,
+    JobView,
     ObjectRef,
     SourceResult,
     SourceState,
@@ -218,6 +219,18 @@ class Pipeline:
         if claim.split is not None and ended.row is not None and not ended.reused:
             self._assets.parts_joined(self._claims.part_keys(ended.row))
 
+    def _release_parts_again(self, parent: JobView) -> None:
+        """Release the parts of an ended split job unless its join did (its last part has a
+        ``joined`` candidate, or was collected already): one ``Query``, and a ``GetItem``
+        when it has none, so that a duplicate request of a join writes nothing."""
+        keys = self._claims.part_keys(parent)
+        if not keys or self._assets.released(keys[-1], JOINED_PART):
+            return
+        last = self._claims.row(keys[-1])
+        if last is None or last.state in (JobState.COLLECTING, JobState.COLLECTED):
+            return
+        self._assets.parts_joined(keys)
+
     def _told(self, result: SourceResult) -> SourceResult:
         self.observer.source_finished(result)
         return result
@@ -309,7 +322,7 @@ class Pipeline:
         if view.waiting and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
             self._claims.tell(view, delivery)  # a teller that died half-way is finished
         if view.split is not None and view.state in (JobState.DONE, JobState.PERMANENT_FAILURE):
-            self._assets.parts_joined(self._claims.part_keys(view))  # a joiner that died before it
+            self._release_parts_again(view)  # a joiner that died before releasing them
         if not self._claims.is_active(spec) and not self._assets.referenced(job_key):
             # A superseded backfill's job no asset wants any more: acknowledged, not retried
             # into the dead-letter queue (one an asset still wants is this deployment's fault).
@@ -334,8 +347,9 @@ class Pipeline:
         if ended.state == JobState.WAITING:  # split: its parts request it again when they end
             return self._told(SourceResult(source, SourceState.SPLIT, sha256=spec.input_sha256, jobs=[ended]))
         self._claims.ended(ended, delivery, frozenset())
-        self._assets.rolled(ended)  # the assets waiting for it; a backfill's switch when it was the last
-        if spec.part is not None:
+        if spec.part is None:
+            self._assets.rolled(ended)  # the assets waiting for it; a backfill's switch when it was the last
+        elif not ended.reused:  # no asset references a part: its video's assets get the progress
             self._assets.parts_ended(self._claims.parents(spec))
         self._joined(claim, ended)
         state = SourceState.DONE if ended.state == JobState.DONE else SourceState.PERMANENT_FAILURE

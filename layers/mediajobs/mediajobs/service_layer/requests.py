@@ -141,7 +141,8 @@ class JobRequests:
     ) -> bool:
         """Finish, from the rows ``views`` read, what a delivery that died or was throttled
         half-way left: the parts of a split job still ``requested`` are requested again
-        (:meth:`resume`), once its splitter's time to send them is over; the jobs waiting for an ended job are told (:meth:`tell`); a
+        (:meth:`resume`), once its splitter's time to send them is over; the jobs
+        waiting for an ended job are told (:meth:`tell`); a
         ``waiting`` job that an input of ``views`` does not name (its registration lost
         between the waiting row's write and the input's) is named there again, or told,
         that input having ended. Whether anything was told or named (the rows are then to
