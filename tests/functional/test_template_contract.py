@@ -511,3 +511,35 @@ def test_the_dashboard_shows_queues_dead_letters_jobs_and_processing_time(local_
     outputs = TEMPLATE["Outputs"]
     assert "#dashboards:name=${Dashboard}" in outputs["DashboardUrl"]["Value"]["Fn::Sub"]
     assert {"BucketName", "JobsQueueUrl", "DeadLetterQueueUrl", "JobsTableName", "SourcesTableName"} <= set(outputs)
+
+
+def test_the_video_lane_drives_the_video_function_with_its_own_memory_and_concurrency():
+    """A split video's parts and join run on the video function: the worker's code, role and
+    environment behind its own queue (redriven to its own alarmed dead-letter queue), with
+    the memory (so the CPU) and /tmp a segment needs and a MaximumConcurrency of its own."""
+    video = RESOURCES["VideoWorkerFunction"]["Properties"]
+    worker = RESOURCES["WorkerFunction"]["Properties"]
+    for same in ("CodeUri", "Handler", "Layers", "Role", "Timeout"):
+        assert video[same] == worker[same], same
+    assert video["MemorySize"] == {"Ref": "VideoMemorySize"}
+    assert video["EphemeralStorage"]["Size"] == worker["EphemeralStorage"]["Size"] == 10240
+    memory = TEMPLATE["Parameters"]["VideoMemorySize"]
+    assert memory["Default"] == 3538 and memory["MinValue"] == 1769  # 2 vCPUs; at least one
+    lane = video["Events"]["VideoLane"]["Properties"]
+    assert lane["Queue"] == {"Fn::GetAtt": ["VideoQueue", "Arn"]} and lane["BatchSize"] == 1
+    assert lane["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "VideoMaximumConcurrency"}}
+    assert lane["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    queue = RESOURCES["VideoQueue"]["Properties"]
+    assert queue["VisibilityTimeout"] >= 6 * video["Timeout"]
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": ["VideoDeadLetterQueue", "Arn"]},
+        "maxReceiveCount": 5,
+    }
+    alarm = RESOURCES["VideoDeadLetterQueueAlarm"]["Properties"]
+    assert alarm["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": ["VideoDeadLetterQueue", "QueueName"]}}
+    ]
+    env = worker["Environment"]["Variables"]
+    assert env["VIDEO_QUEUE_ARN"] == {"Fn::GetAtt": ["VideoQueue", "Arn"]}
+    assert (env["SPLIT_ABOVE_SECONDS"], env["SEGMENT_SECONDS"], env["MAX_VIDEO_SECONDS"]) == ("240", "60", 10800)
+    assert TEMPLATE["Parameters"]["MaxInputBytes"]["MaxValue"] == 10 * 1024**3

@@ -127,7 +127,8 @@ VIDEO_SECONDS: Final = Limit(
 #: the margin it keeps).
 WORK_SECONDS: Final = Limit(
     "the worker's Timeout (900 s, Lambda's maximum, less a margin)",
-    "shorten the video, or lower its resolution or frame rate (docs/video.md: the longest video per resolution)",
+    "shorten the video, lower its resolution or frame rate, or lower SPLIT_ABOVE_SECONDS and SEGMENT_SECONDS "
+    "so that it is split (docs/video.md)",
 )
 #: The worker's disk (its ``EphemeralStorage``).
 DISK_BYTES: Final = Limit(
