@@ -314,6 +314,12 @@ class FakeLedger:
         self.log.append(("split", job_key, len(split.parts)))
         return self._held(job_key, token, HELD_RENDERING, split_changes(pending, split, now_s, requests_until_s))
 
+    def requests_sent(self, job_key, requests_until_s, *, now_s):
+        self.log.append(("requests_sent", job_key))
+        row = self.rows.get(job_key)
+        if row is not None and row.state == JobState.WAITING and row.lease_expires_at_s == requests_until_s:
+            self.rows[job_key] = dataclasses.replace(row, lease_expires_at_s=0)
+
     def register(self, input_key, waiter_key, *, now_s):
         self.log.append(("register_waiter", input_key, waiter_key))
         row = self.rows.get(input_key)

@@ -112,6 +112,7 @@ def test_the_parts_and_the_join_are_requested_on_the_video_lane_once_the_parent_
     keys = [s.job_key for s in part_specs(parent(), split(), "derivatives/")]
     assert (row.state, row.pending, row.split, row.lease_token) == (JobState.WAITING, frozenset(keys), split(), None)
     assert row.lease_expires_at_s == 1000 + settings.lease_s  # a redelivery is busy while the requests go out
+    assert ledger.get(parent().job_key).lease_expires_at_s == 0  # and answered at once once they are sent
     writes = [entry[0] for entry in log if entry[0] in ("wait", "split")]
     assert writes == ["wait", "wait", "wait", "split"]  # every part written before the parent waits
     assert [(arn, body) for arn, body, _, _ in queue.resent] == [

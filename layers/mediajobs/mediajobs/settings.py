@@ -11,6 +11,8 @@ import tempfile
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
+from mediajobs.domain.segments import MAX_SEGMENT_SECONDS, MIN_SEGMENT_SECONDS
+
 MB: Final = 1024 * 1024
 
 _ENV_NAMES: Final = {
@@ -139,7 +141,7 @@ class Settings:
     split_above_s: a video whose single-invocation estimate exceeds this many seconds of
         work is split into segments encoded by parallel jobs (default 240;
         :mod:`mediajobs.domain.segments`).
-    segment_s: the length of source a segment covers, seconds (default 60).
+    segment_s: the length of source a segment covers, seconds (default 60; 1-86,400).
     video_queue_arn: the video lane, where the job requests of a split video's parts go
         (env ``VIDEO_QUEUE_ARN``; empty: the jobs queue).
     retry_base_s: first backoff after a transient failure, seconds; it doubles per
@@ -250,6 +252,10 @@ class Settings:
             raise ValueError(f"collect_grace_s must be 0 or more, got {self.collect_grace_s}")
         if self.retire_grace_s < 0:
             raise ValueError(f"retire_grace_s must be 0 or more, got {self.retire_grace_s}")
+        if not MIN_SEGMENT_SECONDS <= self.segment_s <= MAX_SEGMENT_SECONDS:
+            raise ValueError(
+                f"segment_s must be {MIN_SEGMENT_SECONDS:g}-{MAX_SEGMENT_SECONDS:g} seconds, got {self.segment_s}"
+            )
         if self.backfill_segments > 64:
             raise ValueError(f"backfill_segments must be at most 64, got {self.backfill_segments}")
 

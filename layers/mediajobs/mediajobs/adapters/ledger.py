@@ -586,6 +586,23 @@ class DynamoLedger:
         log.info("job split", extra={"job_key": job_key, "parts": len(split.parts), "pending": len(pending)})
         return view
 
+    def requests_sent(self, job_key: str, requests_until_s: int, *, now_s: int) -> None:
+        """The split job ``job_key``'s parts were all requested: its ``lease_expires_at_s``
+        (``requests_until_s``, the splitter's window) goes to 0, so a copy or a redelivery
+        of its original is answered at once (conditional on the row still ``waiting`` with
+        that window: a later write is left as it is).
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As :meth:`complete`.
+        """
+        m = self._model
+        condition = (m.state == JobState.WAITING.value) & (m.lease_expires_at_s == requests_until_s)
+        self._uow.update(
+            m(job_key), [m.lease_expires_at_s.set(0), m.updated_at_s.set(now_s)], condition, what="ledger update"
+        )
+
     def register(self, input_key: str, waiter_key: str, *, now_s: int) -> bool:
         """Name ``waiter_key`` among the jobs waiting for ``input_key``, unless that job
         ended (or has no row): then ``False``, and its end is what the waiter reads.

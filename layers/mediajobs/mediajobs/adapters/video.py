@@ -133,6 +133,7 @@ class FfmpegRenderer:
     ) -> None:
         self.split_above_s = split_above_s
         self.segment_s = segment_s
+        self._facts: dict[Path, dict[str, Any]] = {}
         self.speed_factor = speed_factor
         self.max_duration_s = max_duration_s
         self.invocation_s = invocation_s
@@ -186,6 +187,7 @@ class FfmpegRenderer:
                 raise _failure("ffprobe", listed)
             packets = packets_end_s(listed.stdout.decode("utf-8", "replace"))
         facts = {"document": document, "packets_duration_s": packets}
+        self._facts = {source: facts}  # the last source probed (one job at a time per renderer)
         return self._parsed(facts), facts
 
     def _parsed(self, facts: Mapping[str, Any]) -> VideoProbe:
@@ -235,7 +237,8 @@ class FfmpegRenderer:
             splits in two segments or more (:meth:`_split`).
         """
         context = context or RenderContext()
-        probe, facts = self._probed(source)
+        probe = self.probe(source)
+        facts = self._facts.get(source, {})  # what that probe read, for a split's record
         plan = plan_renditions(probe, params)
         if self._splits(probe, plan):
             check_budget(probe, plan, dataclasses.replace(self._budget(out_dir), invocation_s=math.inf))

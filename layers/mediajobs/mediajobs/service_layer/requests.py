@@ -267,7 +267,9 @@ class JobRequests:
            holder splits nothing, and a split parent is never split again;
         3. a job request is sent for each part still ``requested`` (on the video lane,
            ``video_queue_arn``, when there is one), and for the parent when it is
-           ``requested`` already.
+           ``requested`` already;
+        4. the parent's window for those requests is closed (``requests_sent``): until then
+           a copy or a redelivery of its original is busy, after it answered at once.
 
         No request goes out before step 2, so no part can end before the parent waits for
         it; a part ended by an earlier attempt is not waited for. A delivery that dies
@@ -310,6 +312,8 @@ class JobRequests:
         row = self._ledger.split(parent.job_key, token, pending, split, now_s=now, requests_until_s=until)
         log.info("job split into parts", extra={"job_key": parent.job_key, "parts": len(keys), "pending": len(pending)})
         self.resume(row, delivery)
+        if row.state == JobState.WAITING:  # every request sent: a copy or a redelivery need not wait
+            self._ledger.requests_sent(parent.job_key, until, now_s=int(self._clock()))
         return row
 
     def resume(self, parent: JobView, delivery: Delivery | None = None) -> int:

@@ -74,7 +74,30 @@ def first_result(session: LocalSession, key: str) -> SourceResult:
     results = session.collector.results.get(key)
     if not results:
         raise InternalError(f"{key} was not processed (dead-letter queue: {session.dead_letters()} messages)")
-    return joined(results[0], results[1:])
+    everything = [r for rs in session.collector.results.values() for r in rs]  # a join runs under its first key
+    return joined(results[0], everything)
+
+
+def print_splits(session: LocalSession, keys: list[tuple[str, str]]) -> None:
+    """A line for each upload (``(title, key)``) whose video was split: its segments, how
+    they were cut, and whether its audio was a part."""
+    from mediajobs.domain.jobs import SourceState
+
+    for title, key in keys:
+        results = session.collector.results.get(key) or []
+        if not results or results[0].state != SourceState.SPLIT:
+            continue
+        result = first_result(session, key)
+        decisions = next((j.decisions for j in result.jobs if j.decisions and "segments" in j.decisions), None)
+        if decisions is None:
+            print(f"{title}: split, not joined ({result.state})")
+            continue
+        plan = decisions["segments"]
+        cuts = ", ".join(f"{s['start_s']:.2f}" for s in plan["segments"])
+        exact = plan["exact_cuts"]
+        how = f", {exact} of them between keyframes" if exact else ", every cut on a keyframe"
+        audio = " and its audio" if decisions.get("audio") else " (no audio)"
+        print(f"{title}: split into {plan['count']} segments (at {cuts} s{how}){audio}, encoded apart; joined")
 
 
 def joined(first: SourceResult, later: list[SourceResult]) -> SourceResult:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
-from mediajobs.domain.jobs import SourceResult, SourceState
+from mediajobs.domain.jobs import SourceResult
 from mediajobs.domain.segments import MAX_SEGMENT_SECONDS, MIN_SEGMENT_SECONDS
 from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import (
@@ -23,6 +23,7 @@ from mediajobs.local.commands.common import (
     checked_inputs,
     first_result,
     key_name,
+    print_splits,
     print_table,
     refused_unread,
 )
@@ -67,7 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="split every video into segments of about S seconds, encoded as parallel jobs and joined "
         "(SEGMENT_SECONDS, with SPLIT_ABOVE_SECONDS lowered so that short samples split; make demo uses 2)",
     )
-    demo.add_argument("files", nargs="*", help="your own files instead of the sample photos")
+    demo.add_argument("files", nargs="*", help="your own files instead of the sample photos and videos")
     demo.set_defaults(run=run)
 
 
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         )
         rows = [(title, first_result(session, key)) for title, _, key in uploads]
         print_table(rows)
-        _print_splits(session, uploads)
+        print_splits(session, [(title, key) for title, _, key in uploads])
         _tell(told, "notifications")
 
         session.redeliver(first_bodies)
@@ -210,25 +211,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         index = write_gallery(out_dir, entries)
     print(f"\nderivatives and gallery written to {out_dir}")
     print(f"open {index}")
+    if not no_new_ids:
+        print("UNEXPECTED: the second delivery told new notifications")
     return 0 if renders_second == 0 and collected and no_new_ids else 1
-
-
-def _print_splits(session: LocalSession, uploads: list[tuple[str, Path, str]]) -> None:
-    """A line for each upload whose video was split: its segments and how they were cut."""
-    for title, _, key in uploads:
-        results = session.collector.results.get(key) or []
-        if not results or results[0].state != SourceState.SPLIT:
-            continue
-        result = first_result(session, key)
-        plan = next(
-            (j.decisions.get("segments") for j in result.jobs if j.decisions and "segments" in j.decisions), None
-        )
-        if plan is None:
-            print(f"{title}: split, not joined ({result.state})")
-            continue
-        cuts = ", ".join(f"{s['start_s']:.2f}" for s in plan["segments"])
-        exact = f", {plan['exact_cuts']} between keyframes" if plan["exact_cuts"] else ", every cut on a keyframe"
-        print(f"{title}: split into {plan['count']} segments (at {cuts} s{exact}) and its audio; joined")
 
 
 def _tell(told: LocalNotifications, title: str) -> int:
@@ -312,6 +297,11 @@ def _delete_and_collect(session: LocalSession, first: str, copy: str) -> bool:
         session.run()
         print(f"  {step:<19} {line(key)}")
     report = build_collector(session.settings, local_adapters(stack, session.settings)).run(grace_s=0)
+    # A split video's parts, released by its join, are collected by the same run.
     print(f"  collection          {report.collected} jobs collected, {report.deleted_objects} objects deleted")
     print(f"  after it            manifests {present()}/{len(manifests)} left")
-    return present() == 0 and report.collected == len(shared)
+    rows = stack.ledger().find([job.job_key for job in shared])
+    gone = all(rows[job.job_key].state == "collected" for job in shared if job.job_key in rows)
+    if present() or not gone:
+        print("  UNEXPECTED: the shared derivative set was not collected")
+    return present() == 0 and gone

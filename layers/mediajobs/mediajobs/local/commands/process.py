@@ -15,6 +15,7 @@ from mediajobs.local.commands.common import (
     checked_inputs,
     first_result,
     key_name,
+    print_splits,
     print_table,
     refused_unread,
     safe_name,
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
                 print(json.dumps(line), flush=True)
         if not args.json:
             print_table(rows)
+            print_splits(session, [(path.name, key) for path, key in zip(files, keys, strict=True)])
             written = any(job.state == "done" for _, result in rows for job in result.jobs)
             print(
                 f"\nderivatives written to {out_dir.resolve()}" if written else "\nno derivatives: every input failed"
