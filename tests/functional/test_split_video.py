@@ -326,3 +326,21 @@ def test_the_parts_are_collected_after_the_join_and_a_video_collected_later_rend
     manifest = flow.check_one_committed_set()
     assert manifest["decisions"]["segments"]["count"] == 3
     assert [stack.ledger().get(k).state for k in flow.part_keys()] == [JobState.DONE] * PARTS
+
+
+def test_a_copy_uploaded_while_its_video_is_split_is_answered_at_once_and_ready_with_it(local_session, tmp_path):
+    """The same bytes under a second key, delivered while the parts run: its delivery finds
+    the video's job waiting for its parts with every request sent, so it is acknowledged
+    (``split``), not sent back for a lease; the join makes both assets ready."""
+    flow = Flow(local_session, tmp_path, 1234)
+    stack, s3 = local_session.stack, local_session.s3
+    copy = f"originals/split/{uuid.uuid4().hex}.mp4"
+    s3.put_object(Bucket=stack.bucket, Key=copy, Body=flow.data)  # the copy's event first: it splits
+    flow.run()  # the original's second: it finds the job split, every request sent
+    assert flow.crashes == 0
+    flow.check_one_committed_set()
+    firsts = {r.source.key: r for r in reversed(flow.results)}  # each key's first result
+    assert (firsts[copy].state, firsts[flow.key].state) == ("split", "split")  # neither sent back as busy
+    view = stack.assets().get(stack.bucket, copy)
+    assert view is not None and view.state == "ready"
+    assert {j.job_key for j in view.jobs} >= {flow.parent}

@@ -195,3 +195,11 @@ def test_the_joined_audio_starts_and_ends_with_the_video_as_the_sources_does_wit
         "audio ends +520.0 ms from the video, the source's +0.0 ms",
     ]
     assert av_alignment_problems({"streams": [{"codec_type": "video"}]}, source, frame) == []  # no audio
+
+
+@pytest.mark.parametrize("segment_s", [0.5, 0.0, 86_401.0, float("nan")])
+def test_a_segment_length_out_of_range_is_a_settings_error(segment_s):
+    from mediajobs.settings import Settings
+
+    with pytest.raises(ValueError, match="segment_s"):
+        Settings(segment_s=segment_s)
