@@ -344,3 +344,103 @@ def test_a_copy_uploaded_while_its_video_is_split_is_answered_at_once_and_ready_
     view = stack.assets().get(stack.bucket, copy)
     assert view is not None and view.state == "ready"
     assert {j.job_key for j in view.jobs} >= {flow.parent}
+
+
+class CuttingProxy:
+    """An HTTP proxy in front of the embedded S3 that answers every GET with its headers and
+    the first ``keep`` bytes of the body, then closes the connection (an S3 read that breaks
+    mid-body, again on every reconnect)."""
+
+    def __init__(self, keep: int = 20_000) -> None:
+        import http.client
+        import http.server
+        import socketserver
+        import threading
+
+        self.targets: list = []
+        self.cut = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                target = proxy.targets[0]
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+                headers = {
+                    "Host": target.netloc,
+                    **({"Range": self.headers["Range"]} if "Range" in self.headers else {}),
+                }
+                conn.request("GET", self.path, headers=headers)
+                answer = conn.getresponse()
+                body = answer.read()
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[:keep])
+                self.wfile.flush()
+                if len(body) > keep:
+                    proxy.cut += 1
+                    self.connection.shutdown(2)
+                    self.close_connection = True
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wrap(self, adapters):
+        from urllib.parse import urlsplit
+
+        store = adapters.store
+
+        def presigned_get(ref, *, expires_s):
+            real = urlsplit(store.presigned_get(ref, expires_s=expires_s))
+            self.targets.append(real)
+            return f"http://127.0.0.1:{self.server.server_address[1]}{real.path}?{real.query}"
+
+        return dataclasses.replace(adapters, store=Wrapping(store, presigned_get=presigned_get))
+
+
+def test_a_part_whose_read_of_the_original_breaks_is_retried_never_committed_short(local_session, tmp_path):
+    """ffmpeg exits 0 with what it read when its input's connection breaks mid-body (and
+    again on each reconnect): the part is a transient failure, nothing of it is committed,
+    and the next attempt renders it whole -- the joined rendition has all 180 frames."""
+    from mediajobs.domain.errors import TransientFailure
+
+    flow = Flow(local_session, tmp_path, 1777)
+    stack = local_session.stack
+    stack_s3 = local_session.s3
+    stack_s3.put_object(Bucket=stack.bucket, Key=flow.key, Body=flow.data)
+    esm_for(local_session, flow.service(Collector())).poll_once()  # the original's delivery: the split
+    part = flow.part_keys()[1]  # the middle segment
+    proxy = CuttingProxy()
+    try:
+        with pytest.raises(TransientFailure, match="cut short"):
+            flow.service(Collector(), wrap=proxy.wrap).run_request(part)
+    finally:
+        proxy.server.shutdown()
+    assert proxy.cut >= 1
+    row = stack.ledger().get(part)
+    assert row is not None and row.state == JobState.TRANSIENT_FAILURE and not row.outputs
+    listed = stack_s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"derivatives/{part}/")
+    assert "Contents" not in listed  # nothing of the short read was written
+    later = esm_for(local_session, flow.service(Collector(), skew_s=flow.settings.lease_s + 60))
+    while later.poll_once():
+        pass
+    flow.check_one_committed_set()
+    out = tmp_path / "joined.mp4"
+    out.write_bytes(
+        stack_s3.get_object(Bucket=stack.bucket, Key=f"derivatives/{flow.parent}/source.mp4")["Body"].read()
+    )
+    counted = subprocess.run(
+        [find_binaries().ffprobe, "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries",
+         "stream=nb_read_frames", "-of", "csv=p=0", str(out)], capture_output=True, text=True, check=True)  # fmt: skip
+    assert int(counted.stdout.strip()) == FRAMES

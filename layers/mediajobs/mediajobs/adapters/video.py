@@ -72,6 +72,7 @@ from mediajobs.domain.video import (
     poster_argv,
     poster_problems,
     progress_seconds,
+    read_problem,
     rendition_failure,
     renditions_argv,
     segment_argv,
@@ -363,6 +364,7 @@ class FfmpegRenderer:
                 context.progress(names, min(done, span_s), span_s)
 
         completed = self._run(argv, timeout, out_dir, on_progress)
+        _check_read(completed, context)
         if completed.returncode != 0:
             raise _failure("ffmpeg", completed)
         context.check()
@@ -525,6 +527,8 @@ class FfmpegRenderer:
         for plan_at in (plan, _at_start(plan)):
             argv = poster_argv(self.binaries.ffmpeg, source, probe, plan_at, params, str(path))
             completed = self._run(argv, timeout, out_dir)
+            if "://" in source and (problem := read_problem(completed.stderr_tail)):
+                raise TransientFailure(f"reading the original was cut short: {problem}")
             if completed.returncode != 0:
                 raise _failure("ffmpeg poster", completed)
             if path.exists() and path.stat().st_size > 0:
@@ -619,6 +623,21 @@ class FfmpegRenderer:
             return ffmpeg.run(argv, timeout_s=timeout, on_progress=on_progress, cwd=cwd)
         except ffmpeg.FfmpegTimeout as exc:
             raise TransientFailure(str(exc)) from exc
+
+
+def _check_read(completed: ffmpeg.Completed, context: RenderContext) -> None:
+    """A run that read the original through a presigned URL and says its read failed
+    part-way (:func:`~mediajobs.domain.video.read_problem`) wrote short outputs, whatever
+    its exit status: a transient failure (the next attempt reads again), checked before
+    any classification (which would call a local file's I/O error bad media).
+
+    Raises
+    ------
+    TransientFailure
+        As above.
+    """
+    if context.source_url and (problem := read_problem(completed.stderr_tail)):
+        raise TransientFailure(f"reading the original was cut short: {problem}")
 
 
 def _streams(document: Mapping[str, object]) -> list[dict[str, Any]]:

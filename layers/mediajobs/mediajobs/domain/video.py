@@ -554,7 +554,35 @@ def output_frames(probe: VideoProbe, max_fps: int | None) -> tuple[int | None, i
 #: Options every ffmpeg and ffprobe run starts with: no stdin, no banner, and the input
 #: confined to the allow-listed demuxers on a local file.
 def _input_guard(source: str) -> list[str]:
-    return ["-format_whitelist", FORMAT_WHITELIST, "-protocol_whitelist", input_protocols(source)]
+    guard = ["-format_whitelist", FORMAT_WHITELIST, "-protocol_whitelist", input_protocols(source)]
+    if input_protocols(source) != PROTOCOL_WHITELIST:  # a presigned URL: a dropped connection resumes
+        guard += [*_RECONNECT]
+    return guard
+
+
+#: ffmpeg's http options for a presigned URL: a connection dropped mid-read is opened again
+#: at the offset it reached, a few times (ffmpeg's protocols documentation, "http":
+#: ``reconnect``, ``reconnect_on_network_error``, ``reconnect_delay_max``); what still fails
+#: is a transient failure of the job (:func:`read_problem`), never a short output committed.
+_RECONNECT: Final = ("-reconnect", "1", "-reconnect_on_network_error", "1", "-reconnect_delay_max", "4")
+
+#: What ffmpeg prints when reading its input failed part-way -- a network read through a
+#: presigned URL -- even when it exits 0 with what it had read.
+READ_ERRORS: Final = re.compile(
+    r"Error during demuxing|Input/output error|Connection reset|Connection timed out|"
+    r"Stream ends prematurely|Server returned 5\d\d|Failed to reconnect"
+)
+
+
+def read_problem(stderr_tail: str) -> str | None:
+    """The line of ``stderr_tail`` saying that reading a remote input failed (a read cut
+    short: :data:`READ_ERRORS`), or ``None``. Such a run's outputs are short: transient."""
+    match = READ_ERRORS.search(stderr_tail)
+    if match is None:
+        return None
+    start = stderr_tail.rfind("\n", 0, match.start()) + 1
+    end = stderr_tail.find("\n", match.end())
+    return stderr_tail[start : end if end >= 0 else None].strip()
 
 
 def input_protocols(source: str) -> str:
