@@ -80,10 +80,10 @@ def clip(tmp_path: Path, tone_hz: int) -> bytes:
 class Flow:
     """One clip through a worker that may crash, then a second one past every lease."""
 
-    def __init__(self, session, tmp_path: Path, tone_hz: int) -> None:
+    def __init__(self, session, tmp_path: Path, tone_hz: int, data: bytes | None = None) -> None:
         self.session = session
         self.settings = split_settings()
-        self.data = clip(tmp_path, tone_hz)
+        self.data = data if data is not None else clip(tmp_path, tone_hz)
         self.key = f"originals/split/{uuid.uuid4().hex}.mp4"
         where = Where(session.stack.bucket, self.key, self.settings.derivatives_prefix, self.settings.policy_version)
         video = next(
@@ -444,3 +444,129 @@ def test_a_part_whose_read_of_the_original_breaks_is_retried_never_committed_sho
         [find_binaries().ffprobe, "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries",
          "stream=nb_read_frames", "-of", "csv=p=0", str(out)], capture_output=True, text=True, check=True)  # fmt: skip
     assert int(counted.stdout.strip()) == FRAMES
+
+
+def test_a_join_that_finds_a_part_collected_waits_for_it_again_and_it_renders_again(local_session, tmp_path):
+    """The video collected (its asset deleted) while its joined parts still wait for their
+    collection; the same bytes uploaded again split again and find the parts done, so the
+    join is requested at once -- then the collection deletes the parts. The join does not
+    fail: it waits for them again, they render again, and the asset is ready."""
+    import time as clock
+
+    from mediajobs.bootstrap import build_collector
+    from mediajobs.local.session import local_adapters
+
+    flow = Flow(local_session, tmp_path, 2468)
+    flow.run()
+    flow.check_one_committed_set()
+    stack, s3 = local_session.stack, local_session.s3
+    parts = flow.part_keys()
+    s3.delete_object(Bucket=stack.bucket, Key=flow.key)
+    b = esm_for(local_session, flow.service(Collector()))
+    while b.poll_once():
+        pass
+    ledger = stack.ledger()  # the video's set alone collected, as a collection run whose batch ends there
+    now = int(clock.time())
+    assert ledger.begin_collection(flow.parent, "c1", lease_until_s=now + 60, now_s=now, seen=ledger.get(flow.parent))
+    for obj in s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"derivatives/{flow.parent}/").get("Contents", []):
+        s3.delete_object(Bucket=stack.bucket, Key=obj["Key"])
+    ledger.end_collection(flow.parent, "c1", collected=True, now_s=now)
+    assert [ledger.get(k).state for k in parts] == [JobState.DONE] * PARTS
+
+    flow.key = f"originals/split/{uuid.uuid4().hex}.mp4"  # the same bytes again
+    s3.put_object(Bucket=stack.bucket, Key=flow.key, Body=flow.data)
+    esm_for(local_session, flow.service(Collector())).poll_once()  # split again: every part done, join requested
+    assert ledger.get(flow.parent).state == JobState.REQUESTED
+    build_collector(flow.settings, local_adapters(stack, flow.settings)).run(grace_s=0, limit=1000)
+    assert [ledger.get(k).state for k in parts] == [JobState.COLLECTED] * PARTS  # released by the first join
+
+    again = Collector()
+    later = esm_for(local_session, flow.service(again))
+    while later.poll_once():
+        pass
+    manifest = flow.check_one_committed_set()
+    assert manifest["decisions"]["segments"]["count"] == 3
+    assert sorted(k for k in again.renders if k in parts) == sorted(parts)  # each rendered again, once
+
+
+def test_a_split_run_by_a_job_request_whose_part_requests_are_lost_is_finished_by_its_redelivery(
+    local_session, tmp_path
+):
+    """A video job run by a job request (a backfill's), not an upload's event: its worker
+    splits it and dies before requesting the parts. The request comes back after its
+    visibility timeout, finds the video waiting past its splitter's window, and requests the
+    parts: ready, each part rendered once."""
+    from mediajobs.domain.plan import PlannedJob
+
+    flow = Flow(local_session, tmp_path, 3579)
+    stack, s3 = local_session.stack, local_session.s3
+    s3.put_object(Bucket=stack.bucket, Key=flow.key, Body=flow.data)
+    esm_for(local_session, flow.service(Collector())).poll_once()  # the upload's delivery
+    # The video's job as a new recipe set would request it: its row and its request alone.
+    ledger = stack.ledger()
+    for key in [*flow.part_keys(), flow.parent]:
+        stack.job_model()(key).delete()  # as if the upload had run no video recipe
+    recipe = next(r for r in active_recipes()["video"] if r.id == "web-video")
+    flow.service(Collector()).request([PlannedJob(recipe, flow.spec)])
+
+    def die_at_the_first_part_request(adapters):
+        queue = adapters.queue
+
+        def resend(queue_arn, body, delay_s, *, handovers=0):
+            if json.loads(body)["job_key"] != flow.parent:
+                raise Crash("after the split, before its part requests")
+            return queue.resend(queue_arn, body, delay_s, handovers=handovers)
+
+        return dataclasses.replace(adapters, queue=Wrapping(queue, resend=resend))
+
+    a = esm_for(local_session, flow.service(Collector(), wrap=die_at_the_first_part_request))
+    with pytest.raises(Crash):
+        while a.poll_once():
+            pass
+    a.expire(a.current_batch)
+    assert ledger.get(flow.parent).state == JobState.WAITING
+    assert [ledger.get(k).state for k in flow.part_keys()] == [JobState.REQUESTED] * PARTS
+    later = Collector()
+    b = esm_for(local_session, flow.service(later, skew_s=flow.settings.lease_s + 60))
+    while b.poll_once():
+        pass
+    assert b.in_flight() == 0
+    assert ledger.get(flow.parent).state == JobState.DONE
+    assert sorted(k for k in later.renders if k in flow.part_keys()) == sorted(flow.part_keys())
+
+
+def test_an_audio_track_starting_after_the_video_keeps_its_place_when_joined(local_session, tmp_path):
+    """Audio from 0.3 s, video from 0: the audio job's track keeps its start, and the join
+    moves it there (ffmpeg starts each input at 0): the joined rendition's audio starts and
+    ends against its video as the source's does, within a frame, and the asset is ready."""
+    ffmpeg, ffprobe = find_binaries().ffmpeg, find_binaries().ffprobe
+    video, tone = tmp_path / "v.mp4", tmp_path / "a.m4a"
+    subprocess.run([ffmpeg, "-nostdin", "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=320x180:rate=30:duration=6",
+                    "-c:v", "libx264", "-g", "30", str(video)], check=True)  # fmt: skip
+    subprocess.run([ffmpeg, "-nostdin", "-v", "error", "-f", "lavfi", "-i", "sine=frequency=777:duration=5.7",
+                    "-c:a", "aac", str(tone)], check=True)  # fmt: skip
+    source = tmp_path / "late.mp4"
+    subprocess.run([ffmpeg, "-nostdin", "-v", "error", "-i", str(video), "-itsoffset", "0.3", "-i", str(tone),
+                    "-map", "0:v", "-map", "1:a", "-c", "copy", str(source)], check=True)  # fmt: skip
+    flow = Flow(local_session, tmp_path, 0, data=source.read_bytes())
+    flow.run()
+    flow.check_one_committed_set()
+    out = tmp_path / "joined.mp4"
+    stack = local_session.stack
+    out.write_bytes(
+        local_session.s3.get_object(Bucket=stack.bucket, Key=f"derivatives/{flow.parent}/source.mp4")["Body"].read()
+    )
+
+    def starts_and_ends(path: Path) -> dict[str, tuple[float, float]]:
+        entries = "stream=codec_type,start_time,duration"
+        argv = [ffprobe, "-v", "error", "-show_entries", entries, "-of", "csv=p=0", str(path)]
+        listed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        rows = [line.split(",") for line in listed.split()]
+        return {kind: (float(start), float(start) + float(length)) for kind, start, length in rows}
+
+    joined, original = starts_and_ends(out), starts_and_ends(source)
+    for edge in (0, 1):
+        offset_joined = joined["audio"][edge] - joined["video"][edge]
+        offset_source = original["audio"][edge] - original["video"][edge]
+        assert abs(offset_joined - offset_source) <= 1 / 30, (edge, offset_joined, offset_source)
+    assert joined["audio"][0] > 0.25  # it did not move to 0

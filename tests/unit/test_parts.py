@@ -203,3 +203,15 @@ def test_a_segment_length_out_of_range_is_a_settings_error(segment_s):
 
     with pytest.raises(ValueError, match="segment_s"):
         Settings(segment_s=segment_s)
+
+
+def test_the_join_moves_the_video_and_the_audio_each_to_its_own_start():
+    from mediajobs.domain.video import join_argv
+
+    argv = join_argv("ffmpeg", "list.ffconcat", "a.m4a", "out.mp4", 0.5, 0.3)
+    video, audio = argv.index("list.ffconcat"), argv.index("a.m4a")
+    assert argv[argv.index("-itsoffset") + 1] == "0.500000" and argv.index("-itsoffset") < video
+    assert argv[audio - 3 : audio + 1] == ["-itsoffset", "0.300000", "-i", "a.m4a"]
+    assert "-itsoffset" not in join_argv("ffmpeg", "list.ffconcat", "a.m4a", "out.mp4")
+    with pytest.raises(ValueError):
+        join_argv("ffmpeg", "list.ffconcat", "a.m4a", "out.mp4", 0.0, -0.1)

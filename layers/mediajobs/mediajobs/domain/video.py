@@ -860,16 +860,30 @@ def join_list(segments: list[tuple[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def join_argv(ffmpeg: str, list_path: str, audio_path: str | None, out_path: str, offset_s: float = 0.0) -> list[str]:
+def join_argv(
+    ffmpeg: str,
+    list_path: str,
+    audio_path: str | None,
+    out_path: str,
+    offset_s: float = 0.0,
+    audio_offset_s: float = 0.0,
+) -> list[str]:
     """argv that joins one rung's segments (:func:`join_list` at ``list_path``) without
     re-encoding, moved ``offset_s`` seconds later (the plan's video start: a video that
     starts after its audio keeps its place against it), muxes the audio job's track when
-    there is one, and puts the moov first.
+    there is one -- moved ``audio_offset_s`` later (an audio track that starts after the
+    video keeps its place: the audio job's output starts at 0) -- and puts the moov first.
 
     The concat demuxer reads only the list's files (``-safe 1``: relative, plain paths; the
-    local file protocol; :data:`JOIN_FORMAT_WHITELIST`)."""
-    if not (math.isfinite(offset_s) and offset_s >= 0):
-        raise ValueError(f"an offset must be a finite number of seconds, not negative: {offset_s!r}")
+    local file protocol; :data:`JOIN_FORMAT_WHITELIST`).
+
+    Raises
+    ------
+    ValueError
+        If an offset is negative or not finite."""
+    for offset in (offset_s, audio_offset_s):
+        if not (math.isfinite(offset) and offset >= 0):
+            raise ValueError(f"an offset must be a finite number of seconds, not negative: {offset!r}")
     argv = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error",
         "-format_whitelist", JOIN_FORMAT_WHITELIST, "-protocol_whitelist", PROTOCOL_WHITELIST,
@@ -877,7 +891,8 @@ def join_argv(ffmpeg: str, list_path: str, audio_path: str | None, out_path: str
     ]  # fmt: skip
     if audio_path is not None:
         argv += ["-format_whitelist", JOIN_FORMAT_WHITELIST, "-protocol_whitelist", PROTOCOL_WHITELIST]
-        argv += ["-i", audio_path, "-map", "0:v:0", "-map", "1:a:0"]
+        argv += [*(["-itsoffset", f"{audio_offset_s:.6f}"] if audio_offset_s else []), "-i", audio_path]
+        argv += ["-map", "0:v:0", "-map", "1:a:0"]
     else:
         argv += ["-map", "0:v:0"]
     return [*argv, "-c", "copy", "-map_metadata", "-1", "-movflags", "+faststart", "-f", "mp4", out_path]

@@ -426,6 +426,19 @@ class Claims:
         """The rows of ``job_keys`` that exist (strongly consistent)."""
         return self._ledger.find(list(job_keys))
 
+    def finish_split(self, row: JobView, delivery: Delivery | None) -> None:
+        """Send again the requests of the parts of the waiting split job ``row`` still
+        ``requested``, once its splitter's time to send them is over
+        (:meth:`JobRequests.finish`): a split job a job request ran (a backfill's) has no
+        original's delivery to do it.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As :meth:`JobRequests.resume`.
+        """
+        self._requests.finish({row.job_key: row}, delivery=delivery)
+
     def part_keys(self, row: JobView) -> list[str]:
         """The job keys of the parts the split job ``row`` was split into (none when it
         was not)."""

@@ -334,6 +334,10 @@ class Pipeline:
         job = PlannedJob(self._claims.recipe(spec), spec)
         claim = self._claims.claim(job, delivery, seen=view)
         if claim.outcome is ClaimOutcome.WAITING:
+            if view.split is not None and claim.lease_expires_at_s > self._claims.now_s():
+                raise JobBusy(job_key, claim.lease_expires_at_s)  # its splitter may still be requesting
+            if view.split is not None:  # a splitter that died before requesting its parts is finished
+                self._claims.finish_split(view, delivery)
             return self._told(SourceResult(source, SourceState.IGNORED))
         if content is not None and claim.outcome is ClaimOutcome.RUN:  # the bytes are needed:
             # a copy an asset holds and S3 still serves (HeadObject), only now
@@ -350,7 +354,11 @@ class Pipeline:
         if spec.part is None:
             self._assets.rolled(ended)  # the assets waiting for it; a backfill's switch when it was the last
         elif not ended.reused:  # no asset references a part: its video's assets get the progress
-            self._assets.parts_ended(self._claims.parents(spec))
+            parents = self._claims.parents(spec)
+            self._assets.parts_ended(parents)
+            for parent, _ in parents:  # failed by this part: its other parts are wanted by nothing
+                if parent.state == JobState.PERMANENT_FAILURE:
+                    self._release_parts_again(parent)
         self._joined(claim, ended)
         state = SourceState.DONE if ended.state == JobState.DONE else SourceState.PERMANENT_FAILURE
         result = SourceResult(source, state, sha256=spec.input_sha256, jobs=[ended], reason=ended.reason)

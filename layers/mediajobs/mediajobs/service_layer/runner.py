@@ -254,9 +254,13 @@ class JobRunner:
 
         Raises
         ------
+        SplitNeeded
+            A part is not done: collected since its video's earlier join (the video, collected
+            too and uploaded again, split again while its parts were released). The job
+            waits for its parts again, which render again.
         TransientFailure
-            A part is not done (its row lost, or collected meanwhile), or its bytes are not
-            the ones it committed.
+            A part's output is gone meanwhile (the next attempt finds it collected), or its
+            bytes are not the ones it committed.
         """
         assert claim.split is not None
         specs = part_specs(job.spec, claim.split, self._settings.derivatives_prefix)
@@ -264,14 +268,17 @@ class JobRunner:
         ended: dict[str, JobResult] = {}
         for spec in specs:
             row = rows.get(spec.job_key)
-            if row is None or row.state != JobState.DONE:
-                raise TransientFailure(f"part {spec.job_key[:12]} of the split job is not done")
+            if row is None or row.state != JobState.DONE:  # collected since (a video split again):
+                raise SplitNeeded(claim.split)  # wait for it again, rendered again
             ended[spec.job_key] = JobResult(job.recipe.ref, spec.job_key, JobState.DONE, True, outputs=row.outputs)
         files: dict[str, Path] = {}
         for i, spec in enumerate(specs):
             for out in ended[spec.job_key].outputs:
                 wanted = OutputInput(spec.job_key, out.name)
-                files[f"{i}/{out.name}"] = self._output_file(wanted, folder, ended, job.spec.source_bucket)
+                try:
+                    files[f"{i}/{out.name}"] = self._output_file(wanted, folder, ended, job.spec.source_bucket)
+                except PermanentFailure as gone:  # deleted by a collection racing this join
+                    raise TransientFailure(f"part {spec.job_key[:12]}'s output is gone: {gone}") from gone
         return files
 
     def _output_file(self, wanted: OutputInput, folder: Path, produced: Mapping[str, JobResult], bucket: str) -> Path:
