@@ -574,7 +574,9 @@ class FakeAssets:
             return
         jobs = tuple(
             dataclasses.replace(j, progress=fraction)
-            if j.job_key == job_key and j.state == AssetJobState.PROCESSING
+            if j.job_key == job_key
+            and j.state == AssetJobState.PROCESSING
+            and (j.progress is None or j.progress < fraction)  # never back
             else j
             for j in old.jobs
         )

@@ -366,6 +366,8 @@ def test_progress_is_set_on_a_processing_job_of_the_current_version_only(assets)
     assert moved.jobs[0].progress == 0.5 == assets.get(BUCKET, k).jobs[0].progress
     assets.progress(BUCKET, k, seq, jk("a"), 0.75, now_s=107)
     assert assets.get(BUCKET, k).jobs[0].progress == 0.75
+    assets.progress(BUCKET, k, seq, jk("a"), 0.6, now_s=107)  # a writer racing behind: never back
+    assert assets.get(BUCKET, k).jobs[0].progress == 0.75
     done = assets.record(BUCKET, k, seq, [AssetJob(IMAGE, jk("a"), AssetJobState.DONE)], now_s=108)
     assets.progress(BUCKET, k, seq, jk("a"), 0.9, now_s=109)
     assert assets.get(BUCKET, k).jobs[0] == done.jobs[0]

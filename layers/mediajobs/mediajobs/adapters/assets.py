@@ -666,8 +666,10 @@ class DynamoAssets:
 
     def progress(self, bucket: str, key: str, sequencer: str, job_key: str, fraction: float, *, now_s: int) -> None:
         """Set a job's progress: one ``UpdateItem`` of ``progress_by_job.<job key>``,
-        conditional on ``sequencer`` being current (read back only while the job is
-        ``processing``). Never raises: failures are logged."""
+        conditional on ``sequencer`` being current and on the fraction stored being lower
+        (two writers racing -- a split video's parts ending together -- never move it
+        back); read back only while the job is ``processing``. Never raises: failures
+        are logged."""
         model = self._models.asset
         item = model(asset_pk(bucket, key), ASSET_SK)
         actions = [
@@ -677,8 +679,9 @@ class DynamoAssets:
         ]
         self._remember(bucket, key, None)
         try:
-            self._uow.update(
-                item, actions, (model.sequencer == sequencer) & model.progress_by_job.exists(), what="asset progress"
-            )
+            stored = model.progress_by_job[job_key]
+            forward = stored.does_not_exist() | (stored < float(fraction))
+            condition = (model.sequencer == sequencer) & model.progress_by_job.exists() & forward
+            self._uow.update(item, actions, condition, what="asset progress")
         except (PermanentFailure, TransientFailure) as exc:  # progress is advice
             log.warning("asset progress not stored: %s", exc)
