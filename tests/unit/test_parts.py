@@ -135,7 +135,7 @@ def test_the_parts_and_the_join_are_requested_on_the_video_lane_once_the_parent_
 @pytest.mark.parametrize(
     ("source", "protocols"),
     [
-        ("/tmp/work/original", "file"),
+        ("/w/original", "file"),
         ("original", "file"),
         ("https://bucket.s3.amazonaws.com/originals/a.mp4?versionId=v&X-Amz-Signature=s", "https,tls,tcp"),
         ("http://127.0.0.1:5000/bucket/originals/a.mp4?X-Amz-Signature=s", "http,tcp"),
