@@ -215,3 +215,14 @@ def test_the_join_moves_the_video_and_the_audio_each_to_its_own_start():
     assert "-itsoffset" not in join_argv("ffmpeg", "list.ffconcat", "a.m4a", "out.mp4")
     with pytest.raises(ValueError):
         join_argv("ffmpeg", "list.ffconcat", "a.m4a", "out.mp4", 0.0, -0.1)
+
+
+def test_the_joined_video_lasts_as_long_as_the_sources_within_a_frame():
+    from mediajobs.domain.video import video_duration_problem
+
+    source = {"streams": [{"index": 1, "codec_type": "video", "duration": "6.000000"}]}
+    joined = {"streams": [{"index": 0, "codec_type": "video", "duration": "6.010000"}]}
+    assert video_duration_problem(joined, source, 1, 1 / 30) is None
+    short = {"streams": [{"index": 0, "codec_type": "video", "duration": "5.900000"}]}
+    assert video_duration_problem(short, source, 1, 1 / 30) == "video lasts 5.900 s, the source's 6.000 s"
+    assert video_duration_problem(short, {"streams": [{"index": 1, "codec_type": "video"}]}, 1, 1 / 30) is None

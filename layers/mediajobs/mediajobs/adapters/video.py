@@ -78,6 +78,7 @@ from mediajobs.domain.video import (
     segment_argv,
     stream_frames,
     verification_failure,
+    video_duration_problem,
 )
 
 log = logging.getLogger(__name__)
@@ -386,7 +387,9 @@ class FfmpegRenderer:
         """Join a split video's parts (found in ``context.inputs`` as ``"<part index>/<rung>"``)
         into each rung's rendition without re-encoding (:func:`~mediajobs.domain.video.join_argv`:
         the segments in order at their planned lengths, the audio muxed, the moov first),
-        verify each as the single pass's are, its frames against the segments' (a source
+        verify each as the single pass's are, its video's duration against the source's
+        within a frame (:func:`~mediajobs.domain.video.video_duration_problem`), its frames
+        against the segments' (a source
         whose damaged middle decodes fewer frames is what the single pass makes of it too),
         and its audio's start and end against the video's as the
         source has them, within a frame (:func:`~mediajobs.domain.video.av_alignment_problems`),
@@ -444,7 +447,11 @@ class FfmpegRenderer:
                 raise verification_failure(r.name, [f"{joined} frames joined, {segment_frames} in the segments"])
             document = self._probe_output(out)
             frame_s = output_duration_s(document) / joined if joined else 0.0
-            if split.probe and (problems := av_alignment_problems(document, dict(split.probe["document"]), frame_s)):
+            original = dict(split.probe.get("document") or {})
+            problems = av_alignment_problems(document, original, frame_s)
+            if problem := video_duration_problem(document, original, probe.stream_index, frame_s):
+                problems.append(problem)
+            if problems:
                 raise verification_failure(r.name, problems)
             files.append(rendered)
         shutil.rmtree(folder, ignore_errors=True)

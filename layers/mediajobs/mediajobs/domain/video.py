@@ -1192,6 +1192,30 @@ def rendition_failure(
     return verification_failure(name, problems)
 
 
+def video_duration_problem(
+    output: dict[str, Any], source: dict[str, Any], stream_index: int, frame_s: float
+) -> str | None:
+    """Whether a joined rendition's video lasts as long as the source's video stream
+    (``stream_index``), within ``frame_s`` (one frame, seconds); ``None`` when it does or a
+    side does not say (a Matroska stream carries no duration of its own)."""
+
+    def duration(document: dict[str, Any], index: int | None) -> float | None:
+        streams = [x for x in document.get("streams") or [] if isinstance(x, dict)]
+        stream = next(
+            (x for x in streams if x.get("codec_type") == "video" and (index is None or x.get("index") == index)), None
+        )
+        try:
+            value = float(stream["duration"]) if stream is not None else None
+        except (KeyError, TypeError, ValueError):
+            return None
+        return value if value is not None and math.isfinite(value) else None
+
+    joined, original = duration(output, None), duration(source, stream_index)
+    if joined is None or original is None or abs(joined - original) <= frame_s:
+        return None
+    return f"video lasts {joined:.3f} s, the source's {original:.3f} s"
+
+
 def av_alignment_problems(output: dict[str, Any], source: dict[str, Any], frame_s: float) -> list[str]:
     """Whether a joined rendition's audio starts and ends where its video does, as the
     source's do: the audio's start less the video's, and its end less the video's, may each
