@@ -103,8 +103,10 @@ class Pipeline:
 
     def process(self, ref: ObjectRef, delivery: Delivery | None = None) -> SourceResult:
         """Process the original an ``Object Created`` event names (the module's order):
-        ``done``, ``permanent_failure`` (with its reason), ``ignored`` (not an original) or
-        ``superseded`` (a greater sequencer of its key is current: nothing read or rendered).
+        ``done``, ``permanent_failure`` (with its reason), ``ignored`` (not an original),
+        ``superseded`` (a greater sequencer of its key is current: nothing read or rendered)
+        or ``split`` (a long video's job waits for its parts, every one requested: the join
+        ends the asset; ``docs/video.md``).
 
         Raises ``JobBusy`` (another worker holds a job, or the first read: redeliver after
         its lease), ``TransientFailure`` (redeliver; ``DeadlineReached``: at once) or
@@ -299,18 +301,24 @@ class Pipeline:
         """Run the job a job request names (:func:`~mediajobs.service_layer.requests.request_body`),
         from its row: claim it, read its inputs, render, commit, tell the jobs waiting for it.
 
+        A split video's part runs only while its video waits for it (:meth:`Claims.wanted`),
+        reads the original by byte ranges, and sets its video's assets' progress; a video's
+        job split by this run ends ``split``; its join releases the parts to the collection.
+
         Returns
         -------
         SourceResult
-            ``done`` or ``permanent_failure`` with the job's result; ``ignored`` for a job
-            with no row, or one still waiting for its inputs (its last input requests it
-            again); a job whose original is gone or changed is given back and ends
-            ``permanent_failure`` ``source_missing`` for this request only.
+            ``done`` or ``permanent_failure`` with the job's result; ``split`` for a job this
+            run split; ``ignored`` for a job with no row, one still waiting for its inputs
+            (its last input requests it again), or a part no video waits for; a job whose
+            original is gone or changed is given back and ends ``permanent_failure``
+            ``source_missing`` for this request only.
 
         Raises
         ------
         JobBusy, TransientFailure, Superseded
-            As :meth:`process`.
+            As :meth:`process`; ``JobBusy`` too for a split job whose splitter may still be
+            requesting its parts (its window closes at its ``lease_expires_at_s``).
         """
         view = self._claims.row(job_key)
         if view is None or view.spec is None:
