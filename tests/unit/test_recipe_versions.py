@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from mediajobs.bootstrap import load_recipe
+from mediajobs.domain.moderation import load_policy
 
 RECIPES = Path(__file__).resolve().parents[2] / "layers" / "mediajobs" / "mediajobs" / "recipes"
 
 #: ``Recipe.sha256`` of each recipe file, as released. Add a new file's here; never edit one.
 GOLDEN = {
+    "moderation-policy.v1.json": "5d3e89d97636607a7a823d518376b03f95e6ed045cf63324b43f3839f29f62f8",
     "image-placeholder.v1.json": "b380f3fb1e0ce5788bf53294f9034e7bdeb0bdae51b7c26905c46f20a02b063f",
     "video-placeholder.v1.json": "e1a36618e3246c269b0fd030342ddd13f31db119108201b34bc2c3f727403891",
     "web-image.v1.json": "e367c8290d2fe6172691d759eb4f2b2dcb6f1247e2b38a40a0172d76b1f8f9fa",
@@ -31,6 +33,8 @@ FILES = sorted(p.name for p in RECIPES.glob("*.v*.json"))
 def _hash(name: str) -> str:
     match = re.fullmatch(r"(.+)\.v(\d+)\.json", name)
     assert match, f"{name}: a recipe file is <id>.v<version>.json"
+    if match[1] == "moderation-policy":  # a policy's version is in the keys too
+        return load_policy(int(match[2])).sha256
     return load_recipe(match[1], int(match[2])).sha256
 
 
