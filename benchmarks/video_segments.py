@@ -53,15 +53,14 @@ from mediajobs.adapters import ffmpeg  # noqa: E402
 from mediajobs.adapters.video import FfmpegRenderer  # noqa: E402
 from mediajobs.bootstrap import load_recipe  # noqa: E402
 from mediajobs.domain.recipes import VideoRenditionsParams  # noqa: E402
-from mediajobs.domain.segments import plan_segments, to_s  # noqa: E402
+from mediajobs.domain.segments import to_s  # noqa: E402
 from mediajobs.domain.video import (  # noqa: E402
     audio_argv,
     join_argv,
     join_list,
     keyframes_argv,
-    parse_frame_times,
-    parse_keyframes,
     plan_renditions,
+    plan_split,
     renditions_argv,
     segment_argv,
 )
@@ -138,13 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         split_cpu, split_wall, listing = job(
             keyframes_argv(binaries.ffprobe, str(source), probe.stream_index), args.core
         )
-        plan = plan_segments(
-            probe.duration_s,
-            parse_keyframes(listing, probe.start_s),
-            args.segment_seconds,
-            frames_s=parse_frame_times(listing, probe.start_s),
-            grid_s=1 / renditions.fps_cap if renditions.fps_cap else None,
-        )
+        plan = plan_split(probe, renditions, listing, args.segment_seconds)
         segments: list[dict[str, Any]] = []
         for segment in plan.segments:
             folder = work / f"segment-{segment.index}"

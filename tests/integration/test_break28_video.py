@@ -11,7 +11,7 @@ from PIL import Image
 
 from mediajobs.adapters.ffmpeg import find_binaries
 from mediajobs.adapters.video import FfmpegRenderer
-from mediajobs.domain.segments import plan_segments, to_s
+from mediajobs.domain.segments import to_s
 from mediajobs.domain.video import (
     audio_argv,
     join_argv,
@@ -20,6 +20,7 @@ from mediajobs.domain.video import (
     parse_frame_times,
     parse_keyframes,
     plan_renditions,
+    plan_split,
     renditions_argv,
     segment_argv,
 )
@@ -48,9 +49,7 @@ def joined_and_single(clip: Path, segment_s: float, work: Path) -> tuple[list[fl
     probe = probe_of(clip)
     renditions = plan_renditions(probe, PARAMS)
     listing = run(keyframes_argv(ffprobe, str(clip), probe.stream_index))
-    keyframes, frames = parse_keyframes(listing, probe.start_s), parse_frame_times(listing, probe.start_s)
-    grid = 1 / renditions.fps_cap if renditions.fps_cap else None
-    plan = plan_segments(probe.duration_s, keyframes, segment_s, frames_s=frames, grid_s=grid)
+    plan = plan_split(probe, renditions, listing, segment_s)
     for segment in plan.segments:
         folder = work / f"segment-{segment.index}"
         folder.mkdir(parents=True)

@@ -21,9 +21,8 @@ from mediajobs.domain.video import (
     join_argv,
     join_list,
     keyframes_argv,
-    parse_frame_times,
-    parse_keyframes,
     plan_renditions,
+    plan_split,
     renditions_argv,
     segment_argv,
 )
@@ -69,9 +68,7 @@ def joined(clip: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     probe = FfmpegRenderer(speed_factor=1.0, max_duration_s=1800, invocation_s=880, margin_s=10).probe(clip)
     renditions = plan_renditions(probe, PARAMS)
     listing = run(keyframes_argv(ffprobe, str(clip), probe.stream_index))
-    keyframes, frames = parse_keyframes(listing, probe.start_s), parse_frame_times(listing, probe.start_s)
-    grid = 1 / renditions.fps_cap if renditions.fps_cap else None
-    plan = plan_segments(probe.duration_s, keyframes, 4.5, frames_s=frames, grid_s=grid)
+    plan = plan_split(probe, renditions, listing, 4.5)
     for segment in plan.segments:
         folder = work / f"segment-{segment.index}"
         folder.mkdir()

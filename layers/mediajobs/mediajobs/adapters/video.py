@@ -39,9 +39,9 @@ from mediajobs.domain.errors import (
 )
 from mediajobs.domain.inspections.containers import container_problem, top_level_boxes
 from mediajobs.domain.jobs import RenderContext, RenderedFile
-from mediajobs.domain.parts import AUDIO_PART, Part, Split, SplitNeeded
+from mediajobs.domain.parts import Split, SplitNeeded, split_of
 from mediajobs.domain.recipes import VideoRenditionsParams
-from mediajobs.domain.segments import SEGMENT_SECONDS, plan_segments, should_split, to_s
+from mediajobs.domain.segments import SEGMENT_SECONDS, should_split
 from mediajobs.domain.video import (
     Budget,
     Expected,
@@ -64,10 +64,9 @@ from mediajobs.domain.video import (
     media_duration_s,
     output_duration_s,
     packets_end_s,
-    parse_frame_times,
-    parse_keyframes,
     parse_probe,
     plan_renditions,
+    plan_split,
     playlist_problem,
     poster_argv,
     poster_problems,
@@ -298,23 +297,10 @@ class FfmpegRenderer:
         )
         if listed.returncode != 0:
             raise _failure("ffprobe", listed)
-        listing = listed.stdout.decode("utf-8", "replace")
-        segments = plan_segments(
-            probe.duration_s,
-            parse_keyframes(listing, probe.start_s),
-            self.segment_s,
-            frames_s=parse_frame_times(listing, probe.start_s),
-            grid_s=1 / plan.fps_cap if plan.fps_cap else None,
-        )
+        segments = plan_split(probe, plan, listed.stdout.decode("utf-8", "replace"), self.segment_s)
         if len(segments.segments) < 2:
             return None
-        parts = []
-        for segment, join_s in zip(segments.segments, segments.join_durations(), strict=True):
-            seek_s, length_s = segments.encode_range(segment)
-            parts.append(Part(segment.identity(), seek_s, length_s, segment.duration_s, join_s))
-        if probe.has_audio:
-            parts.append(Part(AUDIO_PART, 0.0, None, probe.duration_s))
-        return Split(tuple(parts), to_s(segments.video_start_us), segments.to_json(), facts)
+        return split_of(segments, audio_s=probe.duration_s if probe.has_audio else None, probe=facts)
 
     def render_part(
         self, source: Path, params: VideoRenditionsParams, out_dir: Path, context: RenderContext

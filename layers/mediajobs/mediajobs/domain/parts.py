@@ -24,6 +24,7 @@ from typing import Any, Final
 from mediajobs.domain.jobs import Changes, JobSpec, JobState
 from mediajobs.domain.keys import ORIGINAL_INPUT, inputs_job_key, is_part, part_job_key
 from mediajobs.domain.manifest import derivative_prefix
+from mediajobs.domain.segments import SegmentPlan, to_s
 
 #: The audio part's identity: the whole first audio track, once per rung's bitrate.
 AUDIO_PART: Final = "audio/v1"
@@ -173,6 +174,20 @@ def part_spec(parent: JobSpec, part: Part, derivatives_prefix: str) -> JobSpec:
         waiting=frozenset({parent.job_key}),
         part=part,
     )
+
+
+def split_of(plan: SegmentPlan, *, audio_s: float | None, probe: Mapping[str, Any]) -> Split:
+    """The parts of a source cut as ``plan``: a part per segment (its range as the plan
+    encodes and joins it, its seconds as its progress weight), then the audio track whole
+    when the source has one (``audio_s``: its length, seconds; ``None``: no audio).
+    ``probe``: what the probe read (:attr:`Split.probe`)."""
+    parts = [
+        Part(segment.identity(), *plan.encode_range(segment), segment.duration_s, join_s)
+        for segment, join_s in zip(plan.segments, plan.join_durations(), strict=True)
+    ]
+    if audio_s is not None:
+        parts.append(Part(AUDIO_PART, 0.0, None, audio_s))
+    return Split(tuple(parts), to_s(plan.video_start_us), plan.to_json(), probe)
 
 
 def parent_key(part: JobSpec) -> str:

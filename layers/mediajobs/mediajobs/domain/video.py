@@ -53,6 +53,7 @@ from mediajobs.domain.errors import (
     in_bytes,
 )
 from mediajobs.domain.recipes import VideoEncoding, VideoRenditionsParams, VideoRung, fit_within
+from mediajobs.domain.segments import SegmentPlan, plan_segments
 
 #: Demuxers ffprobe/ffmpeg may use, as ``-format_whitelist`` takes them. The mov family
 #: (MP4, MOV, M4V, 3GP, the MJ2 and M4A brands share one demuxer) and Matroska/WebM are what
@@ -651,6 +652,25 @@ def parse_frame_times(csv_text: str, origin_s: float = 0.0) -> tuple[float, ...]
     """Every packet's (frame's) time, seconds after ``origin_s`` (as :func:`parse_keyframes`),
     ascending and distinct, from :func:`keyframes_argv`'s output."""
     return _packet_times(csv_text, keyframes_only=False, origin_s=origin_s)
+
+
+def plan_split(probe: VideoProbe, renditions: RenditionPlan, listing: str, segment_s: float) -> SegmentPlan:
+    """The segment plan of ``probe``'s source (:func:`~mediajobs.domain.segments.plan_segments`)
+    from ffprobe's packet listing (:func:`keyframes_argv`): its keyframes and frame times,
+    read from the container's start, cut on the renditions' frame grid when they are capped.
+
+    Raises
+    ------
+    ValueError
+        As :func:`~mediajobs.domain.segments.plan_segments`.
+    """
+    return plan_segments(
+        probe.duration_s,
+        parse_keyframes(listing, probe.start_s),
+        segment_s,
+        frames_s=parse_frame_times(listing, probe.start_s),
+        grid_s=1 / renditions.fps_cap if renditions.fps_cap else None,
+    )
 
 
 def _finite(value: Any) -> float:
