@@ -66,6 +66,7 @@ from mediajobs.domain.jobs import (
     completed,
     decide,
     failed,
+    held_for_review,
     holds,
     input_failed,
     new_row,
@@ -73,6 +74,7 @@ from mediajobs.domain.jobs import (
     released,
     renewed,
     requested,
+    reviewed,
     standing_claim,
     taken_over,
 )
@@ -293,9 +295,20 @@ class FakeLedger:
         self.log.append(("complete", job_key))
         return self._held(job_key, token, HELD_RENDERING, completed(manifest_key, outputs, decisions, now_s))
 
-    def fail_permanently(self, job_key, token, *, reason, detail, now_s):
+    def fail_permanently(self, job_key, token, *, reason, detail, now_s, decisions=None):
         self.log.append(("fail", reason))
-        return self._held(job_key, token, HELD_RENDERING, failed(reason, detail, now_s))
+        return self._held(job_key, token, HELD_RENDERING, failed(reason, detail, now_s, decisions))
+
+    def hold(self, job_key, token, decisions, *, now_s):
+        self.log.append(("hold", job_key))
+        return self._held(job_key, token, HELD_RENDERING, held_for_review(decisions, now_s))
+
+    def review(self, job_key, review, *, now_s):
+        self.log.append(("review", job_key, review.get("outcome")))
+        row = self.rows.get(job_key)
+        if row is None or row.state != JobState.REVIEW:
+            return None
+        return self._apply(job_key, reviewed(review, now_s))
 
     def release(self, job_key, token, *, detail, now_s):
         self.log.append(("release", detail))
@@ -819,3 +832,24 @@ class FakeBackfills:
             return False
         self._add(backfill_id, later=-1)
         return True
+
+
+def planned_key(data: bytes | str, recipe_id: str, settings=None, media: str = "image") -> str:
+    """The job key of ``recipe_id``'s job on ``data`` (bytes, or their SHA-256 hex) as the
+    active recipes plan it under ``settings``' policy (a rendition's key hashes its
+    moderation job's: never a bare ``job_key`` of the content and recipe)."""
+    from mediajobs.bootstrap import active_recipes
+    from mediajobs.domain.plan import Where, plan_jobs
+    from mediajobs.settings import Settings
+
+    settings = settings or Settings()
+    where = Where("bucket", "originals/x", settings.derivatives_prefix, settings.policy_version)
+    sha256 = data if isinstance(data, str) else sha256_hex(data)
+    jobs = plan_jobs(sha256, media, active_recipes(), where)
+    return next(job.key for job in jobs if job.recipe.id == recipe_id)
+
+
+def job_of(result, recipe_id: str):
+    """The entry of ``recipe_id``'s job (``web-image``) among ``result.jobs`` (a source
+    result's, or an asset's): its jobs start with the moderation job under a policy."""
+    return next(job for job in result.jobs if job.recipe.split("@")[0] == recipe_id)

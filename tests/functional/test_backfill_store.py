@@ -46,7 +46,9 @@ def seeded(stack: LocalStack, n: int, contents: int) -> list[str]:
         key = f"originals/{i:03d}.jpg"
         sha = f"{i % contents:064x}"
         [job] = [
-            j for j in plan_jobs(sha, "image", NEW, Where(BUCKET, key, "derivatives/", "none")) if j.recipe.id == "a"
+            j
+            for j in plan_jobs(sha, "image", NEW, Where(BUCKET, key, "derivatives/", stack.settings().policy_version))
+            if j.recipe.id == "a"
         ]
         version = AssetVersion(f"v{i}", f"e{i}", 10, sequencer_order(f"{i + 1:x}"))
         assets.make_current(BUCKET, key, version, sha256=sha, media="image", jobs=[AssetJob("a@1", job.key)], now_s=1)

@@ -18,7 +18,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.httpsession import URLLib3Session
 from PIL import Image, ImageCms
 
-from mediajobs.bootstrap import active_recipes, build_service, default_adapters, load_recipe
+from mediajobs.bootstrap import build_service, default_adapters, load_recipe
 from mediajobs.domain.errors import OUTPUT_CONFLICT, Superseded
 from mediajobs.domain.jobs import ObjectRef
 from mediajobs.domain.keys import job_key, sha256_hex
@@ -80,7 +80,7 @@ def stored(session, key: str) -> bytes:
 
 
 def image_job(data: bytes) -> str:
-    return job_key(sha256_hex(data), active_recipes()["image"][0].sha256)
+    return job_key(sha256_hex(data), ONE_JOB["image"][0].sha256, Settings().policy_version)
 
 
 def test_a_staged_manifest_is_committed_even_when_the_attempts_are_used_up(local_session, settings):

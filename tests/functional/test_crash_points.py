@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from mediajobs.bootstrap import active_recipes, build_service, default_adapters, load_recipe
+from mediajobs.bootstrap import build_service, default_adapters, load_recipe
 from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.entrypoints import worker
 from mediajobs.local.runner import EventSourceMapping
@@ -62,8 +62,8 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
     local_session.run()  # nothing of an earlier test in flight
     data = unique_png(320, 240)
     local_session.s3.put_object(Bucket=local_session.stack.bucket, Key=f"originals/crash/{point}.png", Body=data)
-    key = job_key(sha256_hex(data), active_recipes()["image"][0].sha256)
     settings = Settings.from_env()
+    key = job_key(sha256_hex(data), ONE_JOB["image"][0].sha256, settings.policy_version)
 
     # Worker A dies at the step boundary.
     first = CrashAt(point)

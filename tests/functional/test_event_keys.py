@@ -68,8 +68,13 @@ def test_an_upload_whose_key_needs_encoding_is_rendered_and_its_manifest_names_t
     key = KEYS[name]
     [result] = local_session.collector.results[key]
     assert (result.state, result.reason) == ("done", None), result.detail
-    job, placeholder = result.jobs
-    assert (job.recipe, placeholder.recipe) == ("web-image@1", "image-placeholder@1")
+    moderation, job, placeholder = result.jobs
+    assert (moderation.recipe, job.recipe, placeholder.recipe) == (
+        "moderation-image@1",
+        "web-image@1",
+        "image-placeholder@1",
+    )
+    assert manifest(local_session, moderation.manifest_key)["decisions"]["moderation"]["outcome"] == "accepted"
     assert [o.name for o in job.outputs] == ["thumb", "card", "full"]
     assert manifest(local_session, placeholder.manifest_key)["source"]["key"] == key
     body = manifest(local_session, job.manifest_key)

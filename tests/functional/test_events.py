@@ -13,6 +13,7 @@ from mediajobs.local.events import SAMPLE_EVENTS, sample_text
 from mediajobs.local.function_events import FUNCTION_SAMPLES
 from mediajobs.local.runner import LocalLambdaContext
 from tests.conftest import REPO, media_file
+from tests.fakes import job_of
 
 EVENTS = REPO / "events"
 
@@ -79,7 +80,8 @@ def test_object_created_renders_and_is_deleted(session):
     assert response == {"batchItemFailures": []}
     (result,) = session.collector.results["originals/events/photo.jpg"]
     assert result.state == "done"
-    assert derivative_keys(session, result.jobs[0].job_key) == ["card.webp", "full.avif", "manifest.json", "thumb.webp"]
+    web = job_of(result, "web-image")
+    assert derivative_keys(session, web.job_key) == ["card.webp", "full.avif", "manifest.json", "thumb.webp"]
 
 
 def test_duplicate_in_batch_renders_once(session):

@@ -37,7 +37,7 @@ class Functions:
     def __init__(self, stack: LocalStack, env_file: Path, work_dir: Path) -> None:
         self.stack, self.env_file, self.work_dir = stack, env_file, work_dir
 
-    def invoke(self, function: str, event: dict[str, Any], timeout_s: int = 60) -> Any:
+    def invoke(self, function: str, event: dict[str, Any], timeout_s: int = 900) -> Any:
         """Import ``functions/<function>/app.py`` afresh and call its handler with ``event``,
         the process's environment being that function's entry of the env-vars file."""
         env = json.loads(self.env_file.read_text())[function]

@@ -19,15 +19,14 @@ from typing import Any
 import botocore.client
 import pytest
 
-from mediajobs.bootstrap import active_recipes, build_collector, build_service
+from mediajobs.bootstrap import build_collector, build_service
 from mediajobs.domain.assets import AssetJob, AssetJobState, AssetVersion, sequencer_order
 from mediajobs.domain.errors import OUTPUT_CONFLICT
 from mediajobs.domain.jobs import JobSpec
-from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.local.session import Collector, local_adapters
 from mediajobs.local.template import load_template
 from tests.conftest import REPO
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, planned_key
 from tests.functional.test_crash_points import Crash, CrashAt, derivative_keys, esm_for
 from tests.functional.test_worker import unique_png
 
@@ -109,6 +108,8 @@ class Recorder:
             tables = params["RequestItems"].keys() if "RequestItems" in params else [params["TableName"]]
             for table in tables:
                 self.calls.append((f"dynamodb:{operation}", f"table/{table}"))
+        elif service == "firehose":
+            self.calls.append((f"firehose:{operation}", f"deliverystream/{params['DeliveryStreamName']}"))
         elif service == "sqs":
             queue = params.get("QueueUrl") or params.get("QueueName", "?")
             arn = (
@@ -133,6 +134,7 @@ class Recorder:
                 "SourcesTable": f"table/{self.stack.sources_table_name}",
                 "AssetsTable": f"table/{self.stack.assets_table_name}",
                 "OutboxTable": f"table/{self.stack.outbox_table_name}",
+                "DecisionStream": f"deliverystream/{self.stack.decision_stream_name}",
                 "JobsQueue": self.stack.queue_arn,
                 "WorkerLogGroup": "log-group",
             }[name]
@@ -173,7 +175,6 @@ def test_every_call_of_real_deliveries_is_allowed_by_the_role(local_session, rec
     local_session.run()  # nothing of an earlier test in flight
     s3, bucket = local_session.s3, local_session.stack.bucket
     settings = local_session.settings
-    recipe_sha = active_recipes()["image"][0].sha256
 
     def service(observer, **changes):
         adapters = dataclasses.replace(local_adapters(local_session.stack, settings), **changes)
@@ -184,7 +185,7 @@ def test_every_call_of_real_deliveries_is_allowed_by_the_role(local_session, rec
     for point in ("output_stored", "manifest_stored"):
         data = unique_png(320, 240)
         s3.put_object(Bucket=bucket, Key=f"originals/iam/{point}.png", Body=data)
-        keys[point] = job_key(sha256_hex(data), recipe_sha)
+        keys[point] = planned_key(data, "web-image", settings)
         # Worker A dies there; worker B, past A's lease, takes over: after outputs it meets
         # 412s, after the staged manifest it adopts it.
         a = esm_for(local_session, service(CrashAt(point)))
@@ -301,6 +302,9 @@ def test_the_role_grants_s3_reads_on_originals_and_inputs_and_writes_on_derivati
     for st in STATEMENTS:
         for action in _as_list(st["Action"]):
             for resource in _as_list(st["Resource"]):
+                if resource == "*":  # rekognition:DetectModerationLabels alone (the next test)
+                    grants.setdefault(action, set()).add("*")
+                    continue
                 where = resource.get("Fn::Sub") or resource.get("Ref") or ".".join(resource["Fn::GetAtt"])
                 grants.setdefault(action, set()).add(where)
     assert grants["s3:GetObjectVersion"] == {"${MediaBucket.Arn}/originals/*"}
@@ -333,6 +337,15 @@ def test_the_role_grants_s3_reads_on_originals_and_inputs_and_writes_on_derivati
     # The collection deletes derivative sets, nothing else.
     assert grants["s3:DeleteObject"] == {"${MediaBucket.Arn}/derivatives/*"}
     assert not any(a.endswith("*") for a in grants)  # no wildcard actions either
+    # Rekognition: DetectModerationLabels alone, which has no resource-level permission.
+    assert {a: grants[a] for a in grants if a.startswith("rekognition:")} == {
+        "rekognition:DetectModerationLabels": {"*"}
+    }
+    assert [a for a in grants if "*" in grants[a]] == ["rekognition:DetectModerationLabels"]
+    # The decision log: records put on its stream, nothing read.
+    assert {a: grants[a] for a in grants if a.startswith("firehose:")} == {
+        "firehose:PutRecordBatch": {"DecisionStream.Arn"}
+    }
     # With KmsKeyArn only: the jobs queue's messages under the customer-managed key.
     assert {a: grants[a] for a in grants if a.startswith("kms:")} == {
         "kms:Decrypt": {"KmsKeyArn"},
@@ -365,6 +378,7 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
     # backfill's schedules (ScheduleV2), which may invoke the worker and do nothing else.
     # StatusRole: test_status.py; DispatcherRole: test_template_notifications.py and below.
     assert sorted(roles) == [
+        "DecisionStreamRole",
         "DispatcherRole",
         "StatusRole",
         "WorkerFunctionBackfillRole",
@@ -385,7 +399,10 @@ def test_as_sam_deploys_it_no_role_statement_has_resource_star(monkeypatch):
     assert not [n for n, r in deployed.items() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")]
     statements = [st for p in roles["WorkerRole"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
     statements = [st["Fn::If"][1] if "Fn::If" in st else st for st in statements]  # the KMS grant, when a key is given
-    assert [st["Sid"] for st in statements if "*" in _as_list(st["Resource"])] == []
+    # One statement names "*": DetectModerationLabels, which Rekognition authorises on no
+    # resource ("Actions defined by Amazon Rekognition", Service Authorization Reference).
+    starred = [st for st in statements if "*" in _as_list(st["Resource"])]
+    assert [(st["Sid"], st["Action"]) for st in starred] == [("ModerationLabels", "rekognition:DetectModerationLabels")]
     assert deployed["WorkerFunction"]["Properties"]["Role"] == {"Fn::GetAtt": ["WorkerRole", "Arn"]}
     assert deployed["DispatcherFunction"]["Properties"]["Role"] == {"Fn::GetAtt": ["DispatcherRole", "Arn"]}
 

@@ -76,7 +76,7 @@ def test_a_ready_upload_delivered_twice_is_told_once_to_the_webhook_and_the_bus(
     (delivery,) = receiver.received.deliveries
     assert delivery.payload["id"] == delivery.id and delivery.payload["type"] == "Asset Ready"
     assert (delivery.payload["asset"]["key"], delivery.payload["asset"]["state"]) == (key, "ready")
-    assert set(delivery.payload["asset"]["recipes"]) == {"web-image@1", "image-placeholder@1"}
+    assert set(delivery.payload["asset"]["recipes"]) == {"moderation-image@1", "web-image@1", "image-placeholder@1"}
     (event,) = seen_events(stack)
     assert (event["source"], event["detail-type"], event["detail"]["id"]) == ("mediajobs", "Asset Ready", delivery.id)
     item = stack.outbox_model().get(delivery.id, consistent_read=True)

@@ -20,6 +20,7 @@ from mediajobs.domain.keys import job_key
 from mediajobs.local.session import local_adapters
 from mediajobs.service_layer.pipeline import Pipeline
 from tests.conftest import media_file
+from tests.fakes import planned_key
 
 #: Every upload through the embedded session renders in the bounded render child or ffmpeg.
 pytestmark = pytest.mark.subprocess
@@ -50,7 +51,7 @@ def test_an_uploaded_photo_gets_an_image_placeholder_manifest_with_no_outputs(lo
     local_session.run()
     result, job, manifest = committed(local_session, key, "image-placeholder@1")
     recipe = load_recipe("image-placeholder", 1)
-    assert job.job_key == job_key(result.sha256, recipe.sha256)
+    assert job.job_key == planned_key(result.sha256, recipe.id)
     assert manifest["recipe"] == {"id": "image-placeholder", "version": 1, "sha256": recipe.sha256}
     assert manifest["outputs"] == []
     decisions = manifest["decisions"]
@@ -70,7 +71,7 @@ def test_an_uploaded_video_gets_a_video_placeholder_manifest_from_its_display_or
     local_session.upload(media_file("video", "video_rotation_90.mp4"), key)
     local_session.run()
     result, job, manifest = committed(local_session, key, "video-placeholder@1")
-    assert job.job_key == job_key(result.sha256, load_recipe("video-placeholder", 1).sha256)
+    assert job.job_key == planned_key(result.sha256, "video-placeholder", media="video")
     decisions = manifest["decisions"]
     assert manifest["outputs"] == []
     assert (decisions["display_width_px"], decisions["display_height_px"]) == (60, 100)
@@ -107,7 +108,8 @@ def stored_manifest(session, result, recipe: str) -> dict:
     listed = session.s3.list_objects_v2(Bucket=session.stack.bucket, Prefix=f"derivatives/{job.job_key}/")
     assert [o["Key"].rsplit("/", 1)[-1] for o in listed["Contents"]] == ["manifest.json"]
     recipe_id, version = recipe.split("@")
-    assert job.job_key == job_key(result.sha256, load_recipe(recipe_id, int(version)).sha256)
+    policy = session.settings.policy_version  # no moderation recipe here: the bare key
+    assert job.job_key == job_key(result.sha256, load_recipe(recipe_id, int(version)).sha256, policy)
     body = session.s3.get_object(Bucket=session.stack.bucket, Key=job.manifest_key)["Body"].read()
     return json.loads(body)
 

@@ -87,7 +87,7 @@ class Flow:
         self.key = f"originals/split/{uuid.uuid4().hex}.mp4"
         where = Where(session.stack.bucket, self.key, self.settings.derivatives_prefix, self.settings.policy_version)
         video = next(
-            j for j in plan_jobs(sha256_hex(self.data), "video", active_recipes(), where) if "video@" in j.recipe.ref
+            j for j in plan_jobs(sha256_hex(self.data), "video", active_recipes(), where) if j.recipe.id == "web-video"
         )
         self.parent = video.key
         self.spec = video.spec

@@ -24,7 +24,7 @@ from mediajobs.local.receiver import WebhookReceiver
 from mediajobs.local.template import load_template
 from mediajobs.settings import Settings
 from tests.conftest import REPO
-from tests.fakes import FakeAssets
+from tests.fakes import FakeAssets, job_of
 
 BUCKET = "media-bucket"
 SETTINGS = Settings(media_bucket=BUCKET)
@@ -581,16 +581,17 @@ def test_an_edit_of_active_json_is_deployed_by_the_served_worker_and_backfilled(
     local_session.s3.put_object(Bucket=stack.bucket, Key=key, Body=unique_png())
     before = active_file_text()
     edited = _json.loads(before)
-    edited["image"] = ["web-image@2", "image-placeholder@1"]
+    edited["image"] = ["moderation-image@1", "web-image@2", "image-placeholder@1"]
     served.serve_worker(stack, "ERROR", polls=2, active_text=lambda: before)  # the upload, on the old set
-    assert stack.assets().get(stack.bucket, key).jobs[0].recipe == "web-image@1"
+    assert job_of(stack.assets().get(stack.bucket, key), "web-image").recipe == "web-image@1"
     monkeypatch.setattr(served, "BACKFILL_EVERY_S", 0.0)  # the schedule's code at every poll
     served.serve_worker(stack, "ERROR", polls=3, active_text=lambda: _json.dumps(edited))  # the first pass
     clock = FakeSecondPass(served.LOCAL_DEPLOY_OVER_S)
     monkeypatch.setattr(time, "time", clock)  # the old set's invocations are over: the second pass
     served.serve_worker(stack, "ERROR", polls=4, active_text=lambda: _json.dumps(edited))
     view = stack.assets().get(stack.bucket, key)
-    assert [j.recipe for j in view.jobs] == ["web-image@2", "image-placeholder@1"] and not view.next
+    assert [j.recipe for j in view.jobs] == ["moderation-image@1", "web-image@2", "image-placeholder@1"]
+    assert not view.next
 
 
 class FakeSecondPass:

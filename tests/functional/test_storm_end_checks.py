@@ -43,7 +43,7 @@ def test_a_settled_stack_holds_every_check_and_gives_its_jobs_end_states(session
     keys = processed(session, PHOTO, OTHER)
     checks, states = end_checks(session.stack, set(keys))
     assert failing(checks) == {}
-    assert states == {"done": 4}  # two recipes each
+    assert states == {"done": 6}  # three recipes each: the moderation job and two renditions
 
 
 def test_an_overwrite_not_processed_is_an_asset_not_current(session):
@@ -55,11 +55,11 @@ def test_an_overwrite_not_processed_is_an_asset_not_current(session):
 def test_a_delete_not_processed_is_an_asset_not_deleted(session):
     keys = processed(session, PHOTO)
     session.stack.client("s3").delete_object(Bucket=session.stack.bucket, Key=keys[0])  # a delete marker
-    # Its asset still references its two jobs, which no live key uses any more.
+    # Its asset still references its three jobs, which no live key uses any more.
     assert failing(end_checks(session.stack, set(keys))[0]) == {
         "assets_not_deleted": 1,
-        "count_mismatches": 2,
-        "unreferenced_prefixes": 2,
+        "count_mismatches": 3,
+        "unreferenced_prefixes": 3,
     }
 
 

@@ -39,6 +39,7 @@ STATES = [
     ("collected", JobState.COLLECTED, NOW_S - 1),
     ("waiting", JobState.WAITING, 0),
     ("requested", JobState.REQUESTED, 0),
+    ("review", JobState.REVIEW, 0),  # a moderation job held for a person
 ]
 RESTARTS = (JobState.COLLECTING, JobState.COLLECTED)
 ATTEMPTS = [("under-max", MAX_ATTEMPTS - 1), ("at-max", MAX_ATTEMPTS), ("over-max", MAX_ATTEMPTS + 1)]
@@ -173,7 +174,7 @@ def test_the_rows_cover_every_decision():
     assert seen == set(Decision)
 
 
-@pytest.mark.parametrize("decision", [Decision.DONE, Decision.FAILED, Decision.BUSY, Decision.WAIT])
+@pytest.mark.parametrize("decision", [Decision.DONE, Decision.FAILED, Decision.BUSY, Decision.WAIT, Decision.HELD])
 def test_a_final_busy_or_waiting_row_is_never_written(decision):
     seen = JobView("k", JobState.DONE.value, "t-old", NOW_S, 1)
     with pytest.raises(ValueError, match="no write for"):

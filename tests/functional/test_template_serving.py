@@ -89,7 +89,7 @@ def test_the_status_function_is_small_and_has_the_layer_and_its_own_log_group():
     }
 
 
-def test_the_status_role_may_read_one_asset_item_and_write_its_logs_and_nothing_else(deployed):
+def test_the_status_role_may_read_one_asset_item_decide_a_review_and_write_its_logs_and_nothing_else(deployed):
     granted = {
         (action, str(r))
         for st in _statements("StatusRole")
@@ -101,10 +101,16 @@ def test_the_status_role_may_read_one_asset_item_and_write_its_logs_and_nothing_
         ("dynamodb:GetItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
         # The latest backfill (GET backfills/latest): a Query of the backfills' partition.
         ("dynamodb:Query", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
+        # POST /review (REVIEWER_ARNS only): the held job's row, and its job request.
+        ("dynamodb:GetItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
+        ("dynamodb:UpdateItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
+        ("sqs:SendMessage", str({"Fn::GetAtt": ["JobsQueue", "Arn"]})),
         ("logs:CreateLogStream", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         ("logs:PutLogEvents", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
-        # With KmsKeyArn only (HasKmsKey): its environment is decrypted under that key.
+        # With KmsKeyArn only (HasKmsKey): its environment is decrypted under that key, and a
+        # review's job request is encrypted under it on the jobs queue.
         ("kms:Decrypt", str({"Ref": "KmsKeyArn"})),
+        ("kms:GenerateDataKey", str({"Ref": "KmsKeyArn"})),
     }
     conditional = [
         st["Fn::If"]

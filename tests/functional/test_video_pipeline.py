@@ -19,8 +19,9 @@ def test_a_portrait_video_is_committed_with_its_renditions_poster_and_manifest(l
     session.run()
     (result,) = session.collector.results[key]
     assert (result.state, result.media) == ("done", "video")
-    job, placeholder = result.jobs
+    moderation, job, placeholder = result.jobs
     assert (job.recipe, placeholder.recipe, placeholder.outputs) == ("web-video@2", "video-placeholder@1", ())
+    assert _manifest(session, moderation)["decisions"]["moderation"]["outcome"] == "accepted"
     decisions = _manifest(session, placeholder)["decisions"]
     assert (decisions["display_width_px"], decisions["display_height_px"]) == (720, 1280)  # upright, as the poster
     outputs = {o.name: (o.width, o.height, o.content_type) for o in job.outputs}
@@ -48,7 +49,7 @@ def test_v10_a_3000_fps_clip_is_committed_at_60_fps_within_its_budget(local_sess
     session.run()
     (result,) = session.collector.results[key]
     assert (result.state, result.media) == ("done", "video")
-    job, placeholder = result.jobs
+    _, job, placeholder = result.jobs
     assert (job.recipe, placeholder.recipe, placeholder.state) == ("web-video@2", "video-placeholder@1", "done")
     outputs = {o.name: (o.width, o.height, o.content_type) for o in job.outputs}
     assert outputs == {"source": (16, 16, "video/mp4"), "poster": (16, 16, "image/jpeg")}
@@ -82,6 +83,7 @@ def test_v09_canary_first_then_the_playlists(local_session):
         (result,) = session.collector.results[keys[name]]
         assert (result.state, result.reason) == ("permanent_failure", "unsupported_container")
         assert [(job.recipe, job.reason) for job in result.jobs] == [
+            ("moderation-video@1", "unsupported_container"),  # it reads the video first
             ("web-video@2", "unsupported_container"),
             ("video-placeholder@1", "unsupported_container"),
         ]

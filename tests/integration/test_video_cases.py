@@ -29,7 +29,7 @@ from mediajobs.domain.video import VideoDecisions, VideoProbe, keyframes_argv, p
 from tests.conftest import PACKAGED_VIDEOS, case_file, media_file, packaged_video
 
 #: The active video recipe (web-video@2: at most 60 fps), as the worker loads it.
-PARAMS = active_recipes()["video"][0].params
+PARAMS = next(r for r in active_recipes()["video"] if r.step == "video.renditions").params
 
 
 def renderer() -> FfmpegRenderer:

@@ -234,7 +234,7 @@ def test_a_version_the_old_code_attached_its_set_to_switches_to_the_new_set_its_
     rig.store.objects[key] = data
     sha = sha256_hex(data)
     # An old-code worker made the version current with its set, then died before any job.
-    [a] = plan_jobs(sha, "image", OLD, Where(BUCKET, key, "derivatives/", "none"))
+    [a] = plan_jobs(sha, "image", OLD, Where(BUCKET, key, "derivatives/", Settings().policy_version))
     head = rig.store.head(ObjectRef(BUCKET, key))
     version = AssetVersion(head.version_id, head.etag, head.size_bytes, sequencer_order("7"))
     rig.assets.make_current(BUCKET, key, version, sha256=sha, media="image", jobs=[AssetJob("a@1", a.key)], now_s=1)

@@ -17,6 +17,7 @@ from mediajobs.domain.backfill import BackfillState
 from mediajobs.domain.errors import TransientFailure
 from mediajobs.domain.jobs import JobState, ObjectRef, SourceState
 from mediajobs.domain.notifications import NotificationType
+from mediajobs.settings import Settings
 from tests.fakes import TextStep, pipeline_on, text_recipes
 from tests.unit.test_backfill import BUCKET, LANE, NEW, OLD, Rig
 
@@ -516,7 +517,12 @@ def test_the_retired_sets_held_candidates_do_not_stall_the_collection_of_a_delet
     # An upload whose b job sorts after the 100th held candidate, then its delete.
     for i in range(10_000):
         data = f"deleted-later-{i}".encode()
-        [job] = plan_jobs(sha256_hex(data), "image", only_b, Where(BUCKET, "originals/z.jpg", "derivatives/", "none"))
+        [job] = plan_jobs(
+            sha256_hex(data),
+            "image",
+            only_b,
+            Where(BUCKET, "originals/z.jpg", "derivatives/", Settings().policy_version),
+        )
         if job.key > held[99]:
             break
     z = "originals/z.jpg"

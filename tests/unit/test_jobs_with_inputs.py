@@ -70,7 +70,9 @@ class Rig:
             assets=FakeAssets(self.log),
             queue=self.queue,
         )
-        self.jobs = plan_jobs(sha256_hex(DATA), "image", self.recipes, Where(BUCKET, KEY, "derivatives/", "none"))
+        self.jobs = plan_jobs(
+            sha256_hex(DATA), "image", self.recipes, Where(BUCKET, KEY, "derivatives/", Settings().policy_version)
+        )
         self.keys = [job.key for job in self.jobs]
         self.left, self.right, self.pair = (self.keys + ["", "", ""])[:3]  # pair_recipes' names
 

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 
 from tests.conftest import REPO, load_script
 
-LOCAL_EXTRA_ONLY = {"moto", "werkzeug", "tqdm", "pyyaml", "flask", "pillow-heif"}
+LOCAL_EXTRA_ONLY = {"moto", "werkzeug", "tqdm", "pyyaml", "flask", "pillow-heif", "duckdb"}
 
 
 lock = load_script("mediajobs_layer_lock", REPO / "layers" / "mediajobs" / "lock.py")
@@ -34,7 +34,7 @@ def test_the_lock_carries_nothing_of_the_local_extra():
     pins = lock.read_lock((REPO / "layers" / "mediajobs" / "requirements.txt").read_text())
     assert not LOCAL_EXTRA_ONLY & set(pins)
     local = {lock.canonical(Requirement(r).name) for r in project()["optional-dependencies"]["local"]}
-    assert local == {"moto", "werkzeug", "tqdm", "pyyaml"}
+    assert local == {"moto", "werkzeug", "tqdm", "pyyaml", "duckdb"}
     assert not local & {lock.canonical(Requirement(r).name) for r in project()["dependencies"]}
 
 

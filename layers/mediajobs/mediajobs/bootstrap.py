@@ -40,6 +40,7 @@ from mediajobs.adapters.imaging import identify
 from mediajobs.adapters.isolated import IsolatedStep, StepSpec
 from mediajobs.adapters.ledger import DynamoLedger, JobModel
 from mediajobs.adapters.metrics import FunctionMetrics
+from mediajobs.adapters.rekognition import RekognitionLabels
 from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
@@ -53,17 +54,29 @@ from mediajobs.service_layer.assets import AssetKeeper
 from mediajobs.service_layer.backfill import Backfiller
 from mediajobs.service_layer.claims import Claims, DiskUsage
 from mediajobs.service_layer.collection import Collector
+from mediajobs.service_layer.decisions import DecisionRecorder
 from mediajobs.service_layer.identify import Identify
 from mediajobs.service_layer.lease import Heartbeats
 from mediajobs.service_layer.observer import PipelineObserver
 from mediajobs.service_layer.pipeline import Pipeline
-from mediajobs.service_layer.ports import Assets, Backfills, Ledger, ObjectStore, Queue, Sources, Step
+from mediajobs.service_layer.ports import (
+    Assets,
+    Backfills,
+    DecisionLog,
+    LabelSource,
+    Ledger,
+    ObjectStore,
+    Queue,
+    Sources,
+    Step,
+)
 from mediajobs.service_layer.reading import Reader
 from mediajobs.service_layer.requests import JobRequests
 from mediajobs.service_layer.runner import JobRunner
 from mediajobs.service_layer.work import remove_work_folders
 from mediajobs.settings import Settings
 from mediajobs.steps.image_variants import ImageVariantsStep
+from mediajobs.steps.moderation import ImageSample, ModerationImage, ModerationVideo
 from mediajobs.steps.placeholder import ImagePlaceholder, VideoPlaceholder
 from mediajobs.steps.video_renditions import VideoRenditionsStep
 
@@ -73,6 +86,7 @@ if TYPE_CHECKING:
     from mediajobs.adapters.video import FfmpegRenderer
     from mediajobs.entrypoints.dispatcher import DispatcherAdapters
     from mediajobs.service_layer.dispatch import Dispatcher
+    from mediajobs.service_layer.review import Reviews
 
 #: A Lambda handler: ``(event, context) -> response``.
 Handler = Callable[[Any, Any], Any]
@@ -131,7 +145,7 @@ def image_limits(settings: Settings) -> dict[str, int]:
     }
 
 
-def steps(settings: Settings, *, in_process: bool = False) -> dict[str, Step]:
+def steps(settings: Settings, *, in_process: bool = False, labels: LabelSource | None = None) -> dict[str, Step]:
     """The registered recipe steps by name: one line per step.
 
     Parameters
@@ -139,13 +153,18 @@ def steps(settings: Settings, *, in_process: bool = False) -> dict[str, Step]:
     settings: limits and timeouts.
     in_process: run the image steps in this process instead of the bounded render child
         (tests and benchmarks that measure the rendering itself; never production).
+    labels: the moderation steps' label source (default: Rekognition through the
+        settings' endpoint, its client made at the first request).
     """
     isolate = (lambda step, **options: step(**options)) if in_process else functools.partial(bounded, settings)
+    labels = labels or RekognitionLabels(lambda: ClientFactory.for_settings(settings).client("rekognition"))
     registered: list[Step] = [
         isolate(ImageVariantsStep, **image_limits(settings)),
         isolate(ImagePlaceholder, **image_limits(settings)),
         VideoRenditionsStep(functools.partial(video_renderer, settings)),
         VideoPlaceholder(functools.partial(video_renderer, settings)),
+        ModerationImage(labels, isolate(ImageSample, **image_limits(settings))),
+        ModerationVideo(labels, functools.partial(video_renderer, settings)),
     ]
     return {step.name: step for step in registered}
 
@@ -214,6 +233,7 @@ class Adapters:
     clock: Unix time in seconds.
     assets: the asset records (DynamoDB; ``None``: no asset kept).
     backfills: the backfills (DynamoDB, in the assets table; ``None``: none kept).
+    decisions: the decision log (Firehose; ``None``: records dropped).
     """
 
     store: ObjectStore
@@ -224,6 +244,7 @@ class Adapters:
     clock: Callable[[], float] = time.time
     assets: Assets | None = None
     backfills: Backfills | None = None
+    decisions: DecisionLog | None = None
 
 
 def default_adapters(settings: Settings, *, clients: ClientFactory | None = None) -> Adapters:
@@ -237,10 +258,20 @@ def default_adapters(settings: Settings, *, clients: ClientFactory | None = None
         ledger=DynamoLedger(uow, clients.model(JobModel, settings.jobs_table_name), max_attempts=settings.max_attempts),
         sources=SourceIndex(uow, clients.model(SourceModel, settings.sources_table_name)),
         queue=SqsQueue(clients.client("sqs")),
-        steps=steps(settings),
+        steps=steps(settings, labels=RekognitionLabels(lambda: clients.client("rekognition"))),
         assets=DynamoAssets(uow, clients.asset_models(settings.assets_table_name)),
         backfills=DynamoBackfills(uow, clients.backfill_models(settings.assets_table_name)),
+        decisions=decision_log(settings, clients),
     )
+
+
+def decision_log(settings: Settings, clients: ClientFactory) -> DecisionLog | None:
+    """The Firehose decision log of ``settings.decision_stream_name`` (``None`` without one)."""
+    if not settings.decision_stream_name:
+        return None
+    from mediajobs.adapters.firehose import FirehoseDecisionLog
+
+    return FirehoseDecisionLog(clients.client("firehose"), settings.decision_stream_name)
 
 
 def build_service(
@@ -300,6 +331,7 @@ def build_service(
         ),
         assets=AssetKeeper(a.assets, a.clock, on_write=observer.step, retire_grace_s=settings.retire_grace_s),
         observer=observer,
+        decisions=DecisionRecorder(a.decisions, a.clock),
     )
 
 
@@ -402,14 +434,30 @@ def status_app(
     logger: Logger | None = None,
 ) -> LambdaFunctionUrlResolver:
     """The status function's resolver: the asset records of ``settings.media_bucket``
-    (read only: a unit of work without the outbox)."""
+    (read through a unit of work without the outbox), and reviews decided on the jobs
+    table and requested on the jobs queue (when the settings name that queue)."""
     from mediajobs.entrypoints.status import make_status_app
 
     clients = clients or ClientFactory.for_settings(settings)
     uow = clients.unit_of_work()
     assets = assets or DynamoAssets(uow, clients.asset_models(settings.assets_table_name))
     backfills = DynamoBackfills(uow, clients.backfill_models(settings.assets_table_name))
-    return make_status_app(assets, settings, backfills=backfills, logger=logger or powertools_logger())
+    reviews = build_reviews(settings, clients, assets) if settings.jobs_queue_arn else None
+    return make_status_app(assets, settings, backfills=backfills, reviews=reviews, logger=logger or powertools_logger())
+
+
+def build_reviews(
+    settings: Settings, clients: ClientFactory, assets: Assets, *, clock: Callable[[], float] = time.time
+) -> Reviews:
+    """Reviews over the jobs table and queue of ``settings``
+    (:class:`~mediajobs.service_layer.review.Reviews`)."""
+    from mediajobs.service_layer.review import Reviews
+
+    ledger = DynamoLedger(
+        clients.unit_of_work(), clients.model(JobModel, settings.jobs_table_name), max_attempts=settings.max_attempts
+    )
+    requests = JobRequests(settings, ledger=ledger, queue=SqsQueue(clients.client("sqs")), clock=clock)
+    return Reviews(ledger, assets, requests, bucket=settings.media_bucket, clock=clock)
 
 
 # -- The functions as Lambda runs them ------------------------------------------------------

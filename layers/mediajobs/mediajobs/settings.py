@@ -57,6 +57,8 @@ _ENV_NAMES: Final = {
     "backfill_segments": "BACKFILL_SEGMENTS",
     "retire_grace_s": "RETIRE_GRACE_SECONDS",
     "active_recipes": "ACTIVE_RECIPES",
+    "reviewer_arns": "REVIEWER_ARNS",
+    "decision_stream_name": "DECISION_STREAM_NAME",
 }
 
 
@@ -96,7 +98,8 @@ class Settings:
         (env ``AWS_ENDPOINT_URL``); ``None`` in AWS.
     originals_prefix: only keys under it are processed (``originals/``).
     derivatives_prefix: outputs go under it (``derivatives/``).
-    policy_version: moderation policy version, part of every job key (``none``).
+    policy_version: the moderation policy every job is judged by (``recipes/moderation-policy.v<N>.json``),
+        part of every job key: ``1``; ``none`` moderates nothing (no moderation job planned).
     max_pixels: largest accepted width x height, checked from the header before decoding
         (default 50,000,000).
     max_frames: most frames (or pages) an image may have (``too_many_frames``; default
@@ -171,6 +174,11 @@ class Settings:
         it, seconds (default 604,800: a week, so caches and apps holding old URLs drain).
     active_recipes: the active recipe list as JSON, in ``recipes/active.json``'s shape
         (empty: that file). The local storm's ``--backfill-at`` deploys its new set so.
+    reviewer_arns: the IAM principals the status function's ``POST /review`` accepts a
+        decision from, comma-separated ARN patterns (``*`` any run of characters; empty:
+        nobody, the route answers 403).
+    decision_stream_name: the Firehose stream the decision records go to (empty: they are
+        logged only).
     """
 
     jobs_table_name: str = "mediajobs-jobs"
@@ -183,7 +191,7 @@ class Settings:
     endpoint_url: str | None = None
     originals_prefix: str = "originals/"
     derivatives_prefix: str = "derivatives/"
-    policy_version: str = "none"
+    policy_version: str = "1"
     max_pixels: int = 50_000_000
     max_frames: int = 10_000
     max_jpeg_scans: int = 100
@@ -216,6 +224,8 @@ class Settings:
     backfill_rate_per_s: float = 10.0
     backfill_segments: int = 4
     retire_grace_s: int = 604_800
+    reviewer_arns: str = ""
+    decision_stream_name: str = ""
     active_recipes: str = ""
 
     def __post_init__(self) -> None:

@@ -344,7 +344,8 @@ def interpret(exit_: ChildExit, *, out_dir: Path, budget_bytes: int, waited_s: f
                 decisions = final["decisions"]
                 if not isinstance(decisions, dict):
                     raise TypeError(f"decisions are {type(decisions).__name__}, not an object")
-                return StepResult(files, decisions)
+                cpu = final.get("cpu_s")
+                return StepResult(files, decisions, cpu_s=float(cpu) if isinstance(cpu, int | float) else None)
             if event == "failed" and final.get("reason") in REASON_CODES:
                 reason, detail = str(final["reason"]), str(final.get("detail", ""))
                 if reason == MEMORY_LIMIT_EXCEEDED:

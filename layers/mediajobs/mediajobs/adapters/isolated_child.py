@@ -152,6 +152,7 @@ def serve(parent_pid: int | None = None) -> int:
             "files": [{**dataclasses.asdict(f), "path": str(f.path)} for f in result.files],
             "decisions": dict(result.decisions),
             "peak": _peak(),
+            "cpu_s": _cpu_s(),
         }
         _send(channel, report)
     return 0
@@ -261,6 +262,16 @@ def zygote() -> int:
         _answer(sock, {"pid": pid})
         _, status = os.waitpid(pid, 0)
         _answer(sock, {"status": os.waitstatus_to_exitcode(status)})
+
+
+def _cpu_s() -> float:
+    """CPU seconds this render child spent (user and system, ``getrusage(RUSAGE_SELF)``):
+    reported with its result, since the worker's own ``RUSAGE_CHILDREN`` counts a render
+    child only once its zygote, which reaps it, is reaped."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return round(usage.ru_utime + usage.ru_stime, 3)
 
 
 def main(argv: Sequence[str] = ()) -> int:

@@ -60,6 +60,7 @@ from mediajobs.domain.jobs import (
     completed,
     decide,
     failed,
+    held_for_review,
     input_failed,
     input_of,
     new_row,
@@ -67,6 +68,7 @@ from mediajobs.domain.jobs import (
     released,
     renewed,
     requested,
+    reviewed,
     standing_claim,
     taken_over,
 )
@@ -125,6 +127,8 @@ class JobModel(Model):
     # split into (Split), which its run joins.
     part = JSONAttribute(null=True)
     split = JSONAttribute(null=True)
+    # A moderation job held for review: a person's decision ({"outcome", "by", "at_s"}).
+    review = JSONAttribute(null=True)
 
 
 #: How often a claim re-reads and decides again after losing a race to another claim.
@@ -213,6 +217,7 @@ def view_of(row: JobModel) -> JobView:
         pending=frozenset(row.pending or ()),
         spec=spec,
         split=None if row.split is None else Split.from_json(row.split),
+        review=row.review,
     )
 
 
@@ -478,16 +483,57 @@ class DynamoLedger:
         changes = completed(manifest_key, outputs, decisions, now_s)
         return view_of(self._holder_writes(job_key, token, changes, HELD_RENDERING))
 
-    def fail_permanently(self, job_key: str, token: str, *, reason: str, detail: str, now_s: int) -> JobView:
-        """Record a permanent failure with its reason code; only the holder of ``token``
-        can. Returns the row as stored after it.
+    def fail_permanently(
+        self,
+        job_key: str,
+        token: str,
+        *,
+        reason: str,
+        detail: str,
+        now_s: int,
+        decisions: Mapping[str, Any] | None = None,
+    ) -> JobView:
+        """Record a permanent failure with its reason code (and ``decisions``, a rejecting
+        moderation decision); only the holder of ``token`` can. Returns the row as stored
+        after it.
 
         Raises
         ------
         Superseded, PermanentFailure, TransientFailure
             As :meth:`complete`.
         """
-        return view_of(self._holder_writes(job_key, token, failed(reason, detail, now_s), HELD_RENDERING))
+        changes = failed(reason, detail, now_s, decisions)
+        return view_of(self._holder_writes(job_key, token, changes, HELD_RENDERING))
+
+    def hold(self, job_key: str, token: str, decisions: Mapping[str, Any], *, now_s: int) -> JobView:
+        """Hold a moderation job for review with its machine ``decisions``
+        (:func:`~mediajobs.domain.jobs.held_for_review`); only the holder of ``token`` can.
+        Returns the row as stored after it.
+
+        Raises
+        ------
+        Superseded, PermanentFailure, TransientFailure
+            As :meth:`complete`.
+        """
+        return view_of(self._holder_writes(job_key, token, held_for_review(decisions, now_s), HELD_RENDERING))
+
+    def review(self, job_key: str, review: Mapping[str, Any], *, now_s: int) -> JobView | None:
+        """A person's decision on a job held ``review``: it becomes ``requested`` with the
+        decision (:func:`~mediajobs.domain.jobs.reviewed`), conditional on still being
+        ``review`` -- so one decision lands. Returns the row as stored, or ``None`` when the
+        job was not held (decided already, or no such job).
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As :meth:`complete`.
+        """
+        m = self._model
+        row = m(job_key)
+        condition = m.state == JobState.REVIEW.value
+        if not self._uow.update(row, actions_of(m, reviewed(review, now_s)), condition, what="ledger update"):
+            return None
+        return self._read(job_key)
 
     def release(self, job_key: str, token: str, *, detail: str, now_s: int) -> None:
         """Give the claim back after a transient failure so the next delivery can take

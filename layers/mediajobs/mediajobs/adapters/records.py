@@ -89,7 +89,18 @@ def delivery_of(record: ObjectEventRecord, context: LambdaContext | None) -> Del
         receipt_handle=record.receiptHandle,
         receive_count=int(record.attributes.ApproximateReceiveCount or 1),
         remaining_s=remaining,
+        correlation=_correlation(record),
     )
+
+
+def _correlation(record: ObjectEventRecord) -> str:
+    """The decision log's correlation id of ``record``: the S3 event's ``request-id`` (the
+    request that wrote or deleted the object: every duplicate of its event shares it), or
+    ``job:<key prefix>`` for a job request."""
+    if isinstance(record.body, JobRequestBody):
+        return f"job:{record.body.job_key[:16]}"
+    request_id = getattr(record.body.detail, "request_id", None)
+    return str(request_id or record.body.id)
 
 
 def _named(record: ObjectEventRecord) -> tuple[Any, str, list[str], str | None]:

@@ -9,7 +9,10 @@ type, and per active recipe the job key, the job's state and its outputs.
 * **States** (:class:`AssetState`): ``pending`` (event seen, no claim yet) ->
   ``processing`` (a job is claimed; ``progress`` where a step reports one) -> ``ready``
   (every active recipe's job is done) or ``failed`` (a job or the original failed for
-  good, with its reason); ``deleted`` once the object is gone. For one version a state
+  good, with its reason); ``deleted`` once the object is gone. Under a moderation policy,
+  ``review`` (its moderation job is held for a person: nothing renders meanwhile) and
+  ``rejected`` (the policy or a person refused it, with the rule: nothing rendered, a final
+  state like ``failed``). For one version a state
   only moves forward (:func:`may_move`): a duplicate or late event never turns ``ready``
   back into ``processing``.
 * **Order** (:func:`sequencer_order`): a new version (or a delete) replaces the current
@@ -33,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT
+from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, OUTPUT_CONFLICT, REJECTED
 from mediajobs.domain.jobs import OutputRecord
 
 
@@ -42,40 +45,54 @@ class AssetState(enum.StrEnum):
 
     PENDING = "pending"
     PROCESSING = "processing"
+    REVIEW = "review"
     READY = "ready"
     FAILED = "failed"
+    REJECTED = "rejected"
     DELETED = "deleted"
 
 
 class AssetJobState(enum.StrEnum):
     """One recipe's job as the asset records it: ``pending`` (not claimed yet),
-    ``processing`` (claimed), ``done``, ``failed`` (with the job's reason code)."""
+    ``processing`` (claimed), ``review`` (a moderation job held for a person), ``done``,
+    ``failed`` (with the job's reason code; ``rejected`` for a refused content)."""
 
     PENDING = "pending"
     PROCESSING = "processing"
+    REVIEW = "review"
     DONE = "done"
     FAILED = "failed"
 
 
+#: The asset states a version ends in (every job final): nothing moves it on but a new
+#: version or a delete.
+FINAL_STATES: Final = frozenset({AssetState.READY, AssetState.FAILED, AssetState.REJECTED})
+
 _ASSET_RANK: Final = {
     AssetState.PENDING: 0,
     AssetState.PROCESSING: 1,
-    AssetState.READY: 2,
-    AssetState.FAILED: 2,
-    AssetState.DELETED: 3,
+    AssetState.REVIEW: 2,
+    AssetState.READY: 3,
+    AssetState.FAILED: 3,
+    AssetState.REJECTED: 3,
+    AssetState.DELETED: 4,
 }
 _JOB_RANK: Final = {
     AssetJobState.PENDING: 0,
     AssetJobState.PROCESSING: 1,
-    AssetJobState.DONE: 2,
-    AssetJobState.FAILED: 2,
+    AssetJobState.REVIEW: 2,
+    AssetJobState.DONE: 3,
+    AssetJobState.FAILED: 3,
 }
 
 
 def may_move(old: AssetState, new: AssetState) -> bool:
     """Whether one version's asset may go from ``old`` to ``new``: forward or staying, never
-    back, and never from one final state to the other (``ready`` <-> ``failed``)."""
-    if old == new:
+    back, and never from one final state to the other (``ready`` <-> ``failed``) -- but from
+    ``review`` to ``processing``: a person accepted it, its renditions run (the moderation
+    job's entry moved on to ``done``, and job entries never move back, so ``review`` cannot
+    come again)."""
+    if old == new or (old, new) == (AssetState.REVIEW, AssetState.PROCESSING):
         return True
     return _ASSET_RANK[new] > _ASSET_RANK[old]
 
@@ -234,13 +251,17 @@ class AssetView:
 def summarize(jobs: Sequence[AssetJob]) -> tuple[AssetState, str | None, str]:
     """The asset state its jobs make, with the reason and detail of a failure.
 
-    ``failed`` when any job failed (the first one's reason), ``ready`` when every job is
-    done (and there is at least one), ``processing`` when any job is claimed or done,
-    ``pending`` otherwise.
+    ``failed`` when any job failed (the first one's reason) -- ``rejected`` when that reason
+    is ``rejected`` --, ``review`` when a moderation job is held for a person, ``ready`` when
+    every job is done (and there is at least one), ``processing`` when any job is claimed or
+    done, ``pending`` otherwise.
     """
     for job in jobs:
         if job.state == AssetJobState.FAILED:
-            return AssetState.FAILED, job.reason, job.detail
+            state = AssetState.REJECTED if job.reason == REJECTED else AssetState.FAILED
+            return state, job.reason, job.detail
+    if any(job.state == AssetJobState.REVIEW for job in jobs):
+        return AssetState.REVIEW, None, ""
     if jobs and all(job.state == AssetJobState.DONE for job in jobs):
         return AssetState.READY, None, ""
     if any(job.state in (AssetJobState.PROCESSING, AssetJobState.DONE) for job in jobs):
@@ -301,13 +322,13 @@ def recorded(
 def answered(view: AssetView | None, sequencer: str) -> bool:
     """Whether an ``Object Created`` event with ``sequencer`` (:func:`sequencer_order` form)
     is answered by the asset alone: the event that made its version current came again
-    (the same sequencer), and that version ended -- ``ready``, or ``failed`` -- with every
-    job of it final (``done`` or ``failed``: a job still ``processing`` or ``pending`` of a
-    failed version is its holder's to finish). Such a duplicate needs no other request and
-    no byte of the original. Pure."""
+    (the same sequencer), and that version ended -- ``ready``, ``failed`` or ``rejected`` --
+    with every job of it final (``done`` or ``failed``: a job still ``processing`` or
+    ``pending`` of a failed version is its holder's to finish). Such a duplicate needs no
+    other request and no byte of the original. Pure."""
     if view is None or view.version.sequencer != sequencer:
         return False
-    if view.state not in (AssetState.READY, AssetState.FAILED):
+    if view.state not in FINAL_STATES:
         return False
     return all(job.state in (AssetJobState.DONE, AssetJobState.FAILED) for job in view.jobs)
 
@@ -408,7 +429,7 @@ def status_document(view: AssetView) -> dict[str, Any]:
 
     Shape::
 
-        {"bucket": str, "key": str, "state": "pending|processing|ready|failed|deleted",
+        {"bucket": str, "key": str, "state": "pending|processing|review|ready|failed|rejected|deleted",
          "reason": str|None, "detail": str,
          "version": {"version_id": str|None, "etag": str, "size_bytes": int|None, "sequencer": str},
          "sha256": str|None, "media": str|None, "placeholder": {...}|None,

@@ -13,7 +13,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 # Stable reason codes. Users script against these strings: never rename one.
 EMPTY_FILE: Final = "empty_file"
@@ -42,6 +43,9 @@ UNSUPPORTED_FEATURE: Final = "unsupported_feature"
 MEMORY_LIMIT_EXCEEDED: Final = "memory_limit_exceeded"
 # The ledger cannot store this input (DynamoDB's ValidationException on a value derived from it).
 UNSTORABLE_INPUT: Final = "unstorable_input"
+# The moderation policy refused the content, or a person did in review: a decision, not damage
+# (the asset ends ``rejected``; the detail names the rule that fired and its evidence).
+REJECTED: Final = "rejected"
 
 REASON_CODES: Final = frozenset(
     {
@@ -65,6 +69,7 @@ REASON_CODES: Final = frozenset(
         UNSUPPORTED_FEATURE,
         MEMORY_LIMIT_EXCEEDED,
         UNSTORABLE_INPUT,
+        REJECTED,
     }
 )
 
@@ -158,6 +163,30 @@ class PermanentFailure(MediaJobsError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+class ContentRejected(PermanentFailure):
+    """A moderation job's decision refused its content (the policy, or a person in review):
+    the job fails ``rejected``, its ``decisions`` kept on its row.
+
+    Parameters
+    ----------
+    detail: the rule that fired and its evidence (or who rejected it in review).
+    decisions: the moderation decision (the manifest ``decisions`` it would have had).
+    """
+
+    def __init__(self, detail: str, decisions: Mapping[str, Any]) -> None:
+        super().__init__(REJECTED, detail)
+        self.decisions = dict(decisions)
+
+
+class HeldForReview(MediaJobsError):
+    """A moderation job's policy said ``review``: the job is held for a person's decision,
+    with its machine ``decisions`` (not a failure: nothing is retried, nothing renders)."""
+
+    def __init__(self, decisions: Mapping[str, Any]) -> None:
+        super().__init__("held for review")
+        self.decisions = dict(decisions)
 
 
 class TransientFailure(MediaJobsError):

@@ -29,6 +29,11 @@ class JobState(enum.StrEnum):
     inputs not done yet) and becomes ``requested`` when the last of them is
     (:func:`input_done`); a ``requested`` job is claimed like any other. A job whose input
     failed for good fails with that input's reason.
+
+    A moderation job whose policy says ``review`` is held ``review`` (:func:`held_for_review`,
+    its machine decision on the row) until a person decides (:func:`reviewed`): it is then
+    ``requested`` again, with the person's decision on the row, and its next run commits
+    that decision (accepted) or fails ``rejected``. The jobs waiting for it wait meanwhile.
     """
 
     WAITING = "waiting"
@@ -39,6 +44,7 @@ class JobState(enum.StrEnum):
     PERMANENT_FAILURE = "permanent_failure"
     COLLECTING = "collecting"
     COLLECTED = "collected"
+    REVIEW = "review"
 
 
 class SourceState(enum.StrEnum):
@@ -50,12 +56,16 @@ class SourceState(enum.StrEnum):
     older version's late event, or one deleted since): nothing was rendered or counted;
     ``deleted``: an ``Object Deleted`` event was applied to its asset; ``split``: a job of
     it was split into parts (a long video's segments and audio) that run as job requests,
-    durably requested: the asset ends when the last of them and the join do. Busy and
-    transient outcomes are raised, not returned.
+    durably requested: the asset ends when the last of them and the join do; ``review``:
+    its moderation job is held for a person's decision (the renditions wait for it);
+    ``rejected``: the moderation policy (or a person) refused it, nothing was rendered.
+    Busy and transient outcomes are raised, not returned.
     """
 
     DONE = "done"
     SPLIT = "split"
+    REVIEW = "review"
+    REJECTED = "rejected"
     PERMANENT_FAILURE = "permanent_failure"
     IGNORED = "ignored"
     SUPERSEDED = "superseded"
@@ -71,6 +81,8 @@ class ClaimOutcome(enum.StrEnum):
     * ``FAILED``: the job failed permanently; report the stored reason.
     * ``WAITING``: the job waits for its inputs (other jobs' outputs): it is claimed once
       they are done.
+    * ``HELD``: a moderation job held for a person's review (its machine decision in
+      ``decisions``): nothing runs until the review.
     """
 
     RUN = "run"
@@ -78,6 +90,7 @@ class ClaimOutcome(enum.StrEnum):
     BUSY = "busy"
     FAILED = "failed"
     WAITING = "waiting"
+    HELD = "held"
 
 
 @dataclass(frozen=True)
@@ -212,6 +225,10 @@ class Claim:
     sweep: this claim took over an interrupted collection: whatever is left under the
         job's prefix (perhaps its old manifest) is deleted before the render.
     split: what the job was split into, when it was (its run joins the parts).
+    review: a person's decision on a moderation job held for review
+        (``{"outcome": "accepted"|"rejected", "by": ..., "at_s": ...}``): its run commits it
+        (with the machine's decision held, in ``decisions``) instead of moderating again.
+    prior: the state the row was in when the claim found it (``None``: no row yet).
     """
 
     outcome: ClaimOutcome
@@ -229,6 +246,8 @@ class Claim:
     decisions: Mapping[str, Any] | None = None
     sweep: bool = False
     split: Split | None = None
+    review: Mapping[str, Any] | None = None
+    prior: str | None = None
 
 
 class Decision(enum.StrEnum):
@@ -240,6 +259,7 @@ class Decision(enum.StrEnum):
     WAIT = "wait"
     TAKE_OVER = "take_over"
     EXHAUST = "exhaust"
+    HELD = "held"
 
 
 @dataclass(frozen=True)
@@ -253,10 +273,16 @@ class ContentInput:
         return {"sha256": self.sha256}
 
 
+#: The output name an :class:`OutputInput` gives to take another job's manifest
+#: ``decisions`` (a moderation job's decision: it writes no file) rather than a file: the
+#: step finds them as a JSON file.
+DECISIONS_OUTPUT: Final = "decisions"
+
+
 @dataclass(frozen=True)
 class OutputInput:
     """A job's input that is another job's named output (``output``: a variant or rendition
-    name, as the manifest lists it)."""
+    name, as the manifest lists it, or :data:`DECISIONS_OUTPUT` for its decisions)."""
 
     job_key: str
     output: str
@@ -312,6 +338,7 @@ class JobView:
         written before specs were read back: then only a planned job can run it).
     split: what the job was split into (:class:`~mediajobs.domain.parts.Split`), once it
         was: its run joins the parts' outputs.
+    review: a person's decision on a moderation job once one was made (:func:`reviewed`).
     """
 
     job_key: str
@@ -333,6 +360,7 @@ class JobView:
     pending: frozenset[str] = frozenset()
     spec: JobSpec | None = None
     split: Split | None = None
+    review: Mapping[str, Any] | None = None
 
 
 def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
@@ -349,10 +377,12 @@ def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
 
     A ``collecting`` row is busy while the collector's lease runs, and taken over (to
     render afresh, its attempts counted from zero) once it has expired; a ``collected``
-    row is taken over the same way.
+    row is taken over the same way. A ``review`` row is held for a person: nothing runs it.
     """
     if view.state == JobState.DONE:
         return Decision.DONE
+    if view.state == JobState.REVIEW:
+        return Decision.HELD
     if view.state == JobState.PERMANENT_FAILURE:
         return Decision.FAILED
     if view.state == JobState.WAITING:
@@ -379,14 +409,27 @@ def standing_claim(view: JobView) -> Claim:
             manifest_key=view.manifest_key,
             outputs=view.outputs,
             decisions=view.decisions,
+            prior=view.state,
         )
     if view.state == JobState.PERMANENT_FAILURE:
         return Claim(
-            ClaimOutcome.FAILED, view.job_key, failure_reason=view.failure_reason, failure_detail=view.failure_detail
+            ClaimOutcome.FAILED,
+            view.job_key,
+            failure_reason=view.failure_reason,
+            failure_detail=view.failure_detail,
+            prior=view.state,
         )
     if view.state == JobState.WAITING:
-        return Claim(ClaimOutcome.WAITING, view.job_key, lease_expires_at_s=view.lease_expires_at_s, split=view.split)
-    return Claim(ClaimOutcome.BUSY, view.job_key, lease_expires_at_s=view.lease_expires_at_s)
+        return Claim(
+            ClaimOutcome.WAITING,
+            view.job_key,
+            lease_expires_at_s=view.lease_expires_at_s,
+            split=view.split,
+            prior=view.state,
+        )
+    if view.state == JobState.REVIEW:
+        return Claim(ClaimOutcome.HELD, view.job_key, decisions=view.decisions, prior=view.state)
+    return Claim(ClaimOutcome.BUSY, view.job_key, lease_expires_at_s=view.lease_expires_at_s, prior=view.state)
 
 
 # -- Row transitions: what each write of a job row changes, decided here once -------------
@@ -482,7 +525,12 @@ def taken_over(
         detail = f"{seen.attempts} attempts; last: {seen.failure_detail or 'lease expired (worker lost)'}"[:1000]
         changes = {**failed(ATTEMPTS_EXHAUSTED, detail, now_s)}
         return changes, Claim(
-            ClaimOutcome.FAILED, seen.job_key, failure_reason=ATTEMPTS_EXHAUSTED, failure_detail=detail, failed_now=True
+            ClaimOutcome.FAILED,
+            seen.job_key,
+            failure_reason=ATTEMPTS_EXHAUSTED,
+            failure_detail=detail,
+            failed_now=True,
+            prior=seen.state,
         )
     if decision is not Decision.TAKE_OVER:
         raise ValueError(f"no write for {decision}")
@@ -507,6 +555,8 @@ def taken_over(
             attempts=1,
             took_over=True,
             sweep=seen.state == JobState.COLLECTING,
+            review=seen.review,  # a person's decision stands for the content and policy
+            prior=seen.state,
         )
         return changes, claim
     changes = {**held, "attempts": seen.attempts + 1, "updated_at_s": now_s}
@@ -519,6 +569,9 @@ def taken_over(
         took_over=seen.state != JobState.REQUESTED,
         staged_manifest=seen.staged_manifest,
         split=seen.split,
+        review=seen.review,
+        decisions=seen.decisions if seen.review is not None else None,  # the machine's, held
+        prior=seen.state,
     )
 
 
@@ -537,10 +590,11 @@ def completed(
     }
 
 
-def failed(reason: str, detail: str, now_s: int) -> Changes:
+def failed(reason: str, detail: str, now_s: int, decisions: Mapping[str, Any] | None = None) -> Changes:
     """A job failed for good with ``reason`` (a reason code) and ``detail`` (at most 1,000
-    characters are kept)."""
-    return {
+    characters are kept); ``decisions``, when given, are kept on the row (a moderation
+    job's decision that rejected its content)."""
+    changes: Changes = {
         "state": str(JobState.PERMANENT_FAILURE),
         "failure_reason": reason,
         "failure_detail": detail[:1000] or reason,
@@ -548,6 +602,28 @@ def failed(reason: str, detail: str, now_s: int) -> Changes:
         "finished_at_s": now_s,
         **dict.fromkeys(_WHILE_RUNNING),
     }
+    if decisions is not None:
+        changes["decisions"] = dict(decisions)
+    return changes
+
+
+def held_for_review(decisions: Mapping[str, Any], now_s: int) -> Changes:
+    """A held moderation job whose policy said ``review``: ``review`` with its machine
+    decision (``decisions``), its lease given up; nothing runs it until :func:`reviewed`."""
+    return {
+        "state": str(JobState.REVIEW),
+        "decisions": dict(decisions),
+        "lease_expires_at_s": 0,
+        "updated_at_s": now_s,
+        **dict.fromkeys(_WHILE_RUNNING),
+    }
+
+
+def reviewed(review: Mapping[str, Any], now_s: int) -> Changes:
+    """A person decided a job held ``review`` (written conditional on the row still being
+    ``review``: one decision lands): ``requested`` again, the decision on the row, so that
+    its next run commits it (:attr:`Claim.review`)."""
+    return {"state": str(JobState.REQUESTED), "review": dict(review), "updated_at_s": now_s}
 
 
 def released(detail: str, now_s: int) -> Changes:
@@ -626,12 +702,15 @@ class Delivery:
     receive_count: ``ApproximateReceiveCount`` (1 on the first delivery).
     remaining_s: seconds left before Lambda stops the invocation (from the context's
         ``get_remaining_time_in_millis``).
+    correlation: what the decision log correlates its records by: the S3 event's request
+        id, or ``job:<key prefix>`` for a job request (``""``: unknown).
     """
 
     queue_arn: str
     receipt_handle: str
     receive_count: int
     remaining_s: Callable[[], float]
+    correlation: str = ""
 
 
 @dataclass(frozen=True)
@@ -764,6 +843,9 @@ class JobResult:
     ``reused`` is true when this delivery found the job already committed (or already
     failed permanently) and did no work. ``row``: the job's row as this delivery's end of
     it stored it (its ``waiting`` jobs are then told), ``None`` when it ended nothing.
+    ``cpu_s``: CPU seconds its work spent here (the worker's process, its reaped children
+    and the bounded render child's report); ``bytes_in``: bytes of input it read (the
+    original's size, or its first input's).
     """
 
     recipe: str
@@ -777,6 +859,8 @@ class JobResult:
     seconds: float = 0.0
     decisions: Mapping[str, Any] | None = None
     row: JobView | None = None
+    cpu_s: float | None = None
+    bytes_in: int = 0
 
 
 @dataclass
@@ -867,6 +951,10 @@ class RenderContext:
         part, what its parent was split into (the parent's probe is there).
     source_url: when the original is read where it is, by byte ranges, rather than copied:
         a presigned URL of its version (the step's ``source`` then names no file).
+    content_sha256: SHA-256 hex of the original's bytes the job derives from (a moderation
+        policy's exact-hash rule compares it).
+    policy_version: the moderation policy version the job's key carries (the policy a
+        moderation job judges by).
     """
 
     check: Callable[[], None] = _no_check
@@ -876,6 +964,8 @@ class RenderContext:
     part: Part | None = None
     split: Split | None = None
     source_url: str | None = None
+    content_sha256: str | None = None
+    policy_version: str | None = None
 
 
 def refused(

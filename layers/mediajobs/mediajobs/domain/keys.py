@@ -37,6 +37,8 @@ from typing import Any, Final
 from urllib.parse import quote_plus, unquote_plus
 
 KEY_ALGORITHM_VERSION: Final = 1
+#: ``POLICY_VERSION`` that moderates nothing: no moderation job is planned (domain/plan.py), and
+#: the keys carry this word, as every key did before moderation existed.
 NO_POLICY: Final = "none"
 
 

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from mediajobs.domain.keys import canonical_json, sha256_hex
+from mediajobs.domain.keys import NO_POLICY, canonical_json, sha256_hex
 
 #: Rekognition's top-level (L1) moderation categories, content moderation model 7 (the
 #: developer guide's "Label Categories" table). A label rule names one of them.
@@ -203,6 +203,36 @@ def load_policy(version: int) -> PolicyDocument:
     return policy
 
 
+#: The steps of moderation recipes: a recipe of one of them is its media type's gate
+#: (:func:`mediajobs.domain.plan.plan_jobs`).
+MODERATION_STEPS: Final = frozenset({"moderation.image", "moderation.video"})
+
+#: The name of the input every rendition takes from its content's moderation job (its
+#: decisions: :data:`mediajobs.domain.jobs.DECISIONS_OUTPUT`).
+MODERATION_INPUT: Final = "moderation"
+
+
+def is_moderation(step: str) -> bool:
+    """Whether a recipe of ``step`` is a moderation job (a gate before the renditions)."""
+    return step in MODERATION_STEPS
+
+
+def policy_of(policy_version: str) -> PolicyDocument | None:
+    """The policy ``POLICY_VERSION`` names: ``None`` for :data:`NO_POLICY`, else
+    ``moderation-policy.v<N>.json`` for the whole number ``N``.
+
+    Raises
+    ------
+    PolicyError
+        For any other value, or a policy that does not load (:func:`load_policy`).
+    """
+    if policy_version == NO_POLICY:
+        return None
+    if not policy_version.isdigit() or int(policy_version) < 1:
+        raise PolicyError(f"POLICY_VERSION must be {NO_POLICY!r} or a policy version 1, 2 ...: {policy_version!r}")
+    return load_policy(int(policy_version))
+
+
 def hamming(a: int, b: int) -> int:
     """Bits that differ between two perceptual hashes."""
     return (a ^ b).bit_count()
@@ -236,3 +266,99 @@ def verdict(policy: PolicyDocument, *, sha256: str, perceptual: int | None, labe
         return Verdict(ACCEPTED)
     strictest = max(_STRICTNESS[v.outcome] for v in fired)
     return next(v for v in fired if _STRICTNESS[v.outcome] == strictest)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One picture a content was judged on: the image itself, or a video's frame.
+
+    Attributes
+    ----------
+    at_s: the frame's time, seconds (``None`` for an image).
+    perceptual: its 64-bit difference hash.
+    labels: the moderation labels the label source found in it.
+    """
+
+    at_s: float | None
+    perceptual: int
+    labels: tuple[Label, ...] = ()
+
+
+def judged(policy: PolicyDocument, *, sha256: str, samples: Sequence[Sample]) -> Verdict:
+    """The policy's outcome for a content judged on ``samples`` (an image's one picture, a
+    video's frames): :func:`verdict` of each, the strictest wins (the earliest among
+    equals), a frame's evidence prefixed with its time. With no sample, the exact-hash
+    rule alone. Pure."""
+    verdicts = [verdict(policy, sha256=sha256, perceptual=None)]
+    for sample in samples:
+        found = verdict(policy, sha256=sha256, perceptual=sample.perceptual, labels=sample.labels)
+        if sample.at_s is not None and found.rule is not None and found.rule != "sha256":
+            found = Verdict(found.outcome, found.rule, f"frame at {sample.at_s:.1f} s: {found.evidence}")
+        verdicts.append(found)
+    strictest = max(_STRICTNESS[v.outcome] for v in verdicts)
+    return next(v for v in verdicts if _STRICTNESS[v.outcome] == strictest)
+
+
+def decision_document(
+    policy: PolicyDocument,
+    found: Verdict,
+    samples: Sequence[Sample],
+    *,
+    model_version: str | None,
+    label_source: str,
+    human_loop: Any = None,
+) -> dict[str, Any]:
+    """The moderation job's manifest ``decisions``: ``{"moderation": {...}}`` with the policy
+    (reference and hash), the outcome, the rule that fired and its evidence, each sample's
+    perceptual hash and labels (name, parent, confidence), the label source and its
+    ``ModerationModelVersion`` (a decision without it cannot be re-read: Rekognition renamed
+    labels from model 6.1 to 7 in 2024), and Rekognition's ``HumanLoopActivationOutput``
+    when it sent one. Never the image's bytes. Pure."""
+    return {
+        "moderation": {
+            "policy": policy.ref,
+            "policy_sha256": policy.sha256,
+            "outcome": found.outcome,
+            "rule": found.rule,
+            "evidence": found.evidence,
+            "label_source": label_source,
+            "model_version": model_version,
+            "human_loop": human_loop,
+            "samples": [
+                {
+                    "at_s": sample.at_s,
+                    "perceptual": f"{sample.perceptual:016x}",
+                    "labels": [
+                        {"name": label.name, "parent": label.parent, "confidence": round(label.confidence, 3)}
+                        for label in sample.labels
+                    ],
+                }
+                for sample in samples
+            ],
+        }
+    }
+
+
+def moderation_of(decisions: Any) -> dict[str, Any] | None:
+    """The ``moderation`` decision in a job's decisions, or ``None``."""
+    if isinstance(decisions, dict) and isinstance(decisions.get("moderation"), dict):
+        return dict(decisions["moderation"])
+    return None
+
+
+def with_review(decisions: Any, review: Any) -> dict[str, Any]:
+    """A held job's decisions once a person decided: the machine's decision kept, the
+    person's (``{"outcome", "by", "at_s"}``) under ``review``, and ``outcome`` the
+    person's. Pure.
+
+    Raises
+    ------
+    ValueError
+        When ``decisions`` hold no moderation decision, or ``review`` has no valid outcome.
+    """
+    held = moderation_of(decisions)
+    if held is None:
+        raise ValueError("no moderation decision to review")
+    if not isinstance(review, dict) or review.get("outcome") not in (ACCEPTED, REJECTED):
+        raise ValueError(f"a review decides accepted or rejected: {review!r}")
+    return {**decisions, "moderation": {**held, "outcome": review["outcome"], "review": dict(review)}}

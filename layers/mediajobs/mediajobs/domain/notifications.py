@@ -89,12 +89,14 @@ class NotificationType(enum.StrEnum):
 
     READY = "Asset Ready"
     FAILED = "Asset Failed"
+    REJECTED = "Asset Rejected"
     DELETED = "Asset Deleted"
 
 
 _OF_STATE: Final = {
     AssetState.READY: NotificationType.READY,
     AssetState.FAILED: NotificationType.FAILED,
+    AssetState.REJECTED: NotificationType.REJECTED,
     AssetState.DELETED: NotificationType.DELETED,
 }
 
@@ -158,7 +160,7 @@ class Notification:
 
 
 def payload(notification_id_: str, notification_type: NotificationType, view: AssetView) -> dict[str, Any]:
-    """The body an app receives: ``{"id": str, "type": "Asset Ready|Asset Failed|Asset Deleted",
+    """The body an app receives: ``{"id": str, "type": "Asset Ready|Asset Failed|Asset Rejected|Asset Deleted",
     "asset": <the status document of the version, as GET /assets?key= answers it>}``
     (:func:`~mediajobs.domain.assets.status_document`: key, version, SHA-256, state, reason,
     per recipe its outputs and manifest key, the placeholder)."""
@@ -172,7 +174,7 @@ def _job_keys(view: AssetView) -> list[str]:
 def notification_for(old: AssetView | None, new: AssetView) -> Notification | None:
     """The notification a write from ``old`` to ``new`` owes, or ``None``. Pure.
 
-    Owed when ``new`` is ``ready``, ``failed`` or ``deleted`` and ``old`` was not already
+    Owed when ``new`` is ``ready``, ``failed``, ``rejected`` or ``deleted`` and ``old`` was not already
     in that state for the same version (:func:`~mediajobs.domain.assets.same_version`:
     a later event naming the same version moves only its sequencer, and tells nothing
     new) -- or, ``ready``, with the same serving recipe set (a backfill's switch to a new

@@ -191,9 +191,12 @@ def split_of(plan: SegmentPlan, *, audio_s: float | None, probe: Mapping[str, An
 
 
 def parent_key(part: JobSpec) -> str:
-    """The key of the job ``part`` is a part of: the same content, recipe and policy, the
-    original whole (:func:`~mediajobs.domain.keys.inputs_job_key`)."""
-    identity = {ORIGINAL_INPUT: {"sha256": part.input_sha256}}
+    """The key of the job ``part`` is a part of: the same inputs (a part keeps its parent's:
+    the original whole, and its moderation job's decisions under a policy), recipe and
+    policy (:func:`~mediajobs.domain.keys.inputs_job_key`)."""
+    identity = {name: wanted.identity() for name, wanted in part.inputs.items()} or {
+        ORIGINAL_INPUT: {"sha256": part.input_sha256}
+    }
     return inputs_job_key(identity, part.recipe_sha256, part.policy_version)
 
 

@@ -2,7 +2,14 @@
 
 One job per active recipe of the content's media type (every media type's when it is not
 known yet), in an order where each job comes after the jobs whose outputs it takes
-(:func:`~mediajobs.domain.recipes.in_order`). A job's inputs are the original's content
+(:func:`~mediajobs.domain.recipes.in_order`).
+
+**Moderation gates the renditions.** Under a policy (``POLICY_VERSION`` other than
+``none``), a media type's moderation recipe (:func:`~mediajobs.domain.moderation.is_moderation`)
+is planned first, one job per (content, policy), and every other recipe that takes the
+original takes its decisions too (the input ``moderation``): such a job waits for the
+moderation job, and its key hashes the moderation job's. Without a policy the moderation
+recipe is not planned at all. A job's inputs are the original's content
 (a recipe that declares none) or other jobs' named outputs of the same plan; its key hashes
 them with the recipe and the policy version (:func:`~mediajobs.domain.keys.inputs_job_key`),
 and each job names the jobs that wait for it (:attr:`~mediajobs.domain.jobs.JobSpec.waiting`).
@@ -15,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from mediajobs.domain.jobs import ContentInput, JobInput, JobSpec, JobView, OutputInput
+from mediajobs.domain.jobs import DECISIONS_OUTPUT, ContentInput, JobInput, JobSpec, JobView, OutputInput
 from mediajobs.domain.keys import ORIGINAL_INPUT, inputs_job_key
 from mediajobs.domain.manifest import derivative_prefix
+from mediajobs.domain.moderation import MODERATION_INPUT, NO_POLICY, is_moderation
 from mediajobs.domain.recipes import Recipe, in_order
 
 
@@ -71,15 +79,21 @@ def plan_jobs(
 def _jobs_of(sha256: str, recipes: list[Recipe], where: Where) -> list[PlannedJob]:
     keys: dict[str, str] = {}
     planned: list[PlannedJob] = []
-    for recipe in in_order(recipes):
+    gates = [r for r in recipes if is_moderation(r.step)] if where.policy_version != NO_POLICY else []
+    gate: str | None = None
+    for recipe in [*gates, *in_order([r for r in recipes if not is_moderation(r.step)])]:
         inputs: dict[str, JobInput]
         if recipe.inputs:
             inputs = {name: OutputInput(keys[i.recipe], i.output) for name, i in recipe.inputs.items()}
         else:
             inputs = {ORIGINAL_INPUT: ContentInput(sha256)}
+            if gate is not None:
+                inputs[MODERATION_INPUT] = OutputInput(gate, DECISIONS_OUTPUT)
         identities = {name: i.identity() for name, i in inputs.items()}
         key = inputs_job_key(identities, recipe.sha256, where.policy_version)
         keys[recipe.ref] = key
+        if is_moderation(recipe.step):
+            gate = key
         spec = JobSpec(
             job_key=key,
             input_sha256=sha256,

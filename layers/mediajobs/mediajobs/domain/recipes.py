@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mediajobs.domain.keys import recipe_hash
+from mediajobs.domain.moderation import is_moderation
 
 ImageFormat = Literal["webp", "avif", "jpeg", "png"]
 
@@ -237,6 +238,33 @@ class VideoPlaceholderParams(_Strict):
     at_fraction: float = Field(ge=0, lt=1)
 
 
+class ModerationParams(_Strict):
+    """Parameters of the moderation steps (``moderation.image``, ``moderation.video``): what
+    is sent to the label source. The policy the content is judged by is the one the job's
+    key carries (``POLICY_VERSION``), not a parameter.
+
+    Attributes
+    ----------
+    box_px:
+        Longest side, pixels, of each JPEG sent to ``DetectModerationLabels`` (the picture,
+        or each sampled frame, fitted inside it, never enlarged): 80 to 4,096. Rekognition
+        takes JPEG or PNG bytes up to 5,242,880 (its API reference, ``Image.Bytes``); a
+        1,024 px JPEG stays far below.
+    min_confidence:
+        ``MinConfidence`` of the request, 0-100: Rekognition returns no label below it (50
+        when not given, its API reference). A policy rule below it could never fire: the
+        composition root refuses such a pair.
+    max_frames:
+        At most this many frames of a video are sampled (the poster and one every
+        ``video_frame_every_s`` of the policy, spaced wider when the video is longer), 1-600:
+        each is one request (video only; ignored for images).
+    """
+
+    box_px: int = Field(ge=80, le=4096, strict=True)
+    min_confidence: float = Field(ge=0, le=100)
+    max_frames: int = Field(default=120, ge=1, le=600, strict=True)
+
+
 def _unique(recipe_names: list[str]) -> None:
     if len(recipe_names) != len(set(recipe_names)):
         raise ValueError(f"duplicate output names {recipe_names}")
@@ -434,6 +462,9 @@ def parse_active(document: Any, params_models: ParamsModels) -> dict[str, list[R
         wrong = [r.ref for r in active[media] if r.media != media]
         if wrong:
             raise RecipeError(f"{ACTIVE_FILE}: {wrong} listed under {media} but made for another media type")
+        gates = [r.ref for r in active[media] if is_moderation(r.step)]
+        if len(gates) > 1:
+            raise RecipeError(f"{ACTIVE_FILE}: {media} lists more than one moderation recipe: {gates}")
         in_order(active[media])
     return active
 

@@ -19,6 +19,8 @@ a key with a comma could not be told from two keys.
 
 from __future__ import annotations
 
+import json
+import re
 import urllib.parse
 from collections.abc import Callable
 from http import HTTPStatus
@@ -89,3 +91,33 @@ def backfill_answer(
     if found is None:
         return HTTPStatus.NOT_FOUND, {"message": "no such backfill", "id": backfill_id}
     return HTTPStatus.OK, document(found, now_s=now_s)
+
+
+def reviewer_allowed(caller_arn: str | None, patterns: str) -> bool:
+    """Whether the IAM principal ``caller_arn`` (the function URL's
+    ``requestContext.authorizer.iam.userArn``) may decide reviews: it matches one of
+    ``patterns`` (``REVIEWER_ARNS``: comma-separated, ``*`` any run of characters, case
+    sensitive as ARNs are). No caller, or no pattern, is refused. Pure."""
+    if not caller_arn:
+        return False
+    for pattern in (p.strip() for p in patterns.split(",")):
+        if pattern and re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), caller_arn):
+            return True
+    return False
+
+
+def review_request(query: str, body: str | None) -> tuple[str | None, str | None, str | None]:
+    """The original's key (from the query, as :func:`key_of`) and the outcome (the JSON
+    body's ``outcome``) of ``POST /review?key=...``, or the message of a 400: ``(key,
+    outcome, None)`` or ``(None, None, message)``. Pure."""
+    keys = key_of(query)
+    if len(keys) != 1:
+        return None, None, 'give the original\'s key: POST /review?key=originals/... with {"outcome": ...}'
+    try:
+        document = json.loads(body or "")
+    except ValueError:
+        return None, None, 'the body is JSON: {"outcome": "accepted"} or {"outcome": "rejected"}'
+    outcome = document.get("outcome") if isinstance(document, dict) else None
+    if outcome not in ("accepted", "rejected"):
+        return None, None, 'the body\'s outcome is "accepted" or "rejected"'
+    return keys[0], outcome, None

@@ -1,5 +1,14 @@
-"""The status function: ``GET /assets?key=<original key>`` and ``GET /backfills/<id>``
-(``latest`` for the latest) behind a Lambda function URL.
+"""The status function: ``GET /assets?key=<original key>``, ``GET /backfills/<id>``
+(``latest`` for the latest) and ``POST /review?key=<original key>`` (a person's decision on
+an asset held for review: ``{"outcome": "accepted"|"rejected"}``) behind a Lambda function
+URL.
+
+``POST /review`` is answered only for a caller whose IAM principal matches
+``REVIEWER_ARNS`` (the ``ReviewerArns`` parameter; 403 otherwise): every caller of the
+function URL may read statuses, not every one may decide. The decision is recorded with
+that principal's ARN as who made it (:class:`~mediajobs.service_layer.review.Reviews`):
+200 and the answer's JSON (``decided``, or ``already_decided`` with the earlier decision),
+404 for no asset, 409 for an asset not held for review, 400 for a malformed request.
 
 Thin: Powertools' :class:`~aws_lambda_powertools.event_handler.LambdaFunctionUrlResolver`
 routes the request (payload format 2.0; another method or path gets Powertools' own 404),
@@ -21,16 +30,35 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
 
 from mediajobs.domain.backfill import Backfill
-from mediajobs.domain.status import MAX_KEY_BYTES, answer, backfill_answer, key_of
+from mediajobs.domain.status import MAX_KEY_BYTES, answer, backfill_answer, key_of, review_request, reviewer_allowed
 from mediajobs.service_layer.ports import Assets, Backfills
+from mediajobs.service_layer.review import Reviews, ReviewState
 from mediajobs.settings import Settings
 
-__all__ = ["ASSETS_PATH", "BACKFILLS_PATH", "MAX_KEY_BYTES", "answer", "backfill_answer", "key_of", "make_status_app"]
+__all__ = [
+    "ASSETS_PATH",
+    "BACKFILLS_PATH",
+    "MAX_KEY_BYTES",
+    "REVIEW_PATH",
+    "answer",
+    "backfill_answer",
+    "key_of",
+    "make_status_app",
+]
 
 #: The route (the function URL's path; its query names the original).
 ASSETS_PATH: Final = "/assets"
 #: A backfill's route: ``/backfills/<id>`` (``latest``: the latest one).
 BACKFILLS_PATH: Final = "/backfills/<backfill_id>"
+#: The review route (``POST``; its query names the original, its body the outcome).
+REVIEW_PATH: Final = "/review"
+#: The status code of each review answer.
+_REVIEW_STATUS: Final = {
+    ReviewState.DECIDED: 200,
+    ReviewState.ALREADY: 200,
+    ReviewState.NOT_HELD: 409,
+    ReviewState.UNKNOWN: 404,
+}
 #: A status changes while a job runs: no cache between the app and the function keeps it.
 _HEADERS: Final = {"Cache-Control": "no-store"}
 
@@ -40,11 +68,13 @@ def make_status_app(
     settings: Settings,
     *,
     backfills: Backfills | None = None,
+    reviews: Reviews | None = None,
     logger: Logger | None = None,
 ) -> LambdaFunctionUrlResolver:
     """The resolver of the status function, reading ``assets`` of ``settings.media_bucket``
     (``settings.originals_prefix`` bounds the keys) and ``backfills`` (without them,
-    ``/backfills/...`` answers 404): ``app.resolve(event, context)`` answers a function URL
+    ``/backfills/...`` answers 404), deciding reviews with ``reviews`` (without them,
+    ``POST /review`` answers 404): ``app.resolve(event, context)`` answers a function URL
     event (payload 2.0).
 
     Raises
@@ -82,4 +112,25 @@ def make_status_app(
         logger.info("backfill status", extra={"status": int(status), "id": body.get("id"), "state": body.get("state")})
         return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=_HEADERS)
 
+    @app.post(REVIEW_PATH)
+    def post_review() -> Response:
+        event = app.current_event
+        iam = (event.get("requestContext") or {}).get("authorizer", {}).get("iam") or {}
+        caller = iam.get("userArn")
+        if reviews is None:
+            return _json(404, {"message": "reviews are not served here"})
+        if not reviewer_allowed(caller, settings.reviewer_arns):
+            logger.warning("review refused: not a reviewer", extra={"caller": caller})
+            return _json(403, {"message": "this principal may not decide reviews (REVIEWER_ARNS)", "caller": caller})
+        key, outcome, problem = review_request(event.get("rawQueryString") or "", event.decoded_body)
+        if problem is not None or key is None or outcome is None:
+            return _json(400, {"message": problem})
+        decided = reviews.decide(key, outcome, str(caller))
+        logger.info("review", extra={"key": key, "state": str(decided.state), "outcome": decided.outcome})
+        return _json(_REVIEW_STATUS[decided.state], decided.to_json())
+
     return app
+
+
+def _json(status: int, body: dict[str, object]) -> Response:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=_HEADERS)

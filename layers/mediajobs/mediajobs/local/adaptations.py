@@ -39,8 +39,9 @@ class Patches:
 
     def set(self, owner: Any, name: str, value: Any) -> Any:
         """Set ``owner.name`` to ``value``; returns what ``owner.name`` was (inherited or
-        not), the original that a replacement usually calls."""
-        original = getattr(owner, name)
+        not), the original that a replacement usually calls -- ``None`` where moto has none
+        (an operation it does not implement: undone, the attribute is removed again)."""
+        original = getattr(owner, name, None)
         self._undo.append((owner, name, vars(owner).get(name, _MISSING)))
         setattr(owner, name, value)
         return original

@@ -388,6 +388,14 @@ class EmbeddedAws:
         events.put_targets(Rule=names.seen_rule, EventBusName=names.bus, Targets=[{"Id": "seen", "Arn": seen_arn}])
         # The outbox as the template declares it, with its stream (the dispatcher's source).
         self._create_declared_table(dynamodb, cfn.OUTBOX_TABLE_ID, names.outbox_table)
+        decisions_bucket = decision_stream = ""
+        if cfn.DECISION_STREAM_ID in self.template.get("Resources", {}):  # the decision log
+            decisions_bucket, decision_stream = names.decisions_bucket, names.decision_stream
+            self._create_decision_stream(session, endpoint, s3, decisions_bucket, decision_stream)
+            refs[cfn.DECISIONS_BUCKET_ID], refs[cfn.DECISION_STREAM_ID] = decisions_bucket, decision_stream
+            attrs[(cfn.DECISION_STREAM_ID, "Arn")] = (
+                f"arn:aws:firehose:{REGION}:{ACCOUNT_ID}:deliverystream/{decision_stream}"
+            )
 
         function = cfn.worker_function(self.template, refs, attrs)
         return LocalStack(
@@ -410,11 +418,34 @@ class EmbeddedAws:
             backfill_queue_url=backfill_url,
             backfill_queue_arn=backfill_arn,
             backfill_dlq_url=backfill_dlq_url,
+            decisions_bucket=decisions_bucket,
+            decision_stream_name=decision_stream,
             function_env=function.env,
             batch_size=function.batch_size,
             timeout_s=function.timeout_s,
             function_envs=cfn.function_environments(self.template, refs, attrs),
         )
+
+    def _create_decision_stream(self, session: Any, endpoint: str, s3: Any, bucket: str, stream: str) -> None:
+        """The decision log's bucket and its Firehose stream, with the template's prefix and
+        buffering (moto writes each ``PutRecordBatch`` at once, under the prefix and the
+        ``YYYY/MM/DD/HH/`` Firehose appends: the layout AWS writes, unbuffered). A stream an
+        open embedded AWS made is kept."""
+        props = self._resource(cfn.DECISION_STREAM_ID).get("Properties", {})
+        destination = props.get("ExtendedS3DestinationConfiguration", {})
+        s3.create_bucket(Bucket=bucket)
+        firehose = session.client("firehose", endpoint_url=endpoint)
+        with contextlib.suppress(firehose.exceptions.ResourceInUseException):
+            firehose.create_delivery_stream(
+                DeliveryStreamName=stream,
+                DeliveryStreamType="DirectPut",
+                ExtendedS3DestinationConfiguration={
+                    "BucketARN": f"arn:aws:s3:::{bucket}",
+                    "RoleARN": f"arn:aws:iam::{ACCOUNT_ID}:role/{stream}-firehose",
+                    "Prefix": str(destination.get("Prefix", "decisions/")),
+                    "CompressionFormat": "UNCOMPRESSED",
+                },
+            )
 
 
 def _queue_attributes(props: dict[str, Any]) -> dict[str, str]:

@@ -49,7 +49,13 @@ def status_request(key: str = SAMPLE_KEY) -> dict[str, Any]:
 
 
 def function_url_event(
-    raw_query_string: str, *, method: str = "GET", path: str = "/assets", query: dict[str, str] | None = None
+    raw_query_string: str,
+    *,
+    method: str = "GET",
+    path: str = "/assets",
+    query: dict[str, str] | None = None,
+    body: str | None = None,
+    caller_arn: str | None = None,
 ) -> dict[str, Any]:
     """A function URL request event (payload format 2.0) as Lambda sends it for
     ``AuthType: AWS_IAM``, the caller in ``requestContext.authorizer.iam``: the shape of
@@ -61,6 +67,8 @@ def function_url_event(
     method, path: the request's.
     query: ``queryStringParameters`` (default: parsed from ``raw_query_string``, repeated
         values joined with commas as Lambda joins them; absent when empty).
+    body: the request's body (a ``POST``'s JSON), as text.
+    caller_arn: the signing principal's ARN (default: the sample user ``app``).
     """
     if query is None:
         query = {}
@@ -91,7 +99,7 @@ def function_url_event(
                     "callerId": "AIDAEXAMPLE",
                     "cognitoIdentity": None,
                     "principalOrgId": None,
-                    "userArn": f"arn:aws:iam::{ACCOUNT_ID}:user/app",
+                    "userArn": caller_arn or f"arn:aws:iam::{ACCOUNT_ID}:user/app",
                     "userId": "AIDAEXAMPLE",
                 }
             },
@@ -110,6 +118,7 @@ def function_url_event(
             "time": "29/Nov/2026:10:01:00 +0000",
             "timeEpoch": _EPOCH_MS,
         },
+        **({"body": body} if body is not None else {}),
         "isBase64Encoded": False,
     }
 

@@ -19,6 +19,7 @@ from werkzeug.wsgi import get_input_stream
 from mediajobs.local.adaptations import ModuleListCached, MotoAdaptations
 from mediajobs.local.conflicts import DEFAULT_HOLD_S, TransactionConflicts
 from mediajobs.local.moto_dynamodb import QueryByPartition, TransactionsAsDynamoDB
+from mediajobs.local.moto_rekognition import DetectModerationLabels
 from mediajobs.local.moto_s3 import S3EventsAsAws, VersionsListedUnderPrefix
 from mediajobs.local.moto_sqs import SqsClock
 
@@ -26,7 +27,15 @@ from mediajobs.local.moto_sqs import SqsClock
 #: applied when the first server of the process starts, undone when the last one stops,
 #: moto's state emptied both times).
 ADAPTATIONS = MotoAdaptations(
-    (ModuleListCached, TransactionsAsDynamoDB, QueryByPartition, S3EventsAsAws, VersionsListedUnderPrefix, SqsClock)
+    (
+        ModuleListCached,
+        TransactionsAsDynamoDB,
+        QueryByPartition,
+        S3EventsAsAws,
+        VersionsListedUnderPrefix,
+        SqsClock,
+        DetectModerationLabels,
+    )
 )
 
 

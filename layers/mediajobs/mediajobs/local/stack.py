@@ -93,6 +93,8 @@ class ResourceNames:
     failures_queue: str
     seen_queue: str
     seen_rule: str
+    decisions_bucket: str
+    decision_stream: str
 
 
 #: Each resource's name after the stack's (``<name>-<suffix>``), by :class:`ResourceNames` field.
@@ -112,6 +114,8 @@ _NAME_SUFFIXES: Final = {
     "failures_queue": "notification-failures",
     "seen_queue": "notifications-seen",
     "seen_rule": "seen",
+    "decisions_bucket": "decisions",
+    "decision_stream": "decisions",
 }
 
 
@@ -146,6 +150,8 @@ class LocalStack:
     notification_bus_name: the notification bus; notification_failures_queue_url: the
         dispatcher's on-failure queue; notifications_seen_queue_url: a local queue a rule
         on the bus copies every event to (to see what EventBridge was given).
+    decisions_bucket, decision_stream_name: the decision log's bucket and the Firehose
+        stream that writes it (empty when the template declares none).
     function_env: the worker's environment, resolved from the template.
     function_envs: every function's environment, resolved from the template, by logical id
         (``WorkerFunction``, ``StatusFunction``, ``DispatcherFunction``): what ``mediajobs
@@ -183,6 +189,8 @@ class LocalStack:
     backfill_queue_url: str = ""
     backfill_queue_arn: str = ""
     backfill_dlq_url: str = ""
+    decisions_bucket: str = ""
+    decision_stream_name: str = ""
     worker_env: dict[str, str] = field(default_factory=dict)
     function_envs: dict[str, dict[str, str]] = field(default_factory=dict)
     region: str = REGION

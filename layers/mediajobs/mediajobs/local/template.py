@@ -55,6 +55,8 @@ OUTBOX_TABLE_ID: Final = "OutboxTable"
 BUS_ID: Final = "NotificationBus"
 FAILURES_QUEUE_ID: Final = "NotificationFailuresQueue"
 DISPATCHER_ID: Final = "DispatcherFunction"
+DECISION_STREAM_ID: Final = "DecisionStream"
+DECISIONS_BUCKET_ID: Final = "DecisionsBucket"
 FUNCTION_ID: Final = "WorkerFunction"
 
 #: Logical ids the local runner needs; a template without them is not ours.

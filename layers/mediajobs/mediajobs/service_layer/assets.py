@@ -226,7 +226,7 @@ class AssetKeeper:
         TransientFailure
             As the port's (the request is redelivered and tells again).
         """
-        if self.assets is None or result.state not in (JobState.DONE, JobState.PERMANENT_FAILURE):
+        if self.assets is None or result.state not in (JobState.DONE, JobState.PERMANENT_FAILURE, JobState.REVIEW):
             return
         entry = _finished(result)
         for bucket, key in self.assets.referrers(result.job_key):
@@ -356,7 +356,9 @@ class KeptAsset:
         ]
         version = view.version
         source = dataclasses.replace(ref, version_id=version.version_id, etag=version.etag or ref.etag)
-        state = SourceState.DONE if view.state == AssetState.READY else SourceState.PERMANENT_FAILURE
+        state = {AssetState.READY: SourceState.DONE, AssetState.REJECTED: SourceState.REJECTED}.get(
+            view.state, SourceState.PERMANENT_FAILURE
+        )
         log.info("answered from the asset: its version ended", extra={"source_key": ref.key, "state": str(view.state)})
         return SourceResult(
             source,
@@ -564,6 +566,8 @@ def _claimed(claim: Claim) -> AssetJob | None:
             return AssetJob(
                 "", claim.job_key, AssetJobState.DONE, manifest_key=claim.manifest_key, outputs=claim.outputs
             )
+        case ClaimOutcome.HELD:
+            return AssetJob("", claim.job_key, AssetJobState.REVIEW)
         case ClaimOutcome.FAILED:
             return AssetJob(
                 "",
@@ -606,4 +610,6 @@ def _finished(result: JobResult) -> AssetJob:
             manifest_key=result.manifest_key,
             outputs=tuple(result.outputs),
         )
+    if result.state == JobState.REVIEW:
+        return AssetJob(result.recipe, result.job_key, AssetJobState.REVIEW)
     return AssetJob(result.recipe, result.job_key, AssetJobState.FAILED, reason=result.reason, detail=result.detail)

@@ -100,11 +100,14 @@ class Claimed:
         an exhausted job is made just before its job is reported).
     settled: no claim needs the original's bytes (every job settled elsewhere, or a staged
         manifest to adopt).
+    logged: the claims were appended to the decision log as they were made (before any
+        read), not as their jobs run.
     """
 
     plan: Plan | None
     claims: Iterable[Claim] = ()
     settled: bool = False
+    logged: bool = False
 
 
 def needs_original(claim: Claim) -> bool:

@@ -72,6 +72,8 @@ class Outcome(enum.StrEnum):
 
     COMMITTED = "committed"  #: the jobs are done (or were already)
     SPLIT = "split"  #: a job was split: its parts run as job requests, and the asset ends with them
+    REVIEW = "review"  #: its moderation job is held for a person's decision (recorded in the ledger)
+    REJECTED = "rejected"  #: the moderation policy (or a person) refused it, recorded in the ledger
     FAILED = "failed"  #: a permanent failure, recorded in the ledger
     IGNORED = "ignored"  #: not an original (outside the originals prefix)
     OUTDATED = "outdated"  #: the event was superseded: a greater sequencer of its key is current
@@ -158,6 +160,8 @@ def outcome_of(error: BaseException) -> Outcome:
 _RESULT_OUTCOMES: Final[Mapping[SourceState, Outcome]] = {
     SourceState.DONE: Outcome.COMMITTED,
     SourceState.SPLIT: Outcome.SPLIT,
+    SourceState.REVIEW: Outcome.REVIEW,
+    SourceState.REJECTED: Outcome.REJECTED,
     SourceState.PERMANENT_FAILURE: Outcome.FAILED,
     SourceState.IGNORED: Outcome.IGNORED,
     SourceState.SUPERSEDED: Outcome.OUTDATED,
@@ -226,6 +230,8 @@ def decide(
     if outcome in (
         Outcome.COMMITTED,
         Outcome.SPLIT,
+        Outcome.REVIEW,
+        Outcome.REJECTED,
         Outcome.FAILED,
         Outcome.IGNORED,
         Outcome.OUTDATED,

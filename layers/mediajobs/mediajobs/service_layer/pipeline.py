@@ -24,11 +24,14 @@ nothing is acknowledged before its commit.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 
 from mediajobs.domain.assets import JOINED_PART, Deleted, DeletionEffect
 from mediajobs.domain.errors import (
+    REJECTED,
     DeadlineReached,
     DeliveryLost,
     JobBusy,
@@ -54,6 +57,7 @@ from mediajobs.domain.parts import parent_key
 from mediajobs.domain.plan import PlannedJob
 from mediajobs.service_layer.assets import AssetKeeper, EventSuperseded, KeptAsset
 from mediajobs.service_layer.claims import Claimed, Claims
+from mediajobs.service_layer.decisions import DecisionRecorder
 from mediajobs.service_layer.identify import Identify
 from mediajobs.service_layer.observer import PipelineObserver
 from mediajobs.service_layer.ports import Queue
@@ -72,6 +76,7 @@ class Pipeline:
     identify, claims, reader, runner: the steps of a delivery.
     assets: the asset records' keeper.
     observer: hooks (``source_finished``; the steps have their own).
+    decisions: the decision log's writer (default: records dropped).
     """
 
     def __init__(
@@ -83,7 +88,9 @@ class Pipeline:
         runner: JobRunner,
         assets: AssetKeeper,
         observer: PipelineObserver,
+        decisions: DecisionRecorder | None = None,
     ) -> None:
+        self._decisions = decisions or DecisionRecorder(None, time.time)
         self._identify = identify
         self._claims = claims
         self._reader = reader
@@ -122,9 +129,17 @@ class Pipeline:
             original = self._identify(ref, delivery, asset)  # 1. identify
             if isinstance(original, SourceResult):
                 return self._ended(asset, original)
-            known = self._claims.known(original, delivery, asset)  # 2-3. plan, settle or claim
+            try:
+                known = self._claims.known(original, delivery, asset)  # 2-3. plan, settle or claim
+            except JobBusy as busy:
+                self._decisions.waited(None, busy.job_key, ref, delivery)
+                raise
             if isinstance(known, SourceResult):
                 return self._ended(asset, known)
+            if isinstance(known.claims, list) and known.plan is not None:  # made now: logged before any read
+                for job, claim in zip(known.plan.jobs, known.claims, strict=True):
+                    self._decisions.claimed(job.spec, claim, ref, delivery)
+                known = dataclasses.replace(known, logged=True)
             if known.settled:  # nothing needs the bytes
                 return self._ended(asset, self._run(known, delivery, None, asset))
             with self._reader.read(original, known, delivery, asset) as read:  # 4. read
@@ -133,6 +148,7 @@ class Pipeline:
                 return self._ended(asset, self._run(read.claimed, delivery, read.work, asset))  # 5-7.
         except EventSuperseded as superseded:
             log.info("superseded: %s", superseded, extra={"source_key": ref.key})
+            self._decisions.superseded(ref, delivery)
             return self._told(SourceResult(ref, SourceState.SUPERSEDED))
         except PermanentFailure as failure:  # the ledger or the index refused a value derived
             return self._ended(asset, refused(ref, failure.reason, failure.detail))  # from the input
@@ -165,10 +181,18 @@ class Pipeline:
                 self._claims.release_all([claim], interrupted)
                 continue
             try:
+                if claim.outcome is ClaimOutcome.WAITING and _held(job, produced):
+                    # its moderation job waits for a person: so does it (told when decided)
+                    result.jobs.append(JobResult(job.recipe.ref, job.key, JobState.WAITING, reused=True))
+                    continue
                 if claim.outcome is ClaimOutcome.WAITING:  # its inputs may have ended just now
                     claim = self._claims.claim(job, delivery)
                     asset.claimed([claim])
+                    self._decisions.claimed(job.spec, claim, source, delivery)
+                elif not claimed.logged:  # a settled delivery's claims are made as its jobs run
+                    self._decisions.claimed(job.spec, claim, source, delivery)
                 ended = self._runner.run(job, claim, source, delivery, work, asset, produced)
+                self._decisions.ended(job.spec, ended, source, delivery)
                 produced[job.key] = ended
                 self._joined(claim, ended)
                 self._claims.ended(ended, delivery, in_plan)  # told before the asset records it:
@@ -179,10 +203,13 @@ class Pipeline:
         asset.finished([j for j in result.jobs if j.state != JobState.WAITING])  # a split one: processing
         if interrupted is not None:
             raise interrupted
-        failed = [j for j in result.jobs if j.state not in (JobState.DONE, JobState.WAITING)]
+        failed = [j for j in result.jobs if j.state not in (JobState.DONE, JobState.WAITING, JobState.REVIEW)]
         if failed:
-            result.state = SourceState.PERMANENT_FAILURE
+            rejected = failed[0].reason == REJECTED
+            result.state = SourceState.REJECTED if rejected else SourceState.PERMANENT_FAILURE
             result.reason, result.detail = failed[0].reason, failed[0].detail
+        elif any(j.state == JobState.REVIEW for j in result.jobs):
+            result.state = SourceState.REVIEW
         elif any(j.state == JobState.WAITING for j in result.jobs):
             result.state = SourceState.SPLIT
         return result
@@ -341,6 +368,7 @@ class Pipeline:
             return self._told(SourceResult(source, SourceState.IGNORED))
         job = PlannedJob(self._claims.recipe(spec), spec)
         claim = self._claims.claim(job, delivery, seen=view)
+        self._decisions.claimed(spec, claim, source, delivery)
         if claim.outcome is ClaimOutcome.WAITING:
             if view.split is not None and claim.lease_expires_at_s > self._claims.now_s():
                 raise JobBusy(job_key, claim.lease_expires_at_s)  # its splitter may still be requesting
@@ -356,6 +384,7 @@ class Pipeline:
             if isinstance(work, SourceResult):
                 return self._told(work)
             ended = self._runner.run(job, claim, source, delivery, work, None, {})
+        self._decisions.ended(spec, ended, source, delivery)
         if ended.state == JobState.WAITING:  # split: its parts request it again when they end
             return self._told(SourceResult(source, SourceState.SPLIT, sha256=spec.input_sha256, jobs=[ended]))
         self._claims.ended(ended, delivery, frozenset())
@@ -368,6 +397,23 @@ class Pipeline:
                 if parent.state == JobState.PERMANENT_FAILURE:
                     self._release_parts_again(parent)
         self._joined(claim, ended)
-        state = SourceState.DONE if ended.state == JobState.DONE else SourceState.PERMANENT_FAILURE
-        result = SourceResult(source, state, sha256=spec.input_sha256, jobs=[ended], reason=ended.reason)
+        state = source_state_of(ended)
+        result = SourceResult(
+            source, state, sha256=spec.input_sha256, jobs=[ended], reason=ended.reason, detail=ended.detail
+        )
         return self._told(result)
+
+
+def _held(job: PlannedJob, produced: Mapping[str, JobResult]) -> bool:
+    """Whether a job waits for an input this delivery found held for review."""
+    return any((ended := produced.get(u)) is not None and ended.state == JobState.REVIEW for u in job.spec.upstream)
+
+
+def source_state_of(ended: JobResult) -> SourceState:
+    """What one job a request ran makes of its original's result: ``done``, ``review`` (a
+    moderation job held), ``rejected`` (refused) or ``permanent_failure``."""
+    if ended.state == JobState.DONE:
+        return SourceState.DONE
+    if ended.state == JobState.REVIEW:
+        return SourceState.REVIEW
+    return SourceState.REJECTED if ended.reason == REJECTED else SourceState.PERMANENT_FAILURE

@@ -15,6 +15,9 @@ implement them with fakes (``tests/fakes.py``); the composition root
   hand-over, delete, return).
 * :class:`Step` -- one recipe step (``image.variants``, ``video.renditions`` ...): turns an
   original into files and decisions.
+* :class:`LabelSource` -- Rekognition's ``DetectModerationLabels``: the moderation labels
+  of a picture.
+* :class:`DecisionLog` -- Firehose: the decisions as data, one record each.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from mediajobs.domain.jobs import (
     RenderContext,
     RenderedFile,
 )
+from mediajobs.domain.moderation import Label
 from mediajobs.domain.parts import Split
 
 
@@ -122,7 +126,18 @@ class Ledger(LeaseRows, Protocol):
         now_s: int,
         decisions: Mapping[str, Any] | None = None,
     ) -> JobView: ...
-    def fail_permanently(self, job_key: str, token: str, *, reason: str, detail: str, now_s: int) -> JobView: ...
+    def fail_permanently(
+        self,
+        job_key: str,
+        token: str,
+        *,
+        reason: str,
+        detail: str,
+        now_s: int,
+        decisions: Mapping[str, Any] | None = None,
+    ) -> JobView: ...
+    def hold(self, job_key: str, token: str, decisions: Mapping[str, Any], *, now_s: int) -> JobView: ...
+    def review(self, job_key: str, review: Mapping[str, Any], *, now_s: int) -> JobView | None: ...
     def wait(self, spec: JobSpec, pending: frozenset[str], *, now_s: int) -> bool: ...
     def split(
         self, job_key: str, token: str, pending: frozenset[str], split: Split, *, now_s: int, requests_until_s: int
@@ -476,10 +491,13 @@ class StepResult:
         result is data only, such as a placeholder, writes none).
     decisions: JSON data recorded in the manifest's ``decisions`` (what was decided about
         the outputs, or the step's values).
+    cpu_s: CPU seconds a child process outside the worker's own accounting spent on it
+        (the bounded render child's report), ``None`` when none did.
     """
 
     files: list[RenderedFile] = field(default_factory=list)
     decisions: Mapping[str, Any] = field(default_factory=dict)
+    cpu_s: float | None = None
 
 
 class Step(Protocol):
@@ -507,5 +525,63 @@ class Step(Protocol):
             The input cannot be rendered (its reason code says why).
         TransientFailure
             Something that may pass failed (:class:`DeadlineReached` at the invocation's end).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class LabelsFound:
+    """What a label source found in one picture.
+
+    Attributes
+    ----------
+    labels: the moderation labels (name, parent, confidence 0-100), every level of the
+        taxonomy the source returned.
+    model_version: the source's model version (Rekognition's ``ModerationModelVersion``,
+        ``"7.0"``): a decision is re-read against it, since labels were renamed between models.
+    human_loop: Rekognition's ``HumanLoopActivationOutput`` when it sent one (a human
+        review loop was configured and activated), else ``None``.
+    """
+
+    labels: tuple[Label, ...]
+    model_version: str | None
+    human_loop: Mapping[str, Any] | None = None
+
+
+class LabelSource(Protocol):
+    """Moderation labels of a picture (Rekognition's ``DetectModerationLabels`` when
+    deployed; the embedded AWS answers it locally).
+
+    Attributes
+    ----------
+    name: what the decision records as its label source (``"rekognition"``).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def detect(self, jpeg: bytes, *, min_confidence: float) -> LabelsFound:
+        """The labels of the JPEG ``jpeg`` (at most 5,242,880 bytes) of confidence at least
+        ``min_confidence`` (0-100).
+
+        Raises
+        ------
+        TransientFailure
+            The source failed or throttled (the job is retried).
+        PermanentFailure
+            ``invalid_media`` when the source refuses the picture itself.
+        """
+        ...
+
+
+class DecisionLog(Protocol):
+    """Where every decision record goes (:mod:`mediajobs.domain.decisions`): Firehose when
+    deployed, the embedded AWS's Firehose locally."""
+
+    def append(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Append ``records`` (each one JSON object, one line of the log).
+
+        Never raises: a record that cannot be sent is logged and counted
+        (``DecisionsNotLogged``), since the decision itself is already in the ledger.
         """
         ...

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
@@ -26,14 +27,17 @@ from typing import Any
 from mediajobs.domain.errors import (
     INVALID_OUTPUT,
     TOO_LONG,
+    ContentRejected,
     DeadlineReached,
     DeliveryLost,
+    HeldForReview,
     JobBusy,
     PermanentFailure,
     Superseded,
     TransientFailure,
 )
 from mediajobs.domain.jobs import (
+    DECISIONS_OUTPUT,
     Claim,
     ClaimOutcome,
     ContentInput,
@@ -45,6 +49,7 @@ from mediajobs.domain.jobs import (
     OutputRecord,
     RenderContext,
 )
+from mediajobs.domain.moderation import REJECTED, REVIEW, is_moderation, moderation_of, with_review
 from mediajobs.domain.parts import Split, SplitNeeded, parent_key, part_specs
 from mediajobs.domain.plan import PlannedJob
 from mediajobs.service_layer.assets import KeptAsset
@@ -150,10 +155,11 @@ class JobRunner:
             self._store, self._ledger, source, job.spec, claim.lease_token, keeper, self._clock, self._observer.step
         )
         staged = claim.staged_manifest
+        spent: dict[str, float] = {"child_cpu_s": 0.0, "bytes_in": 0}
         if staged is not None:
-            return self._under_lease(job, commit, extra, functools.partial(_adopt, commit, staged, extra))
-        render = functools.partial(self._render_and_commit, job, commit, claim, delivery, work, asset, produced)
-        return self._under_lease(job, commit, extra, render, delivery)
+            return self._under_lease(job, commit, extra, functools.partial(_adopt, commit, staged, extra), spent=spent)
+        render = functools.partial(self._render_and_commit, job, commit, claim, delivery, work, asset, produced, spent)
+        return self._under_lease(job, commit, extra, render, delivery, spent=spent)
 
     def _render_and_commit(
         self,
@@ -164,6 +170,7 @@ class JobRunner:
         work: Work | None,
         asset: KeptAsset | None,
         produced: Mapping[str, JobResult],
+        spent: dict[str, float],
     ) -> _Committed:
         """Run the recipe's step on the job's inputs into its folder (a bounded step stops
         its child at the invocation's deadline: ``DeadlineReached``), then commit its files.
@@ -173,6 +180,10 @@ class JobRunner:
         that was split (``claim.split``) finds its parts' outputs among its inputs."""
         key, source = job.key, commit.source
         extra = {"job_key": key, "source_key": source.key, "recipe": job.recipe.ref}
+        if claim.review is not None and claim.decisions is not None:  # a person decided: no step
+            log.info("committing the decision of a review", extra=extra)
+            size = work.size_bytes if work is not None else 0
+            return self._moderated(commit, with_review(claim.decisions, claim.review), extra, size)
         with self._folder(work) as folder:
             inputs = self._inputs(job, work, folder, produced)
             split = claim.split
@@ -195,11 +206,46 @@ class JobRunner:
                 part=job.spec.part,
                 split=split,
                 source_url=work.url if work is not None else None,
+                content_sha256=job.spec.input_sha256,
+                policy_version=job.spec.policy_version,
             )
             main = next(iter(inputs.values()))
             step = self._steps[job.recipe.step].run(main, job.recipe.params, context, out_dir)
             size = work.size_bytes if work is not None and main == work.original else main.stat().st_size
+            spent["child_cpu_s"], spent["bytes_in"] = step.cpu_s or 0.0, size
+            if is_moderation(job.recipe.step):
+                decisions = step.decisions if claim.review is None else with_review(step.decisions, claim.review)
+                return self._moderated(commit, decisions, extra, size)
             return commit.rendered(step.files, step.decisions, input_bytes=size), step.decisions
+
+    def _moderated(
+        self, commit: Commit, decisions: Mapping[str, Any], extra: dict[str, str], input_bytes: int
+    ) -> _Committed:
+        """A moderation job's decision acted on: ``accepted`` commits it (a manifest with the
+        decision, no file); ``rejected`` fails the job ``rejected`` with the rule that fired;
+        ``review`` holds it for a person.
+
+        Raises
+        ------
+        ContentRejected
+            The policy (or a person) rejected the content.
+        HeldForReview
+            The policy says a person decides.
+        """
+        decision = moderation_of(decisions) or {}
+        outcome = decision.get("outcome")
+        log.info("moderation: %s (%s)", outcome, decision.get("rule"), extra=extra)
+        if outcome == REJECTED:
+            review = decision.get("review")
+            why = (
+                f"rejected in review by {review.get('by')}"
+                if isinstance(review, dict)
+                else f"rule {decision.get('rule')}: {decision.get('evidence')}"
+            )
+            raise ContentRejected(f"{why} (policy {decision.get('policy')})", decisions)
+        if outcome == REVIEW:
+            raise HeldForReview(decisions)
+        return commit.rendered([], decisions, input_bytes=input_bytes), decisions
 
     @contextlib.contextmanager
     def _folder(self, work: Work | None) -> Iterator[Path]:
@@ -230,6 +276,8 @@ class JobRunner:
                 if work is None or work.sha256 != wanted.sha256:
                     raise TransientFailure("the original was not read: only a staged manifest commits without it")
                 paths[name] = work.original
+            elif wanted.output == DECISIONS_OUTPUT:
+                paths[name] = self._decisions_file(wanted, folder, produced)
             else:
                 paths[name] = self._output_file(wanted, folder, produced, job.spec.source_bucket)
         return paths
@@ -281,6 +329,28 @@ class JobRunner:
                     raise TransientFailure(f"part {spec.job_key[:12]}'s output is gone: {gone}") from gone
         return files
 
+    def _decisions_file(self, wanted: OutputInput, folder: Path, produced: Mapping[str, JobResult]) -> Path:
+        """Another job's committed decisions (a moderation job's) as a JSON file: from this
+        delivery's end of it, or its row.
+
+        Raises
+        ------
+        TransientFailure
+            The job is not done (a job waiting for it is requested only once it is).
+        """
+        ended = produced.get(wanted.job_key)
+        if ended is not None and ended.state == JobState.DONE:
+            decisions = ended.decisions
+        else:
+            row = self._ledger.get(wanted.job_key)
+            if row is None or row.state != JobState.DONE:
+                raise TransientFailure(f"input job {wanted.job_key[:12]} is not done")
+            decisions = row.decisions
+        dest = folder / "inputs" / wanted.job_key / f"{DECISIONS_OUTPUT}.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(json.dumps(dict(decisions or {}), sort_keys=True), encoding="utf-8")
+        return dest
+
     def _output_file(self, wanted: OutputInput, folder: Path, produced: Mapping[str, JobResult], bucket: str) -> Path:
         """Another job's committed output as a file: the one this delivery rendered when
         its bytes are the committed ones, else read from S3 (and checked)."""
@@ -314,6 +384,8 @@ class JobRunner:
         extra: dict[str, str],
         work: Callable[[], _Committed],
         delivery: Delivery | None = None,
+        *,
+        spent: dict[str, float],
     ) -> JobResult:
         """Do a held job's ``work`` (which ends with its commit) with its heartbeat running,
         and classify what went wrong: a permanent failure is recorded in the job's row; any
@@ -323,7 +395,13 @@ class JobRunner:
         key, keeper = job.key, commit.keeper
         lease = keeper.lease
         started = time.monotonic()
+        cpu_started = _cpu_s()
+
+        def cpu() -> dict[str, Any]:
+            return {"cpu_s": _cpu_s() - cpu_started + spent["child_cpu_s"], "bytes_in": int(spent["bytes_in"])}
+
         split: Split | None = None
+        held: Mapping[str, Any] | None = None
         try:
             self._observer.step("claimed", key)
             with keeper:
@@ -333,6 +411,9 @@ class JobRunner:
                 keeper.check()
                 try:
                     outputs, decisions = work()
+                except HeldForReview as review:
+                    keeper.check()
+                    held = review.decisions
                 except SplitNeeded as needed:
                     if self._requests is None:
                         raise PermanentFailure(
@@ -340,6 +421,21 @@ class JobRunner:
                         ) from None
                     keeper.check()
                     split = needed.split
+            if held is not None:
+                row = self._ledger.hold(key, commit.token, held, now_s=int(self._clock()))
+                lease.forget()
+                self._observer.step("review", key)
+                seconds = time.monotonic() - started
+                return JobResult(
+                    job.recipe.ref,
+                    key,
+                    JobState.REVIEW,
+                    reused=False,
+                    seconds=seconds,
+                    decisions=held,
+                    row=row,
+                    **cpu(),
+                )
             if split is not None:
                 assert self._requests is not None
                 row = self._requests.fan_out(job.spec, commit.token, split, delivery)
@@ -347,13 +443,14 @@ class JobRunner:
                 self._observer.step("split", key)
                 log.info("split into %d parts", len(split.parts), extra=extra)
                 seconds = time.monotonic() - started
-                return JobResult(job.recipe.ref, key, JobState.WAITING, reused=False, seconds=seconds, row=row)
+                return JobResult(job.recipe.ref, key, JobState.WAITING, reused=False, seconds=seconds, row=row, **cpu())
             self._observer.step("done", key)
         except PermanentFailure as failure:
             log.warning("permanent failure: %s (%s)", failure.reason, failure.detail, extra=extra)
             now = int(self._clock())
+            kept = failure.decisions if isinstance(failure, ContentRejected) else None
             row = self._ledger.fail_permanently(
-                key, commit.token, reason=failure.reason, detail=failure.detail, now_s=now
+                key, commit.token, reason=failure.reason, detail=failure.detail, now_s=now, decisions=kept
             )
             lease.forget()
             seconds = time.monotonic() - started
@@ -365,7 +462,9 @@ class JobRunner:
                 reason=failure.reason,
                 detail=failure.detail,
                 seconds=seconds,
+                decisions=kept,
                 row=row,
+                **cpu(),
             )
         except (Superseded, JobBusy):
             raise
@@ -395,6 +494,7 @@ class JobRunner:
             seconds=seconds,
             decisions=decisions,
             row=commit.row,
+            **cpu(),
         )
 
     def _progress_sink(
@@ -446,6 +546,9 @@ def settled(job: PlannedJob, claim: Claim, *, now_s: int = 0) -> JobResult:
             outputs=claim.outputs,
             decisions=claim.decisions,
         )
+    if claim.outcome is ClaimOutcome.HELD:
+        log.info("job is held for review", extra=extra)
+        return JobResult(job.recipe.ref, claim.job_key, JobState.REVIEW, reused=True, decisions=claim.decisions)
     if claim.outcome is ClaimOutcome.WAITING and claim.split is not None and claim.lease_expires_at_s <= now_s:
         log.info("job was split: its parts run as job requests", extra=extra)
         return JobResult(job.recipe.ref, claim.job_key, JobState.WAITING, reused=True)
@@ -475,3 +578,10 @@ def _adopt(commit: Commit, staged: str, extra: dict[str, str]) -> _Committed:
 def _sha256(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _cpu_s() -> float:
+    """CPU seconds this process and its reaped children spent so far (``os.times``: user
+    and system of each): what a job's work adds to it is the job's (ffmpeg's included)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mediajobs.domain.errors import TOO_LARGE
+from mediajobs.domain.errors import REJECTED, TOO_LARGE
 from mediajobs.settings import Settings
 
 if TYPE_CHECKING:  # what only demo and process use: not imported by the light commands (status)
-    from mediajobs.domain.jobs import SourceResult
+    from mediajobs.domain.jobs import JobResult, SourceResult
     from mediajobs.local.session import LocalSession
 
 
@@ -101,20 +102,22 @@ def print_splits(session: LocalSession, keys: list[tuple[str, str]]) -> None:
 
 
 def joined(first: SourceResult, later: list[SourceResult]) -> SourceResult:
-    """``first`` with each job it split (``waiting``) replaced by how the job's own run
-    ended among ``later`` (the join's job request), and its state made what they make:
-    the split video's renditions are the upload's, not its parts'. ``first`` when nothing
-    was split or no join ended."""
+    """``first`` with each job it split (``waiting``), or held for review (``review``, and
+    the renditions waiting for it), replaced by how the job's own run ended among ``later``
+    (the join's job request, the review's), and its state made what they make: the split
+    video's renditions are the upload's, not its parts'. ``first`` when nothing was split
+    or held, or nothing of it ended since."""
     from mediajobs.domain.jobs import JobState, SourceState
 
-    if first.state != SourceState.SPLIT:
+    if first.state not in (SourceState.SPLIT, SourceState.REVIEW):
         return first
     ended = {j.job_key: j for r in later for j in r.jobs if j.state in (JobState.DONE, JobState.PERMANENT_FAILURE)}
-    jobs = [ended.get(j.job_key, j) if j.state == JobState.WAITING else j for j in first.jobs]
+    pending = (JobState.WAITING, JobState.REVIEW)
+    jobs = [ended.get(j.job_key, j) if j.state in pending else j for j in first.jobs]
     failed = next((j for j in jobs if j.state == JobState.PERMANENT_FAILURE), None)
-    state = SourceState.SPLIT
+    state: SourceState = first.state
     if failed is not None:
-        state = SourceState.PERMANENT_FAILURE
+        state = SourceState.REJECTED if failed.reason == REJECTED else SourceState.PERMANENT_FAILURE
     elif all(j.state == JobState.DONE for j in jobs):
         state = SourceState.DONE
     reason, detail = (failed.reason, failed.detail) if failed is not None else (None, "")
@@ -123,7 +126,10 @@ def joined(first: SourceResult, later: list[SourceResult]) -> SourceResult:
 
 def print_table(rows: list[tuple[str, SourceResult]]) -> None:
     """Print the results table of ``demo`` and ``process``: per original (its title) each
-    job's key prefix and each output's size, bytes and the time taken, or why it failed."""
+    job's key prefix and each output's size, bytes and the time taken, a moderation job's
+    decision, or why it failed."""
+    from mediajobs.domain.moderation import moderation_of
+
     header = f"{'original':<28} {'job key':<12}  {'variant':<7} {'size':>11} {'bytes':>10}  {'time':>7}"
     print(header)
     print("-" * len(header))
@@ -131,23 +137,51 @@ def print_table(rows: list[tuple[str, SourceResult]]) -> None:
         if not result.jobs:
             print(f"{title[:28]:<28} {'-':<12}  failed: {result.reason}{because(result.detail)}")
             continue
+        label = title[:28]
         for job in result.jobs:
-            if job.state != "done":
-                print(
-                    f"{title[:28]:<28} {job.job_key[:12]:<12}  {job.recipe} failed: {job.reason}{because(job.detail)}"
-                )
-                continue
+            key = job.job_key[:12]
             timing = "reused" if job.reused else f"{job.seconds:.2f} s"
-            if not job.outputs:  # a step whose result is data (a placeholder): its manifest holds it
-                print(f"{'':<28} {job.job_key[:12]:<12}  {job.recipe}: no files, values in its manifest  {timing}")
-                continue
-            for i, out in enumerate(job.outputs):
-                first = i == 0
-                print(
-                    f"{title[:28] if first else '':<28} {job.job_key[:12] if first else '':<12}  "
-                    f"{out.name:<7} {f'{out.width}x{out.height}':>11} {human_size(out.bytes):>10}  "
-                    f"{timing if first else '':>7}"
-                )
+            decision = moderation_of(job.decisions)
+            if job.state == "review":
+                rule = decision.get("rule") if decision else None
+                print(f"{label:<28} {key:<12}  {job.recipe}: held for review ({rule})  {timing}")
+            elif job.state == "waiting":
+                why = "waits for the review" if result.state == "review" else "split into parts"
+                print(f"{label:<28} {key:<12}  {job.recipe}: {why}")
+            elif job.state != "done":
+                print(f"{label:<28} {key:<12}  {job.recipe} failed: {job.reason}{because(job.detail)}")
+            elif decision is not None:
+                rule = decision.get("rule") or "no rule fired"
+                print(f"{label:<28} {key:<12}  {job.recipe}: {decision.get('outcome')} ({rule})  {timing}")
+            elif not job.outputs:  # a step whose result is data (a placeholder): its manifest holds it
+                print(f"{label:<28} {key:<12}  {job.recipe}: no files, values in its manifest  {timing}")
+            else:
+                for i, out in enumerate(job.outputs):
+                    first = i == 0
+                    print(
+                        f"{label if first else '':<28} {key if first else '':<12}  "
+                        f"{out.name:<7} {f'{out.width}x{out.height}':>11} {human_size(out.bytes):>10}  "
+                        f"{timing if first else '':>7}"
+                    )
+            label = ""
+
+
+def renditions(result: SourceResult) -> list[JobResult]:
+    """The jobs of ``result`` that render (its moderation job left out)."""
+    return [job for job in result.jobs if not is_moderation_ref(job.recipe)]
+
+
+@functools.cache
+def is_moderation_ref(ref: str) -> bool:
+    """Whether the recipe ``<id>@<version>`` is a moderation recipe (its step's)."""
+    from mediajobs.bootstrap import load_recipe
+    from mediajobs.domain.moderation import is_moderation
+    from mediajobs.domain.recipes import RecipeError, parse_ref
+
+    try:
+        return is_moderation(load_recipe(*parse_ref(ref)).step)
+    except RecipeError:
+        return False
 
 
 def checked_inputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Path], Path]:

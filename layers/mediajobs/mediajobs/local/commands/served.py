@@ -58,6 +58,8 @@ def served_view(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         sources_table_name=f"{name}-sources",
         assets_table_name=f"{name}-assets",
         outbox_table_name=f"{name}-outbox",
+        decisions_bucket=f"{name}-decisions",
+        decision_stream_name=f"{name}-decisions",
         function_env={},
         batch_size=1,
         timeout_s=1,
@@ -129,6 +131,8 @@ def _function_env(
     refs[template.SOURCES_TABLE_ID] = view.sources_table_name
     refs[template.ASSETS_TABLE_ID] = view.assets_table_name
     refs[template.OUTBOX_TABLE_ID] = view.outbox_table_name
+    refs[template.DECISION_STREAM_ID] = view.decision_stream_name
+    refs[template.DECISIONS_BUCKET_ID] = view.decisions_bucket
     arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT_ID}:table"
     attrs = {
         (template.BUCKET_ID, "Arn"): f"arn:aws:s3:::{view.bucket}",
