@@ -60,6 +60,8 @@ def test_a_small_storm_of_crashes_overwrites_and_deletes_keeps_every_invariant(t
         "0.2",
         "--delete-rate",
         "0.2",
+        "--reject-rate",
+        "0.2",
         "--seed",
         "5",
         "--visibility-seconds",
@@ -85,8 +87,14 @@ def test_a_small_storm_of_crashes_overwrites_and_deletes_keeps_every_invariant(t
         "notifications_duplicated",
         "outbox_outstanding",
         "notification_failures",
+        "rejected_not_rejected",
+        "rejected_rendered",
+        "decisions_missing",
     }
     assert (summary["lost"], summary["dlq"], summary["duplicate_renders"]) == (0, 0, 0)
+    # Moderation on, a share of the contents the known-bad card: each rejected, rendering
+    # nothing, told once; every claim in the ledger has its decision record.
+    assert summary["rejected_contents"] > 0 and summary["notifications"]["by_type"]["Asset Rejected"] > 0
     assert summary["crashes"] > 0 and summary["takeovers"] > 0
     assert summary["renders_started"] >= summary["renders_committed"] > 0
     assert summary["s3_bytes_read_for_duplicates"] == 0

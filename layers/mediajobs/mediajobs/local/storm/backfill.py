@@ -25,11 +25,11 @@ from typing import Any, Final
 from mediajobs.adapters.assets import asset_of_image
 from mediajobs.domain.assets import AssetState
 from mediajobs.domain.backfill import BackfillState, document
-from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.local.embedded import LocalStack
 from mediajobs.local.storm.accounting import duplicate_renders, rerenders_after_collection
 from mediajobs.local.storm.checks import asset_views
 from mediajobs.local.storm.config import StormConfig
+from mediajobs.local.storm.plan import planned_keys
 from mediajobs.local.storm.pool import WorkerPool
 from mediajobs.local.streams import stream_records
 from mediajobs.settings import Settings
@@ -37,7 +37,7 @@ from mediajobs.settings import Settings
 log = logging.getLogger(__name__)
 
 #: The image recipes the storm's deployment makes active.
-NEW_IMAGE_SET: Final = ("web-image@2", "image-placeholder@1")
+NEW_IMAGE_SET: Final = ("moderation-image@1", "web-image@2", "image-placeholder@1")
 #: ``RETIRE_GRACE_SECONDS`` in the storm: the old sets are collected this long after a switch.
 RETIRE_S: Final = 2
 #: The checks :func:`backfill_checks` adds to a storm's (each 0 when it holds).
@@ -167,9 +167,9 @@ def _new_recipe_keys(contents: list[bytes]) -> set[str]:
     """The job keys of the new set's image recipes (not in today's set) for every content."""
     from mediajobs.bootstrap import active_recipes
 
-    new = active_recipes(new_active_document())["image"]
     today = {r.ref for r in active_recipes()["image"]}
-    return {job_key(sha256_hex(c), r.sha256) for c in contents for r in new if r.ref not in today}
+    planned = planned_keys(contents, {"image": active_recipes(new_active_document())["image"]})
+    return {key for ref, keys in planned.items() if ref not in today for key in keys}
 
 
 def _old_recipe_keys(contents: list[bytes]) -> set[str]:
@@ -177,7 +177,8 @@ def _old_recipe_keys(contents: list[bytes]) -> set[str]:
     from mediajobs.bootstrap import active_recipes
 
     new = {r.ref for r in active_recipes(new_active_document())["image"]}
-    return {job_key(sha256_hex(c), r.sha256) for c in contents for r in active_recipes()["image"] if r.ref not in new}
+    planned = planned_keys(contents, {"image": active_recipes()["image"]})
+    return {key for ref, keys in planned.items() if ref not in new for key in keys}
 
 
 def _percentile(values: list[float], q: float) -> float:

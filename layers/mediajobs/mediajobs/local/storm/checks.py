@@ -13,7 +13,7 @@ from mediajobs.local.embedded import LocalStack
 
 
 def end_checks(
-    stack: LocalStack, keys: set[str], *, videos_split: bool = False
+    stack: LocalStack, keys: set[str], *, videos_split: bool = False, rejected: frozenset[str] = frozenset()
 ) -> tuple[dict[str, int], dict[str, int]]:
     """What must hold once the storm is over, counted (0 each when it holds), and the end
     state of every live asset's jobs:
@@ -27,7 +27,13 @@ def end_checks(
       (the last collection ran with no grace: a split video's parts, released by its join,
       are gone too);
     * ``videos_not_split``: live videos' jobs done without a split of 3 segments or more
-      (counted only when ``videos_split`` is asked for: the storm's ``--video-rate``).
+      (counted only when ``videos_split`` is asked for: the storm's ``--video-rate``);
+    * ``rejected_not_rejected``: live keys of a content the policy refuses (``rejected``:
+      their SHA-256s) whose asset is not ``rejected`` (those are not counted not ready);
+    * ``rejected_rendered``: objects under the prefix of a job of such an asset (it renders
+      nothing, not even a manifest);
+    * ``decisions_missing``: claims the ledger counts (each job row's ``attempts``) without
+      their record in the decision log (``process``, ``takeover``, or a review's commit).
     """
     s3 = stack.client("s3")
     checks = dict.fromkeys(
@@ -38,6 +44,9 @@ def end_checks(
             "missing_manifests",
             "count_mismatches",
             "unreferenced_prefixes",
+            "rejected_not_rejected",
+            "rejected_rendered",
+            "decisions_missing",
         ),
         0,
     )
@@ -46,6 +55,7 @@ def end_checks(
     views = asset_views(stack)
     served = _served_versions(s3, stack.bucket, os.path.commonprefix(sorted(keys)) if keys else "")
     used: Counter[str] = Counter()
+    refused_jobs: set[str] = set()
     for key in sorted(keys):
         view = views.get(key)
         if key not in served:
@@ -53,7 +63,10 @@ def end_checks(
             continue
         if view is None or view.version.version_id != served[key]:
             checks["assets_not_current"] += 1
-        if view is None or view.state != AssetState.READY:
+        if view is not None and view.sha256 in rejected:
+            checks["rejected_not_rejected"] += view.state != AssetState.REJECTED
+            refused_jobs.update(entry.job_key for entry in view.jobs)
+        elif view is None or view.state != AssetState.READY:
             checks["assets_not_ready"] += 1
         for entry in view.jobs if view is not None else ():
             used[entry.job_key] += 1
@@ -72,7 +85,11 @@ def end_checks(
             prefixes.add(item["Key"].split("/")[1])
             if item["Key"].endswith("/manifest.json"):
                 manifests.add(item["Key"])
-    checks["missing_manifests"] = sum(1 for job_key in used if f"derivatives/{job_key}/manifest.json" not in manifests)
+    checks["missing_manifests"] = sum(
+        1 for job_key in used if job_key not in refused_jobs and f"derivatives/{job_key}/manifest.json" not in manifests
+    )
+    checks["rejected_rendered"] = len(prefixes & refused_jobs)
+    checks["decisions_missing"] = decisions_missing(stack)
     # Every reference row, live asset or not, counted per job in one scan (a Query per job
     # is a scan of the whole table in moto: 4,000 of them took over ten minutes).
     references: Counter[str] = Counter()
@@ -129,3 +146,23 @@ def _served_versions(s3: Any, bucket: str, prefix: str) -> dict[str, str | None]
             if version["IsLatest"]:
                 served[version["Key"]] = None if version["VersionId"] == "null" else version["VersionId"]
     return served
+
+
+def decisions_missing(stack: LocalStack) -> int:
+    """The claims the ledger counts without their decision record: for each job row, its
+    ``attempts`` less the records of its claims that ran it (``process``, ``takeover``, and a
+    review's ``accepted`` or ``rejected``), when more (0 without a decision log)."""
+    from mediajobs.local.decisions import DecisionLogReader
+
+    if not stack.decisions_bucket:
+        return 0
+    reader = DecisionLogReader(stack.client("s3"), stack.decisions_bucket)
+    counted = reader.run_sql(
+        "SELECT job, count(*) FROM decisions WHERE action IN ('process', 'takeover') "
+        "OR (action IN ('accepted', 'rejected') AND reviewer IS NOT NULL) GROUP BY job"
+    )
+    starts = {str(job): int(n) for job, n in counted.rows}
+    missing = 0
+    for row in stack.job_model().scan(attributes_to_get=["job_key", "attempts"]):
+        missing += max(0, int(row.attempts or 0) - starts.get(row.job_key[:16], 0))
+    return missing

@@ -151,6 +151,13 @@ class StormConfig:
         "uploads that are small generated videos, split into 3 segments and their audio, then joined "
         "(default {default})",
     )
+    reject_rate: float = flagged(
+        0.0,
+        "--reject-rate",
+        share,
+        "image contents that are copies of the moderation policy's known-bad test card: each is rejected, "
+        "renders nothing and is told Asset Rejected once (default {default})",
+    )
     checksum_share: float = flagged(
         1.0, "--checksum-share", share, "uploads sent with a full-object SHA-256 checksum (default {default})"
     )

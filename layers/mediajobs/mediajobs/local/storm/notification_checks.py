@@ -55,7 +55,8 @@ def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[di
     old and new image): each change the worker committed owes
     :func:`~mediajobs.domain.notifications.notification_for` of it. Then:
 
-    * ``versions_not_told_once``: episodes -- an asset entering ``ready`` or ``failed`` for
+    * ``versions_not_told_once``: episodes -- an asset entering ``ready``, ``failed`` or
+      ``rejected`` for
       an S3 version (its version id; ETag and size unversioned), or ``deleted`` from
       anything but ``deleted`` -- read from the same stream without ``notification_for``,
       whose distinct ids at the receiver are not exactly one each (an episode whose
@@ -71,7 +72,7 @@ def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[di
     """
     model = stack.asset_models().asset
     owed: dict[str, tuple[str, str, str]] = {}
-    # Independently of notification_for: each time an asset enters ready or failed for an
+    # Independently of notification_for: each time an asset enters ready, failed or rejected for an
     # S3 version, or deleted from anything but deleted (an unknown key's tombstone owes
     # nothing), is one episode, which owes exactly one id; a later event that moves only
     # the sequencer, or a progress write, is the same episode.
@@ -89,7 +90,7 @@ def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[di
             owed[notification.id] = (new.key, version, str(notification.type))
         state = str(new.state)
         run = None
-        if state in ("ready", "failed", "deleted"):
+        if state in ("ready", "failed", "rejected", "deleted"):
             version = "" if state == "deleted" else _s3_version(dataclasses.asdict(new.version))
             run = (state, version, _serving(state, [job.recipe for job in new.jobs]))
         previous = run_of.get(new.key, _UNSEEN)

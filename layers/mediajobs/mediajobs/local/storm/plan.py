@@ -9,8 +9,9 @@ import io
 import random
 import subprocess
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from mediajobs.local.storm.config import StormConfig
 
@@ -79,16 +80,47 @@ def video(seed: int) -> bytes:
         return out.read_bytes()
 
 
+#: What marks a storm content made from the known-bad test card (its JPEG comment).
+KNOWN_BAD_MARK: Final = b"mediajobs storm known-bad"
+
+
+def known_bad(seed: int, size: tuple[int, int] = (96, 64)) -> bytes:
+    """A unique JPEG of the moderation policy's known-bad test card
+    (:mod:`mediajobs.local.moderation_samples`): its grid, so its perceptual hash is the
+    card's, a few pixels of its last row from ``seed``, and :data:`KNOWN_BAD_MARK`."""
+    from PIL import Image
+
+    from mediajobs.local.moderation_samples import card
+
+    picture: Image.Image = card("known-bad", size)
+    rng = random.Random(seed)
+    for _ in range(6):
+        level = rng.randrange(256)
+        picture.putpixel((rng.randrange(size[0]), size[1] - 1), (level, level, level))
+    out = io.BytesIO()
+    picture.save(out, "JPEG", quality=85, comment=KNOWN_BAD_MARK)
+    return out.getvalue()
+
+
+def is_known_bad(content: bytes) -> bool:
+    """Whether a storm content is one of :func:`known_bad`'s."""
+    return KNOWN_BAD_MARK in content[:512]
+
+
 def plan(cfg: StormConfig) -> tuple[list[Upload], list[bytes]]:
     """The uploads in order and the distinct contents, every choice drawn from ``cfg.seed``
-    (a share ``cfg.video_rate`` of the contents are videos: :func:`video`)."""
+    (a share ``cfg.video_rate`` of the contents are videos: :func:`video`; a share
+    ``cfg.reject_rate`` of the images the known-bad card: :func:`known_bad`)."""
     rng = random.Random(cfg.seed)
     copies = round(cfg.uploads * cfg.identical_share)
     uniques = max(1, cfg.uploads - copies)
     videos = random.Random(f"{cfg.seed}-videos")  # its own generator: the other choices stay
     is_video = [cfg.video_rate > 0 and videos.random() < cfg.video_rate for _ in range(uniques)]
+    rejects = random.Random(f"{cfg.seed}-rejects")  # its own generator too
+    is_bad = [not v and cfg.reject_rate > 0 and rejects.random() < cfg.reject_rate for v in is_video]
     contents = [
-        video(cfg.seed * 1_000_003 + i) if v else jpeg(cfg.seed * 1_000_003 + i) for i, v in enumerate(is_video)
+        video(cfg.seed * 1_000_003 + i) if v else (known_bad if is_bad[i] else jpeg)(cfg.seed * 1_000_003 + i)
+        for i, v in enumerate(is_video)
     ]
     suffix = [".mp4" if v else ".jpg" for v in is_video]
     uploads = [
@@ -146,3 +178,21 @@ def _plan_changes(cfg: StormConfig, uploads: list[Upload], contents: list[bytes]
             at = uploads.index(change)
             drop = Upload(change.key, change.data_index, change.checksum, kind="delete_noncurrent")
             uploads.insert(noncurrent.randrange(at + 1, len(uploads) + 1), drop)
+
+
+def planned_keys(contents: Sequence[bytes], active: Mapping[str, Sequence[Any]]) -> dict[str, set[str]]:
+    """The job keys the active recipes ``active`` plan for ``contents``, by recipe reference,
+    under the storm's policy (``POLICY_VERSION``, as its workers read it): a rendition's key
+    hashes its moderation job's, so it is planned, never a bare ``job_key``."""
+    from mediajobs.domain.keys import sha256_hex
+    from mediajobs.domain.plan import Where, plan_jobs
+    from mediajobs.settings import Settings
+
+    settings = Settings.from_env()
+    where = Where("storm", "originals/storm", settings.derivatives_prefix, settings.policy_version)
+    keys: dict[str, set[str]] = {}
+    for content in contents:
+        media = "video" if is_video(content) else "image"
+        for job in plan_jobs(sha256_hex(content), media, {media: list(active.get(media, ()))}, where):
+            keys.setdefault(job.recipe.ref, set()).add(job.key)
+    return keys

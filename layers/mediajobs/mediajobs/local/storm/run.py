@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mediajobs.domain.keys import sha256_hex
 from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.notifications import LocalNotifications
 from mediajobs.local.runner import QUEUE_DEPTH_ATTRIBUTES
@@ -25,7 +26,7 @@ from mediajobs.local.storm.collection import Collections
 from mediajobs.local.storm.config import StormConfig
 from mediajobs.local.storm.feeder import Feeder
 from mediajobs.local.storm.notification_checks import notification_checks, watch_asset_writes
-from mediajobs.local.storm.plan import plan
+from mediajobs.local.storm.plan import is_known_bad, plan
 from mediajobs.local.storm.pool import WorkerPool
 from mediajobs.local.storm.summary import summarize
 
@@ -92,7 +93,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             if events_log is not None:
                 with open(events_log, "w", encoding="utf-8") as log_out:
                     log_out.writelines(json.dumps(e) + "\n" for e in events)
-            end = end_checks(stack, {u.key for u in feeder.uploads}, videos_split=cfg.video_rate > 0)
+            refused = frozenset(sha256_hex(c) for c in feeder.contents if is_known_bad(c))
+            end = end_checks(stack, {u.key for u in feeder.uploads}, videos_split=cfg.video_rate > 0, rejected=refused)
             told_checks = notification_checks(stack, told)
             backfilled = None
             if backfill is not None:

@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 from mediajobs.bootstrap import active_recipes
-from mediajobs.domain.keys import job_key, sha256_hex
 from mediajobs.local.conflicts import TransactionConflicts
 from mediajobs.local.storm.accounting import (
     copy_deliveries,
@@ -18,7 +17,7 @@ from mediajobs.local.storm.accounting import (
 )
 from mediajobs.local.storm.collection import Collections
 from mediajobs.local.storm.feeder import Feeder
-from mediajobs.local.storm.plan import VIDEO_PARTS, is_video
+from mediajobs.local.storm.plan import VIDEO_PARTS, is_known_bad, is_video, planned_keys
 
 
 def summarize(
@@ -66,11 +65,10 @@ def summarize(
     # video its parts (a split job's segments and audio: VIDEO_PARTS each).
     recipes = active_recipes()
     videos = [c for c in feeder.contents if is_video(c)]
-    unique_keys = {
-        job_key(sha256_hex(c), recipe.sha256)
-        for c in feeder.contents
-        for recipe in recipes["video" if is_video(c) else "image"]
-    }
+    # A content the policy refuses commits no job: its moderation job fails, its renditions never run.
+    refused = [c for c in feeder.contents if is_known_bad(c)]
+    accepted = [c for c in feeder.contents if not is_known_bad(c)]
+    unique_keys = {key for keys in planned_keys(accepted, recipes).values() for key in keys}
     lost = checks["assets_not_ready"]
     records = [e for e in events if e["event"] == "record"]
     copies = copy_deliveries(records, uploads)
@@ -91,6 +89,7 @@ def summarize(
         else 0.0,
         "seconds": round(time.monotonic() - started, 1),
         # Beyond the contract: what the storm was made of.
+        "rejected_contents": len(refused),
         "deliveries": len(records),
         "duplicate_deliveries": len(duplicates),
         # Duplicates that wrote: they came while the first delivery of their version was
