@@ -36,7 +36,8 @@ def test_process_json_prints_one_object_per_input(tmp_path):
 
     assert set(first) == {"input", "sha256", "media", "state", "reason", "detail", "jobs"}
     assert (first["media"], first["state"], first["reason"], first["detail"]) == ("image", "done", None, None)
-    job, placeholder = first["jobs"]
+    moderation, job, placeholder = first["jobs"]
+    assert (moderation["recipe"], moderation["state"], moderation["outputs"]) == ("moderation-image@1", "done", [])
     assert set(job) == {"recipe", "job_key", "state", "reused", "reason", "manifest", "outputs"}
     assert (placeholder["recipe"], placeholder["state"], placeholder["outputs"]) == ("image-placeholder@1", "done", [])
     decisions = json.loads(Path(placeholder["manifest"]).read_text())["decisions"]
@@ -55,7 +56,7 @@ def test_process_json_prints_one_object_per_input(tmp_path):
     manifest = json.loads(Path(job["manifest"]).read_text())
     assert manifest["job_key"] == job["job_key"] and manifest["source"]["sha256"] == first["sha256"]
 
-    assert (again["jobs"][0]["reused"], again["jobs"][0]["job_key"]) == (True, job["job_key"])
+    assert (again["jobs"][1]["reused"], again["jobs"][1]["job_key"]) == (True, job["job_key"])
     assert empty_line == {
         "input": empty,
         "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
@@ -133,19 +134,30 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     assert "(copy)" in done.stdout and "reused" in done.stdout
     # Each asset told once, to the verifying receiver and the bus; the second delivery of
     # every event told nothing new; each delete told once.
-    assert "notifications: 9 new ids at the webhook (9 deliveries), 9 bus events" in done.stdout
+    # The moderation policy: the known-bad test card refused by its hash rule, rendering
+    # nothing; the review card held, accepted by the demo's reviewer, then rendered.
+    assert "known-bad-card.png: rejected, nothing rendered (rule perceptual:" in done.stdout
+    assert "review-card.png: held for review: its renditions wait for a person" in done.stdout
+    assert "review accepted by demo:reviewer: originals/demo/10-review-card.png: ready, 3 outputs" in done.stdout
+    assert "labels DECLARED for the test cards" in done.stdout and "not a model" in done.stdout
+    # Every event twice, and the decision log says no identity was processed twice.
+    assert "none: every identity was processed once, its duplicates reused" in done.stdout
+    assert "notifications: 11 new ids at the webhook (11 deliveries), 11 bus events" in done.stdout
     assert (
         "notifications after the second delivery: 0 new ids at the webhook (0 deliveries), 0 bus events" in done.stdout
     )
     assert "notifications of the deletes: 2 new ids at the webhook (2 deliveries), 2 bus events" in done.stdout
-    assert done.stdout.count("  Asset Ready ") == 9 and done.stdout.count("  Asset Deleted ") == 2
+    assert done.stdout.count("  Asset Ready ") == 10 and done.stdout.count("  Asset Deleted ") == 2
+    assert done.stdout.count("  Asset Rejected ") == 1
     index = out / "index.html"
     assert str(index) in done.stdout
     page = index.read_text()
-    # 6 photos, 2 videos, a copy of the first photo; the first and its copy deleted, and said so
-    assert page.count("<section>") + page.count("<section class=deleted>") == 9
+    # 6 photos, 2 videos, a copy of the first photo, two test cards; the first and its copy
+    # deleted, and said so
+    assert page.count("<section>") + page.count("<section class=deleted>") == 11
     assert page.count("<section class=deleted>") == 2 and "copies fetched into this folder before the delete" in page
-    folders = sorted(p for p in out.iterdir() if p.is_dir())
+    folders = sorted(p for p in out.iterdir() if p.is_dir() and "known-bad" not in p.name)  # it has none
+    assert "rejected: rejected rule perceptual:" in page
     videos = {"bigbuckbunny": {"720p.mp4", "360p.mp4", "poster.jpg"}, "bikes": {"source.mp4", "poster.jpg"}}
     for folder in folders:
         video = next((names for stem, names in videos.items() if stem in folder.name), None)
@@ -297,7 +309,7 @@ def test_a_video_failure_names_its_reason_and_the_table_says_why(tmp_path):
     assert (done.returncode, line["state"], line["reason"], line["media"]) == (
         0, "failed", "invalid_media", "video",
     )  # fmt: skip
-    assert (line["jobs"][0]["recipe"], line["jobs"][0]["reason"]) == ("web-video@2", "invalid_media")
+    assert (line["jobs"][0]["recipe"], line["jobs"][0]["reason"]) == ("moderation-video@1", "invalid_media")
     table = run("process", video, "--out", str(tmp_path / "o2"), cwd=tmp_path)
     assert "failed: invalid_media (moov atom not found)" in table.stdout
 

@@ -1,6 +1,9 @@
 """``mediajobs demo``: sample photos and videos (or the user's files) through the embedded
-AWS, every event delivered twice, the notifications told, two originals that share a
-derivative set deleted and collected, and a gallery written."""
+AWS under the moderation policy -- two synthetic test cards among them, one refused by the
+policy's hash rule and one held for review, then accepted as a reviewer would --, every
+event delivered twice, the notifications told, the decision log asked "why did costs
+spike?", two originals that share a derivative set deleted and collected, and a gallery
+written."""
 
 from __future__ import annotations
 
@@ -10,12 +13,14 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mediajobs.adapters.ffmpeg import FfmpegMissing, find_binaries
 from mediajobs.domain.jobs import SourceResult
+from mediajobs.domain.keys import NO_POLICY
 from mediajobs.domain.segments import MAX_SEGMENT_SECONDS, MIN_SEGMENT_SECONDS
 from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import (
@@ -26,6 +31,7 @@ from mediajobs.local.commands.common import (
     print_splits,
     print_table,
     refused_unread,
+    renditions,
 )
 from mediajobs.local.commands.served import asset_document
 from mediajobs.local.gallery import (
@@ -35,6 +41,7 @@ from mediajobs.local.gallery import (
     placeholder_from_manifest,
     write_gallery,
 )
+from mediajobs.local.moderation_samples import write_card
 from mediajobs.local.progress import ProgressBars
 from mediajobs.local.session import AdapterWrapper, LocalSession
 
@@ -161,20 +168,29 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
                 f"originals/demo/{len(files):02d}-copy-of-{key_name(files[0].name)}",
             )
         )
+        moderated: list[tuple[str, Path, str]] = []
+        cards = tempfile.TemporaryDirectory(prefix="mediajobs-cards-")  # made here; copied into the gallery
+        if session.settings.policy_version != NO_POLICY:  # the policy's rules, end to end
+            for card in ("known-bad", "review"):
+                path = write_card(card, Path(cards.name) / f"{card}-card.png")
+                moderated.append((f"{card} test card", path, f"originals/demo/{len(uploads):02d}-{card}-card.png"))
+                uploads.append(moderated[-1])
         started = time.monotonic()
         for _, path, key in uploads:
             session.upload(path, key)
         first_received = session.run().received
         first_bodies = list(session.esm.stats.bodies)
         first_seconds = time.monotonic() - started
-        renders_first = len(session.collector.renders)
         print(
             f"\nfirst delivery: {len(uploads)} uploads -> {first_received} events, "
-            f"{renders_first} renders, {first_seconds:.1f} s\n"
+            f"{len(session.collector.renders)} renders, {first_seconds:.1f} s\n"
         )
         rows = [(title, first_result(session, key)) for title, _, key in uploads]
         print_table(rows)
         print_splits(session, [(title, key) for title, _, key in uploads])
+        if moderated:
+            _moderation(session, [key for _, _, key in moderated])
+        renders_first = len(session.collector.renders)  # the review's renditions included
         _tell(told, "notifications")
 
         session.redeliver(first_bodies)
@@ -188,12 +204,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         )
         no_new_ids = _tell(told, "notifications after the second delivery") == 0
         print(f"dead-letter queue: {session.dead_letters()} messages")
+        spikes_clear = _spikes(session)
 
         entries = []
         for title, path, key in uploads:
             result = first_result(session, key)
             folder = out_dir / Path(key).stem
-            fetched = session.fetch(result.jobs[0], folder) if result.jobs and result.state == "done" else None
+            shown = renditions(result)
+            fetched = session.fetch(shown[0], folder) if shown and result.state == "done" else None
             folder.mkdir(parents=True, exist_ok=True)
             original: Path | None = None  # one refused by its size is never read
             if not refused_unread(result):
@@ -204,7 +222,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
             entry.placeholder = _placeholder(session, result, folder)
             entries.append(entry)
         # The first photo and its copy share one derivative set: delete them one by one.
-        collected = _delete_and_collect(session, uploads[0][2], uploads[-1][2])
+        collected = _delete_and_collect(session, uploads[0][2], uploads[len(files)][2])  # the copy
         _tell(told, "notifications of the deletes")
         for entry, (_, _, key) in zip(entries, uploads, strict=True):
             entry.status = asset_document(session.stack, key)
@@ -213,7 +231,64 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     print(f"open {index}")
     if not no_new_ids:
         print("UNEXPECTED: the second delivery told new notifications")
-    return 0 if renders_second == 0 and collected and no_new_ids else 1
+    return 0 if renders_second == 0 and collected and no_new_ids and spikes_clear else 1
+
+
+def _moderation(session: LocalSession, keys: list[str]) -> None:
+    """The moderation part of the demo: what the policy decided of the two test cards (one
+    refused by its hash rule, rendering nothing; one held for review), then the review
+    accepted as ``mediajobs review accept KEY`` (or ``POST /review``) would, and the asset it
+    makes ready."""
+    from mediajobs.bootstrap import build_reviews
+
+    stack = session.stack
+    print(
+        "\nmoderation (policy moderation-policy@"
+        f"{session.settings.policy_version}): the embedded AWS answers DetectModerationLabels from labels "
+        "DECLARED for the test cards (local/declared-labels.json): not a model; deployed, Rekognition decides"
+    )
+    for key in keys:
+        print(f"  {key}: {_asset_line(stack, key)}")
+    held = [key for key in keys if (asset_document(stack, key) or {}).get("state") == "review"]
+    settings = stack.settings(jobs_queue_arn=stack.queue_arn, media_bucket=stack.bucket)
+    reviews = build_reviews(settings, stack.clients(), stack.assets())
+    for key in held:
+        answer = reviews.decide(key, "accepted", "demo:reviewer")
+        session.run()
+        print(f"  review accepted by {answer.by}: {key}: {_asset_line(stack, key)}")
+
+
+def _asset_line(stack: Any, key: str) -> str:
+    """An asset's state in words: its state, and the rule that fired or what it renders."""
+    document = asset_document(stack, key) or {}
+    state = document.get("state")
+    if state == "rejected":
+        return f"rejected, nothing rendered ({document.get('detail')})"
+    if state == "review":
+        return "held for review: its renditions wait for a person"
+    outputs = sum(len(r["outputs"]) for r in document.get("recipes", {}).values())
+    return f"{state}, {outputs} outputs"
+
+
+def _spikes(session: LocalSession) -> bool:
+    """``mediajobs decisions spikes`` over the demo's run: after every event came twice, no
+    identity processed twice and the duplicates reused. Prints the report; whether it holds."""
+    from mediajobs.local.commands.decisions import format_spikes, spikes_report
+    from mediajobs.local.decisions import DecisionLogReader
+
+    stack = session.stack
+    if not stack.decisions_bucket:
+        return True
+    reader = DecisionLogReader(stack.client("s3"), stack.decisions_bucket)
+    report = spikes_report(reader, 0)
+    counts = reader.count()
+    print("\ndecision log: " + ", ".join(f"{n} {action}" for action, n in counts.items()))
+    print("$ mediajobs decisions spikes --since 24h")
+    print(format_spikes(report, "24h"))
+    clear = not report["groups"] and counts.get("reuse", 0) > 0
+    if not clear:
+        print("UNEXPECTED: an identity was processed more than once, or nothing was reused")
+    return clear
 
 
 def _tell(told: LocalNotifications, title: str) -> int:
@@ -231,8 +306,10 @@ def _tell(told: LocalNotifications, title: str) -> int:
 def _gallery_entry(
     title: str, original: Path | None, result: SourceResult, fetched: dict[str, Any] | None
 ) -> GalleryEntry:
-    """The gallery's row of one upload: its first job's outputs as ``fetched``, or its failure."""
-    job = result.jobs[0] if result.jobs else None
+    """The gallery's row of one upload: its first rendition's outputs as ``fetched``, or its
+    failure (a refusal by the moderation policy says so)."""
+    shown = renditions(result)
+    job = shown[0] if shown else None
     entry = GalleryEntry(title=title, original=original, job_key=job.job_key if job else None)
     if fetched and job:
         for out in job.outputs:
@@ -240,7 +317,8 @@ def _gallery_entry(
                 GalleryVariant(out.name, fetched["outputs"][out.name], out.width, out.height, out.bytes)
             )
     if result.state != "done":
-        entry.failure = f"failed: {result.reason} {result.detail or ''}".strip()
+        word = "rejected" if result.state == "rejected" else "failed"
+        entry.failure = f"{word}: {result.reason} {result.detail or ''}".strip()
     return entry
 
 
