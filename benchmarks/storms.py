@@ -83,6 +83,13 @@ def _videos_split(s: Summary) -> list[str]:
     return missing
 
 
+def _moderated(s: Summary) -> list[str]:
+    """Contents were refused and each was told Asset Rejected (simulate checks that each
+    renders nothing, is told once, and that every claim has its decision record)."""
+    told = s["notifications"]["by_type"].get("Asset Rejected", 0)
+    return [] if s.get("rejected_contents") and told else [f"{s.get('rejected_contents')} refused, {told} told"]
+
+
 def _no_checksums(s: Summary) -> list[str]:
     """Without checksums a duplicate of a ready version still costs one read, no S3 byte."""
     if s["busy_resent"] == 0 and s["ddb_requests_per_duplicate"] != 1.0:
@@ -122,6 +129,14 @@ STORMS = (
         ("--uploads", "200", "--workers", "4", "--crash-rate", "0.05", "--overwrite-rate", "0.1")
         + ("--delete-rate", "0.1", "--video-rate", "0.1"),
         lambda s: _every_change(s) + _videos_split(s),
+    ),
+    # Issue 28's: moderation on (every storm's), a tenth of the image contents the policy's
+    # known-bad test card, with crashes, overwrites and deletes going on.
+    Storm(
+        "issue-28",
+        ("--uploads", "200", "--workers", "4", "--crash-rate", "0.05", "--overwrite-rate", "0.1")
+        + ("--delete-rate", "0.1", "--reject-rate", "0.1"),
+        lambda s: _every_change(s) + _moderated(s),
     ),
     Storm(
         "crash-heavy",

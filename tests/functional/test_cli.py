@@ -157,7 +157,7 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     assert page.count("<section>") + page.count("<section class=deleted>") == 11
     assert page.count("<section class=deleted>") == 2 and "copies fetched into this folder before the delete" in page
     folders = sorted(p for p in out.iterdir() if p.is_dir() and "known-bad" not in p.name)  # it has none
-    assert "rejected: rejected rule perceptual:" in page
+    assert "rejected by the moderation policy, nothing rendered or shown: rule perceptual:" in page
     videos = {"bigbuckbunny": {"720p.mp4", "360p.mp4", "poster.jpg"}, "bikes": {"source.mp4", "poster.jpg"}}
     for folder in folders:
         video = next((names for stem, names in videos.items() if stem in folder.name), None)

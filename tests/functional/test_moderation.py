@@ -117,7 +117,9 @@ def test_a_held_asset_waits_for_a_person_and_is_ready_once_accepted(session):
         moderation.state == "review" and moderation.decisions["moderation"]["rule"] == "label:Visually Disturbing>=80"
     )
     assert [j.state for j in held.jobs[1:]] == ["waiting", "waiting"]
-    assert asset(session, key).state == AssetState.REVIEW
+    view = asset(session, key)
+    assert view.state == AssetState.REVIEW and view.reason is None
+    assert view.detail == "held for review: rule label:Visually Disturbing>=80: Visually Disturbing 91.5"
     renders = len(session.collector.renders)
     session.redeliver(list(session.esm.stats.bodies[-1:]))  # a duplicate while held: nothing read or rendered
     session.run()

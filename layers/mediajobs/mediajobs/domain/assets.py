@@ -260,8 +260,9 @@ def summarize(jobs: Sequence[AssetJob]) -> tuple[AssetState, str | None, str]:
         if job.state == AssetJobState.FAILED:
             state = AssetState.REJECTED if job.reason == REJECTED else AssetState.FAILED
             return state, job.reason, job.detail
-    if any(job.state == AssetJobState.REVIEW for job in jobs):
-        return AssetState.REVIEW, None, ""
+    held = next((job for job in jobs if job.state == AssetJobState.REVIEW), None)
+    if held is not None:
+        return AssetState.REVIEW, None, held.detail
     if jobs and all(job.state == AssetJobState.DONE for job in jobs):
         return AssetState.READY, None, ""
     if any(job.state in (AssetJobState.PROCESSING, AssetJobState.DONE) for job in jobs):

@@ -124,12 +124,13 @@ DELETED_NOTE: Final = (
 #: The badges' meaning, above the rows.
 LEGEND: Final = (
     "Each badge is the asset's state as the status route answers it now: ready (its derivatives "
-    "are served), processing or pending, failed (with the reason code; its detail on hover), "
-    "deleted (the original is gone; its pictures here are local copies)."
+    "are served), processing or pending, review (held by the moderation policy until a person decides), "
+    "failed (with the reason code; its detail on hover), rejected (refused by the moderation policy: "
+    "nothing rendered; the rule on hover), deleted (the original is gone; its pictures here are local copies)."
 )
 
 #: States a badge has a colour for (``docs/assets.md``); any other is drawn plain.
-BADGE_STATES = ("pending", "processing", "ready", "failed", "deleted")
+BADGE_STATES = ("pending", "processing", "review", "ready", "failed", "rejected", "deleted")
 
 
 def status_badge(document: Mapping[str, Any] | None) -> str:
@@ -147,6 +148,8 @@ def status_badge(document: Mapping[str, Any] | None) -> str:
             text += f" {max(progress):.0%}"
     if state == "failed" and document.get("reason"):
         text += f": {document['reason']}"
+        title = str(document.get("detail") or "")
+    if state in ("rejected", "review"):
         title = str(document.get("detail") or "")
     css = state if state in BADGE_STATES else "other"
     shown_title = f' title="{html.escape(title)}"' if title else ""
@@ -220,7 +223,8 @@ figcaption {{ font-size: .85rem; color: #444; }}
 .badge {{ font-size: .8rem; font-weight: normal; padding: .1rem .5rem; border-radius: .6rem;
           color: #fff; background: #666; vertical-align: middle; }}
 .badge.ready {{ background: #2a7a2a; }} .badge.processing, .badge.pending {{ background: #a87000; }}
-.badge.failed {{ background: #a00; }} .badge.deleted {{ background: #555; text-decoration: line-through; }}
+.badge.failed, .badge.rejected {{ background: #a00; }} .badge.review {{ background: #6a3d9a; }}
+.badge.deleted {{ background: #555; text-decoration: line-through; }}
 .deleted .row {{ opacity: .4; }} .note {{ color: #555; margin: 0 0 .5rem; }}
 </style></head><body><h1>{html.escape(title)}</h1>
 <p class="note">{html.escape(LEGEND)}</p>

@@ -61,6 +61,7 @@ from mediajobs.domain.jobs import (
     SourceResult,
     SourceState,
 )
+from mediajobs.domain.moderation import moderation_of
 from mediajobs.service_layer.ports import Assets
 
 log = logging.getLogger(__name__)
@@ -567,7 +568,7 @@ def _claimed(claim: Claim) -> AssetJob | None:
                 "", claim.job_key, AssetJobState.DONE, manifest_key=claim.manifest_key, outputs=claim.outputs
             )
         case ClaimOutcome.HELD:
-            return AssetJob("", claim.job_key, AssetJobState.REVIEW)
+            return AssetJob("", claim.job_key, AssetJobState.REVIEW, detail=held_because(claim.decisions))
         case ClaimOutcome.FAILED:
             return AssetJob(
                 "",
@@ -611,5 +612,12 @@ def _finished(result: JobResult) -> AssetJob:
             outputs=tuple(result.outputs),
         )
     if result.state == JobState.REVIEW:
-        return AssetJob(result.recipe, result.job_key, AssetJobState.REVIEW)
+        return AssetJob(result.recipe, result.job_key, AssetJobState.REVIEW, detail=held_because(result.decisions))
     return AssetJob(result.recipe, result.job_key, AssetJobState.FAILED, reason=result.reason, detail=result.detail)
+
+
+def held_because(decisions: Mapping[str, Any] | None) -> str:
+    """Why a moderation job holds its asset for review, in words: the rule that fired and
+    its evidence (what a reviewer reads in the status document's ``detail``)."""
+    decision = moderation_of(decisions) or {}
+    return f"held for review: rule {decision.get('rule')}: {decision.get('evidence')}"

@@ -105,11 +105,11 @@ def format_spikes(report: dict[str, Any], since: str) -> str:
         lines.append(f"  {'':32} {CAUSES[group['cause']]}")
     if not report["groups"]:
         lines.append("  none: every identity was processed once, its duplicates reused")
-    lines.append("top identities by CPU:")
+    lines.append("top identities by CPU (a job key names one; a long video's parts are jobs of one content):")
     for row in report["top_cpu"]:
         lines.append(
-            f"  {row['content']}  {row['recipe']}@{row['recipe_v']} policy {row['policy']}  "
-            f"{row['cpu_s']:.2f} s CPU in {row['renders']} render(s)"
+            f"  job {row['job']}  {row['recipe']}@{row['recipe_v']} policy {row['policy']} "
+            f"(content {row['content']})  {row['cpu_s']:.2f} s CPU in {row['renders']} run(s)"
         )
     return "\n".join(lines)
 

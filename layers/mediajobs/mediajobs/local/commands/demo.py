@@ -190,6 +190,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         print_splits(session, [(title, key) for title, _, key in uploads])
         if moderated:
             _moderation(session, [key for _, _, key in moderated])
+            first_received = session.run().received  # the review's job requests included
         renders_first = len(session.collector.renders)  # the review's renditions included
         _tell(told, "notifications")
 
@@ -213,8 +214,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
             shown = renditions(result)
             fetched = session.fetch(shown[0], folder) if shown and result.state == "done" else None
             folder.mkdir(parents=True, exist_ok=True)
-            original: Path | None = None  # one refused by its size is never read
-            if not refused_unread(result):
+            original: Path | None = None  # one refused by its size is never read; one the
+            # moderation policy refused is never shown (what known-bad content is for)
+            if not refused_unread(result) and result.state != "rejected":
                 original = folder / f"original{path.suffix.lower()}"
                 shutil.copyfile(path, original)
             preview = original if result.media == "image" else None  # a video is shown by its poster
@@ -316,9 +318,10 @@ def _gallery_entry(
             entry.variants.append(
                 GalleryVariant(out.name, fetched["outputs"][out.name], out.width, out.height, out.bytes)
             )
-    if result.state != "done":
-        word = "rejected" if result.state == "rejected" else "failed"
-        entry.failure = f"{word}: {result.reason} {result.detail or ''}".strip()
+    if result.state == "rejected":
+        entry.failure = f"rejected by the moderation policy, nothing rendered or shown: {result.detail}"
+    elif result.state != "done":
+        entry.failure = f"failed: {result.reason} {result.detail or ''}".strip()
     return entry
 
 

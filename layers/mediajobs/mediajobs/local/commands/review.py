@@ -35,8 +35,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     stack = served_stack(args.endpoint)
     assets = stack.assets()
     if args.action == "list":
-        held = [view.key for view in _all(assets) if view.state == AssetState.REVIEW]
-        print(json.dumps(held) if args.json else ("\n".join(held) or "no asset is held for review"))
+        held = [(view.key, view.detail) for view in _all(assets) if view.state == AssetState.REVIEW]
+        if args.json:
+            print(json.dumps([{"key": key, "detail": detail} for key, detail in held]))
+        else:
+            print("\n".join(f"{key}  {detail}" for key, detail in held) or "no asset is held for review")
         return 0
     if not args.key:
         parser.error("review accept|reject needs the original's KEY")
@@ -47,7 +50,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     if args.json:
         print(json.dumps(answer.to_json()))
     else:
-        print(f"{args.key}: {answer.state} ({answer.outcome or '-'} by {answer.by or '-'}; asset {answer.asset_state})")
+        if answer.asset_state is None:
+            print(f"{args.key}: no asset for this key")
+        elif answer.outcome is None:
+            print(f"{args.key}: {answer.state} (the asset is {answer.asset_state})")
+        else:
+            print(f"{args.key}: {answer.state} ({answer.outcome} by {answer.by}; the asset was {answer.asset_state})")
     return 0 if answer.state in ("decided", "already_decided") else 1
 
 

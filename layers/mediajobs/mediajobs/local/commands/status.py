@@ -83,8 +83,10 @@ def _print_status(document: dict[str, Any]) -> None:
     """The human form of a :func:`~mediajobs.domain.assets.status_document`."""
     version = document["version"]
     state = document["state"]
-    if document.get("reason"):
+    if document.get("reason") and document["reason"] != state:
         state += f": {document['reason']}{because(document.get('detail'))}"
+    elif document.get("detail"):  # rejected (the rule that fired), review (the rule that holds it)
+        state += because(document.get("detail"))
     print(f"{document['key']}  {state}")
     size = "size unknown" if version["size_bytes"] is None else f"{version['size_bytes']} bytes"
     print(f"  version   {version['version_id'] or '-'} (etag {version['etag'] or '-'}, {size})")
