@@ -77,6 +77,7 @@ from mediajobs.domain.jobs import (
     reviewed,
     standing_claim,
     taken_over,
+    waiting_again,
 )
 from mediajobs.domain.keys import sha256_hex
 from mediajobs.domain.manifest import RenderDecisions
@@ -302,6 +303,10 @@ class FakeLedger:
     def hold(self, job_key, token, decisions, *, now_s):
         self.log.append(("hold", job_key))
         return self._held(job_key, token, HELD_RENDERING, held_for_review(decisions, now_s))
+
+    def wait_again(self, job_key, token, pending, *, now_s):
+        self.log.append(("wait_again", job_key, tuple(sorted(pending))))
+        return self._held(job_key, token, HELD_RENDERING, waiting_again(pending, now_s))
 
     def review(self, job_key, review, *, now_s):
         self.log.append(("review", job_key, review.get("outcome")))

@@ -18,12 +18,14 @@ from PIL import Image
 from mediajobs.bootstrap import active_recipes, build_reviews
 from mediajobs.domain.assets import AssetState
 from mediajobs.domain.jobs import JobState
+from mediajobs.domain.moderation import Label
 from mediajobs.domain.plan import Where, plan_jobs
 from mediajobs.entrypoints.status import make_status_app
 from mediajobs.local.decisions import DecisionLogReader
 from mediajobs.local.function_events import function_url_event
 from mediajobs.local.moderation_samples import card
 from mediajobs.local.session import LocalSession
+from mediajobs.service_layer.ports import LabelsFound
 from tests.conftest import REPO, media_file
 
 pytestmark = pytest.mark.subprocess
@@ -172,7 +174,8 @@ def test_the_review_route_decides_for_a_reviewer_only_and_a_rejection_renders_no
     assert (status, body["state"], body["outcome"], body["by"]) == (200, "decided", "rejected", REVIEWER)
     session.run()
     view = asset(session, key)
-    assert (view.state, view.reason) == (AssetState.REJECTED, "rejected") and f"by {REVIEWER}" in view.detail
+    assert (view.state, view.reason) == (AssetState.REJECTED, "rejected")
+    assert "rejected by a person in review" in view.detail and REVIEWER not in view.detail  # the ARN is the ledger's
     for job in session.stack.ledger().find([j.job_key for j in view.jobs]).values():
         assert job.state == JobState.PERMANENT_FAILURE and listed(session, job.job_key) == []
     assert notifications(session, key) == ["Asset Rejected"]
@@ -213,6 +216,11 @@ def test_every_processing_start_in_the_ledger_has_its_decision_record(session):
     """``decisions_missing`` = 0: every claim a job's row counts has a ``process`` or
     ``takeover`` record (or, committing a review, the review's), and every moderation
     outcome and review is recorded with its rule or reviewer."""
+    upload(session, png(card("known-bad"), 3), "log-bad.png")  # what it needs, whatever ran before it
+    for level, outcome in ((5, "accepted"), (6, "rejected")):
+        held = upload(session, review_card(level), f"log-{outcome}.png")
+        reviews_of(session).decide(held, outcome, REVIEWER)
+        session.run()
     reader = DecisionLogReader(session.stack.client("s3"), session.stack.decisions_bucket)
     with reader.records() as folder:
         records = [
@@ -232,3 +240,110 @@ def test_every_processing_start_in_the_ledger_has_its_decision_record(session):
     outcomes = {r["action"] for r in records if r["action"] in ("accepted", "rejected", "review")}
     assert outcomes == {"accepted", "rejected", "review"}
     assert any(r.get("rule", "").startswith("perceptual:") for r in records if r["action"] == "rejected")
+
+
+def test_a_picture_hidden_in_its_alpha_channel_is_judged_as_a_dark_page_shows_it(session):
+    """White pixels carrying the known-bad card in their alpha: blank on white, the card on
+    black -- and the renditions keep the alpha. Judged on both, it is rejected."""
+    bad = card("known-bad").convert("L")
+    hidden = Image.merge("RGBA", [Image.new("L", bad.size, 255)] * 3 + [bad])
+    key = upload(session, png(hidden), "hidden.png")
+    (result,) = session.collector.results[key]
+    assert (result.state, result.reason) == ("rejected", "rejected")
+    samples = session.stack.ledger().get(result.jobs[0].job_key).decisions["moderation"]["samples"]
+    assert [s["perceptual"] for s in samples] == ["0000000000000000", "9a4771cbd85a5a35"]  # on white, on black
+    assert all(listed(session, job.job_key) == [] for job in result.jobs)
+
+
+def test_held_and_waiting_jobs_of_a_deleted_upload_are_collected_and_block_nothing(session):
+    from mediajobs.bootstrap import build_collector
+    from mediajobs.local.session import local_adapters
+
+    key = upload(session, review_card(2) + b"\0", "held-then-deleted.png")  # distinct bytes, the same picture
+    held = [job.job_key for job in asset(session, key).jobs]
+    session.s3.delete_object(Bucket=session.stack.bucket, Key=key)
+    session.run()
+    report = build_collector(session.settings, local_adapters(session.stack, session.settings)).run(grace_s=0)
+    assert report.busy == 0
+    rows = session.stack.ledger().find(held)
+    assert {k: rows[k].state for k in held} == dict.fromkeys(held, JobState.COLLECTED)
+
+
+def test_the_review_route_refuses_what_get_refuses_and_malformed_bodies_with_400(session):
+    for query, body in (
+        ("key=" + urllib.parse.quote("derivatives/x/manifest.json", safe=""), '{"outcome": "accepted"}'),
+        ("key=originals/" + "k" * 1100 + ".png", '{"outcome": "accepted"}'),
+        ("key=originals/a.png", "[" * 100_000),
+        ("key=originals/a.png", '{"outcome": "accepted", "pad": "' + "x" * 2000 + '"}'),
+    ):
+        stack = session.stack
+        settings = stack.settings(jobs_queue_arn=stack.queue_arn, media_bucket=stack.bucket, reviewer_arns=REVIEWER)
+        app = make_status_app(stack.assets(), settings, reviews=reviews_of(session))
+        event = function_url_event(query, method="POST", path="/review", body=body, caller_arn=REVIEWER)
+        assert app.resolve(event, None)["statusCode"] == 400, query[:40]
+    event = function_url_event("key=originals/a.png", method="POST", path="/review", body="!!!", caller_arn=REVIEWER)
+    event["isBase64Encoded"] = True
+    assert app.resolve(event, None)["statusCode"] == 400
+
+
+def test_the_embedded_aws_refuses_a_decompression_bomb_as_rekognition_does(session):
+    out = io.BytesIO()
+    Image.new("1", (20_000, 20_000)).save(out, "PNG")  # 400 megapixels in a few KB
+    client = session.stack.client("rekognition")
+    with pytest.raises(botocore.exceptions.ClientError) as refused:
+        client.detect_moderation_labels(Image={"Bytes": out.getvalue()})
+    assert refused.value.response["Error"]["Code"] == "ImageTooLargeException"
+
+
+class SeesMore:
+    """A label source whose model, once ``seeing`` is set, finds Visually Disturbing in every
+    picture (a model update): the label source as Rekognition's next version might be."""
+
+    name = "rekognition"
+
+    def __init__(self, inner) -> None:
+        self.inner, self.seeing = inner, False
+
+    def detect(self, jpeg, *, min_confidence):
+        if self.seeing:
+            return LabelsFound((Label("Visually Disturbing", "", 91.5),), "7.1", None)
+        return self.inner.detect(jpeg, min_confidence=min_confidence)
+
+
+def test_renditions_taken_back_from_collection_wait_for_their_moderation_held_again(tmp_path):
+    """A photo accepted, deleted and collected, then uploaded again when the label source now
+    holds it: the renditions, whose collected rows a claim takes over, wait for the review
+    again (not failed for an input that is not done), and run once it is accepted."""
+    import dataclasses
+
+    from mediajobs.bootstrap import build_collector
+    from mediajobs.local.session import local_adapters
+    from mediajobs.steps.moderation import ModerationImage
+
+    seeing: list[SeesMore] = []
+
+    def wrap(adapters):
+        steps = dict(adapters.steps)
+        gate = steps["moderation.image"]
+        seeing.append(SeesMore(gate.labels))
+        steps["moderation.image"] = ModerationImage(seeing[-1], gate._sample)
+        return dataclasses.replace(adapters, steps=steps)
+
+    data = (media_file("photos", "orientation-landscape-1.jpg")).read_bytes()
+    with LocalSession(log_level="WARNING", template_path=REPO / "template.yaml", name="mediajobs-remoderate",
+                      wrap_adapters=wrap) as s:  # fmt: skip
+        first = upload(s, data, "accepted.jpg")
+        jobs = [j.job_key for j in s.collector.results[first][-1].jobs]
+        s.s3.delete_object(Bucket=s.stack.bucket, Key=first)
+        s.run()
+        assert build_collector(s.settings, local_adapters(s.stack, s.settings)).run(grace_s=0).collected == 3
+        for labels in seeing:
+            labels.seeing = True
+        again = upload(s, data, "held.jpg")
+        view = asset(s, again)
+        rows = s.stack.ledger().find(jobs)
+        assert view.state == AssetState.REVIEW and [rows[k].state for k in jobs] == ["review", "waiting", "waiting"]
+        assert all(rows[k].failure_reason is None for k in jobs)
+        reviews_of(s).decide(again, "accepted", REVIEWER)
+        s.run()
+        assert asset(s, again).state == AssetState.READY and notifications(s, again) == ["Asset Ready"]

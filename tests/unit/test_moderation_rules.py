@@ -126,8 +126,26 @@ def test_a_review_keeps_the_machines_decision_and_records_the_persons():
         with_review({}, {"outcome": "accepted"})
 
 
+def test_a_role_session_is_matched_by_its_roles_arn_and_a_star_crosses_no_slash():
+    role = "arn:aws:iam::123456789012:role/moderators"
+    assert reviewer_allowed("arn:aws:sts::123456789012:assumed-role/moderators/alice", role)
+    assert not reviewer_allowed("arn:aws:sts::123456789012:assumed-role/moderators-evil/x", role)
+    assert not reviewer_allowed("arn:aws:sts::999999999999:assumed-role/moderators/alice", role)
+    assert not reviewer_allowed("arn:aws:iam::123456789012:role/team/moderators", "arn:aws:iam::123456789012:role/*")
+
+
+def test_a_persons_decision_runs_however_many_claims_the_moderation_took():
+    from mediajobs.domain.jobs import Decision, JobState, JobView, decide, reviewed
+
+    held = JobView("k", JobState.REVIEW.value, "t4", 0, 4)  # four claims: three throttled, one held
+    changes = reviewed({"outcome": "accepted", "by": "ana", "at_s": 1}, 2)
+    row = JobView("k", changes["state"], "t4", 0, changes["attempts"], review=changes["review"])
+    assert decide(held, now_s=3, max_attempts=4) is Decision.HELD
+    assert decide(row, now_s=3, max_attempts=4) is Decision.TAKE_OVER
+
+
 def test_only_a_listed_principal_may_review():
-    patterns = "arn:aws:iam::123456789012:role/moderators, arn:aws:sts::123456789012:assumed-role/mod/*"
+    patterns = "arn:aws:iam::123456789012:role/moderators, arn:aws:sts::123456789012:assumed-role/mod/*"  # noqa: E501
     assert reviewer_allowed("arn:aws:iam::123456789012:role/moderators", patterns)
     assert reviewer_allowed("arn:aws:sts::123456789012:assumed-role/mod/ana", patterns)
     assert not reviewer_allowed("arn:aws:iam::123456789012:role/moderators-not", patterns)

@@ -71,6 +71,7 @@ from mediajobs.domain.jobs import (
     reviewed,
     standing_claim,
     taken_over,
+    waiting_again,
 )
 from mediajobs.domain.keys import ORIGINAL_INPUT
 from mediajobs.domain.parts import Part, Split, split_changes
@@ -516,6 +517,18 @@ class DynamoLedger:
             As :meth:`complete`.
         """
         return view_of(self._holder_writes(job_key, token, held_for_review(decisions, now_s), HELD_RENDERING))
+
+    def wait_again(self, job_key: str, token: str, pending: frozenset[str], *, now_s: int) -> JobView:
+        """A held job waits for its inputs ``pending`` again
+        (:func:`~mediajobs.domain.jobs.waiting_again`); only the holder of ``token`` can.
+        Returns the row as stored after it.
+
+        Raises
+        ------
+        Superseded, PermanentFailure, TransientFailure
+            As :meth:`complete`.
+        """
+        return view_of(self._holder_writes(job_key, token, waiting_again(pending, now_s), HELD_RENDERING))
 
     def review(self, job_key: str, review: Mapping[str, Any], *, now_s: int) -> JobView | None:
         """A person's decision on a job held ``review``: it becomes ``requested`` with the

@@ -607,6 +607,28 @@ def failed(reason: str, detail: str, now_s: int, decisions: Mapping[str, Any] | 
     return changes
 
 
+class InputsPending(Exception):  # noqa: N818 -- a signal, not an error
+    """Raised instead of running a held job whose inputs are not all done: a job taken over
+    from collection whose input (its moderation job, rendered again) is held for review,
+    or runs elsewhere. The job waits for them again (:func:`waiting_again`)."""
+
+    def __init__(self, pending: frozenset[str]) -> None:
+        super().__init__(f"waits for {len(pending)} input(s)")
+        self.pending = pending
+
+
+def waiting_again(pending: frozenset[str], now_s: int) -> Changes:
+    """A held job whose inputs are not all done goes back to ``waiting`` for ``pending``,
+    its lease given up (its inputs' ends request it, as for a job first written waiting)."""
+    return {
+        "state": str(JobState.WAITING),
+        "pending": frozenset(pending),
+        "lease_expires_at_s": 0,
+        "updated_at_s": now_s,
+        **dict.fromkeys(_WHILE_RUNNING),
+    }
+
+
 def held_for_review(decisions: Mapping[str, Any], now_s: int) -> Changes:
     """A held moderation job whose policy said ``review``: ``review`` with its machine
     decision (``decisions``), its lease given up; nothing runs it until :func:`reviewed`."""
@@ -622,8 +644,9 @@ def held_for_review(decisions: Mapping[str, Any], now_s: int) -> Changes:
 def reviewed(review: Mapping[str, Any], now_s: int) -> Changes:
     """A person decided a job held ``review`` (written conditional on the row still being
     ``review``: one decision lands): ``requested`` again, the decision on the row, so that
-    its next run commits it (:attr:`Claim.review`)."""
-    return {"state": str(JobState.REQUESTED), "review": dict(review), "updated_at_s": now_s}
+    its next run commits it (:attr:`Claim.review`), its attempts counted afresh -- the
+    claims the machine's moderation took are not the person's decision's to pay for."""
+    return {"state": str(JobState.REQUESTED), "review": dict(review), "attempts": 0, "updated_at_s": now_s}
 
 
 def released(detail: str, now_s: int) -> Changes:
@@ -640,11 +663,15 @@ def renewed(lease_until_s: int, now_s: int) -> Changes:
 
 def collectable(view: JobView, *, now_s: int) -> bool:
     """Whether a collection may take the row: ``done``, a ``collecting`` one whose
-    collector's lease ran out (to finish it), or an abandoned render (``transient_failure``,
+    collector's lease ran out (to finish it), an abandoned render (``transient_failure``,
     or ``running`` with its lease run out: nothing references it, so no delivery will finish
-    it, and its prefix may hold outputs without a manifest)."""
-    if view.state in (JobState.DONE, JobState.TRANSIENT_FAILURE):
+    it, and its prefix may hold outputs without a manifest), or a job that waits for what
+    nothing will bring now that nothing references it: one held for review, one waiting for
+    its inputs (not a split video's, whose parts end it). Such a row holds no output."""
+    if view.state in (JobState.DONE, JobState.TRANSIENT_FAILURE, JobState.REVIEW):
         return True
+    if view.state == JobState.WAITING:
+        return view.split is None
     return view.state in (JobState.COLLECTING, JobState.RUNNING) and view.lease_expires_at_s <= now_s
 
 

@@ -93,29 +93,53 @@ def backfill_answer(
     return HTTPStatus.OK, document(found, now_s=now_s)
 
 
+#: A role session's ARN as IAM gives it to a function URL (``userArn``):
+#: ``arn:<partition>:sts::<account>:assumed-role/<role name>/<session name>``.
+_ASSUMED_ROLE: Final = re.compile(r"arn:([\w-]+):sts::(\d{12}):assumed-role/([^/]+)/[^/]+")
+
+#: The longest body ``POST /review`` reads, characters (``{"outcome": "accepted"}`` is 23).
+MAX_REVIEW_BODY: Final = 1024
+
+
 def reviewer_allowed(caller_arn: str | None, patterns: str) -> bool:
     """Whether the IAM principal ``caller_arn`` (the function URL's
-    ``requestContext.authorizer.iam.userArn``) may decide reviews: it matches one of
-    ``patterns`` (``REVIEWER_ARNS``: comma-separated, ``*`` any run of characters, case
-    sensitive as ARNs are). No caller, or no pattern, is refused. Pure."""
+    ``requestContext.authorizer.iam.userArn``) may decide reviews: it -- or, for a role's
+    session (``arn:aws:sts::<account>:assumed-role/<role>/<session>``), its role's ARN
+    (``arn:aws:iam::<account>:role/<role>``, how an operator names a role) -- matches one of
+    ``patterns`` (``REVIEWER_ARNS``: comma-separated; ``*`` any run of characters but ``/``,
+    so that a pattern admits no other path; case sensitive as ARNs are). No caller, or no
+    pattern, is refused. Pure."""
     if not caller_arn:
         return False
+    names = [caller_arn]
+    session = _ASSUMED_ROLE.fullmatch(caller_arn)
+    if session is not None:
+        names.append(f"arn:{session[1]}:iam::{session[2]}:role/{session[3]}")
     for pattern in (p.strip() for p in patterns.split(",")):
-        if pattern and re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), caller_arn):
+        if not pattern:
+            continue
+        regex = "[^/]*".join(re.escape(part) for part in pattern.split("*"))
+        if any(re.fullmatch(regex, name) for name in names):
             return True
     return False
 
 
-def review_request(query: str, body: str | None) -> tuple[str | None, str | None, str | None]:
-    """The original's key (from the query, as :func:`key_of`) and the outcome (the JSON
-    body's ``outcome``) of ``POST /review?key=...``, or the message of a 400: ``(key,
-    outcome, None)`` or ``(None, None, message)``. Pure."""
+def review_request(
+    query: str, body: str | None, originals_prefix: str = "originals/"
+) -> tuple[str | None, str | None, str | None]:
+    """The original's key (from the query, as :func:`key_of`, checked as ``GET /assets``
+    checks it) and the outcome (the JSON body's ``outcome``) of ``POST /review?key=...``, or
+    the message of a 400: ``(key, outcome, None)`` or ``(None, None, message)``. Pure."""
     keys = key_of(query)
     if len(keys) != 1:
         return None, None, 'give the original\'s key: POST /review?key=originals/... with {"outcome": ...}'
+    if len(keys[0].encode("utf-8")) > MAX_KEY_BYTES or not is_original_key(keys[0], originals_prefix):
+        return None, None, f"not an original: keys start with {originals_prefix}, name a file and are <= 1,024 bytes"
+    if body is None or len(body) > MAX_REVIEW_BODY:
+        return None, None, f'the body is JSON of at most {MAX_REVIEW_BODY} characters: {{"outcome": "accepted"}}'
     try:
-        document = json.loads(body or "")
-    except ValueError:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
         return None, None, 'the body is JSON: {"outcome": "accepted"} or {"outcome": "rejected"}'
     outcome = document.get("outcome") if isinstance(document, dict) else None
     if outcome not in ("accepted", "rejected"):

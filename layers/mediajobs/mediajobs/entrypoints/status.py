@@ -30,6 +30,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
 
 from mediajobs.domain.backfill import Backfill
+from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.status import MAX_KEY_BYTES, answer, backfill_answer, key_of, review_request, reviewer_allowed
 from mediajobs.service_layer.ports import Assets, Backfills
 from mediajobs.service_layer.review import Reviews, ReviewState
@@ -122,10 +123,17 @@ def make_status_app(
         if not reviewer_allowed(caller, settings.reviewer_arns):
             logger.warning("review refused: not a reviewer", extra={"caller": caller})
             return _json(403, {"message": "this principal may not decide reviews (REVIEWER_ARNS)", "caller": caller})
-        key, outcome, problem = review_request(event.get("rawQueryString") or "", event.decoded_body)
+        try:
+            body: str | None = event.decoded_body
+        except (ValueError, UnicodeDecodeError):  # a base64 body that is not base64 of UTF-8
+            body = None
+        key, outcome, problem = review_request(event.get("rawQueryString") or "", body, settings.originals_prefix)
         if problem is not None or key is None or outcome is None:
             return _json(400, {"message": problem})
-        decided = reviews.decide(key, outcome, str(caller))
+        try:
+            decided = reviews.decide(key, outcome, str(caller))
+        except PermanentFailure as refused:  # DynamoDB refused a value of the request
+            return _json(400, {"message": f"{refused.reason}: {refused.detail}"})
         logger.info("review", extra={"key": key, "state": str(decided.state), "outcome": decided.outcome})
         return _json(_REVIEW_STATUS[decided.state], decided.to_json())
 

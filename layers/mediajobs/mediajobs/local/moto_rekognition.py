@@ -78,6 +78,8 @@ def moderation_answer(image_bytes: bytes, min_confidence: float = 50.0) -> dict[
                 raise RekognitionError("InvalidImageFormatException", "Request has unsupported image format")
             picture.load()
             hashed = dhash(picture)
+    except Image.DecompressionBombError as exc:  # more pixels than Pillow decodes: Rekognition's too large
+        raise RekognitionError("ImageTooLargeException", f"Image size is too large: {exc}") from None
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise RekognitionError("InvalidImageFormatException", f"Request has invalid image format: {exc}") from None
     declared = declared_labels()

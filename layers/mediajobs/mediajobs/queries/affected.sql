@@ -4,6 +4,6 @@
 SELECT asset, content, recipe, max(t) AS decided_at,
        max_by(action, t) AS outcome
 FROM decisions
-WHERE policy = ? AND action IN ('accepted', 'rejected', 'review')
+WHERE policy = CAST(? AS VARCHAR) AND action IN ('accepted', 'rejected', 'review')
 GROUP BY asset, content, recipe
 ORDER BY asset, recipe

@@ -197,9 +197,7 @@ class Collector:
             # releases that reference writes a new candidate.
             report.revived += 1
             self._drop(candidates)
-        elif row.state == JobState.TRANSIENT_FAILURE or (
-            row.state == JobState.RUNNING and row.lease_expires_at_s <= int(self._clock())
-        ):
+        elif collectable(row, now_s=int(self._clock())) and row.state != JobState.COLLECTING:
             # An abandoned render: the event that wanted it was superseded or deleted since,
             # so no delivery will finish it. Collected like a dead collection (finished
             # whatever references it by then: a reference that comes meanwhile waits, and

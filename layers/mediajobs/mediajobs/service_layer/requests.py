@@ -128,6 +128,23 @@ class JobRequests:
             self._link(upstream, spec.job_key)
         return self._ledger.get(spec.job_key)
 
+    def wait_again(self, spec: JobSpec, token: str, pending: frozenset[str]) -> JobView:
+        """The held job ``spec`` waits for its inputs ``pending`` again (a job taken over from
+        collection whose moderation job is held, or runs elsewhere): its row ``waiting``,
+        and named among each input's waiting jobs -- or told at once, an input having ended
+        meanwhile. Returns its row as it is then.
+
+        Raises
+        ------
+        Superseded, PermanentFailure, TransientFailure
+            As the ledger's.
+        """
+        row = self._ledger.wait_again(spec.job_key, token, pending, now_s=int(self._clock()))
+        for upstream in sorted(pending):
+            self._link(upstream, spec.job_key)
+        log.info("job waits for its inputs again", extra={"job_key": spec.job_key, "pending": len(pending)})
+        return self._ledger.get(spec.job_key) or row
+
     def _link(self, upstream: str, waiter: str) -> None:
         """Name ``waiter`` among the jobs waiting for ``upstream``, or -- ``upstream`` ended
         meanwhile -- tell it now (both idempotent)."""

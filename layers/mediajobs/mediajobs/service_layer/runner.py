@@ -42,8 +42,10 @@ from mediajobs.domain.jobs import (
     ClaimOutcome,
     ContentInput,
     Delivery,
+    InputsPending,
     JobResult,
     JobState,
+    JobView,
     ObjectRef,
     OutputInput,
     OutputRecord,
@@ -237,8 +239,8 @@ class JobRunner:
         log.info("moderation: %s (%s)", outcome, decision.get("rule"), extra=extra)
         if outcome == REJECTED:
             review = decision.get("review")
-            why = (
-                f"rejected in review by {review.get('by')}"
+            why = (  # who decided stays in the ledger and the decision log, not in what apps read
+                "rejected by a person in review"
                 if isinstance(review, dict)
                 else f"rule {decision.get('rule')}: {decision.get('evidence')}"
             )
@@ -344,7 +346,7 @@ class JobRunner:
         else:
             row = self._ledger.get(wanted.job_key)
             if row is None or row.state != JobState.DONE:
-                raise TransientFailure(f"input job {wanted.job_key[:12]} is not done")
+                raise _not_done(wanted.job_key, row)
             decisions = row.decisions
         dest = folder / "inputs" / wanted.job_key / f"{DECISIONS_OUTPUT}.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -359,7 +361,7 @@ class JobRunner:
         if not outputs:
             row = self._ledger.get(wanted.job_key)
             if row is None or row.state != JobState.DONE:
-                raise TransientFailure(f"input job {wanted.job_key[:12]} is not done")
+                raise _not_done(wanted.job_key, row)
             outputs, bucket = row.outputs, row.source_bucket or bucket
         record = next((o for o in outputs if o.name == wanted.output), None)
         if record is None:
@@ -402,6 +404,7 @@ class JobRunner:
 
         split: Split | None = None
         held: Mapping[str, Any] | None = None
+        pending: frozenset[str] | None = None
         try:
             self._observer.step("claimed", key)
             with keeper:
@@ -414,6 +417,9 @@ class JobRunner:
                 except HeldForReview as review:
                     keeper.check()
                     held = review.decisions
+                except InputsPending as inputs:
+                    keeper.check()
+                    pending = inputs.pending
                 except SplitNeeded as needed:
                     if self._requests is None:
                         raise PermanentFailure(
@@ -421,6 +427,13 @@ class JobRunner:
                         ) from None
                     keeper.check()
                     split = needed.split
+            if pending is not None:
+                assert self._requests is not None, "a job with inputs is built with its requests"
+                row = self._requests.wait_again(job.spec, commit.token, pending)
+                lease.forget()
+                self._observer.step("waiting", key)
+                seconds = time.monotonic() - started
+                return JobResult(job.recipe.ref, key, JobState.WAITING, reused=False, seconds=seconds, row=row)
             if held is not None:
                 row = self._ledger.hold(key, commit.token, held, now_s=int(self._clock()))
                 lease.forget()
@@ -585,3 +598,16 @@ def _cpu_s() -> float:
     and system of each): what a job's work adds to it is the job's (ffmpeg's included)."""
     times = os.times()
     return times.user + times.system + times.children_user + times.children_system
+
+
+def _not_done(job_key: str, row: JobView | None) -> Exception:
+    """What an input job that is not done means for the job taking its output: its failure
+    for good fails the job with its reason (a rejected moderation job: rejected); held for
+    review, waiting or running, the job waits for it again (:class:`InputsPending`); no row
+    yet is transient."""
+    if row is None:
+        return TransientFailure(f"input job {job_key[:12]} has no row")
+    if row.state == JobState.PERMANENT_FAILURE:
+        detail = f"input job {job_key[:12]} failed: {row.failure_reason}: {row.failure_detail or ''}"
+        return PermanentFailure(row.failure_reason or INVALID_OUTPUT, detail.strip())
+    return InputsPending(frozenset({job_key}))

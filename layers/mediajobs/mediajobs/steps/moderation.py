@@ -9,7 +9,10 @@ commits, ``rejected`` fails the job ``rejected``, ``review`` holds it for a pers
 * ``moderation.image``: the upright sRGB picture, decoded as the renditions decode it (in
   production inside the bounded render child: :class:`ImageSample`), fitted inside
   ``box_px``, is encoded as a JPEG (quality 90) and sent to the label source, and its
-  difference hash (:func:`mediajobs.adapters.perceptual.dhash`) computed.
+  difference hash (:func:`mediajobs.adapters.perceptual.dhash`) computed. A picture with
+  transparency is judged as a page would show it on white **and** on black (two samples):
+  its renditions keep the alpha channel, so a picture hidden in it (white pixels, the
+  content in their alpha) must not pass as blank.
 * ``moderation.video``: the poster frame (``web-video``'s, at 10 % of the duration) and a
   frame every ``video_frame_every_s`` of the policy (:func:`frame_times`), each taken by
   ffmpeg already scaled (the same input allow-list as every video read), then as an image.
@@ -50,24 +53,37 @@ from mediajobs.steps.placeholder import FrameSource
 #: JPEG quality of the pictures sent to the label source (Pillow's scale): high enough that
 #: compression adds nothing a classifier would see, small enough to stay far below 5 MB.
 SAMPLE_JPEG_QUALITY: Final = 90
-#: The file the image sample is written to in the step's folder (removed once read).
+#: The files the image samples are written to in the step's folder (removed once read):
+#: the picture on white, and -- for a picture with transparency -- on black.
 SAMPLE_FILE: Final = "moderation-sample.jpg"
+SAMPLE_DARK_FILE: Final = "moderation-sample-dark.jpg"
 #: Where a video's poster frame is, as a fraction of its duration (``web-video``'s poster).
 POSTER_AT_FRACTION: Final = 0.1
 
 
+def flattened(image: Image.Image, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
+    """``image`` as ``RGB``, its transparent pixels shown over ``background`` as a page would."""
+    if image.mode in ("RGBA", "LA", "P", "PA"):
+        rgba = image.convert("RGBA")
+        flat = Image.new("RGB", rgba.size, background)
+        flat.paste(rgba, mask=rgba.getchannel("A"))
+        return flat
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def has_transparency(image: Image.Image) -> bool:
+    """Whether any pixel of ``image`` is not fully opaque."""
+    if image.mode not in ("RGBA", "LA", "P", "PA"):
+        return False
+    low, _ = image.convert("RGBA").getchannel("A").getextrema()  # one band: (min, max)
+    return bool(int(low) < 255)  # type: ignore[arg-type]
+
+
 def jpeg_of(image: Image.Image) -> bytes:
     """``image`` as JPEG bytes (quality :data:`SAMPLE_JPEG_QUALITY`), flattened on white
-    when it has alpha (JPEG has none; a transparent pixel shows as the page would)."""
-    if image.mode in ("RGBA", "LA", "P"):
-        rgba = image.convert("RGBA")
-        flat = Image.new("RGB", rgba.size, (255, 255, 255))
-        flat.paste(rgba, mask=rgba.getchannel("A"))
-        image = flat
-    elif image.mode != "RGB":
-        image = image.convert("RGB")
+    when it has alpha (JPEG has none; :func:`flattened`)."""
     out = io.BytesIO()
-    image.save(out, "JPEG", quality=SAMPLE_JPEG_QUALITY)
+    flattened(image).save(out, "JPEG", quality=SAMPLE_JPEG_QUALITY)
     return out.getvalue()
 
 
@@ -98,9 +114,11 @@ def frame_times(duration_s: float, every_s: float, max_frames: int) -> list[floa
 
 class ImageSample:
     """The ``moderation.sample`` child step: decodes an image as the renditions do (the same
-    limits) and writes the picture the label source is sent (:data:`SAMPLE_FILE`, fitted in
-    ``box_px``); its decisions carry the picture's difference hash as 16 hex digits
-    (``{"perceptual": ...}``). Run inside the bounded render child in production."""
+    limits) and writes the pictures the label source is sent, fitted in ``box_px``: on white
+    (:data:`SAMPLE_FILE`) and, when it has transparency, on black
+    (:data:`SAMPLE_DARK_FILE`); its decisions carry each one's difference hash as 16 hex
+    digits (``{"perceptual": [...]}``, in that order). Run inside the bounded render child in
+    production."""
 
     name: ClassVar[str] = "moderation.sample"
     params_model: ClassVar[type[ModerationParams]] = ModerationParams
@@ -120,8 +138,17 @@ class ImageSample:
         size = fit_within(display[0], display[1], params.box_px)
         if image.size != size:
             image = image.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
-        (out_dir / SAMPLE_FILE).write_bytes(jpeg_of(image))
-        return StepResult(files=[], decisions={"perceptual": f"{dhash(image):016x}"})
+        backgrounds = [(SAMPLE_FILE, (255, 255, 255))]
+        if has_transparency(image):
+            backgrounds.append((SAMPLE_DARK_FILE, (0, 0, 0)))
+        hashes = []
+        for name, background in backgrounds:
+            shown = flattened(image, background)
+            out = io.BytesIO()
+            shown.save(out, "JPEG", quality=SAMPLE_JPEG_QUALITY)
+            (out_dir / name).write_bytes(out.getvalue())
+            hashes.append(f"{dhash(shown):016x}")
+        return StepResult(files=[], decisions={"perceptual": hashes})
 
 
 def _labelled(labels: LabelSource, jpeg: bytes, params: ModerationParams) -> LabelsFound:
@@ -202,12 +229,15 @@ class ModerationImage(_Judge):
             The label source failed (throttled, unreachable): the job is retried.
         """
         sampled = self._sample.run(source, params, context, out_dir)
-        path = out_dir / SAMPLE_FILE
-        jpeg = path.read_bytes()
-        path.unlink()
-        found = _labelled(self.labels, jpeg, params)
-        sample = Sample(None, int(str(sampled.decisions["perceptual"]), 16), found.labels)
-        return self.decide(context, [sample], [found])
+        samples: list[Sample] = []
+        found: list[LabelsFound] = []
+        for name, perceptual in zip((SAMPLE_FILE, SAMPLE_DARK_FILE), sampled.decisions["perceptual"], strict=False):
+            path = out_dir / name
+            labels = _labelled(self.labels, path.read_bytes(), params)
+            path.unlink()
+            samples.append(Sample(None, int(str(perceptual), 16), labels.labels))
+            found.append(labels)
+        return self.decide(context, samples, found)
 
 
 class ModerationVideo(_Judge):
