@@ -5,12 +5,14 @@ seeded scenario of each of the four causes."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from mediajobs.domain.decisions import CAUSES, asset_hash, record
 from mediajobs.domain.keys import KEY_ALGORITHM_VERSION
+from mediajobs.local.commands.decisions import first_day
 from mediajobs.local.decisions import COLUMNS, query_text, run_query
 
 HOUR = 3600
@@ -32,7 +34,7 @@ def write(folder: Path, records: list[dict]) -> Path:
 
 
 def spikes(folder: Path, since: int = NOW - 24 * HOUR) -> list[dict]:
-    return run_query(folder, query_text("spikes"), [since]).dicts()
+    return run_query(folder, query_text("spikes"), [first_day(since), since]).dicts()
 
 
 def test_a_record_keeps_prefixes_and_never_a_key():
@@ -98,7 +100,7 @@ def test_top_cpu_and_affected_read_the_same_records(tmp_path):
         start("a5", "d5" * 32, action="accepted", policy="2"),
     ]
     folder = write(tmp_path / "log", ended)
-    top = run_query(folder, query_text("top_cpu"), [0]).dicts()
+    top = run_query(folder, query_text("top_cpu"), ["1970/01/01", 0]).dicts()
     assert [(r["content"], r["renders"], r["cpu_s"], r["bytes_out"]) for r in top] == [
         ("d1d1d1d1d1d1d1d1", 2, 3.5, 150),
         ("d2d2d2d2d2d2d2d2", 1, 0.5, 10),
@@ -119,3 +121,12 @@ def test_the_local_table_has_the_glue_tables_columns():
     table = load_template(REPO / "template.yaml")["Resources"]["DecisionsTable"]["Properties"]["TableInput"]
     columns = [c["Name"] for c in table["StorageDescriptor"]["Columns"]]
     assert columns == list(COLUMNS)
+
+
+def test_the_window_reads_its_day_partitions_only(tmp_path):
+    """Athena prunes by ``day``: a start in an earlier day's partition is not read, whatever
+    its ``t`` (the local view derives ``day`` from ``t`` as Firehose files it)."""
+    day = 24 * HOUR
+    folder = write(tmp_path / "log", [start("a", "e1" * 32, t=NOW - 2 * day), start("a", "e1" * 32, t=NOW - 2 * day)])
+    assert spikes(folder, since=NOW - 3 * day) != [] and spikes(folder, since=NOW - day) == []
+    assert first_day(NOW) == time.strftime("%Y/%m/%d", time.gmtime(NOW - HOUR))

@@ -108,7 +108,9 @@ class DecisionLogReader:
 
 def run_query(folder: Path, sql: str, params: Sequence[Any]) -> Rows:
     """Run ``sql`` over the JSON Lines files in ``folder``, seen as the table ``decisions``
-    with :data:`COLUMNS` (an empty folder is an empty table)."""
+    with :data:`COLUMNS` and the Glue table's partition ``day`` (``yyyy/MM/dd`` of ``t``, UTC:
+    the Firehose prefix's day is its arrival's, the same or a later one) -- an empty folder
+    is an empty table."""
     import duckdb
 
     con = duckdb.connect()
@@ -119,12 +121,14 @@ def run_query(folder: Path, sql: str, params: Sequence[Any]) -> Rows:
             listing = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
             # The names are this folder's own files and the columns a constant: no input
             # reaches the statement (the records are read as data).
-            con.execute(
-                f"CREATE VIEW decisions AS SELECT * FROM read_json({listing}, format = 'newline_delimited', "  # noqa: S608
-                f"columns = {columns})"
-            )
+            source = f"read_json({listing}, format = 'newline_delimited', columns = {columns})"
+            day = "strftime(make_timestamp(t * 1000000), '%Y/%m/%d') AS day"
+            view = f"CREATE VIEW decisions AS SELECT *, {day} FROM {source}"  # noqa: S608
+            con.execute(view)
         else:
-            fields = ", ".join(f'CAST(NULL AS {kind}) AS "{name}"' for name, kind in COLUMNS.items())
+            fields = ", ".join(
+                f'CAST(NULL AS {kind}) AS "{name}"' for name, kind in {**COLUMNS, "day": "VARCHAR"}.items()
+            )
             con.execute(f"CREATE VIEW decisions AS SELECT {fields} WHERE false")
         cursor = con.execute(sql, list(params))
         names = [d[0] for d in cursor.description or []]

@@ -1,9 +1,11 @@
--- Why did costs spike? The processing starts since ? (Unix seconds), grouped by the full
--- identity (the job key hashes it: a long video's parts differ by their range) and by asset, classified into the four causes that all look like "the same
--- photo ran twice" (domain/decisions.py CAUSES). One row per group and cause; the
--- differing field's least and greatest values are the evidence.
+-- Why did costs spike? The processing starts in the day partitions from ? ('yyyy/MM/dd',
+-- the window's first day: Athena reads no other) since ? (Unix seconds), grouped by the full
+-- identity (the job key hashes it: a long video's parts differ by their range) and by
+-- asset, classified into the four causes that all look like "the same photo ran twice"
+-- (domain/decisions.py CAUSES). One row per group and cause; the differing field's least
+-- and greatest values are the evidence.
 WITH starts AS (
-  SELECT * FROM decisions WHERE t >= ? AND action IN ('process', 'takeover')
+  SELECT * FROM decisions WHERE day >= ? AND t >= ? AND action IN ('process', 'takeover')
 ),
 by_identity AS (
   SELECT job, content, recipe, recipe_v, recipe_hash, policy, key_v,

@@ -87,10 +87,17 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     return 0
 
 
+def first_day(since_s: int) -> str:
+    """The first day partition (``yyyy/MM/dd``, UTC) a window from ``since_s`` reads: the day
+    of an hour before it, since Firehose files a record by its arrival, a buffer later."""
+    return time.strftime("%Y/%m/%d", time.gmtime(max(0, since_s - 3600)))
+
+
 def spikes_report(reader: Any, since_s: int) -> dict[str, Any]:
     """The spikes query's groups and the top CPU identities since ``since_s`` (Unix s)."""
-    groups = reader.run("spikes", [since_s]).dicts()
-    top = reader.run("top_cpu", [since_s]).dicts()
+    params = [first_day(since_s), since_s]
+    groups = reader.run("spikes", params).dicts()
+    top = reader.run("top_cpu", params).dicts()
     return {"since_s": since_s, "groups": groups, "top_cpu": top}
 
 
