@@ -108,7 +108,10 @@ def test_a_small_storm_of_crashes_overwrites_and_deletes_keeps_every_invariant(t
     assert told["by_type"]["Asset Ready"] > 0 and told["by_type"]["Asset Deleted"] > 0
     assert summary["overwrites"] > 0 and summary["deletes"] > 0 and summary["reuploads"] > 0
     assert summary["late_events"] > 0 and summary["superseded"] > 0
-    assert summary["collections"]["collected"] > 0
+    # The collection freed what the deletes released: done sets collected, or -- the deleted
+    # key's content one the policy refused -- its failed jobs' prefixes swept (which of the
+    # two a run meets depends on which version a delete lands on; every end check holds).
+    assert summary["collections"]["collected"] + summary["collections"]["swept_failed"] > 0
     # What the summary counted, event by event, for a post-mortem.
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["t"] for e in events] == sorted(e["t"] for e in events)
