@@ -47,22 +47,30 @@ class DecisionRecorder:
         """Whether records go anywhere."""
         return self._log is not None
 
+    def claimed_all(self, claims: list[tuple[JobSpec, Claim]], source: ObjectRef, delivery: Delivery | None) -> None:
+        """Every claim of a plan made at once (:meth:`claimed` each), in one append."""
+        self._append([self._claim_record(spec, claim, source, delivery) for spec, claim in claims])
+
     def claimed(self, spec: JobSpec, claim: Claim, source: ObjectRef, delivery: Delivery | None) -> None:
         """A claim acted on: ``process`` (a first claim), ``takeover`` (of an expired lease,
         a transient failure, a collected job; a split job's join), ``reuse`` (done or failed already),
         ``wait`` (busy, waiting for inputs, held for review) -- or, a claim that commits a
         person's review, that review's outcome (``accepted``, ``rejected``) with who made it."""
+        self._append([self._claim_record(spec, claim, source, delivery)])
+
+    def _claim_record(
+        self, spec: JobSpec, claim: Claim, source: ObjectRef, delivery: Delivery | None
+    ) -> dict[str, Any]:
         if claim.outcome is ClaimOutcome.RUN and claim.review is not None:
             # a person's decision committed: the review's outcome, not a processing start
             review = claim.review
             outcome, by = str(review.get("outcome")), str(review.get("by"))
-            self._append([self._of(spec, source, delivery, outcome, prior=claim.prior, reviewer=by)])
-            return
+            return self._of(spec, source, delivery, outcome, prior=claim.prior, reviewer=by)
         if claim.outcome is ClaimOutcome.RUN:  # a split job's join goes on with what its first run began
             action = "takeover" if claim.took_over or claim.split is not None else "process"
         else:
             action = _ACTIONS[claim.outcome]
-        self._append([self._of(spec, source, delivery, action, prior=claim.prior)])
+        return self._of(spec, source, delivery, action, prior=claim.prior)
 
     def waited(self, spec: JobSpec | None, job_key: str, source: ObjectRef, delivery: Delivery | None) -> None:
         """A delivery that found a job running elsewhere (``wait``), its spec unknown when

@@ -137,8 +137,8 @@ class Pipeline:
             if isinstance(known, SourceResult):
                 return self._ended(asset, known)
             if isinstance(known.claims, list) and known.plan is not None:  # made now: logged before any read
-                for job, claim in zip(known.plan.jobs, known.claims, strict=True):
-                    self._decisions.claimed(job.spec, claim, ref, delivery)
+                made = [(job.spec, claim) for job, claim in zip(known.plan.jobs, known.claims, strict=True)]
+                self._decisions.claimed_all(made, ref, delivery)
                 known = dataclasses.replace(known, logged=True)
             if known.settled:  # nothing needs the bytes
                 return self._ended(asset, self._run(known, delivery, None, asset))
