@@ -606,3 +606,43 @@ class FakeSecondPass:
 
     def __call__(self) -> float:
         return self._real() + self._ahead_s + 1
+
+
+@pytest.mark.subprocess
+def test_review_and_decisions_commands_work_on_the_served_stack(local_session, capsys):
+    """``mediajobs review list|accept`` and ``mediajobs decisions count|spikes`` against the
+    stack ``serve`` names (the session's), as docs/local.md shows them."""
+    import io
+
+    from mediajobs.local.commands import decisions as decisions_command
+    from mediajobs.local.commands import review as review_command
+    from mediajobs.local.moderation_samples import card
+
+    out = io.BytesIO()
+    card("review").save(out, "PNG", compress_level=7)
+    key = "originals/cli/held-for-review.png"
+    local_session.s3.put_object(Bucket=local_session.stack.bucket, Key=key, Body=out.getvalue())
+    local_session.run()
+    endpoint = ["--endpoint", local_session.stack.endpoint_url]
+    capsys.readouterr()
+    args, parser = _cli(["review", "list", "--json", *endpoint])
+    assert review_command.run(args, parser) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {
+        "key": key,
+        "detail": "held for review: rule label:Visually Disturbing>=80: Visually Disturbing 91.5",
+    } in listed
+    args, parser = _cli(["review", "accept", key, "--by", "ana", "--json", *endpoint])
+    assert review_command.run(args, parser) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "decided"
+    local_session.run()
+    args, parser = _cli(["review", "accept", "originals/cli/never-uploaded.png", *endpoint])
+    assert review_command.run(args, parser) == 1
+    assert "no asset for this key" in capsys.readouterr().out
+    args, parser = _cli(["decisions", "count", "--json", *endpoint])
+    assert decisions_command.run(args, parser) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["review"] >= 1 and counts["accepted"] >= 1
+    args, parser = _cli(["decisions", "spikes", "--since", "24h", "--json", *endpoint])
+    assert decisions_command.run(args, parser) == 0
+    assert json.loads(capsys.readouterr().out)["groups"] == []

@@ -101,8 +101,7 @@ class DecisionLogReader:
 
     def count(self) -> dict[str, int]:
         """How many records there are of each action."""
-        with self.records() as folder:
-            rows = run_query(folder, "SELECT action, count(*) FROM decisions GROUP BY action ORDER BY action", [])
+        rows = self.run_sql("SELECT action, count(*) FROM decisions GROUP BY action ORDER BY action")
         return {str(action): int(n) for action, n in rows.rows}
 
 

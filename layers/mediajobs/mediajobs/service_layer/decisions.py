@@ -11,7 +11,7 @@ counted (the adapter's).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from mediajobs.domain.decisions import asset_hash, moderation_fields, record
@@ -116,9 +116,8 @@ class DecisionRecorder:
                 JobState.REVIEW,
             )
         ):
-            records.append(
-                self._of(spec, source, delivery, str(moderation["outcome"]), prior="running", **_rule(result.decisions))
-            )
+            fields = moderation_fields(result.decisions)
+            records.append(self._of(spec, source, delivery, str(moderation["outcome"]), prior="running", **fields))
         self._append(records)
 
     def _of(
@@ -150,10 +149,6 @@ class DecisionRecorder:
     def _append(self, records: list[dict[str, Any]]) -> None:
         if self._log is not None:
             self._log.append(records)
-
-
-def _rule(decisions: Mapping[str, Any] | None) -> dict[str, Any]:
-    return moderation_fields(decisions)
 
 
 def _correlation(delivery: Delivery | None, job_key: str) -> str:

@@ -399,6 +399,21 @@ class JobRunner:
         started = time.monotonic()
         cpu_started = _cpu_s()
 
+        def stopped(state: JobState, step: str, row: JobView, decisions: Mapping[str, Any] | None = None) -> JobResult:
+            """The result of held work that ended without a commit: waiting, held, split."""
+            lease.forget()
+            self._observer.step(step, key)
+            return JobResult(
+                job.recipe.ref,
+                key,
+                state,
+                reused=False,
+                seconds=time.monotonic() - started,
+                decisions=decisions,
+                row=row,
+                **cpu(),
+            )
+
         def cpu() -> dict[str, Any]:
             return {"cpu_s": _cpu_s() - cpu_started + spent["child_cpu_s"], "bytes_in": int(spent["bytes_in"])}
 
@@ -429,34 +444,15 @@ class JobRunner:
                     split = needed.split
             if pending is not None:
                 assert self._requests is not None, "a job with inputs is built with its requests"
-                row = self._requests.wait_again(job.spec, commit.token, pending)
-                lease.forget()
-                self._observer.step("waiting", key)
-                seconds = time.monotonic() - started
-                return JobResult(job.recipe.ref, key, JobState.WAITING, reused=False, seconds=seconds, row=row)
+                return stopped(JobState.WAITING, "waiting", self._requests.wait_again(job.spec, commit.token, pending))
             if held is not None:
                 row = self._ledger.hold(key, commit.token, held, now_s=int(self._clock()))
-                lease.forget()
-                self._observer.step("review", key)
-                seconds = time.monotonic() - started
-                return JobResult(
-                    job.recipe.ref,
-                    key,
-                    JobState.REVIEW,
-                    reused=False,
-                    seconds=seconds,
-                    decisions=held,
-                    row=row,
-                    **cpu(),
-                )
+                return stopped(JobState.REVIEW, "review", row, held)
             if split is not None:
                 assert self._requests is not None
                 row = self._requests.fan_out(job.spec, commit.token, split, delivery)
-                lease.forget()
-                self._observer.step("split", key)
                 log.info("split into %d parts", len(split.parts), extra=extra)
-                seconds = time.monotonic() - started
-                return JobResult(job.recipe.ref, key, JobState.WAITING, reused=False, seconds=seconds, row=row, **cpu())
+                return stopped(JobState.WAITING, "split", row)
             self._observer.step("done", key)
         except PermanentFailure as failure:
             log.warning("permanent failure: %s (%s)", failure.reason, failure.detail, extra=extra)

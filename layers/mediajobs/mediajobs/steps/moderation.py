@@ -144,15 +144,9 @@ class ImageSample:
         hashes = []
         for name, background in backgrounds:
             shown = flattened(image, background)
-            out = io.BytesIO()
-            shown.save(out, "JPEG", quality=SAMPLE_JPEG_QUALITY)
-            (out_dir / name).write_bytes(out.getvalue())
+            (out_dir / name).write_bytes(jpeg_of(shown))
             hashes.append(f"{dhash(shown):016x}")
         return StepResult(files=[], decisions={"perceptual": hashes})
-
-
-def _labelled(labels: LabelSource, jpeg: bytes, params: ModerationParams) -> LabelsFound:
-    return labels.detect(jpeg, min_confidence=params.min_confidence)
 
 
 @functools.cache
@@ -233,7 +227,7 @@ class ModerationImage(_Judge):
         found: list[LabelsFound] = []
         for name, perceptual in zip((SAMPLE_FILE, SAMPLE_DARK_FILE), sampled.decisions["perceptual"], strict=False):
             path = out_dir / name
-            labels = _labelled(self.labels, path.read_bytes(), params)
+            labels = self.labels.detect(path.read_bytes(), min_confidence=params.min_confidence)
             path.unlink()
             samples.append(Sample(None, int(str(perceptual), 16), labels.labels))
             found.append(labels)
@@ -294,7 +288,7 @@ class ModerationVideo(_Judge):
                 raise DeadlineReached("no time left to sample the video's frames for moderation")
             rgb, taken_at_s = video.frame_rgb(source, probe, at_s, size, timeout_s)
             frame = Image.frombytes("RGB", size, rgb)
-            labels = _labelled(self.labels, jpeg_of(frame), params)
+            labels = self.labels.detect(jpeg_of(frame), min_confidence=params.min_confidence)
             samples.append(Sample(round(taken_at_s, 3), dhash(frame), labels.labels))
             found.append(labels)
         return self.decide(context, samples, found)

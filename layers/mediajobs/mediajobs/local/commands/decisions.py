@@ -140,19 +140,10 @@ def format_affected(report: dict[str, Any]) -> str:
 
 def _known_keys(stack: Any) -> dict[str, str]:
     """Key hash -> original key of every asset the served stack holds (a scan)."""
+    from mediajobs.local.storm.checks import asset_views
+
     try:
-        assets = stack.assets()
-        return {asset_hash(stack.bucket, key): key for key in _scan_keys(assets, stack.bucket)}
+        return {asset_hash(stack.bucket, key): key for key in asset_views(stack)}
     except Exception:  # noqa: BLE001 - the keys are a convenience; the hashes are the answer
         print("mediajobs: the asset keys could not be read; showing their hashes", file=sys.stderr)
         return {}
-
-
-def _scan_keys(assets: Any, bucket: str) -> list[str]:
-    keys: list[str] = []
-    cursor = None
-    while True:
-        page, cursor = assets.scan(0, 1, cursor, limit=500)
-        keys.extend(view.key for view in page if view.bucket == bucket)
-        if cursor is None:
-            return keys

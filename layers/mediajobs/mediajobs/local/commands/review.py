@@ -35,7 +35,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     stack = served_stack(args.endpoint)
     assets = stack.assets()
     if args.action == "list":
-        held = [(view.key, view.detail) for view in _all(assets) if view.state == AssetState.REVIEW]
+        from mediajobs.local.storm.checks import asset_views
+
+        held = [(view.key, view.detail) for view in asset_views(stack).values() if view.state == AssetState.REVIEW]
         if args.json:
             print(json.dumps([{"key": key, "detail": detail} for key, detail in held]))
         else:
@@ -57,13 +59,3 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         else:
             print(f"{args.key}: {answer.state} ({answer.outcome} by {answer.by}; the asset was {answer.asset_state})")
     return 0 if answer.state in ("decided", "already_decided") else 1
-
-
-def _all(assets: Any) -> list[Any]:
-    found: list[Any] = []
-    cursor = None
-    while True:
-        page, cursor = assets.scan(0, 1, cursor, limit=500)
-        found.extend(page)
-        if cursor is None:
-            return found
