@@ -310,7 +310,16 @@ def build_service(
     if missing:
         raise ValueError(f"recipes name steps that are not registered: {missing}")
     requests = JobRequests(settings, ledger=a.ledger, queue=a.queue, clock=a.clock)
-    claims = Claims(settings, ledger=a.ledger, recipes=recipes, requests=requests, clock=a.clock, disk_usage=disk_usage)
+    decisions = DecisionRecorder(a.decisions, a.clock)
+    claims = Claims(
+        settings,
+        ledger=a.ledger,
+        recipes=recipes,
+        requests=requests,
+        clock=a.clock,
+        disk_usage=disk_usage,
+        decisions=decisions,
+    )
     heartbeats = Heartbeats(
         a.ledger, a.queue, lease_s=settings.lease_s, margin_s=settings.deadline_margin_s, clock=a.clock
     )
@@ -331,7 +340,7 @@ def build_service(
         ),
         assets=AssetKeeper(a.assets, a.clock, on_write=observer.step, retire_grace_s=settings.retire_grace_s),
         observer=observer,
-        decisions=DecisionRecorder(a.decisions, a.clock),
+        decisions=decisions,
     )
 
 

@@ -40,6 +40,7 @@ from mediajobs.domain.jobs import (
     JobSpec,
     JobState,
     JobView,
+    ObjectRef,
     SourceResult,
     decide,
     refused,
@@ -49,6 +50,7 @@ from mediajobs.domain.parts import parent_key, part_specs, progress_of
 from mediajobs.domain.plan import PlannedJob, Where, media_of_rows, plan_jobs
 from mediajobs.domain.recipes import Recipe
 from mediajobs.service_layer.assets import EventSuperseded, KeptAsset
+from mediajobs.service_layer.decisions import DecisionRecorder
 from mediajobs.service_layer.identify import Identified
 from mediajobs.service_layer.lease import lease_until
 from mediajobs.service_layer.ports import Ledger
@@ -100,8 +102,8 @@ class Claimed:
         an exhausted job is made just before its job is reported).
     settled: no claim needs the original's bytes (every job settled elsewhere, or a staged
         manifest to adopt).
-    logged: the claims were appended to the decision log as they were made (before any
-        read), not as their jobs run.
+    logged: the claims were appended to the decision log as they were made
+        (:meth:`Claims.claim_all`), not as their jobs run (a settled delivery's).
     """
 
     plan: Plan | None
@@ -126,6 +128,8 @@ class Claims:
     requests: jobs in steps: waiting jobs written, their inputs' ends told.
     clock: Unix time in seconds.
     disk_usage: sizes of the disk holding a folder (:func:`shutil.disk_usage`).
+    decisions: the decision log's writer: each claim is appended as soon as it is written,
+        before anything else the delivery does (default: records dropped).
     """
 
     def __init__(
@@ -137,7 +141,9 @@ class Claims:
         requests: JobRequests,
         clock: Callable[[], float],
         disk_usage: Callable[[str], DiskUsage] = shutil.disk_usage,
+        decisions: DecisionRecorder | None = None,
     ) -> None:
+        self._decisions = decisions or DecisionRecorder(None, clock)
         self._settings = settings
         self._ledger = ledger
         self.recipes = recipes
@@ -254,7 +260,7 @@ class Claims:
         if refusal is not None:
             return refusal
         claims = self.claim_all(plan, delivery, asset)
-        return Claimed(plan, claims, settled=not any(needs_original(claim) for claim in claims))
+        return Claimed(plan, claims, settled=not any(needs_original(claim) for claim in claims), logged=True)
 
     def finish_telling(self, plan: Plan, delivery: Delivery | None) -> Plan:
         """Finish what a delivery that died or was throttled half-way through the plan's
@@ -352,15 +358,25 @@ class Claims:
                     claims.append(self._requests.wait(job.spec, plan.views, held, lease_until_s=until))
                 else:
                     claims.append(self._ledger.claim(job.spec, now_s=now, lease_until_s=until, seen=seen))
+            made = [(job.spec, claim) for job, claim in zip(plan.jobs, claims, strict=True)]
+            self._decisions.claimed_all(made, plan.original.ref, delivery)  # before anything can die
             asset.claimed(claims)
         except (PermanentFailure, TransientFailure) as exc:
             self.release_all(claims, exc)
             raise
         return claims
 
-    def claim(self, job: PlannedJob, delivery: Delivery | None, *, seen: JobView | None = None) -> Claim:
+    def claim(
+        self,
+        job: PlannedJob,
+        delivery: Delivery | None,
+        *,
+        seen: JobView | None = None,
+        source: ObjectRef | None = None,
+    ) -> Claim:
         """Claim one job now (its row read first, unless ``seen``): a job whose inputs a
-        delivery just ended, or one a job request names.
+        delivery just ended, or one a job request names; logged for ``source`` (default: the
+        original its spec names).
 
         Raises
         ------
@@ -368,7 +384,10 @@ class Claims:
             As the ledger's.
         """
         seen = seen if seen is not None else self._ledger.get(job.key)
-        return self._ledger.claim(job.spec, now_s=self.now_s(), lease_until_s=self.lease_until(delivery), seen=seen)
+        claim = self._ledger.claim(job.spec, now_s=self.now_s(), lease_until_s=self.lease_until(delivery), seen=seen)
+        where = source or ObjectRef(job.spec.source_bucket, job.spec.source_key)
+        self._decisions.claimed(job.spec, claim, where, delivery)
+        return claim
 
     def row(self, job_key: str) -> JobView | None:
         """The job's row (a consistent read), or ``None``."""

@@ -24,7 +24,6 @@ nothing is acknowledged before its commit.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -136,10 +135,6 @@ class Pipeline:
                 raise
             if isinstance(known, SourceResult):
                 return self._ended(asset, known)
-            if isinstance(known.claims, list) and known.plan is not None:  # made now: logged before any read
-                made = [(job.spec, claim) for job, claim in zip(known.plan.jobs, known.claims, strict=True)]
-                self._decisions.claimed_all(made, ref, delivery)
-                known = dataclasses.replace(known, logged=True)
             if known.settled:  # nothing needs the bytes
                 return self._ended(asset, self._run(known, delivery, None, asset))
             with self._reader.read(original, known, delivery, asset) as read:  # 4. read
@@ -186,9 +181,8 @@ class Pipeline:
                     result.jobs.append(JobResult(job.recipe.ref, job.key, JobState.WAITING, reused=True))
                     continue
                 if claim.outcome is ClaimOutcome.WAITING:  # its inputs may have ended just now
-                    claim = self._claims.claim(job, delivery)
+                    claim = self._claims.claim(job, delivery, source=source)
                     asset.claimed([claim])
-                    self._decisions.claimed(job.spec, claim, source, delivery)
                 elif not claimed.logged:  # a settled delivery's claims are made as its jobs run
                     self._decisions.claimed(job.spec, claim, source, delivery)
                 ended = self._runner.run(job, claim, source, delivery, work, asset, produced)
@@ -368,7 +362,6 @@ class Pipeline:
             return self._told(SourceResult(source, SourceState.IGNORED))
         job = PlannedJob(self._claims.recipe(spec), spec)
         claim = self._claims.claim(job, delivery, seen=view)
-        self._decisions.claimed(spec, claim, source, delivery)
         if claim.outcome is ClaimOutcome.WAITING:
             if view.split is not None and claim.lease_expires_at_s > self._claims.now_s():
                 raise JobBusy(job_key, claim.lease_expires_at_s)  # its splitter may still be requesting

@@ -197,7 +197,7 @@ class Reader:
         # from the index then finds the jobs claimed, and waits.
         claims = claims or self._claims.claim_all(plan, delivery, asset)
         self._remember(original, work, media, mark)
-        return Read(Claimed(plan, claims), work)
+        return Read(Claimed(plan, claims, logged=True), work)
 
     def _mark(self, original: Identified, delivery: Delivery | None) -> Lease | KnownSource | SourceResult | None:
         """Mark the source (or its content, when the hash is known) as being read, so that
