@@ -175,6 +175,10 @@ class FakeStore:
         self.log.append(("list", prefix))
         return {k: hashlib.md5(v).hexdigest() for k, v in self.objects.items() if k.startswith(prefix)}
 
+    def keys(self, bucket, prefix, *, limit):
+        self.log.append(("keys", prefix))
+        return sorted(k for k in self.objects if k.startswith(prefix))[:limit]
+
     def delete_prefix(self, bucket, prefix, *, first=None):
         self.log.append(("delete_prefix", prefix))
         doomed = ([first] if first in self.objects else []) + sorted(

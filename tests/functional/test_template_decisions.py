@@ -130,12 +130,38 @@ def test_the_review_route_writes_one_job_row_and_sends_its_request_for_listed_re
     assert granted["ReviewRequest"] == ("sqs:SendMessage", {"Fn::GetAtt": ["JobsQueue", "Arn"]})
     writes = [a for st in statements("StatusRole") for a in _list(st["Action"]) if a.startswith(("dynamodb:", "sqs:"))]
     assert sorted(writes) == [
+        "dynamodb:BatchGetItem",
+        "dynamodb:DeleteItem",
         "dynamodb:GetItem",
         "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:PutItem",
         "dynamodb:Query",
         "dynamodb:UpdateItem",
         "sqs:SendMessage",
     ]
+
+
+def test_the_promo_route_lists_only_originals_and_writes_only_promo_records_references_and_candidates():
+    env = RESOURCES["StatusFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["POLICY_VERSION"] == {"Ref": "PolicyVersion"}  # the key a promo carries: the worker's
+    granted = {st["Sid"]: st for st in statements("StatusRole")}
+    album = granted["PromoAlbum"]
+    assert (album["Action"], album["Resource"]) == ("s3:ListBucket", {"Fn::GetAtt": ["MediaBucket", "Arn"]})
+    assert album["Condition"] == {"StringLike": {"s3:prefix": "originals/*"}}
+    job = granted["PromoJob"]
+    assert (job["Action"], job["Resource"]) == (
+        ["dynamodb:BatchGetItem", "dynamodb:PutItem"],
+        {"Fn::GetAtt": ["JobsTable", "Arn"]},
+    )
+    record = granted["PromoRecord"]
+    assert (record["Action"], record["Resource"]) == (
+        ["dynamodb:PutItem", "dynamodb:DeleteItem"],
+        {"Fn::GetAtt": ["AssetsTable", "Arn"]},
+    )
+    # Never an asset item (asset#...): the album's record, a job's reference rows, candidates.
+    assert record["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["promo", "job#*", "collect#*"]}}
+    assert not any(a.startswith("s3:") and a != "s3:ListBucket" for st in granted.values() for a in _list(st["Action"]))
 
 
 def test_the_workers_judge_by_the_policy_parameter_and_log_to_the_stream():

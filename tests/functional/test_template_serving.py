@@ -89,7 +89,7 @@ def test_the_status_function_is_small_and_has_the_layer_and_its_own_log_group():
     }
 
 
-def test_the_status_role_may_read_one_asset_item_decide_a_review_and_write_its_logs_and_nothing_else(deployed):
+def test_the_status_role_may_read_one_asset_item_decide_a_review_request_a_promo_and_write_its_logs_only(deployed):
     granted = {
         (action, str(r))
         for st in _statements("StatusRole")
@@ -105,6 +105,14 @@ def test_the_status_role_may_read_one_asset_item_decide_a_review_and_write_its_l
         ("dynamodb:GetItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
         ("dynamodb:UpdateItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
         ("sqs:SendMessage", str({"Fn::GetAtt": ["JobsQueue", "Arn"]})),
+        # POST /promos: the album listed (originals/* only, a condition), its renditions'
+        # rows read, the promo's row written, its record, reference and candidate written
+        # (promo, job#, collect# partitions only: test_template_decisions.py).
+        ("s3:ListBucket", str({"Fn::GetAtt": ["MediaBucket", "Arn"]})),
+        ("dynamodb:BatchGetItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
+        ("dynamodb:PutItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
+        ("dynamodb:PutItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
+        ("dynamodb:DeleteItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
         ("logs:CreateLogStream", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         ("logs:PutLogEvents", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         # With KmsKeyArn only (HasKmsKey): its environment is decrypted under that key, and a

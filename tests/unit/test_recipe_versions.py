@@ -27,6 +27,7 @@ GOLDEN = {
     "web-image.v2.json": "42c889636f3908372a9f56f2a4439864f35d9abdeaa809d1a02bce2489a3a7d9",
     "web-video.v1.json": "4c3d8284a577ac6aae17eb81706fa916b06dde30cc140e6f7e9c06226a4ce65a",
     "web-video.v2.json": "68fea602470e187d7e2c241372a25d6272a1c926ccfcb3a8474143e9e7e8b114",
+    "promo.v1.json": "d9462e61f2b796b0c9e0f01ce5e6b7f67d152b6221ac44cdd0f4caaed8fadf40",
 }
 
 FILES = sorted(p.name for p in RECIPES.glob("*.v*.json"))

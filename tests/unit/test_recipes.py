@@ -93,11 +93,12 @@ def test_web_video_v1_keeps_its_hash_and_so_its_job_keys():
     assert load_recipe("web-video", 1).sha256 == "4c3d8284a577ac6aae17eb81706fa916b06dde30cc140e6f7e9c06226a4ce65a"
 
 
-def test_the_active_recipes_are_moderation_web_image_1_web_video_2_and_their_placeholders():
+def test_the_active_recipes_are_moderation_web_image_1_web_video_2_their_placeholders_and_promo_1():
     active = {media: [r.ref for r in recipes] for media, recipes in active_recipes().items()}
     assert active == {
         "image": ["moderation-image@1", "web-image@1", "image-placeholder@1"],
         "video": ["moderation-video@1", "web-video@2", "video-placeholder@1"],
+        "album": ["promo@1"],
     }
 
 

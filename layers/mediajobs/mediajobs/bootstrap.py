@@ -36,10 +36,12 @@ from pydantic import BaseModel
 from mediajobs.adapters.assets import DynamoAssets
 from mediajobs.adapters.backfills import DynamoBackfills
 from mediajobs.adapters.clients import ClientFactory
+from mediajobs.adapters.dynamo import UnitOfWork
 from mediajobs.adapters.imaging import identify
 from mediajobs.adapters.isolated import IsolatedStep, StepSpec
 from mediajobs.adapters.ledger import DynamoLedger, JobModel
 from mediajobs.adapters.metrics import FunctionMetrics
+from mediajobs.adapters.promos import DynamoPromos, PromoModel
 from mediajobs.adapters.rekognition import RekognitionLabels
 from mediajobs.adapters.s3 import S3Store
 from mediajobs.adapters.sources import SourceIndex, SourceModel
@@ -66,10 +68,12 @@ from mediajobs.service_layer.ports import (
     LabelSource,
     Ledger,
     ObjectStore,
+    PromoRecords,
     Queue,
     Sources,
     Step,
 )
+from mediajobs.service_layer.promo import Promos
 from mediajobs.service_layer.reading import Reader
 from mediajobs.service_layer.requests import JobRequests
 from mediajobs.service_layer.runner import JobRunner
@@ -78,6 +82,7 @@ from mediajobs.settings import Settings
 from mediajobs.steps.image_variants import ImageVariantsStep
 from mediajobs.steps.moderation import ImageSample, ModerationImage, ModerationVideo
 from mediajobs.steps.placeholder import ImagePlaceholder, VideoPlaceholder
+from mediajobs.steps.promo import PromoSlideshow
 from mediajobs.steps.video_renditions import VideoRenditionsStep
 
 if TYPE_CHECKING:
@@ -165,6 +170,7 @@ def steps(settings: Settings, *, in_process: bool = False, labels: LabelSource |
         VideoPlaceholder(functools.partial(video_renderer, settings)),
         ModerationImage(labels, isolate(ImageSample, **image_limits(settings))),
         ModerationVideo(labels, functools.partial(video_renderer, settings)),
+        PromoSlideshow(labels, functools.partial(video_renderer, settings), settings.max_pixels),
     ]
     return {step.name: step for step in registered}
 
@@ -234,6 +240,7 @@ class Adapters:
     assets: the asset records (DynamoDB; ``None``: no asset kept).
     backfills: the backfills (DynamoDB, in the assets table; ``None``: none kept).
     decisions: the decision log (Firehose; ``None``: records dropped).
+    promos: the promo registry (DynamoDB, in the assets table; ``None``: no promo made).
     """
 
     store: ObjectStore
@@ -245,6 +252,7 @@ class Adapters:
     assets: Assets | None = None
     backfills: Backfills | None = None
     decisions: DecisionLog | None = None
+    promos: PromoRecords | None = None
 
 
 def default_adapters(settings: Settings, *, clients: ClientFactory | None = None) -> Adapters:
@@ -262,6 +270,40 @@ def default_adapters(settings: Settings, *, clients: ClientFactory | None = None
         assets=DynamoAssets(uow, clients.asset_models(settings.assets_table_name)),
         backfills=DynamoBackfills(uow, clients.backfill_models(settings.assets_table_name)),
         decisions=decision_log(settings, clients),
+        promos=promo_records(settings, clients, uow),
+    )
+
+
+def promo_records(settings: Settings, clients: ClientFactory, uow: UnitOfWork) -> DynamoPromos:
+    """The promo registry in the assets table of ``settings``."""
+    return DynamoPromos(
+        uow, clients.model(PromoModel, settings.assets_table_name), clients.asset_models(settings.assets_table_name)
+    )
+
+
+def build_promos(
+    settings: Settings, adapters: Adapters, *, recipes: Mapping[str, Sequence[Recipe]] | None = None
+) -> Promos | None:
+    """Albums' promos over ``adapters`` (store, assets, ledger, queue, promo registry), with
+    the active promo recipe of ``recipes`` (default: the active ones); ``None`` when the
+    adapters keep no assets or promos.
+    """
+    from mediajobs.domain.recipes import ALBUM
+
+    if adapters.assets is None or adapters.promos is None:
+        return None
+    recipes = dict(recipes) if recipes is not None else active_recipes(settings.active_recipes)
+    album = list(recipes.get(ALBUM, ()))
+    return Promos(
+        settings,
+        store=adapters.store,
+        assets=adapters.assets,
+        ledger=adapters.ledger,
+        requests=JobRequests(settings, ledger=adapters.ledger, queue=adapters.queue, clock=adapters.clock),
+        records=adapters.promos,
+        recipe=album[0] if album else None,
+        active=frozenset(r.ref for rs in recipes.values() for r in rs),
+        clock=adapters.clock,
     )
 
 
@@ -367,6 +409,7 @@ def build_backfiller(
         claims=claims,
         recipes=recipes,
         clock=adapters.clock,
+        promos=build_promos(settings, adapters, recipes=recipes),
     )
 
 
@@ -443,8 +486,8 @@ def status_app(
     logger: Logger | None = None,
 ) -> LambdaFunctionUrlResolver:
     """The status function's resolver: the asset records of ``settings.media_bucket``
-    (read through a unit of work without the outbox), and reviews decided on the jobs
-    table and requested on the jobs queue (when the settings name that queue)."""
+    (read through a unit of work without the outbox), and reviews decided and promos
+    requested on the jobs table and queue (when the settings name that queue)."""
     from mediajobs.entrypoints.status import make_status_app
 
     clients = clients or ClientFactory.for_settings(settings)
@@ -452,7 +495,26 @@ def status_app(
     assets = assets or DynamoAssets(uow, clients.asset_models(settings.assets_table_name))
     backfills = DynamoBackfills(uow, clients.backfill_models(settings.assets_table_name))
     reviews = build_reviews(settings, clients, assets) if settings.jobs_queue_arn else None
-    return make_status_app(assets, settings, backfills=backfills, reviews=reviews, logger=logger or powertools_logger())
+    promos = promos_over(settings, clients, assets) if settings.jobs_queue_arn else None
+    return make_status_app(
+        assets, settings, backfills=backfills, reviews=reviews, promos=promos, logger=logger or powertools_logger()
+    )
+
+
+def promos_over(settings: Settings, clients: ClientFactory, assets: Assets) -> Promos | None:
+    """Albums' promos over the bucket, tables and jobs queue of ``settings`` and the asset
+    records ``assets`` (the status function's ``/promos``, ``mediajobs promo``)."""
+    uow = clients.unit_of_work()
+    adapters = Adapters(
+        store=S3Store(clients.client("s3")),
+        ledger=DynamoLedger(uow, clients.model(JobModel, settings.jobs_table_name), max_attempts=settings.max_attempts),
+        sources=SourceIndex(uow, clients.model(SourceModel, settings.sources_table_name)),
+        queue=SqsQueue(clients.client("sqs")),
+        steps={},
+        assets=assets,
+        promos=promo_records(settings, clients, uow),
+    )
+    return build_promos(settings, adapters)
 
 
 def build_reviews(

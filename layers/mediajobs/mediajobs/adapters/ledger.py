@@ -130,6 +130,8 @@ class JobModel(Model):
     split = JSONAttribute(null=True)
     # A moderation job held for review: a person's decision ({"outcome", "by", "at_s"}).
     review = JSONAttribute(null=True)
+    # What an album's inputs came from (input name -> asset key): not identity.
+    about = JSONAttribute(null=True)
 
 
 #: How often a claim re-reads and decides again after losing a race to another claim.
@@ -197,6 +199,7 @@ def view_of(row: JobModel) -> JobView:
         inputs=inputs,
         waiting=frozenset(row.waiting or ()),
         part=None if row.part is None else Part.from_json(row.part),
+        about=dict(row.about or {}),
     )
     return JobView(
         job_key=row.job_key,
@@ -283,6 +286,7 @@ class DynamoLedger:
             inputs=inputs,
             waiting=set(spec.waiting) or None,
             part=None if spec.part is None else spec.part.to_json(),
+            about=dict(spec.about) or None,
         )
         for name, value in changes.items():
             setattr(row, name, None if value is None else _stored(name, value))

@@ -241,6 +241,26 @@ class S3Store:
             raise TransientFailure(f"S3 ListObjectsV2 {prefix} failed: {exc}") from exc
         return found
 
+    def keys(self, bucket: str, prefix: str, *, limit: int) -> list[str]:
+        """Up to ``limit`` keys under ``prefix``, in UTF-8 binary order (``ListObjectsV2``
+        pages, stopped once ``limit`` are read; ``s3:ListBucket``).
+
+        Raises
+        ------
+        TransientFailure
+            On any S3 error.
+        """
+        found: list[str] = []
+        try:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix, PaginationConfig={"MaxItems": limit, "PageSize": min(limit, 1000)}
+            )
+            for page in pages:
+                found.extend(item["Key"] for item in page.get("Contents", ()))
+        except (ClientError, BotoCoreError) as exc:
+            raise TransientFailure(f"S3 ListObjectsV2 {prefix} failed: {exc}") from exc
+        return found[:limit]
+
     def delete_prefix(self, bucket: str, prefix: str, *, first: str | None = None) -> int:
         """Delete every object under ``prefix``, the key ``first`` (the manifest) alone and
         before the others; returns how many keys were deleted. The rest go by

@@ -599,6 +599,59 @@ class FfmpegRenderer:
             raise failure
         return self._rendered(path, name, "mp4", "video/mp4", width, height)
 
+    def slideshow(
+        self,
+        frames: list[Path],
+        output: Path,
+        *,
+        size: tuple[int, int],
+        duration_s: float,
+        argv_of: Any,
+        context: RenderContext,
+    ) -> RenderedFile:
+        """Encode a promo's slideshow of ``frames`` (PNG files this worker wrote, each
+        ``size`` pixels) into ``output``, then verify it as a rendition: H.264 High yuv420p
+        at ``size``, ``duration_s`` long (within the tolerance), ``moov`` first, no audio.
+
+        Parameters
+        ----------
+        argv_of: ``(ffmpeg path) -> argv`` (:func:`mediajobs.domain.promo.slideshow_argv`
+            bound to the frames and the recipe; ``-progress pipe:1`` is added here).
+        context: the lease's check and progress (``promo``), and the invocation's time left.
+
+        Raises
+        ------
+        PermanentFailure
+            ``invalid_output``: ffmpeg wrote something else.
+        DeadlineReached
+            No time left in the invocation.
+        TransientFailure
+            ffmpeg failed or timed out.
+        """
+        remaining = context.remaining_s()
+        timeout = self.invocation_s if remaining is None else remaining - self.margin_s
+        if timeout <= 0:
+            raise DeadlineReached("no time left to encode the promo")
+        argv: list[str] = argv_of(self.binaries.ffmpeg)
+        argv[1:1] = ["-progress", "pipe:1", "-nostats"]
+
+        def on_progress(block: dict[str, str]) -> None:
+            context.check()
+            done = progress_seconds(block)
+            if done is not None:
+                context.progress(("promo",), min(done, duration_s), duration_s)
+
+        completed = self._run(argv, timeout, output.parent, on_progress)
+        if completed.returncode != 0:
+            raise _failure("ffmpeg", completed)
+        document = self._probe_output(output)
+        boxes = top_level_boxes(output)
+        moov_first = "moov" in boxes and "mdat" in boxes and boxes.index("moov") < boxes.index("mdat")
+        expected = Expected(width=size[0], height=size[1], duration_s=duration_s, audio=False)
+        if failure := rendition_failure(output.stem, document, expected, moov_first=moov_first):
+            raise failure
+        return self._rendered(output, output.stem, "mp4", "video/mp4", size[0], size[1])
+
     def _probe_output(self, path: Path) -> dict[str, object]:
         completed = self._run(ffprobe_output_argv(self.binaries.ffprobe, str(path)), PROBE_TIMEOUT_S, path.parent)
         if completed.returncode != 0:

@@ -803,6 +803,9 @@ class JobSpec:
     part: for one part of a split job (a long video's segment or audio), which part and
         its range (:class:`~mediajobs.domain.parts.Part`); its key is then
         :func:`~mediajobs.domain.keys.part_job_key` of the content and the part's identity.
+    about: what named inputs came from, by input name, **not identity** (the key never
+        hashes it): an album's input names its asset's key (:mod:`mediajobs.domain.promo`),
+        which its manifest's provenance lists. Empty for every other job.
     """
 
     job_key: str
@@ -817,6 +820,7 @@ class JobSpec:
     inputs: Mapping[str, JobInput] = field(default_factory=dict)
     waiting: frozenset[str] = frozenset()
     part: Part | None = None
+    about: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def recipe_ref(self) -> str:
@@ -982,6 +986,8 @@ class RenderContext:
         policy's exact-hash rule compares it).
     policy_version: the moderation policy version the job's key carries (the policy a
         moderation job judges by).
+    input_jobs: the job each input that is another job's output came from, by input name.
+    about: what the inputs came from, by input name (:attr:`JobSpec.about`; not identity).
     """
 
     check: Callable[[], None] = _no_check
@@ -993,6 +999,8 @@ class RenderContext:
     source_url: str | None = None
     content_sha256: str | None = None
     policy_version: str | None = None
+    input_jobs: Mapping[str, str] = field(default_factory=dict)
+    about: Mapping[str, str] = field(default_factory=dict)
 
 
 def refused(

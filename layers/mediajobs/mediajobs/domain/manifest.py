@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
-from mediajobs.domain.jobs import ObjectRef, OutputRecord
+from mediajobs.domain.jobs import JobSpec, ObjectRef, OutputInput, OutputRecord
 
 MANIFEST_SCHEMA_VERSION: Final = 1
 MANIFEST_NAME: Final = "manifest.json"
@@ -111,6 +111,7 @@ def build_manifest(
     outputs: list[OutputRecord],
     decisions: Mapping[str, Any],
     created_at: str,
+    inputs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Build the manifest document for a committed job.
 
@@ -118,6 +119,10 @@ def build_manifest(
     ----------
     created_at:
         ISO 8601 UTC timestamp of the commit.
+    inputs:
+        The job's inputs with what they came from (:func:`inputs_of`), listed as
+        ``inputs`` when given (an album's promo: its provenance, never cut); ``None``
+        leaves the manifest as every other job's.
 
     Returns
     -------
@@ -139,4 +144,22 @@ def build_manifest(
         "outputs": [o.to_json() for o in outputs],
         "decisions": bounded_text(dict(decisions)),
         "created_at": created_at,
+        **({"inputs": inputs} if inputs is not None else {}),
     }
+
+
+def inputs_of(spec: JobSpec) -> list[dict[str, Any]]:
+    """A job's inputs as its manifest lists them, by name: ``{"name", "job_key",
+    "output", "asset_key"}`` for another job's output (``asset_key``: what
+    :attr:`~mediajobs.domain.jobs.JobSpec.about` says it came from, else ``None``), ``{"name",
+    "sha256"}`` for an original's content. Pure."""
+    listed: list[dict[str, Any]] = []
+    for name in sorted(spec.inputs):
+        wanted = spec.inputs[name]
+        if isinstance(wanted, OutputInput):
+            listed.append(
+                {"name": name, "job_key": wanted.job_key, "output": wanted.output, "asset_key": spec.about.get(name)}
+            )
+        else:
+            listed.append({"name": name, "sha256": wanted.sha256})
+    return listed

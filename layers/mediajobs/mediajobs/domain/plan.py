@@ -26,7 +26,7 @@ from mediajobs.domain.jobs import DECISIONS_OUTPUT, ContentInput, JobInput, JobS
 from mediajobs.domain.keys import ORIGINAL_INPUT, inputs_job_key
 from mediajobs.domain.manifest import derivative_prefix
 from mediajobs.domain.moderation import MODERATION_INPUT, NO_POLICY, is_moderation
-from mediajobs.domain.recipes import Recipe, in_order
+from mediajobs.domain.recipes import UPLOAD_MEDIA, Recipe, in_order
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,9 @@ class Where:
 def plan_jobs(
     sha256: str, media: str | None, recipes: Mapping[str, Sequence[Recipe]], where: Where
 ) -> tuple[PlannedJob, ...]:
-    """The jobs of the content ``sha256`` (hex): for ``media``'s recipes, or every media
-    type's when ``media`` is ``None`` (each in its own dependency order).
+    """The jobs of the content ``sha256`` (hex): for ``media``'s recipes, or every upload
+    media type's when ``media`` is ``None`` (each in its own dependency order; an album's
+    recipes are never planned for an upload).
 
     Raises
     ------
@@ -71,7 +72,7 @@ def plan_jobs(
         If a recipe takes an output of a recipe not active with it, or inputs form a cycle.
     """
     jobs: list[PlannedJob] = []
-    for kind in [media] if media else list(recipes):
+    for kind in [media] if media else [k for k in recipes if k in UPLOAD_MEDIA]:
         jobs.extend(_jobs_of(sha256, list(recipes.get(kind, ())), where))
     return tuple(jobs)
 

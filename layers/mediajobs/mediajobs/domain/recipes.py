@@ -265,13 +265,67 @@ class ModerationParams(_Strict):
     max_frames: int = Field(default=120, ge=1, le=600, strict=True)
 
 
+class PromoParams(_Strict):
+    """Parameters of the ``promo.slideshow`` step: a short H.264 slideshow of an album's
+    renditions (:mod:`mediajobs.domain.promo`), each shown ``seconds_per_card``, the next
+    faded in over ``crossfade_s`` (ffmpeg's ``xfade`` filter).
+
+    Attributes
+    ----------
+    rendition:
+        The output name taken from each asset (``card``: ``web-image``'s 800 px variant).
+    width_px, height_px:
+        The frame, pixels, even (H.264 4:2:0 halves both), 64 to 1,920. Each rendition is
+        cropped to the frame's aspect ratio around its centre, then scaled to it: **the
+        crop is what is shown, and what is moderated** (a crop can show what the whole did
+        not).
+    seconds_per_card:
+        Seconds each rendition is on screen, crossfades included, 0.5 to 30.
+    crossfade_s:
+        Seconds of each crossfade, 0 (a cut) to less than half ``seconds_per_card``.
+    fps:
+        Frames per second of the output, 1 to 60.
+    crf, preset:
+        libx264's constant rate factor (0-51) and preset.
+    max_cards:
+        Most renditions one promo shows, 1 to 200 (the album's first ones in key order).
+    box_px, min_confidence:
+        What each crop's moderation sends to the label source, as
+        :class:`ModerationParams`'.
+    """
+
+    rendition: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
+    width_px: int = Field(ge=64, le=1920, multiple_of=2, strict=True)
+    height_px: int = Field(ge=64, le=1920, multiple_of=2, strict=True)
+    seconds_per_card: float = Field(ge=0.5, le=30, allow_inf_nan=False)
+    crossfade_s: float = Field(ge=0, allow_inf_nan=False)
+    fps: int = Field(ge=1, le=60, strict=True)
+    crf: int = Field(ge=0, le=51, strict=True)
+    preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"]
+    max_cards: int = Field(ge=1, le=200, strict=True)
+    box_px: int = Field(ge=80, le=4096, strict=True)
+    min_confidence: float = Field(ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _fade_inside(self) -> PromoParams:
+        if self.crossfade_s * 2 >= self.seconds_per_card:
+            raise ValueError("crossfade_s must be less than half of seconds_per_card")
+        return self
+
+
 def _unique(recipe_names: list[str]) -> None:
     if len(recipe_names) != len(set(recipe_names)):
         raise ValueError(f"duplicate output names {recipe_names}")
 
 
-#: The media types a recipe may apply to (``RecipeDocument.media``).
-MEDIA_TYPES: Final = frozenset({"image", "video"})
+#: The media type of a recipe made from an album (several assets' renditions under a key
+#: prefix, ``promo``) rather than from an original: requested by name, never planned for an
+#: upload (:func:`mediajobs.domain.plan.plan_jobs` plans :data:`UPLOAD_MEDIA` only).
+ALBUM: Final = "album"
+#: The media types an original can be: what an upload's plan applies.
+UPLOAD_MEDIA: Final = frozenset({"image", "video"})
+#: The media types a recipe may apply to (``RecipeDocument.media``, ``active.json``'s keys).
+MEDIA_TYPES: Final = UPLOAD_MEDIA | {ALBUM}
 
 
 class RecipeInput(_Strict):
@@ -293,7 +347,8 @@ class RecipeDocument(_Strict):
     version:
         Positive integer; bump it whenever the output would change.
     media:
-        Which originals it applies to: ``image`` or ``video``.
+        Which originals it applies to: ``image`` or ``video``; ``album`` for a recipe made
+        from several assets' renditions on request (``promo``).
     step:
         The name of the step that runs it (``image.variants``, ``video.renditions`` ...): a
         step registered in the composition root.
@@ -309,7 +364,7 @@ class RecipeDocument(_Strict):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
     version: int = Field(gt=0)
-    media: Literal["image", "video"]
+    media: Literal["image", "video", "album"]
     step: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*(\.[a-z0-9][a-z0-9-]*)*$")
     params: dict[str, Any]
     comment: str = ""

@@ -10,6 +10,13 @@ that principal's ARN as who made it (:class:`~mediajobs.service_layer.review.Rev
 200 and the answer's JSON (``decided``, or ``already_decided`` with the earlier decision),
 404 for no asset, 409 for an asset not held for review, 400 for a malformed request.
 
+``POST /promos?prefix=originals/<album>/`` requests the album's promo
+(:class:`~mediajobs.service_layer.promo.Promos`): 202 while it is made, 200 once done (its
+manifest and outputs) or failed (its reason), 409 for an album with nothing to show, 400
+for a prefix that is not an album's. ``GET`` the same route reads the album's latest promo
+(404 when none was requested). Any caller the function URL admits may request one: it
+renders only what the album's accepted assets are, once per distinct album.
+
 Thin: Powertools' :class:`~aws_lambda_powertools.event_handler.LambdaFunctionUrlResolver`
 routes the request (payload format 2.0; another method or path gets Powertools' own 404),
 :func:`mediajobs.domain.status.answer` maps the key and the asset to a status code and a
@@ -24,6 +31,8 @@ and its ``lambda:InvokeFunctionUrl`` permission before the function runs
 from __future__ import annotations
 
 import time
+import urllib.parse
+from collections.abc import Callable
 from typing import Final
 
 from aws_lambda_powertools import Logger
@@ -33,6 +42,7 @@ from mediajobs.domain.backfill import Backfill
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.status import MAX_KEY_BYTES, answer, backfill_answer, key_of, review_request, reviewer_allowed
 from mediajobs.service_layer.ports import Assets, Backfills
+from mediajobs.service_layer.promo import PromoAnswer, Promos, PromoState
 from mediajobs.service_layer.review import Reviews, ReviewState
 from mediajobs.settings import Settings
 
@@ -40,6 +50,7 @@ __all__ = [
     "ASSETS_PATH",
     "BACKFILLS_PATH",
     "MAX_KEY_BYTES",
+    "PROMOS_PATH",
     "REVIEW_PATH",
     "answer",
     "backfill_answer",
@@ -60,6 +71,17 @@ _REVIEW_STATUS: Final = {
     ReviewState.NOT_HELD: 409,
     ReviewState.UNKNOWN: 404,
 }
+#: An album's promo: ``POST`` requests it, ``GET`` reads it (the query names the album's prefix).
+PROMOS_PATH: Final = "/promos"
+#: The status code of each promo answer, for a request (``POST``) and a read (``GET``).
+_PROMO_STATUS: Final = {
+    PromoState.REQUESTED: 202,
+    PromoState.DONE: 200,
+    PromoState.FAILED: 200,
+    PromoState.EMPTY: 409,
+    PromoState.INVALID: 400,
+    PromoState.UNKNOWN: 404,
+}
 #: A status changes while a job runs: no cache between the app and the function keeps it.
 _HEADERS: Final = {"Cache-Control": "no-store"}
 
@@ -70,13 +92,15 @@ def make_status_app(
     *,
     backfills: Backfills | None = None,
     reviews: Reviews | None = None,
+    promos: Promos | None = None,
     logger: Logger | None = None,
 ) -> LambdaFunctionUrlResolver:
     """The resolver of the status function, reading ``assets`` of ``settings.media_bucket``
     (``settings.originals_prefix`` bounds the keys) and ``backfills`` (without them,
     ``/backfills/...`` answers 404), deciding reviews with ``reviews`` (without them,
-    ``POST /review`` answers 404): ``app.resolve(event, context)`` answers a function URL
-    event (payload 2.0).
+    ``POST /review`` answers 404), requesting and reading albums' promos with ``promos``
+    (without them, ``/promos`` answers 404): ``app.resolve(event, context)`` answers a
+    function URL event (payload 2.0).
 
     Raises
     ------
@@ -136,6 +160,36 @@ def make_status_app(
             return _json(400, {"message": f"{refused.reason}: {refused.detail}"})
         logger.info("review", extra={"key": key, "state": str(decided.state), "outcome": decided.outcome})
         return _json(_REVIEW_STATUS[decided.state], decided.to_json())
+
+    def promo_prefix() -> str | None:
+        values = [
+            v
+            for k, v in urllib.parse.parse_qsl(app.current_event.get("rawQueryString") or "", keep_blank_values=True)
+            if k == "prefix"
+        ]
+        return values[0] if len(values) == 1 else None
+
+    @app.post(PROMOS_PATH)
+    def post_promo() -> Response:
+        return promo(lambda prefix: promos.request(prefix) if promos is not None else None)
+
+    @app.get(PROMOS_PATH)
+    def get_promo() -> Response:
+        return promo(lambda prefix: promos.status(prefix) if promos is not None else None)
+
+    def promo(act: Callable[[str], PromoAnswer | None]) -> Response:
+        if promos is None:
+            return _json(404, {"message": "promos are not made here"})
+        prefix = promo_prefix()
+        if prefix is None:
+            return _json(400, {"message": "give one album prefix: /promos?prefix=originals/<album>/"})
+        try:
+            answered = act(prefix)
+        except PermanentFailure as refused:  # DynamoDB refused a value of the request
+            return _json(400, {"message": f"{refused.reason}: {refused.detail}"})
+        assert answered is not None
+        logger.info("promo", extra={"prefix": prefix, "state": str(answered.state), "job_key": answered.job_key})
+        return _json(_PROMO_STATUS[answered.state], answered.to_json())
 
     return app
 

@@ -25,7 +25,9 @@ the policy version) owes the assets already there.
    ``next`` set of every asset referencing it; the asset switches when it was the last
    (:meth:`~mediajobs.service_layer.assets.AssetKeeper.rolled`). The tick counts the ends
    from the ledger (``done``, ``failed``), and marks the backfill ``done`` once the scan is
-   over, no asset is left to look at again and no job remains.
+   over, no asset is left to look at again and no job remains -- after requesting again
+   the promo of every album made under another policy or recipe
+   (:meth:`~mediajobs.service_layer.promo.Promos.regenerate`).
 
 Nothing here is an S3 event, and its outputs are derivatives: a backfill never causes
 another.
@@ -55,6 +57,7 @@ from mediajobs.domain.plan import PlannedJob, Where, plan_jobs
 from mediajobs.domain.recipes import Recipe
 from mediajobs.service_layer.claims import Claims
 from mediajobs.service_layer.ports import Assets, Backfills
+from mediajobs.service_layer.promo import Promos
 from mediajobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -95,6 +98,9 @@ class Backfiller:
     recipes: the active recipes by media type (the set a backfill rolls out).
     clock: Unix time, seconds.
     sleep: how the rate is kept (``time.sleep``; tests pass their own).
+    promos: albums' promos: once the backfill is finished, every album whose promo carries
+        another policy or recipe is requested again, before it is marked ``done``
+        (``None``: no promo is kept).
     """
 
     def __init__(
@@ -107,6 +113,7 @@ class Backfiller:
         recipes: Mapping[str, Sequence[Recipe]],
         clock: Callable[[], float],
         sleep: Callable[[float], None] = time.sleep,
+        promos: Promos | None = None,
     ) -> None:
         self._settings = settings
         self._backfills = backfills
@@ -116,6 +123,7 @@ class Backfiller:
         self._active = {media: tuple(r.ref for r in rs) for media, rs in recipes.items()}
         self._clock = clock
         self._sleep = sleep
+        self._promos = promos
         self.change = change_of(self._active, settings.policy_version)
         self._sending = threading.Lock()
 
@@ -221,6 +229,8 @@ class Backfiller:
             self._count_ends(backfill)
             now = self._backfills.get(backfill.id)
             if now is not None and now.state == BackfillState.RUNNING and now.finished():
+                if self._promos is not None:  # its assets serve the new set: their albums' promos follow
+                    self._promos.regenerate()
                 now = self._backfills.move(backfill.id, BackfillState.DONE, now_s=int(self._clock())) or now
                 log.info("backfill done", extra={"backfill_id": backfill.id})
             if now is not None:

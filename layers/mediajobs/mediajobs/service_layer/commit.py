@@ -39,7 +39,7 @@ from mediajobs.domain.jobs import (
     RenderedFile,
     identify_stored,
 )
-from mediajobs.domain.manifest import MANIFEST_NAME, build_manifest
+from mediajobs.domain.manifest import MANIFEST_NAME, build_manifest, inputs_of
 from mediajobs.service_layer.lease import LeaseKeeper
 from mediajobs.service_layer.ports import Ledger, ObjectStore
 
@@ -165,6 +165,7 @@ class Commit:
             outputs=outputs,
             decisions=decisions,
             created_at=_utc_iso(self.clock()),
+            inputs=inputs_of(spec) if spec.about else None,
         )
 
     def _write_manifest(self, staged: str) -> list[OutputRecord]:

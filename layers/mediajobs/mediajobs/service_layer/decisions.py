@@ -11,12 +11,12 @@ counted (the adapter's).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mediajobs.domain.decisions import asset_hash, moderation_fields, record
 from mediajobs.domain.jobs import Claim, ClaimOutcome, Delivery, JobResult, JobSpec, JobState, ObjectRef
-from mediajobs.domain.moderation import moderation_of
+from mediajobs.domain.moderation import ACCEPTED, moderation_of
 from mediajobs.service_layer.ports import DecisionLog
 
 #: The action each claim outcome stands for (``RUN``: ``process`` or ``takeover``).
@@ -87,7 +87,8 @@ class DecisionRecorder:
     def ended(self, spec: JobSpec, result: JobResult, source: ObjectRef, delivery: Delivery | None) -> None:
         """A held job's work ended: ``ended`` with its state, CPU seconds and bytes; and, for
         a moderation job, its outcome (``accepted``, ``rejected``, ``review``) with the
-        rule and the model version."""
+        rule and the model version; for an album's promo made under a policy, ``accepted``
+        (each frame's crop was judged: ``decisions.promo``)."""
         if result.reused:
             return
         bytes_out = sum(o.bytes for o in result.outputs)
@@ -118,6 +119,13 @@ class DecisionRecorder:
         ):
             fields = moderation_fields(result.decisions)
             records.append(self._of(spec, source, delivery, str(moderation["outcome"]), prior="running", **fields))
+        promo = result.decisions.get("promo") if isinstance(result.decisions, Mapping) else None
+        if isinstance(promo, Mapping) and promo.get("policy") and result.state == JobState.DONE:
+            # an album's promo: every frame's crop was judged under the policy (what
+            # ``decisions affected`` lists with the assets, what its backfill regenerates)
+            records.append(
+                self._of(spec, source, delivery, ACCEPTED, prior="running", model=promo.get("model_version"))
+            )
         self._append(records)
 
     def _of(

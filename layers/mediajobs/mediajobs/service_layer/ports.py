@@ -11,6 +11,7 @@ implement them with fakes (``tests/fakes.py``); the composition root
   reading it.
 * :class:`Assets` -- DynamoDB: the asset records (what an app asks), the references each
   job has, and the collection candidates.
+* :class:`PromoRecords` -- DynamoDB: each album's latest promo request.
 * :class:`Queue` -- SQS: every operation on the queue a record came from (visibility,
   hand-over, delete, return).
 * :class:`Step` -- one recipe step (``image.variants``, ``video.renditions`` ...): turns an
@@ -48,6 +49,7 @@ from mediajobs.domain.jobs import (
 )
 from mediajobs.domain.moderation import Label
 from mediajobs.domain.parts import Split
+from mediajobs.domain.promo import PromoRecord
 
 
 class ObjectStore(Protocol):
@@ -59,6 +61,16 @@ class ObjectStore(Protocol):
     def put_file_if_absent(self, bucket: str, key: str, path: Path, *, content_type: str) -> bool: ...
     def put_if_absent(self, bucket: str, key: str, body: bytes, *, content_type: str) -> bool: ...
     def listing(self, bucket: str, prefix: str) -> dict[str, str]: ...
+    def keys(self, bucket: str, prefix: str, *, limit: int) -> list[str]:
+        """Up to ``limit`` keys under ``prefix``, in UTF-8 binary order (``ListObjectsV2``).
+
+        Raises
+        ------
+        TransientFailure
+            The listing failed.
+        """
+        ...
+
     def delete_prefix(self, bucket: str, prefix: str, *, first: str | None = None) -> int:
         """Delete every object under ``prefix`` (the key ``first`` before the others: the
         manifest, so that no reader meets a set without it); returns how many were deleted.
@@ -423,6 +435,24 @@ class Backfills(Protocol):
 
     def looked_again(self, backfill_id: str, bucket: str, key: str) -> bool:
         """Drop an asset from those to look at again (once)."""
+        ...
+
+
+class PromoRecords(Protocol):
+    """The promo registry: each album's latest promo request (see
+    :class:`mediajobs.adapters.promos.DynamoPromos`)."""
+
+    def get(self, bucket: str, prefix: str) -> PromoRecord | None:
+        """The album's record, or ``None``."""
+        ...
+
+    def all(self) -> list[PromoRecord]:
+        """Every album's record."""
+        ...
+
+    def put(self, record: PromoRecord, *, previous: PromoRecord | None, now_s: int) -> bool:
+        """Store the album's record if it is still ``previous``, with the job's reference
+        (the previous job's released); ``False`` when another request wrote first."""
         ...
 
 

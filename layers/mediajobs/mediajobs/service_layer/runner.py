@@ -26,6 +26,7 @@ from typing import Any
 
 from mediajobs.domain.errors import (
     INVALID_OUTPUT,
+    SOURCE_MISSING,
     TOO_LONG,
     ContentRejected,
     DeadlineReached,
@@ -210,6 +211,8 @@ class JobRunner:
                 source_url=work.url if work is not None else None,
                 content_sha256=job.spec.input_sha256,
                 policy_version=job.spec.policy_version,
+                input_jobs={n: i.job_key for n, i in job.spec.inputs.items() if isinstance(i, OutputInput)},
+                about=job.spec.about,
             )
             main = next(iter(inputs.values()))
             step = self._steps[job.recipe.step].run(main, job.recipe.params, context, out_dir)
@@ -270,18 +273,21 @@ class JobRunner:
             without it: the claim is given back and the message redelivered), or an input
             read from S3 is not the bytes its job committed.
         PermanentFailure
-            ``invalid_output``: an input names an output its job did not commit.
+            ``invalid_output``: an input names an output its job did not commit;
+            ``source_missing``: an input job of a job made from no original (an album's) was
+            collected since (nothing renders it again; the album is requested anew).
         """
         paths: dict[str, Path] = {}
+        planned = any(isinstance(i, ContentInput) for i in job.spec.inputs.values())
         for name, wanted in job.spec.inputs.items():
             if isinstance(wanted, ContentInput):
                 if work is None or work.sha256 != wanted.sha256:
                     raise TransientFailure("the original was not read: only a staged manifest commits without it")
                 paths[name] = work.original
             elif wanted.output == DECISIONS_OUTPUT:
-                paths[name] = self._decisions_file(wanted, folder, produced)
+                paths[name] = self._decisions_file(wanted, folder, produced, planned=planned)
             else:
-                paths[name] = self._output_file(wanted, folder, produced, job.spec.source_bucket)
+                paths[name] = self._output_file(wanted, folder, produced, job.spec.source_bucket, planned=planned)
         return paths
 
     def _parent_split(self, job: PlannedJob) -> Split:
@@ -331,7 +337,9 @@ class JobRunner:
                     raise TransientFailure(f"part {spec.job_key[:12]}'s output is gone: {gone}") from gone
         return files
 
-    def _decisions_file(self, wanted: OutputInput, folder: Path, produced: Mapping[str, JobResult]) -> Path:
+    def _decisions_file(
+        self, wanted: OutputInput, folder: Path, produced: Mapping[str, JobResult], *, planned: bool = True
+    ) -> Path:
         """Another job's committed decisions (a moderation job's) as a JSON file: from this
         delivery's end of it, or its row.
 
@@ -346,22 +354,32 @@ class JobRunner:
         else:
             row = self._ledger.get(wanted.job_key)
             if row is None or row.state != JobState.DONE:
-                raise _not_done(wanted.job_key, row)
+                raise _not_done(wanted.job_key, row, planned=planned)
             decisions = row.decisions
         dest = folder / "inputs" / wanted.job_key / f"{DECISIONS_OUTPUT}.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(json.dumps(dict(decisions or {}), sort_keys=True), encoding="utf-8")
         return dest
 
-    def _output_file(self, wanted: OutputInput, folder: Path, produced: Mapping[str, JobResult], bucket: str) -> Path:
+    def _output_file(
+        self,
+        wanted: OutputInput,
+        folder: Path,
+        produced: Mapping[str, JobResult],
+        bucket: str,
+        *,
+        planned: bool = True,
+    ) -> Path:
         """Another job's committed output as a file: the one this delivery rendered when
-        its bytes are the committed ones, else read from S3 (and checked)."""
+        its bytes are the committed ones, else read from S3 (and checked). ``planned``: the
+        job taking it is planned from an original, whose delivery renders a collected
+        input again (else a collected input is gone for good: :func:`_not_done`)."""
         ended = produced.get(wanted.job_key)
         outputs = ended.outputs if ended is not None else ()
         if not outputs:
             row = self._ledger.get(wanted.job_key)
             if row is None or row.state != JobState.DONE:
-                raise _not_done(wanted.job_key, row)
+                raise _not_done(wanted.job_key, row, planned=planned)
             outputs, bucket = row.outputs, row.source_bucket or bucket
         record = next((o for o in outputs if o.name == wanted.output), None)
         if record is None:
@@ -596,13 +614,18 @@ def _cpu_s() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def _not_done(job_key: str, row: JobView | None) -> Exception:
+def _not_done(job_key: str, row: JobView | None, *, planned: bool = True) -> Exception:
     """What an input job that is not done means for the job taking its output: its failure
     for good fails the job with its reason (a rejected moderation job: rejected); held for
     review, waiting or running, the job waits for it again (:class:`InputsPending`); no row
-    yet is transient."""
+    yet is transient. Collected, for a job not ``planned`` from an original (an album's: no
+    delivery renders its inputs again), it is gone: ``source_missing``."""
     if row is None:
         return TransientFailure(f"input job {job_key[:12]} has no row")
+    if not planned and row.state in (JobState.COLLECTED, JobState.COLLECTING):
+        return PermanentFailure(
+            SOURCE_MISSING, f"input job {job_key[:12]} was collected (its assets deleted): request the album again"
+        )
     if row.state == JobState.PERMANENT_FAILURE:
         detail = f"input job {job_key[:12]} failed: {row.failure_reason}: {row.failure_detail or ''}"
         return PermanentFailure(row.failure_reason or INVALID_OUTPUT, detail.strip())

@@ -36,5 +36,6 @@ SUMMARIES: Final[dict[str, str]] = {
     "backfill": "start, watch, pause, resume or cancel the backfill of the active recipe set on `mediajobs serve`",
     "invoke": "run a function of template.yaml on an event as sam local invoke does, in this process",
     "review": "accept or reject an asset held for review on a running `mediajobs serve`",
+    "promo": "request (or --status: read) the promo of an album on a running `mediajobs serve`",
     "decisions": "query the decision log of a running `mediajobs serve`: spikes --since 24h, affected --policy N",
 }

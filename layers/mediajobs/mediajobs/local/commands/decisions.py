@@ -5,8 +5,9 @@ the stack's own Athena queries' SQL (:mod:`mediajobs.local.decisions`).
   group with more than one classified into its cause (``claim_boundary``,
   ``same_key_different_bytes``, ``recipe_changed_without_version``, ``policy_change``), then
   the identities that spent the most CPU.
-* ``affected --policy N``: the assets (their key hashes, and the keys of the ones the stack
-  knows) decided under policy N: what a backfill of its successor regenerates.
+* ``affected --policy N``: the assets and the albums' promos (their key hashes, and the
+  keys and album prefixes the stack knows) decided under policy N: what a backfill of its
+  successor regenerates.
 * ``count``: the records by action.
 """
 
@@ -20,6 +21,7 @@ import time
 from typing import Any
 
 from mediajobs.domain.decisions import CAUSES, asset_hash
+from mediajobs.domain.promo import PROMO_RECIPE
 from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import InternalError
 from mediajobs.local.commands.served import add_endpoint, served_view
@@ -122,28 +124,46 @@ def format_spikes(report: dict[str, Any], since: str) -> str:
 
 
 def affected_report(reader: Any, policy: str, keys: dict[str, str]) -> dict[str, Any]:
-    """The assets decided under ``policy``, each with its key when ``keys`` (key hash ->
-    original key) knows it."""
+    """The assets and the albums' promos decided under ``policy`` (a promo's rows are its
+    recipe's, ``promo``), each with its key (an album's: its prefix) when ``keys`` (key hash
+    -> original key or album prefix) knows it."""
     rows = reader.run("affected", [policy]).dicts()
     for row in rows:
         row["key"] = keys.get(row["asset"])
-    return {"policy": policy, "assets": rows}
+    promos = [r for r in rows if r["recipe"] == PROMO_RECIPE]
+    return {"policy": policy, "assets": [r for r in rows if r["recipe"] != PROMO_RECIPE], "promos": promos}
 
 
 def format_affected(report: dict[str, Any]) -> str:
     """The report as lines a person reads."""
-    lines = [f"decided under policy {report['policy']}: {len(report['assets'])}"]
+    lines = [f"assets decided under policy {report['policy']}: {len(report['assets'])}"]
     for row in report["assets"]:
+        lines.append(f"  {row['outcome']:9} {row['recipe']:20} {row['key'] or row['asset']}")
+    lines.append(f"promos made under policy {report['policy']}: {len(report.get('promos', []))}")
+    for row in report.get("promos", []):
         lines.append(f"  {row['outcome']:9} {row['recipe']:20} {row['key'] or row['asset']}")
     return "\n".join(lines)
 
 
 def _known_keys(stack: Any) -> dict[str, str]:
-    """Key hash -> original key of every asset the served stack holds (a scan)."""
+    """Key hash -> original key of every asset the served stack holds (a scan), and album
+    prefix of every album with a promo (the registry's ``Query``)."""
     from mediajobs.local.storm.checks import asset_views
 
     try:
-        return {asset_hash(stack.bucket, key): key for key in asset_views(stack)}
+        keys = {asset_hash(stack.bucket, key): key for key in asset_views(stack)}
+        for album in _promo_records(stack).all():
+            keys[asset_hash(album.bucket, album.prefix)] = album.prefix
+        return keys
     except Exception:  # noqa: BLE001 - the keys are a convenience; the hashes are the answer
         print("mediajobs: the asset keys could not be read; showing their hashes", file=sys.stderr)
         return {}
+
+
+def _promo_records(stack: Any) -> Any:
+    """The promo registry of the served stack."""
+    from mediajobs.adapters.promos import DynamoPromos, PromoModel
+
+    clients = stack.clients()
+    model = clients.model(PromoModel, stack.assets_table_name)
+    return DynamoPromos(clients.unit_of_work(), model, clients.asset_models(stack.assets_table_name))

@@ -120,6 +120,10 @@ class CountingStore:
         """As ``inner.listing``."""
         return self._inner.listing(bucket, prefix)
 
+    def keys(self, bucket: str, prefix: str, *, limit: int) -> list[str]:
+        """As ``inner.keys``."""
+        return self._inner.keys(bucket, prefix, limit=limit)
+
     def delete_prefix(self, bucket: str, prefix: str, *, first: str | None = None) -> int:
         """As ``inner.delete_prefix``."""
         return self._inner.delete_prefix(bucket, prefix, first=first)

@@ -1,0 +1,286 @@
+"""Promos, in order: what a request for an album's promo does (``mediajobs promo PREFIX``,
+``POST /promos?prefix=...``), and what a new policy's backfill does with them.
+
+1. **List the album** (:meth:`Promos.request`): up to :data:`~mediajobs.domain.promo.MAX_ALBUM_KEYS`
+   keys under the prefix (``ListObjectsV2``, key order), each key's asset (``GetItem``).
+2. **Choose the frames** (:func:`~mediajobs.domain.promo.album_frames`): each ``ready`` asset's
+   rendition, read from the ledger (one ``BatchGetItem``) to know it is done and which
+   decision it was rendered under; the others are left out, with why.
+3. **The job** (:func:`~mediajobs.domain.promo.promo_spec`): its key hashes the renditions'
+   and decisions' job keys, the recipe and the policy. It is written ``requested`` and a job
+   request sent (:meth:`~mediajobs.service_layer.requests.JobRequests.request`): the worker
+   claims and renders it like any job, once; an unchanged album requested again finds it
+   (done, or on its way) and sends nothing. A promo collected since is requested again.
+4. **The record** (:class:`~mediajobs.service_layer.ports.PromoRecords`): the album's latest
+   promo, with the job's reference (the previous promo's released to the collection).
+
+**Regeneration** (:meth:`Promos.regenerate`): every album whose record carries another
+policy (or promo recipe) than this deployment's is requested again -- run by the backfill of
+that change once it is done (``service_layer/backfill.py``), when its assets serve the new
+policy's renditions.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mediajobs.domain.jobs import DECISIONS_OUTPUT, JobState, JobView, OutputInput
+from mediajobs.domain.moderation import MODERATION_INPUT
+from mediajobs.domain.promo import (
+    MAX_ALBUM_KEYS,
+    AlbumFrame,
+    LeftOut,
+    PromoRecord,
+    album_frames,
+    promo_spec,
+    valid_prefix,
+)
+from mediajobs.domain.recipes import Recipe
+from mediajobs.service_layer.ports import Assets, Ledger, ObjectStore, PromoRecords
+from mediajobs.service_layer.requests import JobRequests
+from mediajobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Job states of a promo whose row no worker holds and that is not ended: requested again.
+_AGAIN = frozenset({JobState.COLLECTED, JobState.TRANSIENT_FAILURE})
+
+
+class PromoState(enum.StrEnum):
+    """What a promo request or status found.
+
+    ``requested``: the job is written and its request sent (or on its way, or running);
+    ``done``: the promo is there (its manifest and outputs in the answer); ``failed``: it
+    failed for good (its reason); ``empty``: the album holds no asset the promo can show
+    (nothing requested); ``invalid``: the prefix is not an album's; ``unknown``: no promo
+    was requested for the album (status only).
+    """
+
+    REQUESTED = "requested"
+    DONE = "done"
+    FAILED = "failed"
+    EMPTY = "empty"
+    INVALID = "invalid"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class PromoAnswer:
+    """The answer to a promo request or status.
+
+    Attributes
+    ----------
+    state: a :class:`PromoState`.
+    prefix: the album.
+    message: in words, for ``invalid``, ``empty`` and ``failed``.
+    job_key: the promo job, when there is one.
+    record: the album's record (frames and left out), when there is one.
+    row: the promo job's ledger row, when read.
+    """
+
+    state: PromoState
+    prefix: str
+    message: str = ""
+    job_key: str | None = None
+    record: PromoRecord | None = None
+    row: JobView | None = None
+    left_out: tuple[LeftOut, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"state", "prefix", "message", "job_key", "recipe", "policy_version", "frames",
+        "left_out", "manifest_key", "outputs", "reason"}``: what the CLI prints and the route
+        answers."""
+        row = self.row
+        record = self.record
+        return {
+            "state": str(self.state),
+            "prefix": self.prefix,
+            "message": self.message,
+            "job_key": self.job_key,
+            "recipe": record.recipe if record else None,
+            "policy_version": record.policy_version if record else None,
+            "frames": [f.to_json() for f in record.frames] if record else [],
+            "left_out": [x.to_json() for x in (record.left_out if record else self.left_out)],
+            "manifest_key": row.manifest_key if row is not None and row.state == JobState.DONE else None,
+            "outputs": [o.to_json() for o in row.outputs] if row is not None and row.state == JobState.DONE else [],
+            "reason": row.failure_reason if row is not None and row.state == JobState.PERMANENT_FAILURE else None,
+            "detail": row.failure_detail if row is not None and row.state == JobState.PERMANENT_FAILURE else None,
+        }
+
+
+class Promos:
+    """Requests, reads and regenerates albums' promos (the module's order).
+
+    Parameters
+    ----------
+    settings: ``media_bucket``, ``originals_prefix``, ``derivatives_prefix``,
+        ``policy_version``.
+    store: S3 (the album's listing).
+    assets: the asset records.
+    ledger: the job ledger (the renditions' rows, the promo's).
+    requests: writes and sends the promo's job request.
+    records: the promo registry.
+    recipe: the active promo recipe (``None``: this deployment makes no promo).
+    active: every active recipe's reference (a promo of renditions no longer active is stale).
+    clock: Unix time, seconds.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: ObjectStore,
+        assets: Assets,
+        ledger: Ledger,
+        requests: JobRequests,
+        records: PromoRecords,
+        recipe: Recipe | None,
+        active: frozenset[str] = frozenset(),
+        clock: Callable[[], float],
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._assets = assets
+        self._ledger = ledger
+        self._requests = requests
+        self._records = records
+        self._recipe = recipe
+        self._active = active
+        self._clock = clock
+
+    @property
+    def bucket(self) -> str:
+        """The media bucket albums live in."""
+        return self._settings.media_bucket
+
+    def request(self, prefix: str, bucket: str | None = None) -> PromoAnswer:
+        """Request the promo of the album ``prefix`` of ``bucket`` (default: the settings'
+        ``media_bucket``) (module docstring, 1-4).
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the ports' (DynamoDB, S3, SQS): nothing half-done is wrong to redo.
+        """
+        problem = valid_prefix(prefix, self._settings.originals_prefix)
+        if problem is not None:
+            return PromoAnswer(PromoState.INVALID, prefix, problem)
+        if self._recipe is None:
+            return PromoAnswer(PromoState.INVALID, prefix, "no promo recipe is active here (recipes/active.json)")
+        bucket = bucket or self.bucket
+        rendition = self._recipe.params.rendition
+        keys = self._store.keys(bucket, prefix, limit=MAX_ALBUM_KEYS)
+        views = [v for k in keys if (v := self._assets.get(bucket, k)) is not None]
+        frames, left_out = album_frames(views, rendition, self._done_renditions(views, rendition), self._max_cards)
+        if not frames:
+            return PromoAnswer(
+                PromoState.EMPTY, prefix, f"no ready asset with a {rendition!r} rendition", left_out=tuple(left_out)
+            )
+        spec = promo_spec(
+            self._recipe,
+            frames,
+            bucket=bucket,
+            prefix=prefix,
+            policy_version=self._settings.policy_version,
+            derivatives_prefix=self._settings.derivatives_prefix,
+            rendition=rendition,
+        )
+        self._requests.request([spec])
+        row = self._ledger.get(spec.job_key)
+        if row is not None and row.state in _AGAIN and row.lease_expires_at_s <= int(self._clock()):
+            self._requests.request_one(spec.job_key)  # collected, or given back: again
+        now = int(self._clock())
+        record = PromoRecord(
+            bucket, prefix, spec.job_key, self._recipe.ref, self._settings.policy_version, now,
+            tuple(frames), tuple(left_out),
+        )  # fmt: skip
+        for _ in range(5):  # another request of the album wrote first: on top of it
+            previous = self._records.get(bucket, prefix)
+            if self._records.put(record, previous=previous, now_s=now):
+                break
+        log.info("promo requested", extra={"prefix": prefix, "job_key": spec.job_key, "frames": len(frames)})
+        return self._answer(prefix, self._records.get(bucket, prefix) or record, row)
+
+    def status(self, prefix: str) -> PromoAnswer:
+        """The album's latest promo: its record and its job's row (``unknown`` when none
+        was requested)."""
+        problem = valid_prefix(prefix, self._settings.originals_prefix)
+        if problem is not None:
+            return PromoAnswer(PromoState.INVALID, prefix, problem)
+        record = self._records.get(self.bucket, prefix)
+        if record is None:
+            return PromoAnswer(PromoState.UNKNOWN, prefix, "no promo was requested for this album")
+        return self._answer(prefix, record, self._ledger.get(record.job_key))
+
+    def all(self) -> list[PromoRecord]:
+        """Every album's record (the registry)."""
+        return self._records.all()
+
+    def affected(self, policy_version: str) -> list[PromoRecord]:
+        """The albums whose latest promo was made under ``policy_version``."""
+        return [r for r in self._records.all() if r.policy_version == policy_version]
+
+    def stale(self) -> list[PromoRecord]:
+        """The albums whose latest promo carries another policy or promo recipe than this
+        deployment's, or shows a rendition of a recipe no longer active: what
+        :meth:`regenerate` requests again."""
+        if self._recipe is None:
+            return []
+        policy, recipe = self._settings.policy_version, self._recipe.ref
+
+        def stale(r: PromoRecord) -> bool:
+            renditions = {f.rendition_recipe for f in r.frames}
+            return r.policy_version != policy or r.recipe != recipe or bool(self._active and renditions - self._active)
+
+        return [r for r in self._records.all() if stale(r)]
+
+    def regenerate(self) -> list[PromoAnswer]:
+        """Request again every album :meth:`stale` lists (a new policy's backfill, once its
+        assets serve the new renditions). Idempotent: an album already regenerated is not
+        stale any more, and a request of an unchanged album finds its job."""
+        answers = [self.request(record.prefix, record.bucket) for record in self.stale()]
+        if answers:
+            log.info("promos regenerated", extra={"albums": len(answers)})
+        return answers
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @property
+    def _max_cards(self) -> int:
+        assert self._recipe is not None
+        return int(self._recipe.params.max_cards)
+
+    def _done_renditions(self, views: list[Any], rendition: str) -> Mapping[str, str | None]:
+        """Rendition job key -> its decision id, for the renditions of ready assets whose row
+        is done and whose decision (the moderation job's row) is done too: one ``BatchGetItem``
+        each."""
+        wanted = sorted({j.job_key for v in views for j in v.jobs if any(o.name == rendition for o in j.outputs)})
+        rows = self._ledger.find(wanted) if wanted else {}
+        decided: dict[str, str | None] = {}
+        for key, row in rows.items():
+            if row.state != JobState.DONE or row.spec is None:
+                continue
+            gate = row.spec.inputs.get(MODERATION_INPUT)
+            decided[key] = gate.job_key if isinstance(gate, OutputInput) and gate.output == DECISIONS_OUTPUT else None
+        gates = sorted({g for g in decided.values() if g is not None})
+        gate_rows = self._ledger.find(gates) if gates else {}
+        return {
+            k: g for k, g in decided.items() if g is None or (g in gate_rows and gate_rows[g].state == JobState.DONE)
+        }
+
+    def _answer(self, prefix: str, record: PromoRecord, row: JobView | None) -> PromoAnswer:
+        if row is not None and row.state == JobState.DONE:
+            state = PromoState.DONE
+        elif row is not None and row.state == JobState.PERMANENT_FAILURE:
+            state = PromoState.FAILED
+        else:
+            state = PromoState.REQUESTED
+        message = f"{row.failure_reason}: {row.failure_detail or ''}" if state == PromoState.FAILED and row else ""
+        return PromoAnswer(state, prefix, message, record.job_key, record, row)
+
+
+__all__ = ["AlbumFrame", "PromoAnswer", "PromoState", "Promos"]

@@ -1,0 +1,230 @@
+"""Albums' promos on the embedded AWS with the real worker and ffmpeg: what a promo shows,
+its provenance in the manifest, its key (an unchanged album reuses it, a changed one
+releases the old promo to the collection), the moderation of each frame's crop, and the
+status function's ``/promos`` route."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from mediajobs.adapters.ffmpeg import find_binaries
+from mediajobs.bootstrap import promos_over
+from mediajobs.domain.assets import reference_id
+from mediajobs.domain.jobs import JobState
+from mediajobs.domain.promo import holder_key
+from mediajobs.entrypoints.status import make_status_app
+from mediajobs.local.function_events import function_url_event
+from mediajobs.local.moderation_samples import card, expected_hash
+from mediajobs.local.session import LocalSession
+from tests.conftest import REPO, media_file
+
+pytestmark = pytest.mark.subprocess
+
+PHOTOS = ("orientation-landscape-1.jpg", "orientation-landscape-6.jpg")
+
+
+@pytest.fixture(scope="module")
+def session():
+    with LocalSession(log_level="WARNING", template_path=REPO / "template.yaml", name="mediajobs-promo") as s:
+        yield s
+
+
+def promos(session: LocalSession):
+    stack = session.stack
+    settings = stack.settings(jobs_queue_arn=stack.queue_arn, media_bucket=stack.bucket)
+    return promos_over(settings, stack.clients(), stack.assets())
+
+
+def png(picture: Image.Image) -> bytes:
+    out = io.BytesIO()
+    picture.save(out, "PNG", compress_level=1)
+    return out.getvalue()
+
+
+def album(session: LocalSession, files: dict[str, bytes]) -> str:
+    """Upload ``files`` (name -> bytes) under a new album, processed; its prefix."""
+    prefix = f"originals/album-{uuid.uuid4().hex[:8]}/"
+    for name, data in files.items():
+        session.s3.put_object(Bucket=session.stack.bucket, Key=prefix + name, Body=data)
+    session.run()
+    return prefix
+
+
+def photo(name: str) -> bytes:
+    return media_file("photos", name).read_bytes()
+
+
+def hidden_in_its_middle() -> bytes:
+    """A square picture whose middle 16:9 band is the known-bad test card and whose top and
+    bottom are the plain card: the whole is none of them (its difference hash is far from
+    the known-bad card's), the band a promo's frame shows is the known-bad card."""
+    picture = Image.new("RGB", (1600, 1600))
+    picture.paste(card("plain", (1600, 350)), (0, 0))
+    picture.paste(card("known-bad", (1600, 900)), (0, 350))
+    picture.paste(card("plain", (1600, 350)), (0, 1250))
+    return png(picture)
+
+
+def manifest(session: LocalSession, key: str) -> dict:
+    return json.loads(session.s3.get_object(Bucket=session.stack.bucket, Key=key)["Body"].read())
+
+
+def probe(session: LocalSession, key: str, tmp_path: Path) -> dict:
+    path = tmp_path / "promo.mp4"
+    session.s3.download_file(session.stack.bucket, key, str(path))
+    out = subprocess.run(  # noqa: S603 - argv list
+        [find_binaries().ffprobe, "-v", "error", "-show_streams", "-show_format", "-of", "json", str(path)],
+        capture_output=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def test_a_promo_shows_the_albums_accepted_cards_in_key_order_and_its_manifest_lists_their_provenance(
+    session, tmp_path
+):
+    prefix = album(
+        session,
+        {"1.jpg": photo(PHOTOS[0]), "2-bad.png": png(card("known-bad")), "3.jpg": photo(PHOTOS[1])},
+    )
+    asked = promos(session).request(prefix)
+    assert asked.state == "requested" and asked.job_key is not None
+    session.run()
+    answer = promos(session).status(prefix)
+    assert answer.state == "done" and answer.job_key == asked.job_key
+    document = answer.to_json()
+    [output] = document["outputs"]
+    assert (output["name"], output["width"], output["height"], output["content_type"]) == (
+        "promo", 800, 450, "video/mp4",
+    )  # fmt: skip
+    assert [x["asset_key"] for x in document["left_out"]] == [prefix + "2-bad.png"]
+    assert document["left_out"][0]["why"] == "rejected by the moderation policy"
+    # The manifest: each frame's asset key, rendition job key and decision id.
+    body = manifest(session, document["manifest_key"])
+    assets = session.stack.assets()
+    expected = []
+    for i, name in enumerate(("1.jpg", "3.jpg")):
+        view = assets.get(session.stack.bucket, prefix + name)
+        web = next(j for j in view.jobs if j.recipe == "web-image@1")
+        gate = next(j for j in view.jobs if j.recipe == "moderation-image@1")
+        expected.append((f"card-{i:04d}", prefix + name, web.job_key, gate.job_key))
+    cards = [(x["name"], x["asset_key"], x["job_key"]) for x in body["inputs"] if x["name"].startswith("card-")]
+    decisions = [(x["name"], x["job_key"]) for x in body["inputs"] if x["name"].startswith("decision-")]
+    assert cards == [(n, a, w) for n, a, w, _ in expected]
+    assert decisions == [(n.replace("card", "decision"), g) for n, _, _, g in expected]
+    frames = body["decisions"]["promo"]["frames"]
+    assert [(f["asset_key"], f["rendition_job_key"], f["decision_id"]) for f in frames] == [
+        (a, w, g) for _, a, w, g in expected
+    ]
+    assert [f["from_s"] for f in frames] == [0.0, 2.0]
+    assert {f["crop"]["outcome"] for f in frames} == {"accepted"}
+    assert (body["source"]["key"], body["policy"], body["recipe"]["id"]) == (prefix, {"version": "1"}, "promo")
+    # The video: H.264 High, 800 x 450, two cards of 2.5 s less one 0.5 s crossfade.
+    found = probe(session, output["key"], tmp_path)
+    [video] = found["streams"]
+    assert (video["codec_name"], video["profile"], video["width"], video["height"]) == ("h264", "High", 800, 450)
+    assert float(found["format"]["duration"]) == pytest.approx(4.5, abs=0.05)
+
+
+def test_an_unchanged_album_requested_again_reuses_its_promo_and_a_changed_one_releases_it(session):
+    prefix = album(session, {"1.jpg": photo("orientation-landscape-2.jpg")})
+    first = promos(session).request(prefix)
+    session.run()
+    renders = len(session.collector.renders)
+    again = promos(session).request(prefix)
+    assert (again.state, again.job_key) == ("done", first.job_key)
+    session.run()
+    assert len(session.collector.renders) == renders  # nothing rendered twice
+    assets = session.stack.assets()
+    holder = (session.stack.bucket, holder_key(prefix))
+    assert assets.referrers(first.job_key) == [holder]
+    # A photo more: another promo; the first one's reference is released to the collection.
+    session.s3.put_object(Bucket=session.stack.bucket, Key=prefix + "2.jpg", Body=photo("orientation-landscape-3.jpg"))
+    session.run()
+    changed = promos(session).request(prefix)
+    assert changed.job_key != first.job_key and changed.state == "requested"
+    session.run()
+    assert promos(session).status(prefix).state == "done"
+    assert assets.referrers(first.job_key) == [] and assets.referrers(changed.job_key) == [holder]
+    released_by = reference_id(session.stack.bucket, holder_key(prefix))
+    assert [c.released_by for c in assets.candidates_of(first.job_key)] == [released_by]
+
+
+def test_a_crop_the_policy_refuses_is_left_out_though_the_whole_picture_was_accepted(session):
+    prefix = album(session, {"1.jpg": photo("orientation-landscape-4.jpg"), "2.png": hidden_in_its_middle()})
+    hidden = session.stack.assets().get(session.stack.bucket, prefix + "2.png")
+    assert hidden.state == "ready"  # the whole is accepted: its renditions exist
+    promos(session).request(prefix)
+    session.run()
+    answer = promos(session).status(prefix)
+    assert answer.state == "done"
+    body = manifest(session, answer.to_json()["manifest_key"])
+    promo = body["decisions"]["promo"]
+    assert [f["asset_key"] for f in promo["frames"]] == [prefix + "1.jpg"]
+    [left] = promo["left_out"]
+    assert left["asset_key"] == prefix + "2.png"
+    assert left["crop"]["outcome"] == "rejected" and left["crop"]["rule"].startswith("perceptual:")
+    assert left["crop"]["perceptual"] == f"{expected_hash('known-bad'):016x}"
+
+
+def test_an_album_whose_every_crop_is_refused_fails_rejected_with_each_reason(session):
+    prefix = album(session, {"only.png": hidden_in_its_middle()})
+    promos(session).request(prefix)
+    session.run()
+    answer = promos(session).status(prefix)
+    assert answer.state == "failed" and answer.row.failure_reason == "rejected"
+    assert "card-0000: its crop is rejected" in answer.row.failure_detail
+
+
+def test_the_promos_route_requests_and_reads_an_albums_promo(session):
+    stack = session.stack
+    settings = stack.settings(jobs_queue_arn=stack.queue_arn, media_bucket=stack.bucket)
+    app = make_status_app(stack.assets(), settings, promos=promos(session))
+
+    def call(method: str, query: str) -> tuple[int, dict]:
+        response = app.resolve(function_url_event(query, path="/promos", method=method), None)
+        return response["statusCode"], json.loads(response["body"])
+
+    prefix = album(session, {"1.jpg": photo("orientation-landscape-5.jpg")})
+    assert call("GET", f"prefix={prefix}")[0] == 404  # none requested yet
+    status, body = call("POST", f"prefix={prefix}")
+    assert status == 202 and body["state"] == "requested" and len(body["frames"]) == 1
+    session.run()
+    status, body = call("GET", f"prefix={prefix}")
+    assert status == 200 and body["state"] == "done" and body["outputs"][0]["name"] == "promo"
+    assert call("POST", f"prefix={prefix}") == (200, body)  # requested again: the same promo
+    assert call("POST", "prefix=originals/nothing-here/")[0] == 409
+    for query in ("prefix=photos/x/", "prefix=originals/x", "", f"prefix={prefix}&prefix={prefix}"):
+        assert call("POST", query)[0] == 400
+    assert app.resolve(function_url_event("", path="/promos", method="DELETE"), None)["statusCode"] == 404
+    without = make_status_app(stack.assets(), settings)
+    assert without.resolve(function_url_event(f"prefix={prefix}", path="/promos"), None)["statusCode"] == 404
+
+
+def test_a_promo_whose_card_was_collected_meanwhile_fails_source_missing_and_is_made_again_without_it(session):
+    from mediajobs.adapters.ledger import JobModel
+
+    prefix = album(
+        session, {"1.jpg": photo("orientation-landscape-7.jpg"), "2.jpg": photo("orientation-landscape-8.jpg")}
+    )
+    first = promos(session).request(prefix)  # requested: its job request waits in the queue
+    view = session.stack.assets().get(session.stack.bucket, prefix + "2.jpg")
+    card_job = next(j for j in view.jobs if j.recipe == "web-image@1").job_key
+    rows = session.stack.model(JobModel, session.stack.table_name)
+    rows.get(card_job).update(actions=[rows.state.set(str(JobState.COLLECTED))])  # its asset gone meanwhile
+    session.run()
+    failed = promos(session).status(prefix)
+    assert (failed.state, failed.row.failure_reason) == ("failed", "source_missing")
+    assert f"input job {card_job[:12]} was collected" in failed.row.failure_detail
+    again = promos(session).request(prefix)
+    assert again.job_key != first.job_key
+    assert [x.why for x in again.record.left_out] == ["its 'card' rendition is not done now"]
+    session.run()
+    assert promos(session).status(prefix).state == "done"
