@@ -140,6 +140,18 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     assert "review-card.png: held for review: its renditions wait for a person" in done.stdout
     assert "review accepted by demo:reviewer: originals/demo/10-review-card.png: ready, 3 outputs" in done.stdout
     assert "labels DECLARED for the test cards" in done.stdout and "not a model" in done.stdout
+    # The demo album's promo: 7 accepted photos' cards (the copy is the same card, the videos
+    # have none, the known-bad card was rejected), its provenance, made once though asked twice.
+    promo = done.stdout.split("$ mediajobs promo originals/demo/")[1].split("decision log")[0]
+    assert "promo of originals/demo/: done" in promo and "800x450" in promo
+    assert "7 frames (asset key <- rendition job key, decision id):" in promo
+    assert "    originals/demo/10-review-card.png  <- " in promo and ", decision " in promo
+    assert "left out: originals/demo/09-known-bad-card.png: rejected by the moderation policy" in promo
+    assert (
+        "left out: originals/demo/08-copy-of-astronaut.png: the same picture as originals/demo/00-astronaut.png"
+        in promo
+    )
+    assert "requested twice: the same job, 1 render" in promo and (out / "promo.mp4").stat().st_size > 0
     # Every event twice, and the decision log says no identity was processed twice.
     assert "none: every identity was processed once, its duplicates reused" in done.stdout
     assert "notifications: 11 new ids at the webhook (11 deliveries), 11 bus events" in done.stdout

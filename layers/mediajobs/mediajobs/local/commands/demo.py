@@ -205,6 +205,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         )
         no_new_ids = _tell(told, "notifications after the second delivery") == 0
         print(f"dead-letter queue: {session.dead_letters()} messages")
+        promo = _promo(session, out_dir)
         spikes_clear = _spikes(session)
 
         entries = []
@@ -233,7 +234,49 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     print(f"open {index}")
     if not no_new_ids:
         print("UNEXPECTED: the second delivery told new notifications")
-    return 0 if renders_second == 0 and collected and no_new_ids and spikes_clear else 1
+    if promo is not None and promo.get("state") != "done":
+        print("UNEXPECTED: the demo album's promo was not made")
+    made = promo is None or promo.get("state") == "done"
+    return 0 if renders_second == 0 and collected and no_new_ids and spikes_clear and made else 1
+
+
+def _promo(session: LocalSession, out_dir: Path) -> dict[str, Any] | None:
+    """The demo album's promo, as ``mediajobs promo originals/demo/`` (or ``POST /promos``)
+    requests it: made by the worker from the accepted photos' cards, each crop moderated,
+    then requested again (reused: the same key), its provenance printed and the video
+    copied to ``out_dir/promo.mp4``. ``None`` when this deployment makes no promo or has no
+    ffmpeg."""
+    from mediajobs.bootstrap import promos_over
+    from mediajobs.local.commands.promo import format_promo
+
+    stack = session.stack
+    settings = stack.settings(jobs_queue_arn=stack.queue_arn, media_bucket=stack.bucket)
+    promos = promos_over(settings, stack.clients(), stack.assets())
+    if promos is None or not videos_if_ffmpeg():
+        return None
+    prefix = "originals/demo/"
+    renders = len(session.collector.renders)
+    first = promos.request(prefix)
+    session.run()
+    again = promos.request(prefix)  # an unchanged album: the same job, nothing rendered
+    session.run()
+    document = promos.status(prefix).to_json()
+    print(f"\n$ mediajobs promo {prefix}")
+    print(format_promo(document))
+    rendered = len(session.collector.renders) - renders
+    print(
+        f"  requested twice: {'the same job' if again.job_key == first.job_key else 'TWO JOBS'}, "
+        f"{rendered} render{'s' if rendered != 1 else ''}"
+    )
+    outputs = document.get("outputs") or []
+    if outputs:
+        dest = out_dir / "promo.mp4"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        stack.client("s3").download_file(stack.bucket, outputs[0]["key"], str(dest))
+        print(f"  written to {dest} (manifest: {document['manifest_key']})")
+    if again.job_key != first.job_key or rendered != 1:
+        document["state"] = "unexpected"
+    return document
 
 
 def _moderation(session: LocalSession, keys: list[str]) -> None:
