@@ -228,3 +228,116 @@ def test_a_promo_whose_card_was_collected_meanwhile_fails_source_missing_and_is_
     assert [x.why for x in again.record.left_out] == ["its 'card' rendition is not done now"]
     session.run()
     assert promos(session).status(prefix).state == "done"
+
+
+def _granted(action: str, resource: str, arns: dict[str, str], context: dict[str, object]) -> bool:
+    """Whether a StatusRole statement allows ``action`` on ``resource`` given the request's
+    condition keys ``context`` (``s3:prefix``, ``dynamodb:LeadingKeys``), as IAM evaluates the
+    operators the template uses (StringLike, ForAllValues:StringLike)."""
+    from fnmatch import fnmatchcase
+
+    from mediajobs.local.template import load_template
+
+    statements = [
+        st
+        for p in load_template(REPO / "template.yaml")["Resources"]["StatusRole"]["Properties"]["Policies"]
+        for st in p["PolicyDocument"]["Statement"]
+        if "Sid" in st
+    ]
+
+    def matches(st: dict) -> bool:
+        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+        resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+        if action not in actions or resource not in [arns.get(r["Fn::GetAtt"][0], "?") for r in resources]:
+            return False
+        for keys in st.get("Condition", {}).values():  # StringLike, ForAllValues:StringLike
+            for name, patterns in keys.items():
+                patterns = patterns if isinstance(patterns, list) else [patterns]
+                values = context.get(name)
+                values = values if isinstance(values, list) else [values]
+                if values == [None] or not all(any(fnmatchcase(str(v), p) for p in patterns) for v in values):
+                    return False
+        return True
+
+    return any(st["Effect"] == "Allow" and matches(st) for st in statements)
+
+
+def test_every_call_of_post_promos_is_allowed_by_the_status_role_and_its_conditions(session, monkeypatch):
+    """The deployed handler (``status_function()`` from the environment the template gives
+    it) answering ``POST /promos``: each AWS call recorded at botocore and checked against
+    StatusRole, with the request's condition keys (the listing's prefix, each written item's
+    partition key: never an asset item)."""
+    import botocore.client
+
+    from mediajobs.bootstrap import status_function
+    from mediajobs.local.runner import LocalLambdaContext
+
+    stack = session.stack
+    prefix = album(session, {"1.jpg": photo("orientation-landscape-0.jpg")})
+    first = promos(session).request(prefix)  # an earlier promo: the route's request releases it
+    session.run()
+    session.s3.put_object(Bucket=stack.bucket, Key=prefix + "2.jpg", Body=photo("canon-40d-small.jpg"))
+    session.run()
+    env = {
+        "MEDIA_BUCKET": stack.bucket,
+        "ASSETS_TABLE_NAME": stack.assets_table_name,
+        "JOBS_TABLE_NAME": stack.table_name,
+        "JOBS_QUEUE_ARN": stack.queue_arn,
+        "POLICY_VERSION": "1",
+        "AWS_ENDPOINT_URL": stack.endpoint_url,
+        "AWS_DEFAULT_REGION": stack.region,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    calls: list[tuple[str, dict]] = []
+    real = botocore.client.BaseClient._make_api_call
+
+    def recording(client, operation, params):
+        calls.append((f"{client.meta.service_model.service_name}:{operation}", params))
+        return real(client, operation, params)
+
+    handler = status_function()
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
+    try:
+        event = function_url_event(f"prefix={prefix}", path="/promos", method="POST")
+        response = handler(event, LocalLambdaContext(timeout_s=10))
+    finally:
+        monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", real)
+    assert response["statusCode"] == 202 and json.loads(response["body"])["job_key"] != first.job_key
+    account = "123456789012"
+    arns = {
+        "MediaBucket": f"arn:aws:s3:::{stack.bucket}",
+        "AssetsTable": f"arn:aws:dynamodb:{stack.region}:{account}:table/{stack.assets_table_name}",
+        "JobsTable": f"arn:aws:dynamodb:{stack.region}:{account}:table/{stack.table_name}",
+        "JobsQueue": stack.queue_arn,
+    }
+    table_arn = {stack.assets_table_name: arns["AssetsTable"], stack.table_name: arns["JobsTable"]}
+    checked: list[tuple[str, str, dict]] = []
+    for operation, params in calls:
+        if operation.startswith("sts:"):  # the SDK's own (an assumed role's credentials), none here
+            continue
+        if operation == "s3:ListObjectsV2":
+            checked.append(("s3:ListBucket", arns["MediaBucket"], {"s3:prefix": params["Prefix"]}))
+        elif operation in ("sqs:SendMessage", "sqs:GetQueueUrl"):
+            checked.append((operation, arns["JobsQueue"], {}))
+        elif operation == "dynamodb:BatchGetItem":
+            checked.extend(("dynamodb:BatchGetItem", table_arn[t], {}) for t in params["RequestItems"])
+        elif operation == "dynamodb:TransactWriteItems":
+            for item in params["TransactItems"]:
+                [(kind, write)] = item.items()
+                key = write.get("Item") or write.get("Key")
+                action = {"Put": "PutItem", "Delete": "DeleteItem", "Update": "UpdateItem"}[kind]
+                leading = key.get("pk", key.get("job_key"))["S"]
+                checked.append(
+                    (f"dynamodb:{action}", table_arn[write["TableName"]], {"dynamodb:LeadingKeys": [leading]})
+                )
+        else:
+            key = params.get("Item") or params.get("Key") or {}
+            leading = (key.get("pk") or key.get("job_key") or {}).get("S")
+            context = {"dynamodb:LeadingKeys": [leading]} if leading else {}
+            checked.append((operation, table_arn[params["TableName"]], context))
+    assert {a for a, _, _ in checked} >= {"s3:ListBucket", "dynamodb:PutItem", "dynamodb:DeleteItem", "sqs:SendMessage"}
+    refused = [c for c in checked if not _granted(*c[:2], arns, c[2])]
+    assert refused == []

@@ -646,3 +646,41 @@ def test_review_and_decisions_commands_work_on_the_served_stack(local_session, c
     args, parser = _cli(["decisions", "spikes", "--since", "24h", "--json", *endpoint])
     assert decisions_command.run(args, parser) == 0
     assert json.loads(capsys.readouterr().out)["groups"] == []
+
+
+@pytest.mark.subprocess
+def test_the_promo_command_requests_waits_for_and_reads_an_albums_promo_on_the_served_stack(local_session, capsys):
+    """``mediajobs promo PREFIX`` (and ``--status``, ``--json``) against the stack ``serve``
+    names, as docs/moderation.md shows it; a prefix that is no album's is a usage error."""
+    from mediajobs.local.commands import decisions as decisions_command
+    from mediajobs.local.commands import promo as promo_command
+    from tests.conftest import media_file
+
+    prefix = "originals/cli-album/"
+    for name in ("orientation-landscape-3.jpg", "canon-40d-small.jpg"):
+        data = media_file("photos", name).read_bytes()
+        local_session.s3.put_object(Bucket=local_session.stack.bucket, Key=prefix + name, Body=data)
+    local_session.run()
+    endpoint = ["--endpoint", local_session.stack.endpoint_url]
+    capsys.readouterr()
+    args, parser = _cli(["promo", "originals/cli-album", "--json", *endpoint])  # the trailing / added
+    assert promo_command.run(args, parser) == 0
+    asked = json.loads(capsys.readouterr().out)
+    assert (asked["state"], asked["prefix"], len(asked["frames"])) == ("requested", prefix, 2)
+    local_session.run()
+    args, parser = _cli(["promo", prefix, "--status", *endpoint])
+    assert promo_command.run(args, parser) == 0
+    shown = capsys.readouterr().out
+    assert f"promo of {prefix}: done" in shown and f"job {asked['job_key']}  (promo@1, policy 1)" in shown
+    assert "2 frames (asset key <- rendition job key, decision id):" in shown
+    assert f"    {prefix}canon-40d-small.jpg  <- " in shown.splitlines()[4]  # key order
+    args, parser = _cli(["promo", "photos/x/", *endpoint])
+    assert promo_command.run(args, parser) == 2
+    assert "an album is a folder under originals/" in capsys.readouterr().out
+    args, parser = _cli(["promo", "originals/cli-empty/", *endpoint])
+    assert promo_command.run(args, parser) == 1
+    assert "no ready asset with a 'card' rendition" in capsys.readouterr().out
+    args, parser = _cli(["decisions", "affected", "--policy", "1", "--json", *endpoint])
+    assert decisions_command.run(args, parser) == 0
+    promos = json.loads(capsys.readouterr().out)["promos"]
+    assert prefix in [row["key"] for row in promos]

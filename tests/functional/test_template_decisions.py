@@ -127,7 +127,7 @@ def test_the_review_route_writes_one_job_row_and_sends_its_request_for_listed_re
     assert set(env) <= set(_ENV_NAMES.values())
     granted = {st["Sid"]: (st["Action"], st["Resource"]) for st in statements("StatusRole")}
     assert granted["ReviewJob"] == (["dynamodb:GetItem", "dynamodb:UpdateItem"], {"Fn::GetAtt": ["JobsTable", "Arn"]})
-    assert granted["ReviewRequest"] == ("sqs:SendMessage", {"Fn::GetAtt": ["JobsQueue", "Arn"]})
+    assert granted["ReviewRequest"] == (["sqs:SendMessage", "sqs:GetQueueUrl"], {"Fn::GetAtt": ["JobsQueue", "Arn"]})
     writes = [a for st in statements("StatusRole") for a in _list(st["Action"]) if a.startswith(("dynamodb:", "sqs:"))]
     assert sorted(writes) == [
         "dynamodb:BatchGetItem",
@@ -138,6 +138,7 @@ def test_the_review_route_writes_one_job_row_and_sends_its_request_for_listed_re
         "dynamodb:PutItem",
         "dynamodb:Query",
         "dynamodb:UpdateItem",
+        "sqs:GetQueueUrl",
         "sqs:SendMessage",
     ]
 

@@ -105,6 +105,7 @@ def test_the_status_role_may_read_one_asset_item_decide_a_review_request_a_promo
         ("dynamodb:GetItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
         ("dynamodb:UpdateItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
         ("sqs:SendMessage", str({"Fn::GetAtt": ["JobsQueue", "Arn"]})),
+        ("sqs:GetQueueUrl", str({"Fn::GetAtt": ["JobsQueue", "Arn"]})),  # the queue's URL from its ARN
         # POST /promos: the album listed (originals/* only, a condition), its renditions'
         # rows read, the promo's row written, its record, reference and candidate written
         # (promo, job#, collect# partitions only: test_template_decisions.py).
