@@ -862,3 +862,40 @@ def job_of(result, recipe_id: str):
     """The entry of ``recipe_id``'s job (``web-image``) among ``result.jobs`` (a source
     result's, or an asset's): its jobs start with the moderation job under a policy."""
     return next(job for job in result.jobs if job.recipe.split("@")[0] == recipe_id)
+
+
+class FakePromoRecords:
+    """The ``PromoRecords`` port in a dict by (bucket, prefix), with the DynamoDB adapter's
+    semantics: a put is conditional on the record read (its revision), and moves the album's
+    reference (``assets.refs``) from the previous job to the new one, releasing the previous
+    (``assets.candidate_rows``), as one step."""
+
+    def __init__(self, assets: FakeAssets) -> None:
+        self.records: dict[tuple[str, str], Any] = {}
+        self.assets = assets
+        self.puts = 0
+
+    def get(self, bucket, prefix):
+        return self.records.get((bucket, prefix))
+
+    def all(self):
+        return [self.records[k] for k in sorted(self.records)]
+
+    def put(self, record, *, previous, now_s):
+        import dataclasses
+
+        from mediajobs.domain.assets import reference_id
+        from mediajobs.domain.promo import holder_key
+
+        current = self.records.get((record.bucket, record.prefix))
+        if (current is None) != (previous is None) or (current and current.revision != previous.revision):
+            return False
+        revision = (previous.revision if previous else 0) + 1
+        self.records[(record.bucket, record.prefix)] = dataclasses.replace(record, revision=revision)
+        holder = (record.bucket, holder_key(record.prefix))
+        self.assets.refs.setdefault(record.job_key, set()).add(holder)
+        if previous is not None and previous.job_key != record.job_key:
+            self.assets.refs.get(previous.job_key, set()).discard(holder)
+            self.assets.candidate_rows[(previous.job_key, reference_id(*holder))] = now_s
+        self.puts += 1
+        return True

@@ -47,6 +47,7 @@ class PromoModel(Model):
     requested_at_s = NumberAttribute()
     frames = JSONAttribute(null=True)
     left_out = JSONAttribute(null=True)
+    left_out_total = NumberAttribute(default=0)
     revision = NumberAttribute(default=0)
 
 
@@ -64,6 +65,7 @@ def _record(item: PromoModel) -> PromoRecord:
         ),
         left_out=tuple(LeftOut(x["asset_key"], x["state"], x["why"]) for x in item.left_out or ()),
         revision=int(item.revision or 0),
+        left_out_total=int(item.left_out_total or 0),
     )
 
 
@@ -129,6 +131,7 @@ class DynamoPromos:
             requested_at_s=record.requested_at_s,
             frames=[f.to_json() for f in record.frames],
             left_out=[x.to_json() for x in record.left_out],
+            left_out_total=record.left_out_total,
             revision=(previous.revision if previous is not None else 0) + 1,
         )
         holder = holder_key(record.prefix)

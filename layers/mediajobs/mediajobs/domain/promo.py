@@ -39,6 +39,10 @@ PROMO_OUTPUT: Final = "promo"
 #: Most keys an album's listing reads (ListObjectsV2 pages of 1,000): an album is a folder
 #: of an event's photos, not a bucket.
 MAX_ALBUM_KEYS: Final = 1000
+#: Most left-out assets an album's record keeps (the first in key order): the record is one
+#: DynamoDB item (400 KB at most, DynamoDB developer guide "Service quotas"), and a left-out
+#: key may be 1,024 bytes long.
+MAX_LEFT_OUT: Final = 100
 #: Longest album prefix, bytes: the registry's sort key is ``<bucket>/<prefix>`` (DynamoDB
 #: sort keys are at most 1,024 bytes; a bucket name at most 63).
 MAX_PREFIX_BYTES: Final = 900
@@ -312,7 +316,9 @@ class PromoRecord:
     policy_version: the policy the key carries: a new policy's backfill requests the
         album again (:meth:`mediajobs.service_layer.promo.Promos.regenerate`).
     requested_at_s: Unix time, seconds, of the last request.
-    frames, left_out: what the request found in the album.
+    frames, left_out: what the request found in the album (at most :data:`MAX_LEFT_OUT`
+        of the assets left out: the first ones).
+    left_out_total: how many assets were left out in all.
     revision: counts the writes (each conditional on the one read).
     """
 
@@ -325,6 +331,7 @@ class PromoRecord:
     frames: tuple[AlbumFrame, ...] = ()
     left_out: tuple[LeftOut, ...] = ()
     revision: int = 0
+    left_out_total: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The record as the CLI and the status route show it."""
@@ -337,4 +344,5 @@ class PromoRecord:
             "requested_at_s": self.requested_at_s,
             "frames": [f.to_json() for f in self.frames],
             "left_out": [x.to_json() for x in self.left_out],
+            "left_out_total": max(self.left_out_total, len(self.left_out)),
         }

@@ -32,6 +32,7 @@ from mediajobs.domain.jobs import DECISIONS_OUTPUT, JobState, JobView, OutputInp
 from mediajobs.domain.moderation import MODERATION_INPUT
 from mediajobs.domain.promo import (
     MAX_ALBUM_KEYS,
+    MAX_LEFT_OUT,
     AlbumFrame,
     LeftOut,
     PromoRecord,
@@ -105,6 +106,7 @@ class PromoAnswer:
             "policy_version": record.policy_version if record else None,
             "frames": [f.to_json() for f in record.frames] if record else [],
             "left_out": [x.to_json() for x in (record.left_out if record else self.left_out)],
+            "left_out_total": record.left_out_total if record else len(self.left_out),
             "manifest_key": row.manifest_key if row is not None and row.state == JobState.DONE else None,
             "outputs": [o.to_json() for o in row.outputs] if row is not None and row.state == JobState.DONE else [],
             "reason": row.failure_reason if row is not None and row.state == JobState.PERMANENT_FAILURE else None,
@@ -178,7 +180,10 @@ class Promos:
         frames, left_out = album_frames(views, rendition, self._done_renditions(views, rendition), self._max_cards)
         if not frames:
             return PromoAnswer(
-                PromoState.EMPTY, prefix, f"no ready asset with a {rendition!r} rendition", left_out=tuple(left_out)
+                PromoState.EMPTY,
+                prefix,
+                f"no ready asset with a {rendition!r} rendition",
+                left_out=tuple(left_out[:MAX_LEFT_OUT]),
             )
         spec = promo_spec(
             self._recipe,
@@ -196,7 +201,7 @@ class Promos:
         now = int(self._clock())
         record = PromoRecord(
             bucket, prefix, spec.job_key, self._recipe.ref, self._settings.policy_version, now,
-            tuple(frames), tuple(left_out),
+            tuple(frames), tuple(left_out[:MAX_LEFT_OUT]), left_out_total=len(left_out),
         )  # fmt: skip
         for _ in range(5):  # another request of the album wrote first: on top of it
             previous = self._records.get(bucket, prefix)

@@ -70,6 +70,10 @@ def format_promo(document: dict[str, Any]) -> str:
         for frame in document["frames"]:
             decision = (frame.get("decision_id") or "none")[:16]
             lines.append(f"    {frame['asset_key']}  <- {frame['rendition_job_key'][:16]}, decision {decision}")
-    for left in document.get("left_out") or []:
+    left_out = document.get("left_out") or []
+    for left in left_out:
         lines.append(f"  left out: {left['asset_key']}: {left['why']}")
+    more = int(document.get("left_out_total") or 0) - len(left_out)
+    if more > 0:
+        lines.append(f"  left out: {more} more")
     return "\n".join(lines)
