@@ -165,3 +165,24 @@ def test_an_album_showing_a_rendition_no_longer_active_is_stale():
     recipes = active_recipes()
     without = {**recipes, "image": [r for r in recipes["image"] if r.id != "web-image"]}
     assert [r.prefix for r in world.promos(recipes=without).stale()] == [PREFIX]
+
+
+def test_regeneration_skips_an_album_with_nothing_left_and_one_dynamodb_refuses_and_goes_on():
+    from mediajobs.domain.errors import UNSTORABLE_INPUT, PermanentFailure
+
+    world = World(ready=1)
+    world.promos().request(PREFIX)
+    other = "originals/other/"
+    world.records.records[(BUCKET, other)] = dataclasses.replace(world.records.get(BUCKET, PREFIX), prefix=other)
+    refusing = world.records.put
+
+    def put(record, *, previous, now_s):
+        if record.prefix == PREFIX:
+            raise PermanentFailure(UNSTORABLE_INPUT, "item too large")
+        return refusing(record, previous=previous, now_s=now_s)
+
+    world.records.put = put  # type: ignore[method-assign]
+    later = world.promos(dataclasses.replace(SETTINGS, policy_version="2"))
+    answers = later.regenerate()  # PREFIX refused, other (empty: nothing under it) kept
+    assert [a.state for a in answers] == [PromoState.EMPTY]
+    assert world.records.get(BUCKET, other).policy_version == "1"

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.jobs import DECISIONS_OUTPUT, JobState, JobView, OutputInput
 from mediajobs.domain.moderation import MODERATION_INPUT
 from mediajobs.domain.promo import (
@@ -246,8 +247,21 @@ class Promos:
     def regenerate(self) -> list[PromoAnswer]:
         """Request again every album :meth:`stale` lists (a new policy's backfill, once its
         assets serve the new renditions). Idempotent: an album already regenerated is not
-        stale any more, and a request of an unchanged album finds its job."""
-        answers = [self.request(record.prefix, record.bucket) for record in self.stale()]
+        stale any more, and a request of an unchanged album finds its job. An album with
+        nothing to show now (every asset deleted or refused) keeps its record; one DynamoDB
+        refuses is logged and skipped: neither holds the backfill back.
+
+        Raises
+        ------
+        TransientFailure
+            A read or write failed (the next tick asks again).
+        """
+        answers = []
+        for record in self.stale():
+            try:
+                answers.append(self.request(record.prefix, record.bucket))
+            except PermanentFailure as refused:
+                log.warning("promo not regenerated: %s", refused, extra={"prefix": record.prefix})
         if answers:
             log.info("promos regenerated", extra={"albums": len(answers)})
         return answers
