@@ -16,11 +16,13 @@ from mediajobs.domain.promo import (
     AlbumFrame,
     album_frames,
     card_input,
+    concat_list,
     crop_box,
     decision_input,
     promo_spec,
     slideshow_argv,
     slideshow_seconds,
+    slideshow_timeline,
     valid_prefix,
 )
 from mediajobs.domain.recipes import ALBUM, RecipeError, parse_recipe
@@ -177,36 +179,46 @@ def test_a_slideshow_lasts_each_card_less_the_overlapping_fades():
     assert slideshow_seconds(3, 2.0, 0.0) == 6.0
 
 
-def test_the_slideshow_argv_reads_only_its_png_frames_and_chains_crossfades_at_each_cards_end():
-    argv = slideshow_argv(
-        "ffmpeg",
-        ["/w/f0.png", "/w/f1.png", "/w/f2.png"],
-        "/w/promo.mp4",
-        seconds_per_card=2.5,
-        crossfade_s=0.5,
-        fps=25,
-        crf=23,
-        preset="veryfast",
-    )
-    assert argv.count("-format_whitelist") == argv.count("-protocol_whitelist") == argv.count("-i") == 3
-    for frame in ["/w/f0.png", "/w/f1.png", "/w/f2.png"]:
-        at = argv.index(frame)
-        assert argv[at - 1] == "-i" and argv[at - 11 : at - 7] == [
-            "-format_whitelist",
-            "image2,png_pipe",
-            "-protocol_whitelist",
-            "file",
-        ]
-    graph = argv[argv.index("-filter_complex") + 1]
-    assert "[s0][s1]xfade=transition=fade:duration=0.5:offset=2[x1]" in graph
-    assert "[x1][s2]xfade=transition=fade:duration=0.5:offset=4[x2]" in graph
-    assert argv[argv.index("-map") + 1] == "[x2]" and argv[-1] == "/w/promo.mp4"
-    cut = slideshow_argv(
-        "ffmpeg", ["a.png", "b.png"], "o.mp4", seconds_per_card=2, crossfade_s=0, fps=25, crf=23, preset="fast"
-    )
-    assert "[s0][s1]concat=n=2:v=1:a=0[x]" in cut[cut.index("-filter_complex") + 1]
+def test_a_slideshows_timeline_holds_each_card_then_blends_it_into_the_next_and_lasts_its_length():
+    timeline = slideshow_timeline(3, 2.5, 0.5, 25)
+    holds = [f for f in timeline if f.alpha == 0]
+    assert [(f.card, f.duration_s) for f in holds] == [(0, 2.0), (1, 1.5), (2, 2.0)]
+    fades = [f for f in timeline if f.alpha > 0]
+    assert len(fades) == 2 * 12 and {f.card for f in fades} == {0, 1}  # round(0.5 x 25) pictures each
+    assert [round(f.alpha, 4) for f in fades[:12]] == [round((j + 1) / 13, 4) for j in range(12)]
+    assert sum(f.duration_s for f in timeline) == pytest.approx(slideshow_seconds(3, 2.5, 0.5))
+    assert [(f.card, f.duration_s) for f in slideshow_timeline(1, 2.5, 0.5, 25)] == [(0, 2.5)]
+    assert [f.alpha for f in slideshow_timeline(2, 2.0, 0.0, 25)] == [0, 0]  # cuts
+    assert len([f for f in slideshow_timeline(2, 2.0, 0.01, 25) if f.alpha]) == 1  # under a frame: one picture
     with pytest.raises(ValueError, match="at least one frame"):
-        slideshow_argv("ffmpeg", [], "o.mp4", seconds_per_card=2, crossfade_s=0, fps=25, crf=23, preset="fast")
+        slideshow_timeline(0, 2.5, 0.5, 25)
+
+
+def test_the_concat_list_names_only_frame_files_and_repeats_the_last():
+    text = concat_list([("card-0000.ppm", 2.0), ("fade-00001.ppm", 0.04), ("card-0001.ppm", 2.0)])
+    assert text.splitlines() == [
+        "ffconcat version 1.0",
+        "file card-0000.ppm", "duration 2.000000",
+        "file fade-00001.ppm", "duration 0.040000",
+        "file card-0001.ppm", "duration 2.000000",
+        "file card-0001.ppm",
+    ]  # fmt: skip
+    for name in ("../x.ppm", "a b.ppm", "x.ppm\nfile /etc/passwd", "/abs.ppm", "x.png", "-x.ppm"):
+        with pytest.raises(ValueError, match="not a frame file name"):
+            concat_list([(name, 1.0)])
+
+
+def test_the_slideshow_argv_reads_one_concat_list_with_the_file_protocol_and_ppm_demuxers_only():
+    argv = slideshow_argv(
+        "ffmpeg", "/w/slideshow.ffconcat", "/w/promo.mp4", seconds=4.5, fps=25, crf=23, preset="veryfast"
+    )
+    assert argv.count("-i") == 1 and argv[argv.index("-i") + 1] == "/w/slideshow.ffconcat"
+    assert argv[argv.index("-format_whitelist") + 1] == "concat,image2,ppm_pipe"
+    assert argv[argv.index("-protocol_whitelist") + 1] == "file"
+    assert argv[argv.index("-f") + 1] == "concat" and argv[argv.index("-safe") + 1] == "1"
+    assert argv.index("-format_whitelist") < argv.index("-i")  # input options, before the input
+    assert argv[argv.index("-t") + 1] == "4.500" and argv[-1] == "/w/promo.mp4"
+    assert argv[argv.index("-vf") + 1] == "fps=25,setsar=1,format=yuv420p"
 
 
 @pytest.mark.parametrize(

@@ -601,7 +601,6 @@ class FfmpegRenderer:
 
     def slideshow(
         self,
-        frames: list[Path],
         output: Path,
         *,
         size: tuple[int, int],
@@ -609,14 +608,15 @@ class FfmpegRenderer:
         argv_of: Any,
         context: RenderContext,
     ) -> RenderedFile:
-        """Encode a promo's slideshow of ``frames`` (PNG files this worker wrote, each
-        ``size`` pixels) into ``output``, then verify it as a rendition: H.264 High yuv420p
-        at ``size``, ``duration_s`` long (within the tolerance), ``moov`` first, no audio.
+        """Encode a promo's slideshow (the pictures its concat list names, written by this
+        worker, each ``size`` pixels) into ``output``, then verify it as a rendition: H.264
+        High yuv420p at ``size``, ``duration_s`` long (within the tolerance), ``moov``
+        first, no audio.
 
         Parameters
         ----------
         argv_of: ``(ffmpeg path) -> argv`` (:func:`mediajobs.domain.promo.slideshow_argv`
-            bound to the frames and the recipe; ``-progress pipe:1`` is added here).
+            bound to the list and the recipe; ``-progress pipe:1`` is added here).
         context: the lease's check and progress (``promo``), and the invocation's time left.
 
         Raises
