@@ -144,7 +144,7 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     # have none, the known-bad card was rejected), its provenance, made once though asked twice.
     promo = done.stdout.split("$ mediajobs promo originals/demo/")[1].split("decision log")[0]
     assert "promo of originals/demo/: done" in promo and "800x450" in promo
-    assert "7 frames (asset key <- rendition job key, decision id):" in promo
+    assert "7 frames (asset key <- rendition job key, decision id: its moderation job's key):" in promo
     assert "    originals/demo/10-review-card.png  <- " in promo and ", decision " in promo
     assert "left out: originals/demo/09-known-bad-card.png: rejected by the moderation policy" in promo
     assert (
@@ -164,9 +164,10 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     index = out / "index.html"
     assert str(index) in done.stdout
     page = index.read_text()
-    # 6 photos, 2 videos, a copy of the first photo, two test cards; the first and its copy
+    # 6 photos, 2 videos, a copy of the first photo, two test cards, the promo; the first and its copy
     # deleted, and said so
-    assert page.count("<section>") + page.count("<section class=deleted>") == 11
+    assert page.count("<section>") + page.count("<section class=deleted>") == 12  # and the album's promo
+    assert '<a href="promo.mp4">&#9654; promo</a>' in page
     assert page.count("<section class=deleted>") == 2 and "copies fetched into this folder before the delete" in page
     folders = sorted(p for p in out.iterdir() if p.is_dir() and "known-bad" not in p.name)  # it has none
     assert "rejected by the moderation policy, nothing rendered or shown: rule perceptual:" in page

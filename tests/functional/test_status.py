@@ -672,7 +672,7 @@ def test_the_promo_command_requests_waits_for_and_reads_an_albums_promo_on_the_s
     assert promo_command.run(args, parser) == 0
     shown = capsys.readouterr().out
     assert f"promo of {prefix}: done" in shown and f"job {asked['job_key']}  (promo@1, policy 1)" in shown
-    assert "2 frames (asset key <- rendition job key, decision id):" in shown
+    assert "2 frames (asset key <- rendition job key, decision id: its moderation job's key):" in shown
     assert f"    {prefix}canon-40d-small.jpg  <- " in shown.splitlines()[4]  # key order
     args, parser = _cli(["promo", "photos/x/", *endpoint])
     assert promo_command.run(args, parser) == 2
@@ -683,4 +683,7 @@ def test_the_promo_command_requests_waits_for_and_reads_an_albums_promo_on_the_s
     args, parser = _cli(["decisions", "affected", "--policy", "1", "--json", *endpoint])
     assert decisions_command.run(args, parser) == 0
     promos = json.loads(capsys.readouterr().out)["promos"]
-    assert prefix in [row["key"] for row in promos]
+    assert [row["current"] for row in promos if row["key"] == prefix] == [True]  # its one promo, current
+    args, parser = _cli(["decisions", "affected", "--policy", "1", *endpoint])
+    assert decisions_command.run(args, parser) == 0
+    assert f"promo                {prefix}  content " in capsys.readouterr().out

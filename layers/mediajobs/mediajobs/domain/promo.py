@@ -200,7 +200,7 @@ def promo_spec(
         if frame.decision_id is not None:
             inputs[decision_input(i)] = OutputInput(frame.decision_id, DECISIONS_OUTPUT)
     key = inputs_job_key({n: i.identity() for n, i in inputs.items()}, recipe.sha256, policy_version)
-    content = hashlib.sha256("\n".join(f.rendition_job_key for f in frames).encode("ascii")).hexdigest()
+    content = album_content([f.rendition_job_key for f in frames])
     return JobSpec(
         job_key=key,
         input_sha256=content,
@@ -214,6 +214,12 @@ def promo_spec(
         inputs=inputs,
         about=about,
     )
+
+
+def album_content(rendition_job_keys: Sequence[str]) -> str:
+    """What a promo's job records as its content (``JobSpec.input_sha256``; the decision
+    log's ``content``): the SHA-256 hex of its renditions' job keys in order, one per line."""
+    return hashlib.sha256("\n".join(rendition_job_keys).encode("ascii")).hexdigest()
 
 
 def slideshow_seconds(frames: int, seconds_per_card: float, crossfade_s: float) -> float:

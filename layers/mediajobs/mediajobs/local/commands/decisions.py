@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
             print(json.dumps(report) if args.json else format_spikes(report, args.since), flush=True)
         elif args.query == "affected":
             keys = _known_keys(stack)
-            report = affected_report(reader, args.policy, keys)
+            report = affected_report(reader, args.policy, keys, _current_promos(stack))
             print(json.dumps(report) if args.json else format_affected(report), flush=True)
         else:
             counts = reader.count()
@@ -123,14 +123,17 @@ def format_spikes(report: dict[str, Any], since: str) -> str:
     return "\n".join(lines)
 
 
-def affected_report(reader: Any, policy: str, keys: dict[str, str]) -> dict[str, Any]:
+def affected_report(
+    reader: Any, policy: str, keys: dict[str, str], current: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The assets and the albums' promos decided under ``policy`` (a promo's rows are its
     recipe's, ``promo``), each with its key (an album's: its prefix) when ``keys`` (key hash
-    -> original key or album prefix) knows it."""
+    -> original key or album prefix) knows it; a promo's row says whether it is its album's
+    ``current`` one (``current``: the contents, 16 hex, of the albums' latest promos)."""
     rows = reader.run("affected", [policy]).dicts()
     for row in rows:
         row["key"] = keys.get(row["asset"])
-    promos = [r for r in rows if r["recipe"] == PROMO_RECIPE]
+    promos = [{**r, "current": r["content"] in current} for r in rows if r["recipe"] == PROMO_RECIPE]
     return {"policy": policy, "assets": [r for r in rows if r["recipe"] != PROMO_RECIPE], "promos": promos}
 
 
@@ -141,7 +144,12 @@ def format_affected(report: dict[str, Any]) -> str:
         lines.append(f"  {row['outcome']:9} {row['recipe']:20} {row['key'] or row['asset']}")
     lines.append(f"promos made under policy {report['policy']}: {len(report.get('promos', []))}")
     for row in report.get("promos", []):
-        lines.append(f"  {row['outcome']:9} {row['recipe']:20} {row['key'] or row['asset']}")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(int(row["decided_at"])))
+        latest = "  (the album's current promo)" if row.get("current") else ""
+        lines.append(
+            f"  {row['outcome']:9} {row['recipe']:20} {row['key'] or row['asset']}  content {row['content']}"
+            f"  {when} UTC{latest}"
+        )
     return "\n".join(lines)
 
 
@@ -158,6 +166,18 @@ def _known_keys(stack: Any) -> dict[str, str]:
     except Exception:  # noqa: BLE001 - the keys are a convenience; the hashes are the answer
         print("mediajobs: the asset keys could not be read; showing their hashes", file=sys.stderr)
         return {}
+
+
+def _current_promos(stack: Any) -> frozenset[str]:
+    """The contents (16 hex, as the log has them) of every album's latest promo."""
+    from mediajobs.domain.decisions import PREFIX
+    from mediajobs.domain.promo import album_content
+
+    try:
+        records = _promo_records(stack).all()
+    except Exception:  # noqa: BLE001 - a convenience, as the keys
+        return frozenset()
+    return frozenset(album_content([f.rendition_job_key for f in r.frames])[:PREFIX] for r in records)
 
 
 def _promo_records(stack: Any) -> Any:

@@ -229,6 +229,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         _tell(told, "notifications of the deletes")
         for entry, (_, _, key) in zip(entries, uploads, strict=True):
             entry.status = asset_document(session.stack, key)
+        if promo is not None and promo.get("outputs"):
+            [output] = promo["outputs"]
+            video = GalleryVariant("promo", out_dir / "promo.mp4", output["width"], output["height"], output["bytes"])
+            title = f"promo of {promo['prefix']} ({len(promo['frames'])} frames)"
+            entries.append(GalleryEntry(title, None, promo["job_key"], [video]))
         index = write_gallery(out_dir, entries)
     print(f"\nderivatives and gallery written to {out_dir}")
     print(f"open {index}")
@@ -264,6 +269,8 @@ def _promo(session: LocalSession, out_dir: Path) -> dict[str, Any] | None:
     print(f"\n$ mediajobs promo {prefix}")
     print(format_promo(document))
     rendered = len(session.collector.renders) - renders
+    print(f"$ mediajobs promo {prefix}    # again, the album unchanged")
+    print(f"promo of {prefix}: {again.state}, job {again.job_key}")
     print(
         f"  requested twice: {'the same job' if again.job_key == first.job_key else 'TWO JOBS'}, "
         f"{rendered} render{'s' if rendered != 1 else ''}"

@@ -65,8 +65,11 @@ def format_promo(document: dict[str, Any]) -> str:
         lines.append(f"  job {document['job_key']}  ({document['recipe']}, policy {document['policy_version']})")
     for output in document.get("outputs") or []:
         lines.append(f"  {output['key']}  {output.get('width')}x{output.get('height')}  {output['bytes']:,} bytes")
+    if any(x.get("why") == "not ready yet" for x in document.get("left_out") or []):
+        lines.append("  (an asset not ready yet is left out: ask again once it is, for a promo with it)")
     if document.get("frames"):
-        lines.append(f"  {len(document['frames'])} frames (asset key <- rendition job key, decision id):")
+        frames = len(document["frames"])
+        lines.append(f"  {frames} frames (asset key <- rendition job key, decision id: its moderation job's key):")
         for frame in document["frames"]:
             decision = (frame.get("decision_id") or "none")[:16]
             lines.append(f"    {frame['asset_key']}  <- {frame['rendition_job_key'][:16]}, decision {decision}")
