@@ -142,7 +142,8 @@ def test_demo_runs_end_to_end_and_renders_nothing_twice(tmp_path):
     assert "labels DECLARED for the test cards" in done.stdout and "not a model" in done.stdout
     # The demo album's promo: 7 accepted photos' cards (the copy is the same card, the videos
     # have none, the known-bad card was rejected), its provenance, made once though asked twice.
-    promo = done.stdout.split("$ mediajobs promo originals/demo/")[1].split("decision log")[0]
+    promo = done.stdout.split("$ mediajobs promo originals/demo/", 1)[1].split("decision log")[0]
+    assert "# again, the album unchanged\npromo of originals/demo/: done, job " in promo
     assert "promo of originals/demo/: done" in promo and "800x450" in promo
     assert "7 frames (asset key <- rendition job key, decision id: its moderation job's key):" in promo
     assert "    originals/demo/10-review-card.png  <- " in promo and ", decision " in promo
