@@ -580,6 +580,10 @@ class FakeAssets:
         change = plan_next(old, jobs, now_s=now_s)
         return None if change is None else self._write(old, change, now_s)
 
+    def get_many(self, bucket, keys):
+        self.log.append(("asset_get_many", len(keys)))
+        return {k: self.assets[(bucket, k)] for k in keys if (bucket, k) in self.assets}
+
     def referrers(self, job_key):
         return sorted(self.refs.get(job_key, ()))
 
@@ -893,8 +897,9 @@ class FakePromoRecords:
         revision = (previous.revision if previous else 0) + 1
         self.records[(record.bucket, record.prefix)] = dataclasses.replace(record, revision=revision)
         holder = (record.bucket, holder_key(record.prefix))
-        self.assets.refs.setdefault(record.job_key, set()).add(holder)
-        if previous is not None and previous.job_key != record.job_key:
+        if record.job_key is not None:
+            self.assets.refs.setdefault(record.job_key, set()).add(holder)
+        if previous is not None and previous.job_key is not None and previous.job_key != record.job_key:
             self.assets.refs.get(previous.job_key, set()).discard(holder)
             self.assets.candidate_rows[(previous.job_key, reference_id(*holder))] = now_s
         self.puts += 1

@@ -341,3 +341,18 @@ def test_every_call_of_post_promos_is_allowed_by_the_status_role_and_its_conditi
     assert {a for a, _, _ in checked} >= {"s3:ListBucket", "dynamodb:PutItem", "dynamodb:DeleteItem", "sqs:SendMessage"}
     refused = [c for c in checked if not _granted(*c[:2], arns, c[2])]
     assert refused == []
+
+
+def test_an_album_whose_pictures_were_all_deleted_retires_its_promo_to_the_collection(session):
+    prefix = album(session, {"1.jpg": photo("orientation-landscape-1.jpg")})
+    made = promos(session).request(prefix)
+    session.run()
+    session.s3.delete_object(Bucket=session.stack.bucket, Key=prefix + "1.jpg")
+    session.run()
+    retired = promos(session).request(prefix)
+    assert (retired.state, retired.job_key) == ("empty", None)
+    assert promos(session).status(prefix).state == "empty"  # not the promo of deleted pictures
+    assets = session.stack.assets()
+    assert assets.referrers(made.job_key) == []
+    released_by = reference_id(session.stack.bucket, holder_key(prefix))
+    assert released_by in [c.released_by for c in assets.candidates_of(made.job_key)]

@@ -131,6 +131,7 @@ def test_the_review_route_writes_one_job_row_and_sends_its_request_for_listed_re
     writes = [a for st in statements("StatusRole") for a in _list(st["Action"]) if a.startswith(("dynamodb:", "sqs:"))]
     assert sorted(writes) == [
         "dynamodb:BatchGetItem",
+        "dynamodb:BatchGetItem",
         "dynamodb:DeleteItem",
         "dynamodb:GetItem",
         "dynamodb:GetItem",

@@ -101,6 +101,7 @@ def test_the_status_role_may_read_one_asset_item_decide_a_review_request_a_promo
         ("dynamodb:GetItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
         # The latest backfill (GET backfills/latest): a Query of the backfills' partition.
         ("dynamodb:Query", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
+        ("dynamodb:BatchGetItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),  # an album's assets
         # POST /review (REVIEWER_ARNS only): the held job's row, and its job request.
         ("dynamodb:GetItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
         ("dynamodb:UpdateItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),

@@ -183,6 +183,51 @@ def test_regeneration_skips_an_album_with_nothing_left_and_one_dynamodb_refuses_
 
     world.records.put = put  # type: ignore[method-assign]
     later = world.promos(dataclasses.replace(SETTINGS, policy_version="2"))
-    answers = later.regenerate()  # PREFIX refused, other (empty: nothing under it) kept
+    answers = later.regenerate()  # PREFIX refused; other (nothing under it) retired
     assert [a.state for a in answers] == [PromoState.EMPTY]
-    assert world.records.get(BUCKET, other).policy_version == "1"
+    retired = world.records.get(BUCKET, other)
+    assert (retired.job_key, retired.policy_version) == (None, "2")
+    assert [r.prefix for r in later.stale()] == [PREFIX]  # refused: asked again at the next end
+
+
+def test_an_album_with_nothing_left_to_show_retires_its_promo_and_releases_it():
+    world = World(ready=2)
+    made = world.promos().request(PREFIX)
+    for name in ("000.jpg", "001.jpg"):  # both deleted
+        view = world.assets.assets[(BUCKET, PREFIX + name)]
+        world.assets.assets[(BUCKET, PREFIX + name)] = dataclasses.replace(view, state=AssetState.DELETED)
+    empty = world.promos().request(PREFIX)
+    assert (empty.state, empty.job_key) == (PromoState.EMPTY, None)
+    assert world.promos().status(PREFIX).state == PromoState.EMPTY  # GET: not the old promo
+    assert world.assets.refs[made.job_key] == set()  # released to the collection
+    assert [job for job, _ in world.assets.candidate_rows] == [made.job_key]
+    assert world.promos(dataclasses.replace(SETTINGS, policy_version="2")).regenerate()[0].state == PromoState.EMPTY
+    assert world.promos(dataclasses.replace(SETTINGS, policy_version="2")).stale() == []
+
+
+def test_a_promo_collected_before_its_reference_was_written_is_requested_again():
+    world = World(ready=1)
+    made = world.promos().request(PREFIX)
+    world.ledger.rows[made.job_key] = dataclasses.replace(world.ledger.rows[made.job_key], state=JobState.DONE)
+    world.records.records.clear()  # the album moved on and back: unreferenced, found done
+    putting = world.records.put
+
+    def collected_first(record, *, previous, now_s):  # the collection ran between the read and the write
+        row = world.ledger.rows[record.job_key]
+        world.ledger.rows[record.job_key] = dataclasses.replace(row, state=JobState.COLLECTED)
+        return putting(record, previous=previous, now_s=now_s)
+
+    world.records.put = collected_first  # type: ignore[method-assign]
+    world.queue.resent.clear()
+    again = world.promos().request(PREFIX)
+    assert again.state == PromoState.REQUESTED and again.to_json()["manifest_key"] is None
+    assert [json.loads(body)["job_key"] for _, body, _, _ in world.queue.resent] == [made.job_key]
+
+
+def test_an_album_of_more_keys_than_are_read_says_it_was_cut():
+    world = World(ready=1)
+    for i in range(1000):
+        world.store.objects[f"{PREFIX}zz/{i:04d}.jpg"] = b"x"  # never uploaded as assets: no record
+    answer = world.promos().request(PREFIX).to_json()
+    assert answer["truncated"] is True and len(answer["frames"]) == 1
+    assert ("asset_get_many", 1000) in world.log

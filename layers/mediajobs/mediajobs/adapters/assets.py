@@ -352,6 +352,20 @@ class DynamoAssets:
         """
         return self._read(bucket, key).view
 
+    def get_many(self, bucket: str, keys: Sequence[str]) -> dict[str, AssetView]:
+        """The assets of ``keys`` that exist, by key: strongly consistent ``BatchGetItem``
+        requests (PynamoDB sends 100 keys each, DynamoDB's limit, and retries unprocessed
+        ones). An album's listing reads its assets so, not one ``GetItem`` each.
+
+        Raises
+        ------
+        PermanentFailure, TransientFailure
+            As the unit of work's.
+        """
+        wanted = [(asset_pk(bucket, key), ASSET_SK) for key in dict.fromkeys(keys)]
+        items = self._uow.batch_get(self._models.asset, wanted, what="assets batch read")
+        return {item.object_key: _view(item) for item in items}
+
     def referenced(self, job_key: str) -> bool:
         """Whether any reference row is under ``job_key``: one strongly consistent
         ``Query`` with ``Limit`` 1."""

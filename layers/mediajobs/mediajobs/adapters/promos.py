@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from pynamodb.attributes import JSONAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.attributes import BooleanAttribute, JSONAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.models import Model
 
 from mediajobs.adapters.assets import AssetModels, candidate_pk, candidate_sk, reference_pk, reference_sk
@@ -41,13 +41,14 @@ class PromoModel(Model):
     sk = UnicodeAttribute(range_key=True)
     bucket = UnicodeAttribute()
     prefix = UnicodeAttribute()
-    job_key = UnicodeAttribute()
+    job_key = UnicodeAttribute(null=True)
     recipe = UnicodeAttribute()
     policy_version = UnicodeAttribute()
     requested_at_s = NumberAttribute()
     frames = JSONAttribute(null=True)
     left_out = JSONAttribute(null=True)
     left_out_total = NumberAttribute(default=0)
+    truncated = BooleanAttribute(default=False)
     revision = NumberAttribute(default=0)
 
 
@@ -66,6 +67,7 @@ def _record(item: PromoModel) -> PromoRecord:
         left_out=tuple(LeftOut(x["asset_key"], x["state"], x["why"]) for x in item.left_out or ()),
         revision=int(item.revision or 0),
         left_out_total=int(item.left_out_total or 0),
+        truncated=bool(item.truncated),
     )
 
 
@@ -107,9 +109,10 @@ class DynamoPromos:
 
     def put(self, record: PromoRecord, *, previous: PromoRecord | None, now_s: int) -> bool:
         """Store ``record`` as its album's, if the album's record is still ``previous`` (its
-        revision; ``None``: none yet), with the promo job's reference row; when
-        ``previous`` named another job, its reference row is deleted and a candidate of it
-        written (released by the album). ``False`` when ``previous`` is no longer the record.
+        revision; ``None``: none yet), with the promo job's reference row (none for a record
+        without a job: an album with nothing to show); when ``previous`` named another job,
+        its reference row is deleted and a candidate of it written (released by the
+        album). ``False`` when ``previous`` is no longer the record.
 
         Raises
         ------
@@ -132,14 +135,16 @@ class DynamoPromos:
             frames=[f.to_json() for f in record.frames],
             left_out=[x.to_json() for x in record.left_out],
             left_out_total=record.left_out_total,
+            truncated=record.truncated,
             revision=(previous.revision if previous is not None else 0) + 1,
         )
         holder = holder_key(record.prefix)
         ref_sk = reference_sk(record.bucket, holder)
         tx = self._uow.transaction("promo record").put(item, condition)
-        if previous is None or previous.job_key != record.job_key:
+        moved = previous is None or previous.job_key != record.job_key
+        if moved and record.job_key is not None:
             tx.put(refs(reference_pk(record.job_key), ref_sk, bucket=record.bucket, object_key=holder))
-        if previous is not None and previous.job_key != record.job_key:
+        if moved and previous is not None and previous.job_key is not None:
             tx.delete(refs(reference_pk(previous.job_key), ref_sk))
             released_by = ref_sk.removeprefix("ref#")
             tx.put(

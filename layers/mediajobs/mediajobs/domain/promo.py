@@ -353,7 +353,8 @@ class PromoRecord:
     Attributes
     ----------
     bucket, prefix: the album.
-    job_key: the promo job its last request made (or found).
+    job_key: the promo job its last request made (or found); ``None`` when the album had
+        nothing to show then (its earlier promo retired: released to the collection).
     recipe: ``promo@<version>``.
     policy_version: the policy the key carries: a new policy's backfill requests the
         album again (:meth:`mediajobs.service_layer.promo.Promos.regenerate`).
@@ -361,12 +362,14 @@ class PromoRecord:
     frames, left_out: what the request found in the album (at most :data:`MAX_LEFT_OUT`
         of the assets left out: the first ones).
     left_out_total: how many assets were left out in all.
+    truncated: whether the album holds more than :data:`MAX_ALBUM_KEYS` keys (only the
+        first were looked at).
     revision: counts the writes (each conditional on the one read).
     """
 
     bucket: str
     prefix: str
-    job_key: str
+    job_key: str | None
     recipe: str
     policy_version: str
     requested_at_s: int
@@ -374,6 +377,7 @@ class PromoRecord:
     left_out: tuple[LeftOut, ...] = ()
     revision: int = 0
     left_out_total: int = 0
+    truncated: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The record as the CLI and the status route show it."""
@@ -387,4 +391,5 @@ class PromoRecord:
             "frames": [f.to_json() for f in self.frames],
             "left_out": [x.to_json() for x in self.left_out],
             "left_out_total": max(self.left_out_total, len(self.left_out)),
+            "truncated": self.truncated,
         }

@@ -218,6 +218,11 @@ class Assets(Protocol):
         """The asset (strongly consistent read), or ``None`` when never seen."""
         ...
 
+    def get_many(self, bucket: str, keys: Sequence[str]) -> dict[str, AssetView]:
+        """The assets of ``keys`` that exist, by key (strongly consistent ``BatchGetItem``
+        requests of up to 100 keys)."""
+        ...
+
     def make_current(
         self,
         bucket: str,

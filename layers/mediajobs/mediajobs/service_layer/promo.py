@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mediajobs.domain.errors import PermanentFailure
+from mediajobs.domain.errors import PermanentFailure, TransientFailure
 from mediajobs.domain.jobs import DECISIONS_OUTPUT, JobState, JobView, OutputInput
 from mediajobs.domain.moderation import MODERATION_INPUT
 from mediajobs.domain.promo import (
@@ -48,8 +48,9 @@ from mediajobs.settings import Settings
 
 log = logging.getLogger(__name__)
 
-#: Job states of a promo whose row no worker holds and that is not ended: requested again.
-_AGAIN = frozenset({JobState.COLLECTED, JobState.TRANSIENT_FAILURE})
+#: Job states of a promo that is not done and that no request may be on its way for
+#: (collected, being collected, or given back): requested again.
+_AGAIN = frozenset({JobState.COLLECTED, JobState.COLLECTING, JobState.TRANSIENT_FAILURE})
 
 
 class PromoState(enum.StrEnum):
@@ -108,6 +109,7 @@ class PromoAnswer:
             "frames": [f.to_json() for f in record.frames] if record else [],
             "left_out": [x.to_json() for x in (record.left_out if record else self.left_out)],
             "left_out_total": record.left_out_total if record else len(self.left_out),
+            "truncated": record.truncated if record else False,
             "manifest_key": row.manifest_key if row is not None and row.state == JobState.DONE else None,
             "outputs": [o.to_json() for o in row.outputs] if row is not None and row.state == JobState.DONE else [],
             "reason": row.failure_reason if row is not None and row.state == JobState.PERMANENT_FAILURE else None,
@@ -176,16 +178,19 @@ class Promos:
             return PromoAnswer(PromoState.INVALID, prefix, "no promo recipe is active here (recipes/active.json)")
         bucket = bucket or self.bucket
         rendition = self._recipe.params.rendition
-        keys = self._store.keys(bucket, prefix, limit=MAX_ALBUM_KEYS)
-        views = [v for k in keys if (v := self._assets.get(bucket, k)) is not None]
+        keys = self._store.keys(bucket, prefix, limit=MAX_ALBUM_KEYS + 1)
+        truncated = len(keys) > MAX_ALBUM_KEYS
+        found = self._assets.get_many(bucket, keys[:MAX_ALBUM_KEYS])
+        views = [found[k] for k in keys[:MAX_ALBUM_KEYS] if k in found]
         frames, left_out = album_frames(views, rendition, self._done_renditions(views, rendition), self._max_cards)
-        if not frames:
-            return PromoAnswer(
-                PromoState.EMPTY,
-                prefix,
-                f"no ready asset with a {rendition!r} rendition",
-                left_out=tuple(left_out[:MAX_LEFT_OUT]),
-            )
+        now = int(self._clock())
+        if not frames:  # nothing to show now: the album's earlier promo, if any, is retired
+            empty = PromoRecord(
+                bucket, prefix, None, self._recipe.ref, self._settings.policy_version, now, (),
+                tuple(left_out[:MAX_LEFT_OUT]), left_out_total=len(left_out), truncated=truncated,
+            )  # fmt: skip
+            stored = self._store_record(empty) if self._records.get(bucket, prefix) is not None else empty
+            return self._answer(prefix, stored, None)
         spec = promo_spec(
             self._recipe,
             frames,
@@ -196,20 +201,35 @@ class Promos:
             rendition=rendition,
         )
         self._requests.request([spec])
-        row = self._ledger.get(spec.job_key)
-        if row is not None and row.state in _AGAIN and row.lease_expires_at_s <= int(self._clock()):
-            self._requests.request_one(spec.job_key)  # collected, or given back: again
-        now = int(self._clock())
         record = PromoRecord(
             bucket, prefix, spec.job_key, self._recipe.ref, self._settings.policy_version, now,
-            tuple(frames), tuple(left_out[:MAX_LEFT_OUT]), left_out_total=len(left_out),
+            tuple(frames), tuple(left_out[:MAX_LEFT_OUT]), left_out_total=len(left_out), truncated=truncated,
         )  # fmt: skip
-        for _ in range(5):  # another request of the album wrote first: on top of it
-            previous = self._records.get(bucket, prefix)
-            if self._records.put(record, previous=previous, now_s=now):
-                break
+        stored = self._store_record(record)
+        # Read after the reference is written: a collection that found the job unreferenced
+        # before it (an album back to an old promo) may have collected it meanwhile. It is
+        # requested again, and rendered again by the claim's takeover, as an asset's job
+        # referenced again is by its delivery.
+        row = self._ledger.get(spec.job_key)
+        if row is not None and row.state in _AGAIN:
+            self._requests.request_one(spec.job_key)
         log.info("promo requested", extra={"prefix": prefix, "job_key": spec.job_key, "frames": len(frames)})
-        return self._answer(prefix, self._records.get(bucket, prefix) or record, row)
+        return self._answer(prefix, stored, row)
+
+    def _store_record(self, record: PromoRecord) -> PromoRecord:
+        """Store ``record`` as its album's, on top of whatever another request stored
+        meanwhile (a few rounds of read and conditional write); the record as stored.
+
+        Raises
+        ------
+        TransientFailure
+            Another request kept writing first (ask again), or DynamoDB failed.
+        """
+        for _ in range(5):
+            previous = self._records.get(record.bucket, record.prefix)
+            if self._records.put(record, previous=previous, now_s=record.requested_at_s):
+                return self._records.get(record.bucket, record.prefix) or record
+        raise TransientFailure(f"the promo record of {record.prefix} kept changing: ask again")
 
     def status(self, prefix: str) -> PromoAnswer:
         """The album's latest promo: its record and its job's row (``unknown`` when none
@@ -220,7 +240,7 @@ class Promos:
         record = self._records.get(self.bucket, prefix)
         if record is None:
             return PromoAnswer(PromoState.UNKNOWN, prefix, "no promo was requested for this album")
-        return self._answer(prefix, record, self._ledger.get(record.job_key))
+        return self._answer(prefix, record, self._ledger.get(record.job_key) if record.job_key else None)
 
     def all(self) -> list[PromoRecord]:
         """Every album's record (the registry)."""
@@ -292,6 +312,10 @@ class Promos:
         }
 
     def _answer(self, prefix: str, record: PromoRecord, row: JobView | None) -> PromoAnswer:
+        if record.job_key is None:
+            rendition = self._recipe.params.rendition if self._recipe is not None else "card"
+            message = f"no ready asset with a {rendition!r} rendition"
+            return PromoAnswer(PromoState.EMPTY, prefix, message, None, record, None)
         if row is not None and row.state == JobState.DONE:
             state = PromoState.DONE
         elif row is not None and row.state == JobState.PERMANENT_FAILURE:

@@ -177,7 +177,7 @@ def _current_promos(stack: Any) -> frozenset[str]:
         records = _promo_records(stack).all()
     except Exception:  # noqa: BLE001 - a convenience, as the keys
         return frozenset()
-    return frozenset(album_content([f.rendition_job_key for f in r.frames])[:PREFIX] for r in records)
+    return frozenset(album_content([f.rendition_job_key for f in r.frames])[:PREFIX] for r in records if r.job_key)
 
 
 def _promo_records(stack: Any) -> Any:
