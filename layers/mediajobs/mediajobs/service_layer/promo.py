@@ -2,7 +2,7 @@
 ``POST /promos?prefix=...``), and what a new policy's backfill does with them.
 
 1. **List the album** (:meth:`Promos.request`): up to :data:`~mediajobs.domain.promo.MAX_ALBUM_KEYS`
-   keys under the prefix (``ListObjectsV2``, key order), each key's asset (``GetItem``).
+   keys under the prefix (``ListObjectsV2``, key order), their assets (``BatchGetItem``).
 2. **Choose the frames** (:func:`~mediajobs.domain.promo.album_frames`): each ``ready`` asset's
    rendition, read from the ledger (one ``BatchGetItem``) to know it is done and which
    decision it was rendered under; the others are left out, with why.
@@ -10,9 +10,12 @@
    and decisions' job keys, the recipe and the policy. It is written ``requested`` and a job
    request sent (:meth:`~mediajobs.service_layer.requests.JobRequests.request`): the worker
    claims and renders it like any job, once; an unchanged album requested again finds it
-   (done, or on its way) and sends nothing. A promo collected since is requested again.
+   done (nothing sent) or on its way (its request sent again: the claim makes it run once).
 4. **The record** (:class:`~mediajobs.service_layer.ports.PromoRecords`): the album's latest
-   promo, with the job's reference (the previous promo's released to the collection).
+   promo, with the job's reference (the previous promo's released to the collection). The
+   job's row is read after it: a promo collected meanwhile, or before (an album back to an
+   old promo), is requested again. An album with nothing to show retires its promo: its
+   record keeps no job.
 
 **Regeneration** (:meth:`Promos.regenerate`): every album whose record carries another
 policy (or promo recipe) than this deployment's is requested again -- run by the backfill of
@@ -95,8 +98,8 @@ class PromoAnswer:
 
     def to_json(self) -> dict[str, Any]:
         """``{"state", "prefix", "message", "job_key", "recipe", "policy_version", "frames",
-        "left_out", "manifest_key", "outputs", "reason"}``: what the CLI prints and the route
-        answers."""
+        "left_out", "left_out_total", "truncated", "manifest_key", "outputs", "reason",
+        "detail"}``: what the CLI prints and the route answers."""
         row = self.row
         record = self.record
         return {

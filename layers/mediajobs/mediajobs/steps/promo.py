@@ -56,8 +56,8 @@ from mediajobs.steps.moderation import flattened, jpeg_of, policy_for
 if TYPE_CHECKING:
     from mediajobs.adapters.video import FfmpegRenderer
 
-#: The folder, beside the job's output folder, the PNG frames are written to (never
-#: committed: only the step's listed files are).
+#: The folder, beside the job's output folder, the pictures and their concat list are
+#: written to (removed after the encode; never committed: only the step's listed files are).
 FRAMES_SUFFIX: Final = "-frames"
 
 
