@@ -357,3 +357,108 @@ class _OpenSequencers:
 #: open: the events of one key get increasing sequencers, of varying lengths. A fresh
 #: count each time moto is adapted (:class:`S3EventsAsAws`), as its buckets are fresh.
 SEQUENCERS: Final = _OpenSequencers()
+
+
+#: The checksum headers S3 verifies against a PUT's or an UploadPart's body, by algorithm
+#: (S3 user guide, "Checking object integrity": a value that does not match is refused
+#: with 400 ``BadDigest`` and nothing is stored). CRC32C is not verified here: moto computes
+#: it only with the optional ``crc32c`` package (CRC32 otherwise), which would refuse right
+#: bodies.
+_CHECKSUM_HEADERS: Final = {
+    "SHA256": "x-amz-checksum-sha256",
+    "SHA1": "x-amz-checksum-sha1",
+    "CRC32": "x-amz-checksum-crc32",
+}
+
+
+class ChecksumsAsS3:
+    """Make moto's S3 verify the checksum a ``PutObject`` or ``UploadPart`` carries, and keep
+    it, as S3 does.
+
+    moto (5.2.5, ``S3Response._get_checksum``) stores a client's ``x-amz-checksum-sha256``
+    only when ``x-amz-sdk-checksum-algorithm`` comes with it (an SDK's request; a browser's
+    PUT through a presigned URL sends the checksum header alone), and never compares it with
+    the body. S3 compares it, refuses a body whose checksum differs with 400 ``BadDigest``
+    ("The SHA256 you specified did not match the calculated checksum.") storing nothing, and
+    returns the stored checksum from ``HeadObject`` with ``ChecksumMode=ENABLED``. Here the
+    header alone names the algorithm, the body (moto's decoded ``body``, an SDK's
+    ``aws-chunked`` framing removed) is hashed before moto writes anything, and a mismatch
+    raises ``BadDigest``.
+
+    A multipart object's checksum is composite (a hash of the parts' hashes): S3's
+    ``HeadObject`` suffixes it ``-<parts>`` and says ``x-amz-checksum-type: COMPOSITE`` (S3
+    user guide, "Checking object integrity"); moto returns the bare value with no type,
+    which reads as the whole object's SHA-256 -- a wrong content hash. Here it is answered
+    as S3 answers it.
+    """
+
+    def apply(self, patches: Patches) -> None:
+        """Wrap ``S3Response.put_object``, ``S3Response.upload_part``,
+        ``S3Response._get_checksum`` and ``S3Response.head_object``."""
+        from moto.s3 import responses
+
+        def verified(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            def operation(response: Any) -> Any:
+                _verify(response)
+                return original(response)
+
+            return operation
+
+        def get_checksum(response: Any, response_headers: dict[str, Any]) -> tuple[str, str | None]:
+            algorithm, value = original_get(response, response_headers)
+            if algorithm:
+                return algorithm, value
+            found = _checksum_header(response)
+            if found is None:
+                return algorithm, value
+            algorithm, header = found
+            value = str(response.headers.get(header))
+            response_headers[header] = value
+            return algorithm, value
+
+        def head_object(
+            response: Any, bucket_name: str, query: dict[str, Any], key_name: str, headers: dict[str, Any]
+        ) -> Any:
+            status, answer, body = original_head(response, bucket_name, query, key_name, headers)
+            if headers.get("x-amz-checksum-mode") != "ENABLED" or status != 200:
+                return status, answer, body
+            version_id = query.get("versionId", [None])[0]
+            key = response.backend.get_object(bucket_name, key_name, version_id=version_id)
+            algorithm = getattr(key, "checksum_algorithm", None)
+            if key is not None and algorithm and getattr(key, "checksum_type", None):
+                header = f"x-amz-checksum-{algorithm.lower()}"
+                value = str(answer.get(header, key.checksum_value))
+                if key.checksum_type == "COMPOSITE" and "-" not in value:
+                    answer[header] = f"{value}-{key.checksum_parts}"
+                answer["x-amz-checksum-type"] = key.checksum_type
+            return status, answer, body
+
+        original_get = patches.set(responses.S3Response, "_get_checksum", get_checksum)
+        patches.set(responses.S3Response, "put_object", verified(responses.S3Response.put_object))
+        patches.set(responses.S3Response, "upload_part", verified(responses.S3Response.upload_part))
+        original_head = patches.set(responses.S3Response, "head_object", head_object)
+
+
+def _checksum_header(response: Any) -> tuple[str, str] | None:
+    """The (algorithm, header) of the checksum header a request carries, if any."""
+    for algorithm, header in _CHECKSUM_HEADERS.items():
+        if response.headers.get(header):
+            return algorithm, header
+    return None
+
+
+def _verify(response: Any) -> None:
+    """Refuse a body whose checksum header does not match it: 400 ``BadDigest``, as S3."""
+    from moto.s3.exceptions import S3ClientError
+    from moto.s3.utils import compute_checksum
+
+    found = _checksum_header(response)
+    if found is None or "x-amz-copy-source" in response.headers:
+        return
+    algorithm, header = found
+    given = str(response.headers.get(header))
+    body = response.body or b""
+    digest = compute_checksum(body if isinstance(body, bytes) else bytes(body), algorithm=algorithm)
+    computed = digest.decode("ascii") if isinstance(digest, bytes) else str(digest)
+    if computed != given:
+        raise S3ClientError("BadDigest", f"The {algorithm} you specified did not match the calculated checksum.")

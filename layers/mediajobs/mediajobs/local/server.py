@@ -20,7 +20,7 @@ from mediajobs.local.adaptations import ModuleListCached, MotoAdaptations
 from mediajobs.local.conflicts import DEFAULT_HOLD_S, TransactionConflicts
 from mediajobs.local.moto_dynamodb import QueryByPartition, TransactionsAsDynamoDB
 from mediajobs.local.moto_rekognition import DetectModerationLabels
-from mediajobs.local.moto_s3 import S3EventsAsAws, VersionsListedUnderPrefix
+from mediajobs.local.moto_s3 import ChecksumsAsS3, S3EventsAsAws, VersionsListedUnderPrefix
 from mediajobs.local.moto_sqs import SqsClock
 
 #: The adaptations of moto every embedded server holds while it runs (reference-counted:
@@ -33,6 +33,7 @@ ADAPTATIONS = MotoAdaptations(
         QueryByPartition,
         S3EventsAsAws,
         VersionsListedUnderPrefix,
+        ChecksumsAsS3,
         SqsClock,
         DetectModerationLabels,
     )
