@@ -163,7 +163,11 @@ def test_the_promo_route_lists_only_originals_and_writes_only_promo_records_refe
     )
     # Never an asset item (asset#...): the album's record, a job's reference rows, candidates.
     assert record["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["promo", "job#*", "collect#*"]}}
-    assert not any(a.startswith("s3:") and a != "s3:ListBucket" for st in granted.values() for a in _list(st["Action"]))
+    s3 = {(a, str(st["Resource"])) for st in granted.values() for a in _list(st["Action"]) if a.startswith("s3:")}
+    assert s3 == {  # the album's listing, and the uploads POST /uploads signs (test_template_uploads.py)
+        ("s3:ListBucket", str({"Fn::GetAtt": ["MediaBucket", "Arn"]})),
+        ("s3:PutObject", str({"Fn::Sub": "${MediaBucket.Arn}/originals/*"})),
+    }
 
 
 def test_the_workers_judge_by_the_policy_parameter_and_log_to_the_stream():

@@ -115,6 +115,8 @@ def test_the_status_role_may_read_one_asset_item_decide_a_review_request_a_promo
         ("dynamodb:PutItem", str({"Fn::GetAtt": ["JobsTable", "Arn"]})),
         ("dynamodb:PutItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
         ("dynamodb:DeleteItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
+        # POST /uploads: the URLs it signs write originals, nothing else.
+        ("s3:PutObject", str({"Fn::Sub": "${MediaBucket.Arn}/originals/*"})),
         ("logs:CreateLogStream", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         ("logs:PutLogEvents", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         # With KmsKeyArn only (HasKmsKey): its environment is decrypted under that key, and a

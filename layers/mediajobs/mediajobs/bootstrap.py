@@ -77,6 +77,7 @@ from mediajobs.service_layer.promo import Promos
 from mediajobs.service_layer.reading import Reader
 from mediajobs.service_layer.requests import JobRequests
 from mediajobs.service_layer.runner import JobRunner
+from mediajobs.service_layer.uploads import Uploads
 from mediajobs.service_layer.work import remove_work_folders
 from mediajobs.settings import Settings
 from mediajobs.steps.image_variants import ImageVariantsStep
@@ -497,8 +498,25 @@ def status_app(
     reviews = build_reviews(settings, clients, assets) if settings.jobs_queue_arn else None
     promos = promos_over(settings, clients, assets) if settings.jobs_queue_arn else None
     return make_status_app(
-        assets, settings, backfills=backfills, reviews=reviews, promos=promos, logger=logger or powertools_logger()
+        assets,
+        settings,
+        backfills=backfills,
+        reviews=reviews,
+        promos=promos,
+        uploads=build_uploads(settings, clients),
+        logger=logger or powertools_logger(),
     )
+
+
+def build_uploads(settings: Settings, clients: ClientFactory, *, clock: Callable[[], float] = time.time) -> Uploads:
+    """Uploads signed for ``settings.media_bucket`` with the credentials of ``clients``'
+    S3 client, for the media types the active recipes take
+    (:class:`~mediajobs.service_layer.uploads.Uploads`)."""
+    from mediajobs.adapters.uploads import S3Uploads
+    from mediajobs.domain.recipes import UPLOAD_MEDIA
+
+    media = [m for m in active_recipes(settings.active_recipes) if m in UPLOAD_MEDIA]
+    return Uploads(settings, signer=S3Uploads(clients.client("s3")), media=media, clock=clock)
 
 
 def promos_over(settings: Settings, clients: ClientFactory, assets: Assets) -> Promos | None:

@@ -59,6 +59,8 @@ _ENV_NAMES: Final = {
     "active_recipes": "ACTIVE_RECIPES",
     "reviewer_arns": "REVIEWER_ARNS",
     "decision_stream_name": "DECISION_STREAM_NAME",
+    "multipart_above_bytes": "MULTIPART_ABOVE_BYTES",
+    "upload_url_s": "UPLOAD_URL_SECONDS",
 }
 
 
@@ -179,6 +181,9 @@ class Settings:
         nobody, the route answers 403).
     decision_stream_name: the Firehose stream the decision records go to (empty: they are
         logged only).
+    multipart_above_bytes: ``POST uploads`` answers a file above this size, bytes, with a
+        multipart plan (default 100 MiB; S3 takes a single PUT of up to 5 GiB).
+    upload_url_s: how long an upload's presigned URLs are valid, seconds (default 900).
     """
 
     jobs_table_name: str = "mediajobs-jobs"
@@ -227,6 +232,8 @@ class Settings:
     reviewer_arns: str = ""
     decision_stream_name: str = ""
     active_recipes: str = ""
+    multipart_above_bytes: int = 100 * MB
+    upload_url_s: int = 900
 
     def __post_init__(self) -> None:
         if not self.originals_prefix.endswith("/") or not self.derivatives_prefix.endswith("/"):
@@ -254,6 +261,8 @@ class Settings:
             "webhook_retry_after_cap_s",
             "backfill_rate_per_s",
             "backfill_segments",
+            "multipart_above_bytes",
+            "upload_url_s",
         ):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:

@@ -17,6 +17,15 @@ for a prefix that is not an album's. ``GET`` the same route reads the album's la
 (404 when none was requested). Any caller the function URL admits may request one: it
 renders only what the album's accepted assets are, once per distinct album.
 
+``POST /uploads`` signs an upload an app's backend asks for (its body: ``name``,
+``content_type``, ``size_bytes``, ``sha256`` base64, ``prefix``; ``parts`` above
+``MULTIPART_ABOVE_BYTES``: :class:`~mediajobs.service_layer.uploads.Uploads`): 200 with the
+original's key and a presigned PUT whose signed headers are the type, the length and the
+checksum (or a multipart plan), 400 with a reason code before anything is signed.
+``POST /uploads/complete`` completes a multipart upload. The same function as the status
+route: an app's backend calls one IAM-authorised URL, and what the URLs it signs may write
+is exactly what the route checked (key, size, type, SHA-256 are in their signatures).
+
 Thin: Powertools' :class:`~aws_lambda_powertools.event_handler.LambdaFunctionUrlResolver`
 routes the request (payload format 2.0; another method or path gets Powertools' own 404),
 :func:`mediajobs.domain.status.answer` maps the key and the asset to a status code and a
@@ -30,10 +39,11 @@ and its ``lambda:InvokeFunctionUrl`` permission before the function runs
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
@@ -41,9 +51,11 @@ from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Respo
 from mediajobs.domain.backfill import Backfill
 from mediajobs.domain.errors import PermanentFailure
 from mediajobs.domain.status import MAX_KEY_BYTES, answer, backfill_answer, key_of, review_request, reviewer_allowed
+from mediajobs.domain.uploads import UploadRefused
 from mediajobs.service_layer.ports import Assets, Backfills
 from mediajobs.service_layer.promo import PromoAnswer, Promos, PromoState
 from mediajobs.service_layer.review import Reviews, ReviewState
+from mediajobs.service_layer.uploads import Uploads
 from mediajobs.settings import Settings
 
 __all__ = [
@@ -52,6 +64,8 @@ __all__ = [
     "MAX_KEY_BYTES",
     "PROMOS_PATH",
     "REVIEW_PATH",
+    "UPLOADS_COMPLETE_PATH",
+    "UPLOADS_PATH",
     "answer",
     "backfill_answer",
     "key_of",
@@ -82,6 +96,10 @@ _PROMO_STATUS: Final = {
     PromoState.INVALID: 400,
     PromoState.UNKNOWN: 404,
 }
+#: An upload (``POST``): the original's key and its presigned PUT (or multipart plan).
+UPLOADS_PATH: Final = "/uploads"
+#: A multipart upload's completion (``POST``).
+UPLOADS_COMPLETE_PATH: Final = "/uploads/complete"
 #: A status changes while a job runs: no cache between the app and the function keeps it.
 _HEADERS: Final = {"Cache-Control": "no-store"}
 
@@ -93,6 +111,7 @@ def make_status_app(
     backfills: Backfills | None = None,
     reviews: Reviews | None = None,
     promos: Promos | None = None,
+    uploads: Uploads | None = None,
     logger: Logger | None = None,
 ) -> LambdaFunctionUrlResolver:
     """The resolver of the status function, reading ``assets`` of ``settings.media_bucket``
@@ -190,6 +209,34 @@ def make_status_app(
         assert answered is not None
         logger.info("promo", extra={"prefix": prefix, "state": str(answered.state), "job_key": answered.job_key})
         return _json(_PROMO_STATUS[answered.state], answered.to_json())
+
+    def upload_body() -> Any:
+        try:
+            return json.loads(app.current_event.decoded_body or "")
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+    @app.post(UPLOADS_PATH)
+    def post_upload() -> Response:
+        return upload(lambda body: uploads.ask(body) if uploads is not None else {})
+
+    @app.post(UPLOADS_COMPLETE_PATH)
+    def post_upload_complete() -> Response:
+        return upload(lambda body: uploads.complete(body) if uploads is not None else {})
+
+    def upload(act: Callable[[Any], dict[str, Any]]) -> Response:
+        if uploads is None:
+            return _json(404, {"message": "uploads are not signed here"})
+        try:
+            answered = act(upload_body())
+        except UploadRefused as refused:
+            logger.info("upload refused", extra={"reason": refused.reason})
+            return _json(400, {"reason": refused.reason, "message": refused.detail, **refused.extra})
+        except PermanentFailure as refused:
+            status = 404 if refused.reason == "source_missing" else 400
+            return _json(status, {"reason": refused.reason, "message": refused.detail})
+        logger.info("upload signed", extra={"key": answered.get("key"), "path": answered.get("path")})
+        return _json(200, answered)
 
     return app
 

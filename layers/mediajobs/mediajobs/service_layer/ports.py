@@ -12,6 +12,7 @@ implement them with fakes (``tests/fakes.py``); the composition root
 * :class:`Assets` -- DynamoDB: the asset records (what an app asks), the references each
   job has, and the collection candidates.
 * :class:`PromoRecords` -- DynamoDB: each album's latest promo request.
+* :class:`UploadSigner` -- S3: presigned uploads whose headers are signed.
 * :class:`Queue` -- SQS: every operation on the queue a record came from (visibility,
   hand-over, delete, return).
 * :class:`Step` -- one recipe step (``image.variants``, ``video.renditions`` ...): turns an
@@ -458,6 +459,38 @@ class PromoRecords(Protocol):
     def put(self, record: PromoRecord, *, previous: PromoRecord | None, now_s: int) -> bool:
         """Store the album's record if it is still ``previous``, with the job's reference
         (the previous job's released); ``False`` when another request wrote first."""
+        ...
+
+
+class SignedRequestLike(Protocol):
+    """What a signer returns (:class:`mediajobs.adapters.uploads.SignedRequest`)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"method", "url", "headers"}``."""
+        ...
+
+
+class UploadSigner(Protocol):
+    """Presigned uploads to S3 (see :class:`mediajobs.adapters.uploads.S3Uploads`)."""
+
+    def presigned_put(
+        self, bucket: str, key: str, *, content_type: str, size_bytes: int, sha256: str, expires_s: int
+    ) -> SignedRequestLike:
+        """A PUT signing the type, the length and the checksum."""
+        ...
+
+    def start_multipart(self, bucket: str, key: str, *, content_type: str) -> str:
+        """A multipart upload's id."""
+        ...
+
+    def presigned_part(
+        self, bucket: str, key: str, upload_id: str, number: int, *, size_bytes: int, sha256: str, expires_s: int
+    ) -> SignedRequestLike:
+        """An UploadPart signing the length and the checksum."""
+        ...
+
+    def complete(self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str, str]]) -> None:
+        """Complete a multipart upload."""
         ...
 
 

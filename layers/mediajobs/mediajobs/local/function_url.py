@@ -1,0 +1,113 @@
+"""A Lambda function URL with ``AuthType: AWS_IAM``, locally: :class:`FunctionUrl` serves a
+function's resolver (the status function's: ``/assets``, ``/uploads``, ``/promos`` ...) over
+HTTP, as Lambda does in front of it.
+
+Each request must be signed with SigV4 for the service ``lambda`` by the embedded AWS's
+credentials (the signature is computed again and compared, as Lambda's IAM check would:
+an unsigned or wrongly signed request is answered 403 without reaching the function). The
+request becomes a function URL event (payload format 2.0,
+:func:`~mediajobs.local.function_events.function_url_event`) and the resolver's answer the
+HTTP response. An app's backend calls it exactly as it calls the deployed ``StatusUrl``
+(docs/apps.md's snippet is tested against it).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from werkzeug.serving import make_server
+from werkzeug.wrappers import Request, Response
+
+from mediajobs.local.function_events import function_url_event
+
+#: What a handler of a function URL event is: ``resolve(event, context)`` of a resolver.
+Resolve = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+def _signed_by(request: Request, body: bytes, credentials: Credentials, region: str) -> bool:
+    """Whether ``request`` carries a SigV4 signature for ``lambda`` that ``credentials``
+    make (its signed headers, its ``X-Amz-Date``, its body)."""
+    authorization = request.headers.get("Authorization", "")
+    if not authorization.startswith("AWS4-HMAC-SHA256 ") or "/lambda/aws4_request" not in authorization:
+        return False
+    fields = dict(part.strip().split("=", 1) for part in authorization[len("AWS4-HMAC-SHA256 ") :].split(","))
+    signed = fields.get("SignedHeaders", "").split(";")
+    headers = {name: request.headers.get(name, "") for name in signed}
+    url = f"http://{request.host}{request.full_path.rstrip('?')}"
+    rebuilt = AWSRequest(method=request.method, url=url, data=body, headers=headers)
+    rebuilt.context["timestamp"] = request.headers.get("X-Amz-Date", "")
+    signer = SigV4Auth(credentials, "lambda", region)
+    canonical = signer.canonical_request(rebuilt)
+    expected = signer.signature(signer.string_to_sign(rebuilt, canonical), rebuilt)
+    return hmac.compare_digest(expected, fields.get("Signature", ""))
+
+
+class FunctionUrl:
+    """Serves ``resolve`` at ``http://<host>:<port>/`` behind a SigV4 check (module docstring).
+
+    Parameters
+    ----------
+    resolve: the function's resolver (``app.resolve``).
+    credentials: the credentials a caller must sign with (the embedded AWS's).
+    region: the region a signature names.
+    host, port: where to listen (port 0: any free one; :attr:`url` says which).
+    caller_arn: the principal the event names as the caller.
+    """
+
+    def __init__(
+        self,
+        resolve: Resolve,
+        *,
+        credentials: Credentials,
+        region: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        caller_arn: str | None = None,
+    ) -> None:
+        self._resolve = resolve
+        self._credentials = credentials
+        self._region = region
+        self._caller_arn = caller_arn
+        self._server = make_server(host, port, self._wsgi, threaded=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="function-url", daemon=True)
+        self.url = f"http://{host}:{self._server.server_port}/"
+
+    def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        request = Request(environ)
+        body = request.get_data()
+        if not _signed_by(request, body, self._credentials, self._region):
+            refused = Response(
+                json.dumps({"Message": "Forbidden"}), status=403, content_type="application/json"
+            )  # as Lambda answers an unsigned request to an AWS_IAM function URL
+            return refused(environ, start_response)
+        event = function_url_event(
+            urllib.parse.urlsplit(request.full_path).query,
+            method=request.method,
+            path=request.path,
+            body=body.decode("utf-8") if body else None,
+            caller_arn=self._caller_arn,
+        )
+        answer = self._resolve(event, None)
+        response = Response(
+            answer.get("body") or "",
+            status=int(answer.get("statusCode", 200)),
+            headers={k: v for k, v in (answer.get("headers") or {}).items()},
+        )
+        return response(environ, start_response)
+
+    def __enter__(self) -> FunctionUrl:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._thread.join()
+        self._server.server_close()
