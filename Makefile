@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-reverse lint typecheck checkov check install ffmpeg clean
+.PHONY: demo test test-fast test-reverse browser lint typecheck checkov check install ffmpeg clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,17 @@ demo: ffmpeg
 PYTEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print((os.cpu_count() or 1) + 1)')
 PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal
 
-test: ffmpeg
+test: ffmpeg browser
 	$(PYTEST)
+
+# The app page's browser test drives Debian's chromium through its chromedriver: installed
+# with apt-get when missing (as root; otherwise the test says what to install).
+browser:
+	@command -v chromedriver >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ]; then \
+	  apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; \
+	else echo "make test: the app page's test needs chromium and chromium-driver (apt-get install, as root)"; fi
 
 # The fast subset: unit and functional tests that start no child process (no render child,
 # ffmpeg, CLI run, storm or layer build; markers in pyproject.toml).

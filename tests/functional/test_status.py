@@ -89,6 +89,7 @@ def test_a_ready_asset_answers_its_version_outputs_and_placeholder():
         "etag": "d41d8cd98f00b204e9800998ecf8427e",
         "size_bytes": 1234,
         "sequencer": "55AED6DCD90281E5",
+        "checksum_sha256": False,  # no full-object checksum: the worker hashed what it read
     }
     assert body["sha256"] == "c" * 64 and body["media"] == "image" and body["updated_at_s"] == 130
     assert body["placeholder"] == PLACEHOLDER

@@ -19,6 +19,7 @@ import botocore.exceptions
 import pytest
 
 from mediajobs.bootstrap import build_uploads
+from mediajobs.domain.assets import status_document
 from mediajobs.entrypoints.status import make_status_app
 from mediajobs.local.function_events import function_url_event
 from mediajobs.local.session import LocalSession
@@ -106,6 +107,8 @@ def test_an_upload_gets_a_date_partitioned_key_and_a_put_whose_type_length_and_c
     session.run()
     (result,) = session.collector.results[answer["key"]]
     assert result.state == "done" and result.sha256 == hashlib.sha256(data).hexdigest()
+    document = status_document(session.stack.assets().get(session.stack.bucket, answer["key"]))
+    assert document["version"]["checksum_sha256"] is True  # the path taken: S3 holds its SHA-256
 
 
 def test_botocores_own_put_with_a_wrong_checksum_is_refused_bad_digest_and_stores_nothing(session):
@@ -160,6 +163,8 @@ def test_a_large_file_gets_a_multipart_plan_each_part_signing_its_checksum_and_t
     (result,) = session.collector.results[answer["key"]]
     assert result.state == "done" and result.sha256 == hashlib.sha256(data).hexdigest()
     assert result.bytes_read == len(data)  # hashed by the worker
+    document = status_document(session.stack.assets().get(session.stack.bucket, answer["key"]))
+    assert document["version"]["checksum_sha256"] is False  # the path taken: a composite checksum
     assert post(app, "/uploads/complete", {**completion, "key": "elsewhere/x.jpg"})[0] == 400
 
 

@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 
-from pynamodb.attributes import JSONAttribute, MapAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.attributes import BooleanAttribute, JSONAttribute, MapAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.models import Model
 
 from mediajobs.adapters.dynamo import Lost, UnitOfWork
@@ -97,6 +97,7 @@ class AssetModel(Model):
     etag = UnicodeAttribute(null=True)
     size_bytes = NumberAttribute(null=True)
     sequencer = UnicodeAttribute()
+    checksum_sha256 = BooleanAttribute(null=True)
     sha256 = UnicodeAttribute(null=True)
     media = UnicodeAttribute(null=True)
     jobs = JSONAttribute(null=True)
@@ -221,6 +222,7 @@ def _view(item: AssetModel) -> AssetView:
             etag=item.etag or "",
             size_bytes=int(size) if size is not None else None,
             sequencer=item.sequencer,
+            checksum_sha256=bool(item.checksum_sha256),
         ),
         sha256=item.sha256,
         media=item.media,
@@ -255,6 +257,7 @@ def _item(model: type[AssetModel], view: AssetView, revision: int) -> AssetModel
         etag=version.etag,
         size_bytes=version.size_bytes,
         sequencer=version.sequencer,
+        checksum_sha256=version.checksum_sha256 or None,
         sha256=view.sha256,
         media=view.media,
         jobs=[_job_json(j) for j in view.jobs],

@@ -156,12 +156,17 @@ class AssetVersion:
     etag: ETag without quotes (may be empty when unknown).
     size_bytes: size in bytes, when known.
     sequencer: :func:`sequencer_order` of the event that made it current.
+    checksum_sha256: whether S3 holds the version's whole SHA-256 (a single PUT with
+        ``x-amz-checksum-sha256``, as ``POST uploads`` signs it): its content was known
+        without reading it; ``False`` for a multipart upload (S3's checksum is composite)
+        or none: the worker hashed the bytes it read. Not identity (:func:`same_version`).
     """
 
     version_id: str | None
     etag: str
     size_bytes: int | None
     sequencer: str
+    checksum_sha256: bool = False
 
 
 def same_version(a: AssetVersion, b: AssetVersion) -> bool:
@@ -432,7 +437,8 @@ def status_document(view: AssetView) -> dict[str, Any]:
 
         {"bucket": str, "key": str, "state": "pending|processing|review|ready|failed|rejected|deleted",
          "reason": str|None, "detail": str,
-         "version": {"version_id": str|None, "etag": str, "size_bytes": int|None, "sequencer": str},
+         "version": {"version_id": str|None, "etag": str, "size_bytes": int|None, "sequencer": str,
+                     "checksum_sha256": bool},
          "sha256": str|None, "media": str|None, "placeholder": {...}|None,
          "updated_at_s": int,
          "recipes": {"web-image@1": {"job_key": str, "state": str, "reason": str|None,
@@ -457,6 +463,7 @@ def status_document(view: AssetView) -> dict[str, Any]:
             "etag": version.etag,
             "size_bytes": version.size_bytes,
             "sequencer": version.sequencer.lstrip("0") or "0",
+            "checksum_sha256": version.checksum_sha256,
         },
         "sha256": view.sha256,
         "media": view.media,

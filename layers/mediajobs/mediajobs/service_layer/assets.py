@@ -396,9 +396,12 @@ class KeptAsset:
         sha256: str | None = None,
         media: str | None = None,
         jobs: Sequence[tuple[str, str]] | None = None,
+        checksum_sha256: bool = False,
     ) -> bool:
         """Make the version current (``jobs``: its ``(recipe ref, job key)`` pairs when the
         content is known, ``None`` before), unless this delivery knows it is already.
+        ``checksum_sha256``: S3 holds the version's whole SHA-256 (the status document says
+        so: the content known without reading it).
 
         Returns
         -------
@@ -423,7 +426,7 @@ class KeptAsset:
         stored = self._assets.make_current(
             self.bucket,
             self.key,
-            AssetVersion(version_id, etag, size_bytes, self.sequencer),
+            AssetVersion(version_id, etag, size_bytes, self.sequencer, checksum_sha256),
             sha256=sha256,
             media=media,
             jobs=None if jobs is None else [AssetJob(recipe, job_key) for recipe, job_key in jobs],

@@ -235,6 +235,7 @@ class Claims:
                 sha256=plan.sha256 if plan is not None else None,
                 media=plan.media if plan is not None else None,
                 jobs=jobs,
+                checksum_sha256=head.sha256 is not None,
             )
         except EventSuperseded as superseded:
             self.release_all(claims, superseded)

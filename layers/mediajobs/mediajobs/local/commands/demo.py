@@ -237,6 +237,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         index = write_gallery(out_dir, entries)
     print(f"\nderivatives and gallery written to {out_dir}")
     print(f"open {index}")
+    print("the app page (upload from a browser, watch it get ready): `.venv/bin/mediajobs serve --worker`, then open")
+    print("http://127.0.0.1:5001/")
     if not no_new_ids:
         print("UNEXPECTED: the second delivery told new notifications")
     if promo is not None and promo.get("state") != "done":

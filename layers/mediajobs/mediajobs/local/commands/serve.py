@@ -1,7 +1,7 @@
 """``mediajobs serve``: the embedded AWS with the stack on a port until Ctrl-C, for ``sam
 local invoke`` (``--env-vars``: every function's environment) and, with ``--worker``, for ``status``, ``delete`` and
 ``collect``: the worker behind its event source mapping and the dispatcher on the outbox
-stream."""
+stream, and the app page on the next port (:mod:`mediajobs.local.page`)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"assets table {stack.assets_table_name}: `mediajobs status KEY --endpoint {stack.endpoint_url}`"
             f"{'' if args.worker else ' (add --worker to process uploads and deletes here)'}"
         )
+        page = None
+        if args.worker:
+            from mediajobs.local.page import page_for
+
+            page = page_for(stack, host=args.host, port=args.port + 1).__enter__()
+            print(f"app page at {page.url}: drop files on it, watch them get ready (docs/apps.md)", flush=True)
         print("press Ctrl-C to stop", flush=True)
         try:
             if args.worker:
@@ -107,6 +113,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 time.sleep(3600)
         except KeyboardInterrupt:
             pass
+        finally:
+            if page is not None:
+                page.__exit__(None, None, None)
     return 0
 
 
