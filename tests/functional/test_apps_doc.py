@@ -18,11 +18,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.credentials import Credentials
 
-from mediajobs.bootstrap import build_uploads
-from mediajobs.entrypoints.status import make_status_app
-from mediajobs.local.function_url import FunctionUrl
 from mediajobs.local.session import LocalSession
 from mediajobs.local.stack import CREDENTIALS
 from tests.conftest import REPO, media_file
@@ -50,11 +46,10 @@ def session():
 
 @pytest.fixture(scope="module")
 def status_url(session):
-    stack = session.stack
-    settings = stack.settings(media_bucket=stack.bucket)
-    app = make_status_app(stack.assets(), settings, uploads=build_uploads(settings, stack.clients()))
-    keys = Credentials(CREDENTIALS["aws_access_key_id"], CREDENTIALS["aws_secret_access_key"])
-    with FunctionUrl(app.resolve, credentials=keys, region=stack.region) as url:
+    """The status function's local URL, as ``mediajobs serve --worker`` serves it."""
+    from mediajobs.local.commands.serve import status_url as served
+
+    with served(session.stack) as url:
         yield url.url
 
 

@@ -99,12 +99,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"assets table {stack.assets_table_name}: `mediajobs status KEY --endpoint {stack.endpoint_url}`"
             f"{'' if args.worker else ' (add --worker to process uploads and deletes here)'}"
         )
-        page = None
+        page = status = None
         if args.worker:
             from mediajobs.local.page import page_for
 
             page = page_for(stack, host=args.host, port=args.port + 1).__enter__()
             print(f"app page at {page.url}: drop files on it, watch them get ready (docs/apps.md)", flush=True)
+            status = status_url(stack, host=args.host, port=args.port + 2).__enter__()
+            print(
+                f"status function URL at {status.url} (AuthType AWS_IAM: sign with SigV4, service lambda, the "
+                "credentials above): the StatusUrl of docs/apps.md's backend code",
+                flush=True,
+            )
         print("press Ctrl-C to stop", flush=True)
         try:
             if args.worker:
@@ -114,9 +120,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
         finally:
-            if page is not None:
-                page.__exit__(None, None, None)
+            for server in (status, page):
+                if server is not None:
+                    server.__exit__(None, None, None)
     return 0
+
+
+def status_url(stack: LocalStack, *, host: str = "127.0.0.1", port: int = 0) -> Any:
+    """The status function (``GET assets``, ``POST uploads``, ``POST promos`` ...) of the served
+    stack behind a local function URL that checks SigV4 as Lambda does
+    (:class:`~mediajobs.local.function_url.FunctionUrl`); not started."""
+    from botocore.credentials import Credentials
+
+    from mediajobs.bootstrap import status_app
+    from mediajobs.local.function_url import FunctionUrl
+    from mediajobs.local.stack import CREDENTIALS
+
+    settings = stack.settings(media_bucket=stack.bucket, jobs_queue_arn=stack.queue_arn)
+    app = status_app(settings, clients=stack.clients(), assets=stack.assets())
+    keys = Credentials(CREDENTIALS["aws_access_key_id"], CREDENTIALS["aws_secret_access_key"])
+    return FunctionUrl(app.resolve, credentials=keys, region=stack.region, host=host, port=port)
 
 
 def container_endpoint(stack: LocalStack, docker_host: str) -> str:
