@@ -7,9 +7,11 @@ completion, and a duplicate upload ready with 0 bytes of the original read."""
 from __future__ import annotations
 
 import base64
+import calendar
 import hashlib
 import json
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -186,3 +188,36 @@ def test_an_upload_is_refused_with_its_reason_before_anything_is_signed(session,
     status, answer = post(app_of(session), "/uploads", body)
     assert status == 400 and answer["reason"] == reason and answer["message"]
     assert "put" not in answer and "url" not in json.dumps(answer)
+
+
+def test_a_put_that_is_not_what_its_url_signed_is_refused_as_s3_refuses_it(session):
+    """The embedded S3 checks a presigned URL's signature (moto checks none): another type,
+    another length, a missing or unsigned checksum header, or an expired URL are 403."""
+    from mediajobs.local.presigned import problem
+
+    data = media_file("photos", "orientation-landscape-7.jpg").read_bytes()
+    _, answer = post(app_of(session), "/uploads", asked(data))
+    put = answer["put"]
+    signed = dict(put["headers"])
+    other_type = {**signed, "Content-Type": "image/png"}
+    code, body, _ = send(put, data, other_type)
+    assert code == 403 and "<Code>SignatureDoesNotMatch</Code>" in body
+    code, body, _ = send(put, data + b"more", {**signed, "Content-Length": str(len(data) + 4)})
+    assert code == 403 and "<Code>SignatureDoesNotMatch</Code>" in body  # the length is signed
+    without = {k: v for k, v in signed.items() if k != "x-amz-checksum-sha256"}
+    assert send(put, data, without)[0] == 403
+    code, body, _ = send(put, data, {**signed, "x-amz-meta-extra": "1"})
+    assert code == 403 and "not signed" in body
+    assert listed(session, answer["key"]) == []
+    assert send(put, data)[0] == 200  # exactly as signed
+    # Past its expiry (900 s), the same request is refused.
+    split = urllib.parse.urlsplit(put["url"])
+    environ = {
+        "REQUEST_METHOD": "PUT", "QUERY_STRING": split.query, "RAW_URI": f"{split.path}?{split.query}",
+        "HTTP_HOST": split.netloc, "CONTENT_TYPE": "image/jpeg", "CONTENT_LENGTH": str(len(data)),
+        "HTTP_X_AMZ_CHECKSUM_SHA256": b64sha(data),
+    }  # fmt: skip
+    issued = urllib.parse.parse_qs(split.query)["X-Amz-Date"][0]
+    at = calendar.timegm(time.strptime(issued, "%Y%m%dT%H%M%SZ"))
+    assert problem(environ, at + 10) is None
+    assert problem(environ, at + 901) == ("AccessDenied", "Request has expired")

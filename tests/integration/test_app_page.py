@@ -26,11 +26,12 @@ pytestmark = pytest.mark.subprocess
 ARTIFACTS = REPO / "tests" / "media" / "build" / "artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-PHOTO, CLIP, BROKEN = "orientation-landscape-6.jpg", "white.mp4", "corrupted.jpg"
+PHOTO, CLIP, BROKEN, TEXT = "orientation-landscape-6.jpg", "white.mp4", "corrupted.jpg", "SOURCES.md"
 FILES = {
     PHOTO: media_file("photos", PHOTO),
     CLIP: media_file("video", CLIP),  # 10 s: split in 2 s segments, its progress climbs
     BROKEN: media_file("bad", BROKEN),
+    TEXT: media_file("SOURCES.md"),  # no media at all: refused before anything is signed
 }
 #: How long the page may take to show every upload's end, seconds (a wait for a condition,
 #: never a sleep: WebDriverWait returns as soon as it holds).
@@ -135,7 +136,13 @@ def test_the_page_hashes_uploads_and_shows_each_upload_live_to_its_end_and_again
     shown = WebDriverWait(browser, WAIT_S, poll_frequency=0.5).until(ended)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "app-page.png"))
-    assert {name: view["state"] for name, view in shown.items()} == {PHOTO: "ready", CLIP: "ready", BROKEN: "failed"}
+    assert {name: view["state"] for name, view in shown.items()} == {
+        PHOTO: "ready",
+        CLIP: "ready",
+        BROKEN: "failed",
+        TEXT: "failed",
+    }
+    assert shown[TEXT]["why"].startswith("this kind of file is not taken")
     for name, path in FILES.items():  # the page's own SHA-256 (Web Crypto) is the file's
         assert shown[name]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest(), name
     natural_w, natural_h, listed_w, listed_h = shown[PHOTO]["img"]
@@ -143,17 +150,35 @@ def test_the_page_hashes_uploads_and_shows_each_upload_live_to_its_end_and_again
     assert shown[PHOTO]["outputs"] >= 3 and shown[CLIP]["outputs"] >= 2
     assert shown[CLIP]["maxProgress"] > 0  # processing was shown with its fraction before ready
     assert "damaged" in shown[BROKEN]["why"] or "cut short" in shown[BROKEN]["why"]
+    # An upload asked for whose bytes never came (a closed tab): after a reload it says so.
+    asked = browser.execute_async_script(
+        """
+        const done = arguments[arguments.length - 1];
+        fetch('/api/uploads', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({
+          name: 'abandoned.jpg', content_type: 'image/jpeg', size_bytes: 10,
+          sha256: btoa(String.fromCharCode(...new Uint8Array(32)))})}).then((r) => done(r.status));
+        """
+    )
+    assert asked == 200
     # A reload lists the same uploads, from the server, in their states.
     browser.refresh()
     WebDriverWait(browser, 30).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
 
     def listed(driver) -> dict | None:
         shown = rows(driver)
-        return shown if set(shown) == set(FILES) and all(v["state"] for v in shown.values()) else None
+        return shown if set(shown) == {*FILES, "abandoned.jpg"} and all(v["state"] for v in shown.values()) else None
 
     again = WebDriverWait(browser, 30, poll_frequency=0.5).until(listed)
     assert {name: view["state"] for name, view in again.items()} == {
-        name: view["state"] for name, view in shown.items()
+        **{name: view["state"] for name, view in shown.items()},
+        "abandoned.jpg": "not-received",
     }
     assert (ARTIFACTS / "app-page.png").stat().st_size > 0
+    # Keyboard: the first Tab reaches the file picker, and its label shows the focus.
+    from selenium.webdriver.common.keys import Keys
+
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
+    assert browser.switch_to.active_element.get_attribute("id") == "files"
+    outline = browser.execute_script("return getComputedStyle(document.querySelector('.pick')).outlineStyle")
+    assert outline == "solid"
     Path(ARTIFACTS / "app-page.txt").write_text(f"{url}\n")

@@ -167,7 +167,18 @@ class AppPage:
         try:
             answer = self._uploads.ask(body)
         except UploadRefused as refused:
-            return _json(400, {"reason": refused.reason, "message": refused.detail, **refused.extra})
+            with self._lock:  # listed too: a reload still says why it was refused
+                key = f"refused:{len(self._made)}"
+                self._made.append(
+                    {
+                        "key": key,
+                        "name": str(body.get("name")) if isinstance(body, dict) else "?",
+                        "sha256": None,
+                        "refused": {"reason": refused.reason, "message": refused.detail},
+                        "at_s": int(self._clock()),
+                    }
+                )
+            return _json(400, {"reason": refused.reason, "message": refused.detail, "key": key, **refused.extra})
         except TransientFailure as failure:
             return _json(503, {"reason": "unavailable", "message": str(failure)})
         made = {
@@ -205,8 +216,10 @@ class AppPage:
         """One upload as the page shows it: the upload, and its asset's state now (``None``
         before its event arrived), its progress (0-1, the processing jobs' least), the
         placeholder (a ``data:`` URL), the ``card`` (URL and size) and every output."""
-        asset = self._assets.get(self._bucket, made["key"])
         shown: dict[str, Any] = {**made, "state": None, "reason": None, "detail": "", "progress": None}
+        if made.get("refused"):
+            return shown
+        asset = self._assets.get(self._bucket, made["key"])
         if asset is None:
             return shown
         document = status_document(asset)

@@ -22,6 +22,7 @@ from mediajobs.local.moto_dynamodb import QueryByPartition, TransactionsAsDynamo
 from mediajobs.local.moto_rekognition import DetectModerationLabels
 from mediajobs.local.moto_s3 import ChecksumsAsS3, S3EventsAsAws, VersionsListedUnderPrefix
 from mediajobs.local.moto_sqs import SqsClock
+from mediajobs.local.presigned import PresignedAsS3
 
 #: The adaptations of moto every embedded server holds while it runs (reference-counted:
 #: applied when the first server of the process starts, undone when the last one stops,
@@ -191,7 +192,9 @@ class EmbeddedServer:
         transaction_hold_s: float | None = None,
         hold: Callable[[], object] | None = None,
     ) -> None:
-        self.app: Callable[..., Iterable[bytes]] = AtomicWrites(DomainDispatcherApplication(create_backend_app))
+        self.app: Callable[..., Iterable[bytes]] = PresignedAsS3(
+            AtomicWrites(DomainDispatcherApplication(create_backend_app))
+        )
         #: DynamoDB's transaction conflicts, when asked for (``transaction_hold_s``, ``hold``).
         self.conflicts: TransactionConflicts | None = None
         if transaction_hold_s is not None or hold is not None:

@@ -137,7 +137,7 @@ function put(signed, body, onProgress) {
 async function postJson(path, body) {
   const answer = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
   const json = await answer.json();
-  if (!answer.ok) throw Object.assign(new Error(json.message || answer.statusText), { reason: json.reason });
+  if (!answer.ok) throw Object.assign(new Error(json.message || answer.statusText), { reason: json.reason, key: json.key });
   return json;
 }
 
@@ -172,6 +172,7 @@ async function upload(file) {
       setState(row, "uploaded", "uploaded, not ready yet");
     }
   } catch (error) {
+    if (error.key) rows.set(error.key, row); // the server lists the refusal: its events find this row
     setState(row, "failed", `failed: ${REASONS[error.reason] || error.message}`);
     row.why.textContent = REASONS[error.reason] ? `${REASONS[error.reason]}: ${error.message}` : error.message;
   }
@@ -183,13 +184,25 @@ function show(view) {
     row = makeRow(view.name);
     row.dataset.name = view.name;
     row.dataset.key = view.key;
-    row.dataset.sha256 = hex(view.sha256);
-    row.sha.textContent = `SHA-256 ${hex(view.sha256)}`;
+    if (view.sha256) {
+      row.dataset.sha256 = hex(view.sha256);
+      row.sha.textContent = `SHA-256 ${hex(view.sha256)}`;
+    }
     row.hashing.set(1);
     row.uploading.set(view.state ? 1 : 0);
     rows.set(view.key, row);
   }
-  if (!view.state) return;
+  if (view.refused) {
+    row.why.textContent = `${REASONS[view.refused.reason] || view.refused.reason}: ${view.refused.message}`;
+    setState(row, "failed", `failed: ${REASONS[view.refused.reason] || view.refused.reason}`);
+    return;
+  }
+  if (!view.state) {
+    // Asked for, but S3 has not told the stack of its bytes: still on its way (another tab),
+    // refused by S3, or abandoned. Not "hashing": this page is not hashing it.
+    if (!row.dataset.state || row.dataset.state === "hashing") setState(row, "not-received", "not received by S3 yet");
+    return;
+  }
   row.uploading.set(1);
   if (view.progress !== null && view.progress !== undefined) {
     row.processing.set(view.progress);
