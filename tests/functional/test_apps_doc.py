@@ -97,3 +97,49 @@ def test_the_webhook_snippet_verifies_a_signed_notification_and_refuses_a_forged
     assert code["verified_notification"](secret, payload, headers)["type"] == "Asset Ready"
     with pytest.raises(WebhookVerificationError):
         code["verified_notification"](secret, payload.replace("ready", "failed"), headers)
+
+
+def _signed(status_url: str, body: bytes, *, date: str | None = None, content_sha: str | None = None):
+    """A signed POST uploads request, its headers as botocore makes them (or with the
+    ``X-Amz-Date`` and ``X-Amz-Content-SHA256`` given)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    headers = {"Content-Type": "application/json"}
+    if content_sha is not None:
+        headers["X-Amz-Content-SHA256"] = content_sha
+    request = AWSRequest("POST", status_url + "uploads", data=body, headers=headers)
+    signer = SigV4Auth(Credentials("testing", "testing"), "lambda", "us-east-1")
+    if date is None:
+        signer.add_auth(request)
+    else:
+        request.context["timestamp"] = date
+        request.headers["X-Amz-Date"] = date
+        signer._inject_signature_to_request(
+            request, signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
+        )  # noqa: SLF001
+    return dict(request.prepare().headers)
+
+
+def _post(url: str, body: bytes, headers: dict) -> int:
+    sent = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(sent) as answer:  # noqa: S310 - the local function URL
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_the_function_url_refuses_another_body_than_signed_an_old_signature_and_a_malformed_one(status_url):
+    body = json.dumps({"name": "a.jpg"}).encode()
+    tampered = json.dumps({"name": "b.jpg"}).encode()
+    declared = _signed(status_url, body, content_sha=hashlib.sha256(body).hexdigest())
+    assert _post(status_url + "uploads", body, declared) == 400  # signed: the route answers (a refusal)
+    assert _post(status_url + "uploads", tampered, declared) == 403  # another body than the signed hash
+    assert _post(status_url + "uploads", body, _signed(status_url, body, content_sha="UNSIGNED-PAYLOAD")) == 403
+    assert _post(status_url + "uploads", body, _signed(status_url, body, date="20200101T000000Z")) == 403
+    malformed = {**declared, "Authorization": "AWS4-HMAC-SHA256 x/lambda/aws4_request"}
+    assert _post(status_url + "uploads", body, malformed) == 403
+    binary = b"\xff\xfe\x00"
+    assert _post(status_url + "uploads", binary, _signed(status_url, binary)) == 400  # not JSON: refused

@@ -31,6 +31,7 @@ def test_the_upload_route_is_the_status_functions_behind_iam_with_the_workers_li
     assert set(env) <= set(_ENV_NAMES.values())
     assert PARAMETERS["MultipartAboveBytes"]["Default"] == 100 * 2**20
     assert PARAMETERS["MultipartAboveBytes"]["MinValue"] == 5 * 2**20  # S3's smallest part
+    assert PARAMETERS["MultipartAboveBytes"]["MaxValue"] == 5 * 2**30  # S3's largest single PUT
 
 
 def test_the_status_role_may_put_originals_and_no_other_object():
@@ -65,3 +66,13 @@ def test_the_buckets_cors_rule_admits_the_app_origins_for_a_signed_put_only():
         "x-amz-checksum-sha256",
     ]  # what the PUT signs (length: the browser's)
     assert rule["ExposedHeaders"] == ["ETag", "x-amz-checksum-sha256"]  # a part's ETag completes a multipart upload
+
+
+def test_a_single_put_is_never_planned_above_s3s_5_gib():
+    import pytest
+
+    from mediajobs.settings import Settings
+
+    assert Settings(multipart_above_bytes=5 * 2**30).multipart_above_bytes == 5 * 2**30
+    with pytest.raises(ValueError, match="at most 5 GiB"):
+        Settings(multipart_above_bytes=5 * 2**30 + 1)

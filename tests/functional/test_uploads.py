@@ -168,6 +168,19 @@ def test_a_large_file_gets_a_multipart_plan_each_part_signing_its_checksum_and_t
     document = status_document(session.stack.assets().get(session.stack.bucket, answer["key"]))
     assert document["version"]["checksum_sha256"] is False  # the path taken: a composite checksum
     assert post(app, "/uploads/complete", {**completion, "key": "elsewhere/x.jpg"})[0] == 400
+    # Parts S3 refuses, or not listed once each in order: 400 invalid_request, never a crash.
+    other_status, other = post(app, "/uploads", asked(data, parts=[{"size_bytes": len(data), "sha256": b64sha(data)}]))
+    wrong_etag = {"key": other["key"], "upload_id": other["upload_id"], "parts": [
+        {"part_number": 1, "etag": '"0123456789abcdef0123456789abcdef"', "sha256": b64sha(data)},
+    ]}  # fmt: skip
+    assert send(other["parts"][0], data)[0] == 200
+    status, refused = post(app, "/uploads/complete", wrong_etag)
+    assert (status, refused["reason"]) == (400, "invalid_request") and "InvalidPart" in refused["message"]
+    for numbers in ([True], [0], [10_001], [2, 1], [1, 1]):
+        listing = [{"part_number": n, "etag": etag, "sha256": b64sha(data)} for n in numbers]
+        status, refused = post(app, "/uploads/complete", {**wrong_etag, "parts": listing})
+        assert (status, refused["reason"]) == (400, "invalid_request"), numbers
+    assert post(app, "/uploads", "[" * 50_000)[0] == 400  # JSON nested past Python's limit: refused, not a crash
 
 
 @pytest.mark.parametrize(

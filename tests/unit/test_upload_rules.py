@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import string
 
 import pytest
 
@@ -19,6 +20,9 @@ from mediajobs.domain.uploads import (
 )
 
 SHA = base64.b64encode(hashlib.sha256(b"x").digest()).decode()
+_B64 = string.ascii_uppercase + string.ascii_lowercase + string.digits + "+/"
+NON_CANONICAL = SHA[:-2] + _B64[_B64.index(SHA[-2]) ^ 1] + "="
+assert base64.b64decode(NON_CANONICAL) == base64.b64decode(SHA) and NON_CANONICAL != SHA
 LIMITS = {"max_input_bytes": 200 * 2**20, "multipart_above_bytes": 100 * 2**20, "media": ("image", "video")}
 
 
@@ -82,6 +86,7 @@ def test_any_other_prefix_is_refused(prefix):
         ({"content_type": "IMAGE/JPEG; charset=x"}, None, None),
         ({"sha256": hashlib.sha256(b"x").hexdigest()}, "invalid_request", "base64"),
         ({"sha256": base64.b64encode(b"short").decode()}, "invalid_request", "base64"),
+        ({"sha256": NON_CANONICAL}, "invalid_request", "base64"),  # the same 32 bytes, a spare bit set
         ({"size_bytes": "10"}, "invalid_request", "integer"),
         ({"size_bytes": True}, "invalid_request", "integer"),
         ({"name": 3}, "invalid_request", "name"),

@@ -267,6 +267,8 @@ class Settings:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive number, got {value}")
+        if self.multipart_above_bytes > 5 * 2**30:  # S3's largest single PUT (S3 user guide, "Uploading objects")
+            raise ValueError(f"multipart_above_bytes must be at most 5 GiB, got {self.multipart_above_bytes}")
         if self.collect_grace_s < 0:
             raise ValueError(f"collect_grace_s must be 0 or more, got {self.collect_grace_s}")
         if self.retire_grace_s < 0:

@@ -22,7 +22,8 @@ from botocore.auth import S3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from mediajobs.domain.errors import PermanentFailure, TransientFailure
+from mediajobs.domain.errors import SOURCE_MISSING, PermanentFailure, TransientFailure
+from mediajobs.domain.uploads import INVALID_REQUEST, UploadRefused
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,10 @@ class S3Uploads:
         Raises
         ------
         PermanentFailure
-            ``source_missing`` for an upload S3 does not know (completed or aborted);
+            ``source_missing`` for an upload S3 does not know (completed or aborted).
+        UploadRefused
             ``invalid_request`` for parts S3 refuses (a wrong ETag or checksum, a part too
-            small).
+            small, out of order).
         TransientFailure
             Anything else.
         """
@@ -116,9 +118,9 @@ class S3Uploads:
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code == "NoSuchUpload":
-                raise PermanentFailure("source_missing", f"no upload {upload_id[:40]} of {key}") from exc
+                raise PermanentFailure(SOURCE_MISSING, f"no upload {upload_id[:40]} of {key}") from exc
             if code in ("InvalidPart", "InvalidPartOrder", "EntityTooSmall", "BadDigest", "InvalidRequest"):
-                raise PermanentFailure("invalid_request", f"S3 refused the parts: {code}") from exc
+                raise UploadRefused(INVALID_REQUEST, f"S3 refused the parts: {code}") from exc
             raise TransientFailure(f"S3 CompleteMultipartUpload failed: {code}") from exc
         except BotoCoreError as exc:
             raise TransientFailure(f"S3 CompleteMultipartUpload failed: {exc}") from exc

@@ -119,7 +119,7 @@ def _sha256_b64(value: Any, what: str) -> str:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raw = b""
-    if len(raw) != 32:
+    if len(raw) != 32 or base64.b64encode(raw).decode("ascii") != value:  # canonical: S3 compares the text
         raise UploadRefused(INVALID_REQUEST, f"{what} is the SHA-256 in base64 (44 characters), not {value[:60]!r}")
     return value
 

@@ -49,7 +49,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response, content_types
 
 from mediajobs.domain.backfill import Backfill
-from mediajobs.domain.errors import PermanentFailure
+from mediajobs.domain.errors import PermanentFailure, TransientFailure
 from mediajobs.domain.status import MAX_KEY_BYTES, answer, backfill_answer, key_of, review_request, reviewer_allowed
 from mediajobs.domain.uploads import UploadRefused
 from mediajobs.service_layer.ports import Assets, Backfills
@@ -213,7 +213,7 @@ def make_status_app(
     def upload_body() -> Any:
         try:
             return json.loads(app.current_event.decoded_body or "")
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON, or nested past Python's limit
             return None
 
     @app.post(UPLOADS_PATH)
@@ -235,6 +235,9 @@ def make_status_app(
         except PermanentFailure as refused:
             status = 404 if refused.reason == "source_missing" else 400
             return _json(status, {"reason": refused.reason, "message": refused.detail})
+        except TransientFailure as failed:  # S3 failed: the caller asks again
+            logger.warning("upload not signed: %s", failed)
+            return _json(503, {"reason": "unavailable", "message": str(failed)})
         logger.info("upload signed", extra={"key": answered.get("key"), "path": answered.get("path")})
         return _json(200, answered)
 

@@ -13,12 +13,16 @@ HTTP response. An app's backend calls it exactly as it calls the deployed ``Stat
 
 from __future__ import annotations
 
+import base64
+import calendar
+import hashlib
 import hmac
 import json
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -32,13 +36,31 @@ from mediajobs.local.function_events import function_url_event
 Resolve = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
-def _signed_by(request: Request, body: bytes, credentials: Credentials, region: str) -> bool:
+#: How far a request's ``X-Amz-Date`` may be from now, seconds (SigV4: AWS refuses a
+#: signature older or newer than 15 minutes, "Signature expired").
+MAX_SKEW_S: Final = 15 * 60
+
+
+def _signed_by(request: Request, body: bytes, credentials: Credentials, region: str, now_s: float) -> bool:
     """Whether ``request`` carries a SigV4 signature for ``lambda`` that ``credentials``
-    make (its signed headers, its ``X-Amz-Date``, its body)."""
+    make (its signed headers, its ``X-Amz-Date`` within :data:`MAX_SKEW_S` of ``now_s``, its
+    body: a signed ``X-Amz-Content-SHA256`` must be the body's)."""
     authorization = request.headers.get("Authorization", "")
     if not authorization.startswith("AWS4-HMAC-SHA256 ") or "/lambda/aws4_request" not in authorization:
         return False
-    fields = dict(part.strip().split("=", 1) for part in authorization[len("AWS4-HMAC-SHA256 ") :].split(","))
+    parts = [part.strip() for part in authorization[len("AWS4-HMAC-SHA256 ") :].split(",")]
+    if not all("=" in part for part in parts):
+        return False
+    fields = dict(part.split("=", 1) for part in parts)
+    try:
+        signed_at = calendar.timegm(time.strptime(request.headers.get("X-Amz-Date", ""), "%Y%m%dT%H%M%SZ"))
+    except ValueError:
+        return False
+    if abs(now_s - signed_at) > MAX_SKEW_S:
+        return False
+    declared = request.headers.get("X-Amz-Content-SHA256")
+    if declared is not None and declared != hashlib.sha256(body).hexdigest():
+        return False  # Lambda hashes the body it received: another body than signed, or unsigned
     signed = fields.get("SignedHeaders", "").split(";")
     headers = {name: request.headers.get(name, "") for name in signed}
     url = f"http://{request.host}{request.full_path.rstrip('?')}"
@@ -83,18 +105,24 @@ class FunctionUrl:
     def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         request = Request(environ)
         body = request.get_data()
-        if not _signed_by(request, body, self._credentials, self._region):
+        if not _signed_by(request, body, self._credentials, self._region, time.time()):
             refused = Response(
                 json.dumps({"Message": "Forbidden"}), status=403, content_type="application/json"
             )  # as Lambda answers an unsigned request to an AWS_IAM function URL
             return refused(environ, start_response)
+        try:
+            text = body.decode("utf-8") if body else None
+        except UnicodeDecodeError:
+            text = None
         event = function_url_event(
             urllib.parse.urlsplit(request.full_path).query,
             method=request.method,
             path=request.path,
-            body=body.decode("utf-8") if body else None,
+            body=text,
             caller_arn=self._caller_arn,
         )
+        if body and text is None:  # not text: Lambda passes it base64-encoded
+            event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode("ascii"), True
         answer = self._resolve(event, None)
         response = Response(
             answer.get("body") or "",

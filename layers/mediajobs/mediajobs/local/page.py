@@ -56,6 +56,8 @@ FILES: Final = {
 HASH_IN_MEMORY_BELOW_BYTES: Final = 256 * 2**20
 #: How often the events stream reads the page's uploads' status documents, seconds.
 EVENTS_EVERY_S: Final = 0.25
+#: The most uploads the page lists (the latest): a page, not a database.
+MAX_LISTED: Final = 200
 #: The prefix the page's uploads go under (``originals/page/...``).
 PAGE_PREFIX: Final = "page"
 
@@ -191,6 +193,7 @@ class AppPage:
         }
         with self._lock:
             self._made.append(made)
+            del self._made[:-MAX_LISTED]
         return _json(200, answer)
 
     def _complete(self, request: Request) -> Response:
@@ -200,6 +203,8 @@ class AppPage:
             return _json(400, {"reason": refused.reason, "message": refused.detail})
         except PermanentFailure as refused:
             return _json(400, {"reason": refused.reason, "message": refused.detail})
+        except TransientFailure as failed:
+            return _json(503, {"reason": "unavailable", "message": str(failed)})
 
     def _file(self, key: str) -> Response:
         if not key.startswith("derivatives/") or ".." in key:
@@ -279,7 +284,7 @@ class AppPage:
 def _body(request: Request) -> Any:
     try:
         return json.loads(request.get_data() or b"")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's limit
         return None
 
 

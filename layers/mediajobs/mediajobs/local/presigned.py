@@ -87,22 +87,18 @@ def problem(environ: dict[str, Any], now_s: float) -> tuple[str, str] | None:
 
 
 class PresignedAsS3:
-    """WSGI middleware refusing what S3 refuses of a presigned S3 request (module docstring).
+    """What S3 refuses of a presigned S3 request, for the embedded server's middleware
+    (:class:`~mediajobs.local.server.AtomicWrites` calls :meth:`refusal` with each request
+    before moto sees it; module docstring)."""
 
-    Parameters
-    ----------
-    app: the embedded server's application.
-    clock: Unix time, seconds.
-    """
+    clock: Callable[[], float] = time.time
 
-    def __init__(self, app: Callable[..., Iterable[bytes]], clock: Callable[[], float] = time.time) -> None:
-        self._app = app
-        self._clock = clock
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("REQUEST_METHOD") == "OPTIONS":  # a CORS preflight carries no signature to check
-            return self._app(environ, start_response)
-        found = problem(environ, self._clock())
-        if found is not None:
-            return _refused(start_response, *found)
-        return self._app(environ, start_response)
+    @classmethod
+    def refusal(cls, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes] | None:
+        """The 403 response S3 would answer ``environ`` with (``start_response`` called), or
+        ``None``: not a presigned S3 request, a CORS preflight (which carries no
+        signature to check), or a good one."""
+        if environ.get("REQUEST_METHOD") == "OPTIONS":
+            return None
+        found = problem(environ, cls.clock())
+        return None if found is None else _refused(start_response, *found)

@@ -63,13 +63,21 @@ class AtomicWrites:
     ----------
     dispatcher: moto's ``DomainDispatcherApplication``, which routes a request to its
         service's application.
+    refuse: called with each request (its body read) before moto sees it: the response
+        that refuses it (an iterable of bytes, ``start_response`` called), or ``None`` to
+        pass it on (:meth:`mediajobs.local.presigned.PresignedAsS3.refusal`).
     """
 
     DYNAMODB = threading.Lock()
     S3_WRITES = threading.Lock()
 
-    def __init__(self, dispatcher: DomainDispatcherApplication) -> None:
+    def __init__(
+        self,
+        dispatcher: DomainDispatcherApplication,
+        refuse: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes] | None] | None = None,
+    ) -> None:
         self.dispatcher = dispatcher
+        self.refuse = refuse
 
     @classmethod
     def lock_for(cls, service: str, method: str) -> threading.Lock | None:
@@ -88,6 +96,8 @@ class AtomicWrites:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         environ["wsgi.input"] = io.BytesIO(get_input_stream(environ).read())
+        if self.refuse is not None and (refused := self.refuse(environ, start_response)) is not None:
+            return refused
         app, lock = self.route(environ)
         if lock is None:
             return app(environ, start_response)
@@ -192,8 +202,8 @@ class EmbeddedServer:
         transaction_hold_s: float | None = None,
         hold: Callable[[], object] | None = None,
     ) -> None:
-        self.app: Callable[..., Iterable[bytes]] = PresignedAsS3(
-            AtomicWrites(DomainDispatcherApplication(create_backend_app))
+        self.app: Callable[..., Iterable[bytes]] = AtomicWrites(
+            DomainDispatcherApplication(create_backend_app), refuse=PresignedAsS3.refusal
         )
         #: DynamoDB's transaction conflicts, when asked for (``transaction_hold_s``, ``hold``).
         self.conflicts: TransactionConflicts | None = None

@@ -24,6 +24,7 @@ from typing import Any
 
 from mediajobs.domain.uploads import (
     INVALID_REQUEST,
+    MAX_PARTS,
     UploadRefused,
     parse_upload,
     upload_key,
@@ -150,9 +151,14 @@ class Uploads:
                 not isinstance(part, Mapping)
                 or set(part) != {"part_number", "etag", "sha256"}
                 or not isinstance(part["part_number"], int)
+                or isinstance(part["part_number"], bool)
+                or not 1 <= part["part_number"] <= MAX_PARTS
                 or not all(isinstance(part[f], str) and part[f] for f in ("etag", "sha256"))
             ):
-                raise UploadRefused(INVALID_REQUEST, "each part is {part_number, etag, sha256}")
+                raise UploadRefused(INVALID_REQUEST, "each part is {part_number (1-10,000), etag, sha256}")
             listed.append((part["part_number"], part["etag"], part["sha256"]))
+        numbers = [n for n, _, _ in listed]
+        if numbers != sorted(set(numbers)):
+            raise UploadRefused(INVALID_REQUEST, "the parts are listed once each, by part_number ascending")
         self._signer.complete(self._settings.media_bucket, key, upload_id, listed)
         return {"key": key, "completed": True}
