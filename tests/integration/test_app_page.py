@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mediajobs.local.page import page_for
+from mediajobs.local.page import AppPage, page_for
 from mediajobs.local.session import LocalSession
 from tests.conftest import REPO, media_file
 
@@ -39,24 +39,28 @@ WAIT_S = 120
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[LocalSession, str]]:
+def served() -> Iterator[tuple[LocalSession, AppPage]]:
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         pytest.fail("the browser test needs Debian's chromium and chromium-driver: make test installs them (as root)")
     environ = {**os.environ, "SEGMENT_SECONDS": "2", "SPLIT_ABOVE_SECONDS": "0.001"}  # as make demo splits videos
     with LocalSession(
         log_level="WARNING", template_path=REPO / "template.yaml", name="mediajobs-page", environ=environ
     ) as session:
-        stop = threading.Event()
+        from mediajobs.local.notifications import local_dispatcher
 
-        def worker() -> None:  # serve --worker's loop: the queue polled while the browser works
+        stop = threading.Event()
+        dispatcher = local_dispatcher(session.stack)
+
+        def worker() -> None:  # serve --worker's loop: the queue polled, the outbox dispatched to the bus
             while not stop.is_set():
                 session.esm.poll_once(wait_s=1)
+                dispatcher.mapping.drain()
 
         thread = threading.Thread(target=worker, name="page-worker", daemon=True)
         with page_for(session.stack) as page:
             thread.start()
             try:
-                yield session, page.url
+                yield session, page
             finally:
                 stop.set()
                 thread.join()
@@ -120,7 +124,8 @@ def test_the_page_hashes_uploads_and_shows_each_upload_live_to_its_end_and_again
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    session, url = served
+    session, page = served
+    url = page.url
     browser.get(url)
     WebDriverWait(browser, 30).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
     input_id = browser.execute_async_script(DROP, [])
@@ -174,6 +179,7 @@ def test_the_page_hashes_uploads_and_shows_each_upload_live_to_its_end_and_again
         "abandoned.jpg": "not-received",
     }
     assert (ARTIFACTS / "app-page.png").stat().st_size > 0
+    assert page.notified > 0  # the stack's notifications (Asset Ready, Asset Failed) woke the stream
     # Keyboard: the first Tab reaches the file picker, and its label shows the focus.
     from selenium.webdriver.common.keys import Keys
 

@@ -10,9 +10,11 @@ A person drops or picks files. For each, the page (``local/page/app.js``, no fra
    ``POST /uploads``) and PUTs the bytes to the embedded S3 through the presigned URL, with
    its progress (the bucket's CORS rule admits the page's origin, as ``AppOrigins`` does
    deployed);
-3. shows the asset's state as it changes, live from server-sent events (``GET /api/events``:
-   the status documents of the page's uploads, read as the stack's notifications and the
-   worker's progress change them; the page polls nothing): ``pending``, ``processing``
+3. shows the asset's state as it changes, live from server-sent events (``GET /api/events``,
+   fed by the stack's notifications -- a queue of the page's own on the notification bus,
+   as an app subscribes to it: an asset's end wakes the stream at once -- and by the
+   status documents of the page's uploads, read at least every second for the worker's
+   progress; the page polls nothing): ``pending``, ``processing``
    with its fraction, the ThumbHash placeholder as soon as it is there, then ``ready`` with
    the ``card`` image and a link to every output -- or ``failed`` with the reason in
    words, ``rejected``, ``review``.
@@ -27,6 +29,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from typing import Any, Final
@@ -78,6 +81,9 @@ class AppPage:
     multipart_above_bytes: above it the page uploads in parts (the route's threshold).
     host, port: where to listen (port 0: any free one; :attr:`url` says which).
     clock: Unix time, seconds.
+    wake: waits up to the seconds given for one of the stack's notifications (the page's
+        subscription: :func:`subscribe`); whether one came. ``None``: the stream reads
+        the status documents every :data:`EVENTS_EVERY_S` only.
     """
 
     def __init__(
@@ -91,8 +97,12 @@ class AppPage:
         host: str = "127.0.0.1",
         port: int = 0,
         clock: Callable[[], float] = time.time,
+        wake: Callable[[float], bool] | None = None,
     ) -> None:
         self._uploads = uploads
+        self._wake = wake
+        #: How many of the stack's notifications woke the events streams.
+        self.notified = 0
         self._assets = assets
         self._s3 = s3
         self._bucket = bucket
@@ -278,7 +288,10 @@ class AppPage:
             if time.monotonic() - quiet_since > 10:
                 quiet_since = time.monotonic()
                 yield b": still here\n\n"
-            time.sleep(EVENTS_EVERY_S)  # the stream's own pace (the page waits on it, not on a timer)
+            if self._wake is None:
+                time.sleep(EVENTS_EVERY_S)  # the stream's own pace (the page waits on it, not on a timer)
+            elif self._wake(1.0):  # a notification: read the documents again at once
+                self.notified += 1
 
 
 def _body(request: Request) -> Any:
@@ -292,6 +305,28 @@ def _json(status: int, body: Any) -> Response:
     return Response(
         json.dumps(body), status=status, content_type="application/json", headers={"Cache-Control": "no-store"}
     )
+
+
+def subscribe(stack: Any, name: str) -> Callable[[float], bool]:
+    """Subscribe a queue ``name`` of the embedded ``stack`` to its notification bus (an
+    EventBridge rule on source ``mediajobs``, as an app's own rule would); a function that
+    waits up to the seconds given (SQS long polling, whole seconds, at least one) for a
+    notification, consumes what came, and says whether anything did."""
+    sqs, events = stack.client("sqs"), stack.client("events")
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    bus = stack.notification_bus_name
+    events.put_rule(Name=name, EventBusName=bus, EventPattern=json.dumps({"source": ["mediajobs"]}))
+    events.put_targets(Rule=name, EventBusName=bus, Targets=[{"Id": "app-page", "Arn": arn}])
+
+    def wake(timeout_s: float) -> bool:
+        wait = max(1, min(20, int(timeout_s)))
+        got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=wait, MaxNumberOfMessages=10).get("Messages", [])
+        for message in got:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return bool(got)
+
+    return wake
 
 
 def page_for(stack: Any, *, host: str = "127.0.0.1", port: int = 0) -> AppPage:
@@ -310,6 +345,7 @@ def page_for(stack: Any, *, host: str = "127.0.0.1", port: int = 0) -> AppPage:
         multipart_above_bytes=settings.multipart_above_bytes,
         host=host,
         port=port,
+        wake=subscribe(stack, f"mediajobs-app-page-{uuid.uuid4().hex[:8]}") if stack.notification_bus_name else None,
     )
     rule = {
         "AllowedMethods": ["PUT"],
