@@ -173,7 +173,9 @@ def test_a_large_file_gets_a_multipart_plan_each_part_signing_its_checksum_and_t
     wrong_etag = {"key": other["key"], "upload_id": other["upload_id"], "parts": [
         {"part_number": 1, "etag": '"0123456789abcdef0123456789abcdef"', "sha256": b64sha(data)},
     ]}  # fmt: skip
-    assert send(other["parts"][0], data)[0] == 200
+    code, _, put_headers = send(other["parts"][0], data)
+    assert code == 200
+    other_etag = {k.lower(): v for k, v in put_headers.items()}["etag"]
     status, refused = post(app, "/uploads/complete", wrong_etag)
     assert (status, refused["reason"]) == (400, "invalid_request") and "InvalidPart" in refused["message"]
     for numbers in ([True], [0], [10_001], [2, 1], [1, 1]):
@@ -181,6 +183,16 @@ def test_a_large_file_gets_a_multipart_plan_each_part_signing_its_checksum_and_t
         status, refused = post(app, "/uploads/complete", {**wrong_etag, "parts": listing})
         assert (status, refused["reason"]) == (400, "invalid_request"), numbers
     assert post(app, "/uploads", "[" * 50_000)[0] == 400  # JSON nested past Python's limit: refused, not a crash
+    # As S3 answers (moto: a 500, or the object written at the upload's own key, or accepted):
+    right = {**wrong_etag, "parts": [{"part_number": 1, "etag": other_etag, "sha256": b64sha(data)}]}
+    elsewhere = {**right, "key": "originals/users/99/mine.jpg"}
+    status, refused = post(app, "/uploads/complete", elsewhere)  # another key's upload id
+    assert (status, refused["reason"]) == (404, "source_missing") and listed(session, elsewhere["key"]) == []
+    assert post(app, "/uploads/complete", {**right, "upload_id": "no-such-upload"})[0] == 404
+    forged = {**right, "parts": [{**right["parts"][0], "sha256": b64sha(b"other bytes")}]}
+    status, refused = post(app, "/uploads/complete", forged)
+    assert (status, refused["reason"]) == (400, "invalid_request") and "InvalidPart" in refused["message"]
+    assert post(app, "/uploads/complete", right) == (200, {"key": other["key"], "completed": True})
 
 
 @pytest.mark.parametrize(

@@ -385,6 +385,11 @@ class ChecksumsAsS3:
     ``aws-chunked`` framing removed) is hashed before moto writes anything, and a mismatch
     raises ``BadDigest``.
 
+    ``CompleteMultipartUpload`` is checked as S3 checks it: an upload id that is not an
+    upload of that key (unknown, aborted, completed, or another key's) is ``NoSuchUpload``
+    (moto: a 500, or the object written at the upload's own key), and a part whose listed
+    ``ChecksumSHA256`` is not its bytes' is ``InvalidPart`` (moto: accepted).
+
     A multipart object's checksum is composite (a hash of the parts' hashes): S3's
     ``HeadObject`` suffixes it ``-<parts>`` and says ``x-amz-checksum-type: COMPOSITE`` (S3
     user guide, "Checking object integrity"); moto returns the bare value with no type,
@@ -394,7 +399,8 @@ class ChecksumsAsS3:
 
     def apply(self, patches: Patches) -> None:
         """Wrap ``S3Response.put_object``, ``S3Response.upload_part``,
-        ``S3Response._get_checksum`` and ``S3Response.head_object``."""
+        ``S3Response._get_checksum``, ``S3Response.head_object`` and
+        ``S3Response._key_response_post`` (the completion)."""
         from moto.s3 import responses
 
         def verified(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -433,6 +439,14 @@ class ChecksumsAsS3:
                 answer["x-amz-checksum-type"] = key.checksum_type
             return status, answer, body
 
+        def key_response_post(
+            response: Any, request: Any, body: bytes, bucket_name: str, query: dict[str, Any], key_name: str
+        ) -> Any:
+            if query.get("uploadId") and b"CompleteMultipartUpload" in (body or b""):
+                _check_completion(response.backend, bucket_name, key_name, query["uploadId"][0], body)
+            return original_post(response, request, body, bucket_name, query, key_name)
+
+        original_post = patches.set(responses.S3Response, "_key_response_post", key_response_post)
         original_get = patches.set(responses.S3Response, "_get_checksum", get_checksum)
         patches.set(responses.S3Response, "put_object", verified(responses.S3Response.put_object))
         patches.set(responses.S3Response, "upload_part", verified(responses.S3Response.upload_part))
@@ -462,3 +476,34 @@ def _verify(response: Any) -> None:
     computed = digest.decode("ascii") if isinstance(digest, bytes) else str(digest)
     if computed != given:
         raise S3ClientError("BadDigest", f"The {algorithm} you specified did not match the calculated checksum.")
+
+
+def _check_completion(backend: Any, bucket_name: str, key_name: str, upload_id: str, body: bytes) -> None:
+    """Refuse a ``CompleteMultipartUpload`` S3 refuses: ``NoSuchUpload`` for an upload id
+    that is not one of ``key_name`` (a completed one of it is moto's idempotent answer, left
+    to moto), ``InvalidPart`` for a part whose listed SHA-256 is not its bytes'."""
+    import base64
+    import hashlib
+    import re
+
+    from moto.s3.exceptions import InvalidPart, NoSuchUpload
+
+    bucket = backend.get_bucket(bucket_name)
+    multipart = bucket.multiparts.get(upload_id)
+    if multipart is None:
+        existing = backend.get_object(bucket_name, key_name)
+        if existing is None or getattr(existing.multipart, "id", None) != upload_id:
+            raise NoSuchUpload(upload_id=upload_id)
+        return
+    if multipart.key_name != key_name:
+        raise NoSuchUpload(upload_id=upload_id)
+    text = body.decode("utf-8", "replace")
+    for part in re.findall(r"<Part>(.*?)</Part>", text, flags=re.S):
+        number = re.search(r"<PartNumber>\s*(\d+)\s*</PartNumber>", part)
+        listed = re.search(r"<ChecksumSHA256>\s*([^<]+?)\s*</ChecksumSHA256>", part)
+        stored = multipart.parts.get(int(number.group(1))) if number else None
+        if stored is None or listed is None:
+            continue  # moto's own check (InvalidPart), or no checksum listed
+        actual = base64.b64encode(hashlib.sha256(stored.value).digest()).decode("ascii")
+        if actual != listed.group(1):
+            raise InvalidPart()
