@@ -34,10 +34,10 @@ from mediajobs.domain.keys import is_original_key
 MAX_KEY_BYTES: Final = 1024
 
 
-def key_of(raw_query_string: str) -> list[str]:
-    """The values of ``key`` in a raw query string, percent-decoded (``+`` a space), in order;
-    blank values kept (``key=`` gives ``[""]``)."""
-    return [v for k, v in urllib.parse.parse_qsl(raw_query_string, keep_blank_values=True) if k == "key"]
+def key_of(raw_query_string: str, name: str = "key") -> list[str]:
+    """The values of ``name`` (``key``; ``prefix`` for ``/promos``) in a raw query string,
+    percent-decoded (``+`` a space), in order; blank values kept (``key=`` gives ``[""]``)."""
+    return [v for k, v in urllib.parse.parse_qsl(raw_query_string, keep_blank_values=True) if k == name]
 
 
 def answer(

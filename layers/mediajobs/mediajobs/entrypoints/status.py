@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -181,11 +180,7 @@ def make_status_app(
         return _json(_REVIEW_STATUS[decided.state], decided.to_json())
 
     def promo_prefix() -> str | None:
-        values = [
-            v
-            for k, v in urllib.parse.parse_qsl(app.current_event.get("rawQueryString") or "", keep_blank_values=True)
-            if k == "prefix"
-        ]
+        values = key_of(app.current_event.get("rawQueryString") or "", "prefix")
         return values[0] if len(values) == 1 else None
 
     @app.post(PROMOS_PATH)

@@ -31,6 +31,7 @@ from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
 from mediajobs.local.function_events import function_url_event
+from mediajobs.local.presigned import signature_of
 
 #: What a handler of a function URL event is: ``resolve(event, context)`` of a resolver.
 Resolve = Callable[[dict[str, Any], Any], dict[str, Any]]
@@ -65,10 +66,7 @@ def _signed_by(request: Request, body: bytes, credentials: Credentials, region: 
     headers = {name: request.headers.get(name, "") for name in signed}
     url = f"http://{request.host}{request.full_path.rstrip('?')}"
     rebuilt = AWSRequest(method=request.method, url=url, data=body, headers=headers)
-    rebuilt.context["timestamp"] = request.headers.get("X-Amz-Date", "")
-    signer = SigV4Auth(credentials, "lambda", region)
-    canonical = signer.canonical_request(rebuilt)
-    expected = signer.signature(signer.string_to_sign(rebuilt, canonical), rebuilt)
+    expected = signature_of(SigV4Auth(credentials, "lambda", region), rebuilt, request.headers.get("X-Amz-Date", ""))
     return hmac.compare_digest(expected, fields.get("Signature", ""))
 
 

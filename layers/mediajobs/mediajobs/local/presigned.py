@@ -23,7 +23,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from botocore.auth import S3SigV4QueryAuth
+from botocore.auth import S3SigV4QueryAuth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
@@ -37,6 +37,13 @@ def _refused(start_response: Callable[..., Any], code: str, message: str) -> Ite
     body = _ERROR.format(code=code, message=message).encode()
     start_response("403 Forbidden", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
     return [body]
+
+
+def signature_of(signer: SigV4Auth, request: AWSRequest, timestamp: str) -> str:
+    """The SigV4 signature ``signer`` (botocore's header or query signer) makes of
+    ``request`` at ``timestamp`` (``X-Amz-Date``): what a request received must carry."""
+    request.context["timestamp"] = timestamp
+    return str(signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request))
 
 
 def problem(environ: dict[str, Any], now_s: float) -> tuple[str, str] | None:
@@ -75,12 +82,8 @@ def problem(environ: dict[str, Any], now_s: float) -> tuple[str, str] | None:
     request = AWSRequest(
         method=environ.get("REQUEST_METHOD", "GET"), url=url, headers={h: headers.get(h, "") for h in signed}
     )
-    request.context["timestamp"] = date
-    signer = S3SigV4QueryAuth(
-        Credentials(CREDENTIALS["aws_access_key_id"], CREDENTIALS["aws_secret_access_key"]), "s3", region
-    )
-    canonical = signer.canonical_request(request)
-    expected = signer.signature(signer.string_to_sign(request, canonical), request)
+    credentials = Credentials(CREDENTIALS["aws_access_key_id"], CREDENTIALS["aws_secret_access_key"])
+    expected = signature_of(S3SigV4QueryAuth(credentials, "s3", region), request, date)
     if not hmac.compare_digest(expected, params.get("X-Amz-Signature", "")):
         return "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided."
     return None

@@ -100,8 +100,9 @@ class PromoAnswer:
         """``{"state", "prefix", "message", "job_key", "recipe", "policy_version", "frames",
         "left_out", "left_out_total", "truncated", "manifest_key", "outputs", "reason",
         "detail"}``: what the CLI prints and the route answers."""
-        row = self.row
         record = self.record
+        done = self.row if self.row is not None and self.row.state == JobState.DONE else None
+        failed = self.row if self.row is not None and self.row.state == JobState.PERMANENT_FAILURE else None
         return {
             "state": str(self.state),
             "prefix": self.prefix,
@@ -113,10 +114,10 @@ class PromoAnswer:
             "left_out": [x.to_json() for x in (record.left_out if record else self.left_out)],
             "left_out_total": record.left_out_total if record else len(self.left_out),
             "truncated": record.truncated if record else False,
-            "manifest_key": row.manifest_key if row is not None and row.state == JobState.DONE else None,
-            "outputs": [o.to_json() for o in row.outputs] if row is not None and row.state == JobState.DONE else [],
-            "reason": row.failure_reason if row is not None and row.state == JobState.PERMANENT_FAILURE else None,
-            "detail": row.failure_detail if row is not None and row.state == JobState.PERMANENT_FAILURE else None,
+            "manifest_key": done.manifest_key if done else None,
+            "outputs": [o.to_json() for o in done.outputs] if done else [],
+            "reason": failed.failure_reason if failed else None,
+            "detail": failed.failure_detail if failed else None,
         }
 
 
