@@ -79,12 +79,18 @@ from mediajobs.domain.jobs import (
     taken_over,
     waiting_again,
 )
-from mediajobs.domain.keys import sha256_hex
+from mediajobs.domain.keys import KEY_ALGORITHM_VERSION, KeyScheme, sha256_hex
 from mediajobs.domain.manifest import RenderDecisions
 from mediajobs.domain.notifications import Notification, notification_for
 from mediajobs.domain.parts import split_changes
 from mediajobs.domain.recipes import ImageVariantsParams, VideoRenditionsParams
 from mediajobs.service_layer.ports import StepResult
+
+#: The job keys' secret of the tests' settings (``Settings(key_secret=TEST_KEY_SECRET)``):
+#: a test's own, never a stack's -- a deployed stack's is made at deploy, a local one's at start.
+TEST_KEY_SECRET = "tests-only-job-key-secret-of-at-least-32-bytes"
+#: The key scheme of those settings.
+TEST_KEYS = KeyScheme(KEY_ALGORITHM_VERSION, TEST_KEY_SECRET.encode())
 
 
 def atomic(cls):
@@ -296,9 +302,10 @@ class FakeLedger:
         self._held(job_key, token, HELD_RENDERING, {})
         return self.staged.setdefault(job_key, body)
 
-    def complete(self, job_key, token, *, manifest_key, outputs, now_s, decisions=None):
+    def complete(self, job_key, token, *, manifest_key, outputs, now_s, decisions=None, provenance=None):
         self.log.append(("complete", job_key))
-        return self._held(job_key, token, HELD_RENDERING, completed(manifest_key, outputs, decisions, now_s))
+        changes = completed(manifest_key, outputs, decisions, now_s, provenance)
+        return self._held(job_key, token, HELD_RENDERING, changes)
 
     def fail_permanently(self, job_key, token, *, reason, detail, now_s, decisions=None):
         self.log.append(("fail", reason))
@@ -855,8 +862,8 @@ def planned_key(data: bytes | str, recipe_id: str, settings=None, media: str = "
     from mediajobs.domain.plan import Where, plan_jobs
     from mediajobs.settings import Settings
 
-    settings = settings or Settings()
-    where = Where("bucket", "originals/x", settings.derivatives_prefix, settings.policy_version)
+    settings = settings or Settings(key_secret=TEST_KEY_SECRET)
+    where = Where("bucket", "originals/x", settings.derivatives_prefix, settings.policy_version, settings.keys)
     sha256 = data if isinstance(data, str) else sha256_hex(data)
     jobs = plan_jobs(sha256, media, active_recipes(), where)
     return next(job.key for job in jobs if job.recipe.id == recipe_id)

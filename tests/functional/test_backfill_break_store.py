@@ -67,13 +67,15 @@ def test_the_storms_checks_see_counts_that_do_not_match_the_ledger(stack):
     at all (a storm run here ended with ``total`` 0 beside 39 new-set renders, every
     count-related check at 0)."""
     from mediajobs.domain.backfill import Counts
-    from mediajobs.local.storm.backfill import backfill_checks
+    from mediajobs.local.storm.backfill import backfill_checks, new_active_document
     from mediajobs.local.storm.notification_checks import watch_asset_writes
 
     watch_asset_writes(stack)  # as the storm does: the assets table's stream
 
     class Ran:
         deployed_at, done_at, spawned, failed_scans = time.time() - 10, time.time(), 2, 0
+        old_settings = stack.settings()
+        settings = stack.settings(active_recipes=new_active_document())
 
         def status(self):
             b = Backfill(

@@ -47,7 +47,12 @@ def seeded(stack: LocalStack, n: int, contents: int) -> list[str]:
         sha = f"{i % contents:064x}"
         [job] = [
             j
-            for j in plan_jobs(sha, "image", NEW, Where(BUCKET, key, "derivatives/", stack.settings().policy_version))
+            for j in plan_jobs(
+                sha,
+                "image",
+                NEW,
+                Where(BUCKET, key, "derivatives/", stack.settings().policy_version, stack.settings().keys),
+            )
             if j.recipe.id == "a"
         ]
         version = AssetVersion(f"v{i}", f"e{i}", 10, sequencer_order(f"{i + 1:x}"))

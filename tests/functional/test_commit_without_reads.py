@@ -79,15 +79,15 @@ def stored(session, key: str) -> bytes:
     return session.s3.get_object(Bucket=session.stack.bucket, Key=key)["Body"].read()
 
 
-def image_job(data: bytes) -> str:
-    return job_key(sha256_hex(data), ONE_JOB["image"][0].sha256, Settings().policy_version)
+def image_job(data: bytes, settings: Settings) -> str:
+    return job_key(sha256_hex(data), ONE_JOB["image"][0].sha256, settings.policy_version, keys=settings.keys)
 
 
 def test_a_staged_manifest_is_committed_even_when_the_attempts_are_used_up(local_session, settings):
     """Three holders die after their claim, the fourth after writing the manifest: the next
     delivery commits that manifest instead of ending the job attempts_exhausted."""
     data = unique_png(320, 240)
-    ref, key = upload(local_session, data), image_job(data)
+    ref, key = upload(local_session, data), image_job(data, local_session.stack.settings())
     points = ["claimed"] * (settings.max_attempts - 1) + ["manifest_stored"]
     for attempt, point in enumerate(points):
         with pytest.raises(Crash):
@@ -128,7 +128,7 @@ def test_an_input_cannot_make_the_manifest_too_big_to_stage(local_session, setti
     out = io.BytesIO()
     Image.open(io.BytesIO(unique_png(320, 240))).save(out, format="PNG", icc_profile=icc)
     data = out.getvalue()
-    ref, key = upload(local_session, data), image_job(data)
+    ref, key = upload(local_session, data), image_job(data, local_session.stack.settings())
     result = worker(local_session, settings, Collector(), 0).process(ref)
     assert result.state == "done"
     manifest = stored(local_session, f"derivatives/{key}/manifest.json")
@@ -150,7 +150,7 @@ def test_bytes_no_holder_registered_end_the_job_output_conflict(local_session, s
     bytes cannot be described without reading them, so the job fails and says why,
     rather than committing a manifest that describes other bytes."""
     data = unique_png(320, 240)
-    ref, key = upload(local_session, data), image_job(data)
+    ref, key = upload(local_session, data), image_job(data, local_session.stack.settings())
     with pytest.raises(Crash):
         worker(local_session, settings, CrashAt("claimed"), 0).process(ref)
     thumb = f"derivatives/{key}/thumb.webp"
@@ -169,7 +169,7 @@ def test_a_lost_holders_write_landing_after_the_listing_is_still_identified(loca
     lost its lease; its card.webp write lands just after B listed the prefix at B's first
     412. B lists again and the manifest describes A's card, as stored."""
     data = unique_png(640, 480)
-    ref, key = upload(local_session, data), image_job(data)
+    ref, key = upload(local_session, data), image_job(data, local_session.stack.settings())
     a_files: dict[str, bytes] = {}
 
     def another_build(steps):
@@ -279,7 +279,7 @@ def _counting_reads(reads: list[str]):
 
 def _all_but_one_attempt_used(session, settings: Settings, data: bytes) -> tuple[ObjectRef, str]:
     """Upload ``data``; holders then die after their claims until one attempt is left."""
-    ref, key = upload(session, data), image_job(data)
+    ref, key = upload(session, data), image_job(data, session.stack.settings())
     for attempt in range(settings.max_attempts - 1):
         with pytest.raises(Crash):
             worker(session, settings, CrashAt("claimed"), attempt).process(ref)
@@ -316,7 +316,7 @@ def test_claims_are_given_back_when_the_original_is_gone_before_it_is_read(local
     """The job belongs to the content, not to this object: a copy may still come, so the
     claim taken before the read is released (not failed, not left running)."""
     data = unique_png(320, 240)
-    ref, key = upload(local_session, data), image_job(data)
+    ref, key = upload(local_session, data), image_job(data, local_session.stack.settings())
     with pytest.raises(Crash):
         worker(local_session, settings, CrashAt("claimed"), 0).process(ref)
 

@@ -63,7 +63,7 @@ def test_a_worker_stopped_at_each_step_boundary_loses_nothing(local_session, poi
     data = unique_png(320, 240)
     local_session.s3.put_object(Bucket=local_session.stack.bucket, Key=f"originals/crash/{point}.png", Body=data)
     settings = Settings.from_env()
-    key = job_key(sha256_hex(data), ONE_JOB["image"][0].sha256, settings.policy_version)
+    key = job_key(sha256_hex(data), ONE_JOB["image"][0].sha256, settings.policy_version, keys=settings.keys)
 
     # Worker A dies at the step boundary.
     first = CrashAt(point)

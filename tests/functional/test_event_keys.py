@@ -31,6 +31,11 @@ def manifest(session, key: str) -> dict:
     return json.loads(session.s3.get_object(Bucket=session.stack.bucket, Key=key)["Body"].read())
 
 
+def provenance(session, job_key: str) -> dict:
+    """What the job's set was made from: its ledger row's (the public manifest names no original)."""
+    return dict(session.stack.ledger().get(job_key).provenance)
+
+
 @pytest.fixture(scope="module")
 def delivered(local_session):
     """Every key of KEYS uploaded (different bytes each) and its event delivered through the
@@ -76,10 +81,11 @@ def test_an_upload_whose_key_needs_encoding_is_rendered_and_its_manifest_names_t
     )
     assert manifest(local_session, moderation.manifest_key)["decisions"]["moderation"]["outcome"] == "accepted"
     assert [o.name for o in job.outputs] == ["thumb", "card", "full"]
-    assert manifest(local_session, placeholder.manifest_key)["source"]["key"] == key
-    body = manifest(local_session, job.manifest_key)
-    assert body["source"]["key"] == key and body["source"]["bucket"] == local_session.stack.bucket
-    version = body["source"]["version_id"]
+    assert provenance(local_session, placeholder.job_key)["source"]["key"] == key
+    source = provenance(local_session, job.job_key)["source"]
+    assert source["key"] == key and source["bucket"] == local_session.stack.bucket
+    assert "originals/" not in json.dumps(manifest(local_session, job.manifest_key))  # public: names no original
+    version = source["version_id"]
     assert version == local_session.s3.head_object(Bucket=local_session.stack.bucket, Key=key)["VersionId"]
 
 
@@ -114,5 +120,5 @@ def test_an_event_that_did_not_encode_the_key_is_served_from_the_key_as_received
         assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     [result] = local_session.collector.results[key]
     assert result.state == "done"
-    assert manifest(local_session, result.jobs[0].manifest_key)["source"]["key"] == key
+    assert provenance(local_session, result.jobs[0].job_key)["source"]["key"] == key
     assert any("as the event spelled it" in r.getMessage() for r in caplog.records)

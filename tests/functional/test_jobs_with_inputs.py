@@ -71,7 +71,7 @@ def test_two_inputs_ending_at_once_request_the_pair_once_and_it_commits_once(loc
         data = f"round {round_} {uuid.uuid4().hex}".encode()
         key = f"inputs/pairs/{uuid.uuid4().hex}.txt"  # not under originals/: no S3 event is ours
         local_session.s3.put_object(Bucket=stack.bucket, Key=key, Body=data)
-        where = Where(stack.bucket, key, settings.derivatives_prefix, settings.policy_version)
+        where = Where(stack.bucket, key, settings.derivatives_prefix, settings.policy_version, settings.keys)
         left, right, pair = plan_jobs(sha256_hex(data), "image", recipes, where)
         assert sorted(service.request([left, right, pair])) == sorted([left.key, right.key])
         inputs = receive_all(sqs, url, 2)
@@ -118,7 +118,7 @@ def test_the_originals_redelivery_after_a_throttled_teller_runs_the_pair(local_s
     key = f"originals/pairs/{uuid.uuid4().hex}.png"
     put(local_session, key, data)
     swallow_queued(local_session)
-    where = Where(stack.bucket, key, settings.derivatives_prefix, settings.policy_version)
+    where = Where(stack.bucket, key, settings.derivatives_prefix, settings.policy_version, settings.keys)
     left, right, pair = plan_jobs(sha256_hex(data), "image", recipes, where)
 
     assert first(event_for(local_session, key, len(data)), LocalLambdaContext())["batchItemFailures"] != []

@@ -51,7 +51,7 @@ def test_an_uploaded_photo_gets_an_image_placeholder_manifest_with_no_outputs(lo
     local_session.run()
     result, job, manifest = committed(local_session, key, "image-placeholder@1")
     recipe = load_recipe("image-placeholder", 1)
-    assert job.job_key == planned_key(result.sha256, recipe.id)
+    assert job.job_key == planned_key(result.sha256, recipe.id, local_session.stack.settings())
     assert manifest["recipe"] == {"id": "image-placeholder", "version": 1, "sha256": recipe.sha256}
     assert manifest["outputs"] == []
     decisions = manifest["decisions"]
@@ -71,7 +71,7 @@ def test_an_uploaded_video_gets_a_video_placeholder_manifest_from_its_display_or
     local_session.upload(media_file("video", "video_rotation_90.mp4"), key)
     local_session.run()
     result, job, manifest = committed(local_session, key, "video-placeholder@1")
-    assert job.job_key == planned_key(result.sha256, "video-placeholder", media="video")
+    assert job.job_key == planned_key(result.sha256, "video-placeholder", local_session.stack.settings(), media="video")
     decisions = manifest["decisions"]
     assert manifest["outputs"] == []
     assert (decisions["display_width_px"], decisions["display_height_px"]) == (60, 100)
@@ -109,7 +109,9 @@ def stored_manifest(session, result, recipe: str) -> dict:
     assert [o["Key"].rsplit("/", 1)[-1] for o in listed["Contents"]] == ["manifest.json"]
     recipe_id, version = recipe.split("@")
     policy = session.settings.policy_version  # no moderation recipe here: the bare key
-    assert job.job_key == job_key(result.sha256, load_recipe(recipe_id, int(version)).sha256, policy)
+    assert job.job_key == job_key(
+        result.sha256, load_recipe(recipe_id, int(version)).sha256, policy, keys=session.settings.keys
+    )
     body = session.s3.get_object(Bucket=session.stack.bucket, Key=job.manifest_key)["Body"].read()
     return json.loads(body)
 

@@ -106,8 +106,11 @@ def test_a_promo_shows_the_albums_accepted_cards_in_key_order_and_its_manifest_l
     )  # fmt: skip
     assert [x["asset_key"] for x in document["left_out"]] == [prefix + "2-bad.png"]
     assert document["left_out"][0]["why"] == "rejected by the moderation policy"
-    # The manifest: each frame's asset key, rendition job key and decision id.
+    # The provenance (the job's row, private): each frame's asset key, rendition job key and
+    # decision id. The public manifest names none of them: the frames by input, when they
+    # show and what their crops were judged.
     body = manifest(session, document["manifest_key"])
+    private = session.stack.ledger().get(document["job_key"]).provenance
     assets = session.stack.assets()
     expected = []
     for i, name in enumerate(("1.jpg", "3.jpg")):
@@ -115,17 +118,24 @@ def test_a_promo_shows_the_albums_accepted_cards_in_key_order_and_its_manifest_l
         web = next(j for j in view.jobs if j.recipe == "web-image@1")
         gate = next(j for j in view.jobs if j.recipe == "moderation-image@1")
         expected.append((f"card-{i:04d}", prefix + name, web.job_key, gate.job_key))
-    cards = [(x["name"], x["asset_key"], x["job_key"]) for x in body["inputs"] if x["name"].startswith("card-")]
-    decisions = [(x["name"], x["job_key"]) for x in body["inputs"] if x["name"].startswith("decision-")]
+    inputs = private["inputs"]
+    cards = [(x["name"], x["asset_key"], x["job_key"]) for x in inputs if x["name"].startswith("card-")]
+    decisions = [(x["name"], x["job_key"]) for x in inputs if x["name"].startswith("decision-")]
     assert cards == [(n, a, w) for n, a, w, _ in expected]
     assert decisions == [(n.replace("card", "decision"), g) for n, _, _, g in expected]
+    assert private["source"]["key"] == prefix
     frames = body["decisions"]["promo"]["frames"]
-    assert [(f["asset_key"], f["rendition_job_key"], f["decision_id"]) for f in frames] == [
-        (a, w, g) for _, a, w, g in expected
-    ]
+    assert [f["input"] for f in frames] == [n for n, *_ in expected]
     assert [f["from_s"] for f in frames] == [0.0, 2.0]
     assert {f["crop"]["outcome"] for f in frames} == {"accepted"}
-    assert (body["source"]["key"], body["policy"], body["recipe"]["id"]) == (prefix, {"version": "1"}, "promo")
+    assert (body["policy"], body["recipe"]["id"]) == ({"version": "1"}, "promo")
+    public = json.dumps(body)
+    assert "source" not in body and "inputs" not in body and prefix not in public
+    assert not any(key in public for _, _, w, g in expected for key in (w, g))
+    # The album's owner reads it all from the promo route (the album's record, private).
+    assert [(f["asset_key"], f["rendition_job_key"], f["decision_id"]) for f in document["frames"]] == [
+        (a, w, g) for _, a, w, g in expected
+    ]
     # The video: H.264 High, 800 x 450, two cards of 2.5 s less one 0.5 s crossfade.
     found = probe(session, output["key"], tmp_path)
     [video] = found["streams"]
@@ -167,9 +177,10 @@ def test_a_crop_the_policy_refuses_is_left_out_though_the_whole_picture_was_acce
     assert answer.state == "done"
     body = manifest(session, answer.to_json()["manifest_key"])
     promo = body["decisions"]["promo"]
-    assert [f["asset_key"] for f in promo["frames"]] == [prefix + "1.jpg"]
+    assert [f["input"] for f in promo["frames"]] == ["card-0000"]
     [left] = promo["left_out"]
-    assert left["asset_key"] == prefix + "2.png"
+    assert left["input"] == "card-0001"  # 2.png, as the provenance and the promo route say
+    assert [x["asset_key"] for x in answer.to_json()["frames"]] == [prefix + "1.jpg", prefix + "2.png"]
     assert left["crop"]["outcome"] == "rejected" and left["crop"]["rule"].startswith("perceptual:")
     assert left["crop"]["perceptual"] == f"{expected_hash('known-bad'):016x}"
 
@@ -248,7 +259,8 @@ def _granted(action: str, resource: str, arns: dict[str, str], context: dict[str
     def matches(st: dict) -> bool:
         actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
         resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
-        if action not in actions or resource not in [arns.get(r["Fn::GetAtt"][0], "?") for r in resources]:
+        named = [arns.get(r["Fn::GetAtt"][0] if "Fn::GetAtt" in r else r.get("Ref", "?"), "?") for r in resources]
+        if action not in actions or resource not in named:
             return False
         for keys in st.get("Condition", {}).values():  # StringLike, ForAllValues:StringLike
             for name, patterns in keys.items():
@@ -284,6 +296,7 @@ def test_every_call_of_post_promos_is_allowed_by_the_status_role_and_its_conditi
         "JOBS_TABLE_NAME": stack.table_name,
         "JOBS_QUEUE_ARN": stack.queue_arn,
         "POLICY_VERSION": "1",
+        "KEY_SECRET_ARN": stack.function_env["KEY_SECRET_ARN"],  # the promo's key is keyed
         "AWS_ENDPOINT_URL": stack.endpoint_url,
         "AWS_DEFAULT_REGION": stack.region,
         "AWS_ACCESS_KEY_ID": "testing",
@@ -298,7 +311,7 @@ def test_every_call_of_post_promos_is_allowed_by_the_status_role_and_its_conditi
         calls.append((f"{client.meta.service_model.service_name}:{operation}", params))
         return real(client, operation, params)
 
-    handler = status_function()
+    handler = status_function()  # built at its first call: its key secret's read is recorded
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
     try:
         event = function_url_event(f"prefix={prefix}", path="/promos", method="POST")
@@ -312,6 +325,7 @@ def test_every_call_of_post_promos_is_allowed_by_the_status_role_and_its_conditi
         "AssetsTable": f"arn:aws:dynamodb:{stack.region}:{account}:table/{stack.assets_table_name}",
         "JobsTable": f"arn:aws:dynamodb:{stack.region}:{account}:table/{stack.table_name}",
         "JobsQueue": stack.queue_arn,
+        "JobKeySecret": stack.function_env["KEY_SECRET_ARN"],
     }
     table_arn = {stack.assets_table_name: arns["AssetsTable"], stack.table_name: arns["JobsTable"]}
     checked: list[tuple[str, str, dict]] = []
@@ -322,6 +336,8 @@ def test_every_call_of_post_promos_is_allowed_by_the_status_role_and_its_conditi
             checked.append(("s3:ListBucket", arns["MediaBucket"], {"s3:prefix": params["Prefix"]}))
         elif operation in ("sqs:SendMessage", "sqs:GetQueueUrl"):
             checked.append((operation, arns["JobsQueue"], {}))
+        elif operation == "secretsmanager:GetSecretValue":
+            checked.append((operation, params["SecretId"], {}))
         elif operation == "dynamodb:BatchGetItem":
             checked.extend(("dynamodb:BatchGetItem", table_arn[t], {}) for t in params["RequestItems"])
         elif operation == "dynamodb:TransactWriteItems":
@@ -338,7 +354,8 @@ def test_every_call_of_post_promos_is_allowed_by_the_status_role_and_its_conditi
             leading = (key.get("pk") or key.get("job_key") or {}).get("S")
             context = {"dynamodb:LeadingKeys": [leading]} if leading else {}
             checked.append((operation, table_arn[params["TableName"]], context))
-    assert {a for a, _, _ in checked} >= {"s3:ListBucket", "dynamodb:PutItem", "dynamodb:DeleteItem", "sqs:SendMessage"}
+    wanted = {"s3:ListBucket", "dynamodb:PutItem", "dynamodb:DeleteItem", "sqs:SendMessage"}
+    assert {a for a, _, _ in checked} >= wanted | {"secretsmanager:GetSecretValue"}
     refused = [c for c in checked if not _granted(*c[:2], arns, c[2])]
     assert refused == []
 

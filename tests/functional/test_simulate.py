@@ -156,6 +156,36 @@ def test_a_small_storm_with_a_backfill_keeps_every_invariant(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_key_algorithm_rolled_out_mid_storm_moves_every_asset_to_its_new_paths(tmp_path):
+    """Workers on key algorithm 1 (public inputs: anyone holding a file computes its path);
+    after 12 of 24 writes the keyed algorithm 2 is deployed and its backfill run, while
+    crashes, overwrites, deletes, refused contents and split videos go on: the backfill ends
+    done, every live asset that ended serves its content's new keys (a refused one too),
+    nothing is lost, no new-key job is committed twice, no set under an old key is left in
+    the bucket once the retire grace is over, every asset is told Asset Ready with its new
+    set -- and every check of a storm without it holds too."""
+    _, summary = run(
+        tmp_path,
+        *("--uploads", "24", "--workers", "3", "--crash-rate", "0.1", "--overwrite-rate", "0.1"),
+        *("--delete-rate", "0.1", "--reject-rate", "0.15", "--video-rate", "0.15", "--seed", "5"),
+        *("--visibility-seconds", "6", "--key-change-at", "12"),
+    )
+    assert summary["checks"] == dict.fromkeys(summary["checks"], 0), summary["checks"]
+    assert {"assets_not_on_new_set", "old_sets_left", "new_set_not_told_ready", "lost"} <= set(summary["checks"])
+    backfill = summary["backfill"]
+    assert backfill["state"] == "done" and backfill["counts"]["enqueued"] > 0  # sets under old keys were moved
+    again = backfill["new_set_rerenders_after_collection"]
+    assert backfill["new_set_renders"] == backfill["new_set_unique_pairs"] + again
+
+
+def test_two_deployments_at_once_are_refused(tmp_path):
+    done = subprocess.run(
+        [*CLI, "simulate", "--backfill-at", "3", "--key-change-at", "3"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 2 and "give one" in done.stderr
+
+
+@pytest.mark.slow
 def test_a_small_storm_with_videos_splits_each_and_renders_every_part_once(tmp_path):
     """A third of the contents are small videos, each split in 3 segments and its audio
     then joined, under crashes, duplicated events and lost acknowledgements: every video

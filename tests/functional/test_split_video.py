@@ -85,7 +85,13 @@ class Flow:
         self.settings = split_settings()
         self.data = data if data is not None else clip(tmp_path, tone_hz)
         self.key = f"originals/split/{uuid.uuid4().hex}.mp4"
-        where = Where(session.stack.bucket, self.key, self.settings.derivatives_prefix, self.settings.policy_version)
+        where = Where(
+            session.stack.bucket,
+            self.key,
+            self.settings.derivatives_prefix,
+            self.settings.policy_version,
+            self.settings.keys,
+        )
         video = next(
             j for j in plan_jobs(sha256_hex(self.data), "video", active_recipes(), where) if j.recipe.id == "web-video"
         )
@@ -98,7 +104,10 @@ class Flow:
     def part_keys(self) -> list[str]:
         row = self.session.stack.ledger().get(self.parent)
         assert row is not None and row.split is not None
-        return [s.job_key for s in part_specs(self.spec, row.split, self.settings.derivatives_prefix)]
+        return [
+            s.job_key
+            for s in part_specs(self.spec, row.split, self.settings.derivatives_prefix, self.settings.keys_for)
+        ]
 
     def service(self, observer: Collector, skew_s: float = 0.0, wrap=None):
         adapters = default_adapters(self.settings, clients=self.session.stack.clients())
@@ -282,7 +291,13 @@ def test_a_crash_between_the_split_and_its_requests_is_finished_by_the_originals
 
 
 def _placeholder_key(flow: Flow) -> str:
-    where = Where(flow.session.stack.bucket, flow.key, flow.settings.derivatives_prefix, flow.settings.policy_version)
+    where = Where(
+        flow.session.stack.bucket,
+        flow.key,
+        flow.settings.derivatives_prefix,
+        flow.settings.policy_version,
+        flow.settings.keys,
+    )
     jobs = plan_jobs(sha256_hex(flow.data), "video", active_recipes(), where)
     return next(j.key for j in jobs if j.key != flow.parent)
 

@@ -427,7 +427,7 @@ def truncated_upload(local_session, name: str) -> tuple[dict, list[str]]:
     event = sqs_event(
         [{"MessageId": str(uuid.uuid4()), "ReceiptHandle": "h", "Body": body}], local_session.stack.queue_arn, REGION
     )
-    return event, [planned_key(data, recipe.id) for recipe in active_recipes()["image"]]
+    return event, [planned_key(data, recipe.id, local_session.stack.settings()) for recipe in active_recipes()["image"]]
 
 
 def _noise_png() -> bytes:

@@ -117,6 +117,8 @@ def test_the_status_role_may_read_one_asset_item_decide_a_review_request_a_promo
         ("dynamodb:DeleteItem", str({"Fn::GetAtt": ["AssetsTable", "Arn"]})),
         # POST /uploads: the URLs it signs write originals, nothing else.
         ("s3:PutObject", str({"Fn::Sub": "${MediaBucket.Arn}/originals/*"})),
+        # POST /promos: the promo's job key is derived with the stack's key secret.
+        ("secretsmanager:GetSecretValue", str({"Ref": "JobKeySecret"})),
         ("logs:CreateLogStream", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         ("logs:PutLogEvents", str({"Fn::GetAtt": ["StatusLogGroup", "Arn"]})),
         # With KmsKeyArn only (HasKmsKey): its environment is decrypted under that key, and a

@@ -63,7 +63,7 @@ def test_outputs_have_content_type_cache_control_and_a_manifest(local_session):
     assert local_session.handler(event_for(local_session, "originals/w/a.png", len(data)), LocalLambdaContext()) == {
         "batchItemFailures": []
     }
-    key = planned_key(data, "web-image")
+    key = planned_key(data, "web-image", local_session.stack.settings())
     s3, bucket = local_session.s3, local_session.stack.bucket
     thumb = s3.head_object(Bucket=bucket, Key=f"derivatives/{key}/thumb.webp")
     full = s3.head_object(Bucket=bucket, Key=f"derivatives/{key}/full.avif")
@@ -71,8 +71,10 @@ def test_outputs_have_content_type_cache_control_and_a_manifest(local_session):
     assert thumb["CacheControl"] == "public, max-age=31536000, immutable"
     manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"derivatives/{key}/manifest.json")["Body"].read())
     assert manifest["job_key"] == key
-    assert manifest["source"]["sha256"] == sha256_hex(data) and manifest["source"]["bytes"] == len(data)
-    assert manifest["source"]["version_id"]  # the template turns versioning on
+    assert "source" not in manifest and manifest["schema"] == 2  # what it came from is private:
+    source = local_session.stack.ledger().get(key).provenance["source"]
+    assert source["sha256"] == sha256_hex(data) and source["bytes"] == len(data)
+    assert source["version_id"]  # the template turns versioning on
     assert manifest["recipe"] == {"id": "web-image", "version": 1, "sha256": RECIPE.sha256}
     assert manifest["policy"] == {"version": "1"}
     assert [(o["name"], o["width"], o["height"]) for o in manifest["outputs"]] == [
@@ -112,7 +114,7 @@ def test_transient_failure_is_reported_and_released(local_session):
     event = event_for(local_session, "originals/w/flaky.png", len(data))
     response = handler(event, LocalLambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
-    key = planned_key(data, "web-image")
+    key = planned_key(data, "web-image", local_session.stack.settings())
     row = local_session.stack.job_model().get(key)
     assert row.state == "transient_failure"
     flaky.error = None
@@ -136,7 +138,7 @@ def test_permanent_failure_is_deleted_and_recorded(local_session, tmp_path):
         event_for(local_session, "originals/w/cut.png", len(truncated)), LocalLambdaContext()
     )
     assert response == {"batchItemFailures": []}
-    key = planned_key(truncated, "web-image")
+    key = planned_key(truncated, "web-image", local_session.stack.settings())
     row = local_session.stack.job_model().get(key)
     assert (row.state, row.failure_reason) == ("permanent_failure", "truncated_image")
     listed = local_session.s3.list_objects_v2(Bucket=local_session.stack.bucket, Prefix=f"derivatives/{key}/")
@@ -146,8 +148,9 @@ def test_permanent_failure_is_deleted_and_recorded(local_session, tmp_path):
 def _hold(local_session, data: bytes, lease_s: int, now: int | None = None) -> str:
     """Claim the job of ``data`` as another worker would, at ``now`` (default: the clock's
     time) with a lease of ``lease_s``: web-image@1's alone, as :data:`ONE_JOB` plans it."""
-    policy = Settings().policy_version
-    key = job_key(sha256_hex(data), RECIPE.sha256, policy)
+    settings = local_session.stack.settings()
+    policy = settings.policy_version
+    key = job_key(sha256_hex(data), RECIPE.sha256, policy, keys=settings.keys)
     spec = JobSpec(
         job_key=key,
         input_sha256=sha256_hex(data),
@@ -292,7 +295,7 @@ def test_a_record_on_its_last_receive_but_one_is_handed_over_before_any_work(loc
     assert copy["Body"] == event["Records"][0]["body"]
     assert copy["Attributes"]["ApproximateReceiveCount"] == "1"
     assert copy["MessageAttributes"]["mediajobs-handovers"]["StringValue"] == "1"
-    key = planned_key(data, "web-image")
+    key = planned_key(data, "web-image", local_session.stack.settings())
     assert local_session.stack.job_model().count(key) == 0  # no work was done on the handed-over receive
     local_session.sqs.delete_message(QueueUrl=local_session.stack.queue_url, ReceiptHandle=copy["ReceiptHandle"])
 
@@ -302,7 +305,7 @@ def test_after_two_handovers_a_record_is_processed_and_left_to_sqs(local_session
     put(local_session, "originals/w/handed-twice.png", data)
     event = _record(local_session, "originals/w/handed-twice.png", len(data), receives=4, handovers=2)
     assert local_session.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
-    key = planned_key(data, "web-image")
+    key = planned_key(data, "web-image", local_session.stack.settings())
     row = local_session.stack.job_model().get(key)
     assert row.state == "done"
 

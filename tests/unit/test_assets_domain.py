@@ -15,6 +15,7 @@ from mediajobs.domain.assets import (
     deletion_effect,
     may_move,
     merge_jobs,
+    promoted,
     reference_id,
     sequencer_order,
     status_document,
@@ -111,3 +112,34 @@ def test_the_status_document_names_each_recipe_with_its_outputs():
     doc = status_document(view)
     assert doc["state"] == "ready" and doc["version"]["sequencer"] == "62E99A88DC407460"
     assert doc["recipes"] == {}
+
+
+def _with_next(state: AssetState, serving: AssetJobState, upcoming: tuple[AssetJobState, ...]) -> AssetView:
+    """An asset in ``state`` serving one job in ``serving``, with a ``next`` set of jobs (other
+    keys, the same recipes: a key algorithm's or a policy's backfill) in ``upcoming``."""
+    jobs = (AssetJob("r0@1", "a" * 64, serving, reason="rejected" if serving == AssetJobState.FAILED else None),)
+    upcoming_jobs = tuple(
+        AssetJob(f"r{i}@1", f"{i + 11:064x}", s, reason="rejected" if s == AssetJobState.FAILED else None)
+        for i, s in enumerate(upcoming)
+    )
+    view = _view("v1", "10", state)
+    return AssetView(view.bucket, view.key, state, view.version, jobs=jobs, next=upcoming_jobs, next_grace_s=60)
+
+
+def test_a_refused_asset_moves_to_its_new_sets_refusal_and_a_ready_one_never_to_a_failed_set():
+    """A key algorithm's backfill gives every asset new keys. A ``rejected`` (or ``failed``)
+    asset has no ready set to keep serving: once its new set has ended, failed or not, it
+    is switched, its old jobs released (so no job of it stays at an old key); a ``ready``
+    asset keeps serving its old set when the new one failed, and waits while it runs."""
+    D, F, P = AssetJobState.DONE, AssetJobState.FAILED, AssetJobState.PENDING
+    refused = promoted(_with_next(AssetState.REJECTED, F, (F, F)), now_s=100)
+    assert [j.job_key for j in refused.view.jobs] == [f"{11:064x}", f"{12:064x}"] and not refused.view.next
+    assert refused.view.state == AssetState.REJECTED and refused.drop == frozenset({"a" * 64})
+    assert [c.job_key for c in refused.candidates] == ["a" * 64]
+    fixed = promoted(_with_next(AssetState.FAILED, F, (D,)), now_s=100)
+    assert fixed.view.state == AssetState.READY and not fixed.view.next
+    waiting = promoted(_with_next(AssetState.REJECTED, F, (F, P)), now_s=100)
+    assert waiting.view.next and waiting.drop == frozenset()
+    kept = promoted(_with_next(AssetState.READY, D, (D, F)), now_s=100)
+    assert kept.view.state == AssetState.READY and [j.job_key for j in kept.view.jobs] == ["a" * 64]
+    assert kept.drop == frozenset()

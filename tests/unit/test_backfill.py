@@ -19,6 +19,7 @@ from mediajobs.domain.jobs import JobState, ObjectRef, SourceState
 from mediajobs.domain.notifications import NotificationType
 from mediajobs.settings import Settings
 from tests.fakes import (
+    TEST_KEY_SECRET,
     FakeAssets,
     FakeBackfills,
     FakeClock,
@@ -54,6 +55,7 @@ class Rig:
         self.queue, self.backfills, self.clock = FakeQueue(), FakeBackfills(), FakeClock()
         self.step = TextStep()
         self.settings = Settings(
+            key_secret=TEST_KEY_SECRET,
             work_dir=str(tmp_path), jobs_queue_arn=JOBS, backfill_queue_arn=LANE, backfill_segments=segments,
             backfill_rate_per_s=1e9, retire_grace_s=3600,
         )  # fmt: skip
@@ -234,7 +236,18 @@ def test_a_version_the_old_code_attached_its_set_to_switches_to_the_new_set_its_
     rig.store.objects[key] = data
     sha = sha256_hex(data)
     # An old-code worker made the version current with its set, then died before any job.
-    [a] = plan_jobs(sha, "image", OLD, Where(BUCKET, key, "derivatives/", Settings().policy_version))
+    [a] = plan_jobs(
+        sha,
+        "image",
+        OLD,
+        Where(
+            BUCKET,
+            key,
+            "derivatives/",
+            Settings(key_secret=TEST_KEY_SECRET).policy_version,
+            Settings(key_secret=TEST_KEY_SECRET).keys,
+        ),
+    )
     head = rig.store.head(ObjectRef(BUCKET, key))
     version = AssetVersion(head.version_id, head.etag, head.size_bytes, sequencer_order("7"))
     rig.assets.make_current(BUCKET, key, version, sha256=sha, media="image", jobs=[AssetJob("a@1", a.key)], now_s=1)

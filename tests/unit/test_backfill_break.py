@@ -18,7 +18,7 @@ from mediajobs.domain.errors import TransientFailure
 from mediajobs.domain.jobs import JobState, ObjectRef, SourceState
 from mediajobs.domain.notifications import NotificationType
 from mediajobs.settings import Settings
-from tests.fakes import TextStep, pipeline_on, text_recipes
+from tests.fakes import TEST_KEY_SECRET, TextStep, pipeline_on, text_recipes
 from tests.unit.test_backfill import BUCKET, LANE, NEW, OLD, Rig
 
 
@@ -521,7 +521,13 @@ def test_the_retired_sets_held_candidates_do_not_stall_the_collection_of_a_delet
             sha256_hex(data),
             "image",
             only_b,
-            Where(BUCKET, "originals/z.jpg", "derivatives/", Settings().policy_version),
+            Where(
+                BUCKET,
+                "originals/z.jpg",
+                "derivatives/",
+                Settings(key_secret=TEST_KEY_SECRET).policy_version,
+                Settings(key_secret=TEST_KEY_SECRET).keys,
+            ),
         )
         if job.key > held[99]:
             break

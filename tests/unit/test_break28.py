@@ -16,6 +16,7 @@ from mediajobs.domain.keys import part_job_key
 from mediajobs.domain.quality_search import Try, next_quality, search
 from mediajobs.domain.segments import plan_segments, should_split, to_us
 from mediajobs.domain.video import Budget, check_budget, join_list, media_duration_s, parse_probe, plan_renditions
+from tests.fakes import TEST_KEYS
 
 SHA, RECIPE = "a" * 64, "b" * 64
 
@@ -128,15 +129,15 @@ def test_a_long_audio_track_does_not_dilute_the_source_frame_rate_bound():
 def test_one_range_has_one_spelling_and_one_job_key(other):
     # The commit's own reason for fullmatch: "'a'*64+newline gave another key for the same
     # content". Leading zeros give another key for the same part.
-    assert len(part_job_key(SHA, "segment/v1/0-60000000", RECIPE)) == 64
+    assert len(part_job_key(SHA, "segment/v1/0-60000000", RECIPE, keys=TEST_KEYS)) == 64
     with pytest.raises(ValueError):  # one spelling: leading zeros are refused
-        part_job_key(SHA, other, RECIPE)
+        part_job_key(SHA, other, RECIPE, keys=TEST_KEYS)
 
 
 @pytest.mark.parametrize("part", ["segment/v1/5-5", "segment/v1/60000000-0"])
 def test_an_empty_or_reversed_range_is_not_a_part(part):
     with pytest.raises(ValueError):
-        part_job_key(SHA, part, RECIPE)
+        part_job_key(SHA, part, RECIPE, keys=TEST_KEYS)
 
 
 # --- quality_search.py --------------------------------------------------------------------

@@ -15,7 +15,7 @@ from mediajobs.local.template import load_template
 from mediajobs.service_layer.collection import Collector
 from mediajobs.settings import Settings
 from tests.conftest import REPO
-from tests.fakes import FakeAssets, FakeClock, FakeLedger, FakeSources, FakeStore
+from tests.fakes import TEST_KEY_SECRET, FakeAssets, FakeClock, FakeLedger, FakeSources, FakeStore
 from tests.unit.test_collection import BUCKET, NOW_S, World
 
 SQS_BATCH = {"Records": [{"messageId": "m1", "eventSource": "aws:sqs", "body": "{}"}]}
@@ -54,7 +54,7 @@ def test_the_functions_handler_sends_the_schedules_request_to_the_collection(tmp
     spec.loader.exec_module(app)  # builds nothing: the handler is built at the first invocation
     assert app.__all__ == ["lambda_handler"]
     world, job = collected_world()
-    settings = Settings(collect_grace_s=1_000, work_dir=str(tmp_path))
+    settings = Settings(key_secret=TEST_KEY_SECRET, collect_grace_s=1_000, work_dir=str(tmp_path))
     adapters = Adapters(world.store, world.ledger, FakeSources([]), None, steps(settings), world.clock, world.assets)
     handler = worker_function(settings, adapters=adapters)
     counts = handler(schedule_input(), LocalLambdaContext(timeout_s=900))
@@ -64,7 +64,7 @@ def test_the_functions_handler_sends_the_schedules_request_to_the_collection(tmp
 def test_the_handler_runs_a_batch_and_publishes_its_counts(capsys, monkeypatch):
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")  # the tests' default is off
     world, job = collected_world()
-    settings = Settings(collect_grace_s=1_000)
+    settings = Settings(key_secret=TEST_KEY_SECRET, collect_grace_s=1_000)
     collector = Collector(world.assets, world.ledger, world.store, settings, world.clock)
     handler = entry.make_handler(collector, logger=powertools_logger(), metrics=function_metrics())
     counts = handler(schedule_input(), LocalLambdaContext(timeout_s=900))

@@ -12,6 +12,7 @@ import pytest
 from mediajobs.domain.errors import OUTPUT_CONFLICT, PermanentFailure, Superseded
 from mediajobs.domain.jobs import JobSpec, ObjectRef, OutputRecord, RenderContext
 from mediajobs.domain.keys import sha256_hex
+from mediajobs.domain.manifest import public_body
 from mediajobs.service_layer.commit import Commit
 from mediajobs.service_layer.lease import Lease, LeaseKeeper
 from tests.fakes import FakeClock, FakeImageStep, FakeLedger, FakeStore
@@ -79,8 +80,28 @@ def test_adopting_a_staged_manifest_writes_only_it_and_completes(tmp_path):
     staged = json.dumps({"outputs": [out.to_json()]})
     assert commit.adopt(staged) == [out]
     assert [e for e in log if e[0] in ("register", "stage", "put", "list")] == [("put", PREFIX + "manifest.json")]
-    assert store.objects[PREFIX + "manifest.json"] == staged.encode() and steps == []
+    assert store.objects[PREFIX + "manifest.json"] == public_body(staged).encode() and steps == []
     assert ledger.rows[KEY].state == "done" and ledger.rows[KEY].outputs == (out,)
+
+
+def test_a_manifest_staged_by_a_holder_of_the_first_schema_is_written_without_what_names_an_upload(tmp_path):
+    """A takeover after a deploy adopts a manifest an earlier build staged, whose public
+    face named the original (``source``) and an album's assets (``inputs``, each frame's
+    ``asset_key``): ``manifest.json`` gets none of them; the row keeps them as provenance."""
+    commit, _, store, ledger, _, _ = held(tmp_path)
+    out = OutputRecord("promo", PREFIX + "promo.mp4", "mp4", 800, 450, 9, sha256_hex(b"p"), "video/mp4")
+    source = {"bucket": "media", "key": "originals/users/alice/private.png", "version_id": "v1", "sha256": "a" * 64}
+    inputs = [{"name": "card-0000", "job_key": "b" * 64, "output": "card", "asset_key": "originals/users/alice/x.png"}]
+    frame = {"input": "card-0000", "asset_key": "originals/users/alice/x.png", "rendition_job_key": "b" * 64}
+    staged = json.dumps(
+        {"schema": 1, "job_key": KEY, "source": source, "inputs": inputs, "outputs": [out.to_json()],
+         "decisions": {"promo": {"frames": [frame], "left_out": []}}, "recipe": {}, "policy": {}, "created_at": "t"}
+    )  # fmt: skip
+    commit.adopt(staged)
+    written = store.objects[PREFIX + "manifest.json"]
+    assert b"originals/" not in written and b"b" * 64 not in written
+    assert json.loads(written)["decisions"]["promo"]["frames"] == [{"input": "card-0000"}]
+    assert ledger.rows[KEY].provenance == {"source": source, "inputs": inputs}
 
 
 def test_a_superseded_holder_writes_nothing(tmp_path):

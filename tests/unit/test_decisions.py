@@ -40,7 +40,7 @@ def spikes(folder: Path, since: int = NOW - 24 * HOUR) -> list[dict]:
 def test_a_record_keeps_prefixes_and_never_a_key():
     r = record(t=NOW, corr="R1", action="process", asset=asset_hash("b", "originals/Me at the beach.jpg"),
                content="c" * 64, job="j" * 64, recipe="web-image", recipe_v=1, recipe_hash="h" * 64, policy="1",
-               prior=None, cpu_s=0.12345, bytes_in=10, state=None)  # fmt: skip
+               key_v=KEY_ALGORITHM_VERSION, prior=None, cpu_s=0.12345, bytes_in=10, state=None)  # fmt: skip
     assert r == {
         "t": NOW, "corr": "R1", "action": "process", "asset": asset_hash("b", "originals/Me at the beach.jpg"),
         "content": "c" * 16, "job": "j" * 16, "recipe": "web-image", "recipe_v": 1, "recipe_hash": "h" * 16,

@@ -21,6 +21,7 @@ from mediajobs.domain.keys import sha256_hex
 from mediajobs.domain.plan import Where, plan_jobs
 from mediajobs.settings import Settings
 from tests.fakes import (
+    TEST_KEY_SECRET,
     FakeAssets,
     FakeClock,
     FakeLedger,
@@ -58,7 +59,7 @@ class Rig:
         self.recipes = recipes or pair_recipes()
         self.clock = clock or FakeClock()
         self.pipeline = pipeline_on(
-            Settings(work_dir=str(tmp_path), jobs_queue_arn=QUEUE_ARN),
+            Settings(key_secret=TEST_KEY_SECRET, work_dir=str(tmp_path), jobs_queue_arn=QUEUE_ARN),
             clock=self.clock,
             store=self.store,
             ledger=ledger,
@@ -71,7 +72,16 @@ class Rig:
             queue=self.queue,
         )
         self.jobs = plan_jobs(
-            sha256_hex(DATA), "image", self.recipes, Where(BUCKET, KEY, "derivatives/", Settings().policy_version)
+            sha256_hex(DATA),
+            "image",
+            self.recipes,
+            Where(
+                BUCKET,
+                KEY,
+                "derivatives/",
+                Settings(key_secret=TEST_KEY_SECRET).policy_version,
+                Settings(key_secret=TEST_KEY_SECRET).keys,
+            ),
         )
         self.keys = [job.key for job in self.jobs]
         self.left, self.right, self.pair = (self.keys + ["", "", ""])[:3]  # pair_recipes' names

@@ -22,7 +22,17 @@ from mediajobs.domain.jobs import JobState, OutputInput, SourceState
 from mediajobs.domain.keys import inputs_job_key
 from mediajobs.domain.plan import PlannedJob
 from mediajobs.settings import Settings
-from tests.fakes import FakeAssets, FakeSources, TextStep, chain_recipes, diamond_recipes, pair_recipes, pipeline_on
+from tests.fakes import (
+    TEST_KEY_SECRET,
+    TEST_KEYS,
+    FakeAssets,
+    FakeSources,
+    TextStep,
+    chain_recipes,
+    diamond_recipes,
+    pair_recipes,
+    pipeline_on,
+)
 from tests.unit.test_jobs_with_inputs import QUEUE_ARN, REF, Crash, Rig
 
 MAX_ATTEMPTS = 4  # Settings' default
@@ -160,7 +170,7 @@ def test_a_request_sqs_refuses_raises_and_is_sent_when_asked_again(tmp_path):
 def test_a_waiting_job_whose_registration_on_an_input_was_lost_is_named_again_and_runs(tmp_path):
     rig = Rig(tmp_path)
     before = pipeline_on(  # before pair@1 was active: right's row is written with no job waiting
-        Settings(work_dir=str(tmp_path), jobs_queue_arn=QUEUE_ARN),
+        Settings(key_secret=TEST_KEY_SECRET, work_dir=str(tmp_path), jobs_queue_arn=QUEUE_ARN),
         store=rig.store,
         ledger=rig.ledger,
         sources=FakeSources(rig.log),
@@ -204,7 +214,9 @@ def test_a_job_outside_the_plan_whose_request_sqs_refused_is_requested_by_the_or
         rig.pipeline.process(REF)  # left fails once: the original's version is not ready
     pair = rig.jobs[2]  # a job no plan holds (a join a backfill requests, say) takes left's output
     inputs = {"left": OutputInput(rig.left, "out"), "right": OutputInput(rig.left, "out")}
-    key = inputs_job_key({n: i.identity() for n, i in inputs.items()}, pair.recipe.sha256, pair.spec.policy_version)
+    key = inputs_job_key(
+        {n: i.identity() for n, i in inputs.items()}, pair.recipe.sha256, pair.spec.policy_version, keys=TEST_KEYS
+    )
     spec = dataclasses.replace(pair.spec, job_key=key, inputs=inputs, output_prefix=f"derivatives/{key}/")
     assert rig.pipeline.request([PlannedJob(pair.recipe, dataclasses.replace(spec, waiting=frozenset()))]) == []
     rig.queue.refuse_resend = True  # its request, once left commits, is refused

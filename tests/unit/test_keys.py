@@ -14,6 +14,8 @@ from mediajobs.domain.keys import (
     KEY_ALGORITHM_VERSION,
     NO_POLICY,
     ORIGINAL_INPUT,
+    UNKEYED,
+    KeyScheme,
     canonical_json,
     content_id,
     encode_event_key,
@@ -48,13 +50,68 @@ def test_golden_recipe_hash():
 
 
 def test_golden_job_keys():
+    """Algorithm 1's keys, as every key was before the keyed algorithm: unchanged."""
     rh = recipe_hash("web-image", 1, "image.variants", PARAMS)
-    assert KEY_ALGORITHM_VERSION == 1
-    assert job_key(EMPTY_SHA, rh) == "e3b122807c677f96c3a77a5f9affcf89a89519ae9679f84efe637f2933da7b79"
-    assert job_key(HELLO_SHA, rh, "none") == "804116bf53525dce769626ddc3cc4efafbf822bff6dc6268a617fec4bbfc248e"
+    assert UNKEYED.algorithm == 1
+    assert job_key(EMPTY_SHA, rh, keys=UNKEYED) == "e3b122807c677f96c3a77a5f9affcf89a89519ae9679f84efe637f2933da7b79"
     assert (
-        job_key(HELLO_SHA, rh, "policy-2026-01") == "b11a68a06616c2b597c4277dd31ed0b7fad7175fdcb8880eacfcd827fc553998"
+        job_key(HELLO_SHA, rh, "none", keys=UNKEYED)
+        == "804116bf53525dce769626ddc3cc4efafbf822bff6dc6268a617fec4bbfc248e"
     )
+    assert (
+        job_key(HELLO_SHA, rh, "policy-2026-01", keys=UNKEYED)
+        == "b11a68a06616c2b597c4277dd31ed0b7fad7175fdcb8880eacfcd827fc553998"
+    )
+
+
+#: A key secret of the golden keyed keys (a test's, never a stack's).
+GOLDEN_SECRET = b"golden-key-secret-0123456789abcdef"
+
+
+def test_golden_keyed_job_keys_are_the_hmac_sha256_of_the_document_under_the_secret():
+    """Algorithm 2 (the default): HMAC-SHA256 (RFC 2104) of the canonical document, whose
+    ``algorithm`` is 2, under the stack's secret."""
+    import hashlib
+    import hmac
+
+    rh = recipe_hash("web-image", 1, "image.variants", PARAMS)
+    keys = KeyScheme(2, GOLDEN_SECRET)
+    assert KEY_ALGORITHM_VERSION == 2
+    document = canonical_json({"algorithm": 2, "input_sha256": HELLO_SHA, "policy_version": "1", "recipe_sha256": rh})
+    expected = hmac.new(GOLDEN_SECRET, document, hashlib.sha256).hexdigest()
+    assert job_key(HELLO_SHA, rh, "1", keys=keys) == expected
+    assert expected == "b26eab3acd2e7d88acc3158311390d5cd674c21f2ea08635fcaae05f77eb0a10"
+    inputs = {"original": {"sha256": HELLO_SHA}, "moderation": {"job_key": "c" * 64, "output": "decisions"}}
+    document = canonical_json({"algorithm": 2, "inputs": inputs, "policy_version": "1", "recipe_sha256": rh})
+    assert inputs_job_key(inputs, rh, "1", keys=keys) == hmac.new(GOLDEN_SECRET, document, hashlib.sha256).hexdigest()
+
+
+def test_a_keyed_key_cannot_be_computed_from_the_bytes_and_the_public_recipe():
+    """The confirmation-of-file attack: from the content's SHA-256 and the recipe's hash
+    alone (both public), every key anyone can compute -- algorithm 1's, or algorithm 2's
+    under any other secret -- differs from the stack's; the stack's is one key per content."""
+    rh = recipe_hash("web-image", 1, "image.variants", PARAMS)
+    stack = KeyScheme(2, GOLDEN_SECRET)
+    theirs = job_key(HELLO_SHA, rh, "1", keys=stack)
+    assert theirs == job_key(HELLO_SHA, rh, "1", keys=KeyScheme(2, GOLDEN_SECRET))  # dedup holds in the stack
+    guesses = {job_key(HELLO_SHA, rh, "1", keys=UNKEYED)}
+    guesses |= {job_key(HELLO_SHA, rh, "1", keys=KeyScheme(2, s)) for s in (b"x" * 32, GOLDEN_SECRET + b"!")}
+    assert theirs not in guesses
+
+
+def test_a_key_scheme_refuses_what_cannot_key_and_never_shows_its_secret():
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        KeyScheme(2, b"short")
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        KeyScheme()
+    with pytest.raises(ValueError, match="takes no secret"):
+        KeyScheme(1, GOLDEN_SECRET)
+    with pytest.raises(ValueError, match="not one of"):
+        KeyScheme(3, GOLDEN_SECRET)
+    keys = KeyScheme(2, GOLDEN_SECRET)
+    assert GOLDEN_SECRET.decode() not in repr(keys) and "secret" not in repr(keys)
+    assert UNKEYED.id == "1" and keys.id.startswith("2:") and len(keys.id) == 14
+    assert GOLDEN_SECRET.hex()[:12] not in keys.id and keys.id != KeyScheme(2, b"y" * 32).id
 
 
 def test_golden_web_image_v1_recipe_hash():
@@ -104,10 +161,10 @@ def test_the_plan_gives_the_shipped_recipes_their_keys_byte_for_byte(ref):
     the plan's key (:func:`~mediajobs.domain.keys.inputs_job_key`) of the content's SHA-256,
     for the empty content and for ``hello``."""
     recipe = load_recipe(*ref)
-    where = Where("bucket", "originals/a.png", "derivatives/", NO_POLICY)
+    where = Where("bucket", "originals/a.png", "derivatives/", NO_POLICY, UNKEYED)
     for content, expected in zip((EMPTY_SHA, HELLO_SHA), SHIPPED_KEYS[ref], strict=True):
         (planned,) = plan_jobs(content, recipe.media, {recipe.media: [recipe]}, where)
-        assert planned.key == expected == job_key(content, recipe.sha256)
+        assert planned.key == expected == job_key(content, recipe.sha256, keys=UNKEYED)
         assert planned.spec.inputs == {ORIGINAL_INPUT: ContentInput(content)}
 
 
@@ -130,9 +187,9 @@ def test_any_change_gives_a_different_key(change):
         rid="web-image",
         step="image.variants",
         policy="none",
-        algorithm=KEY_ALGORITHM_VERSION,
+        keys=UNKEYED,
     ):
-        return job_key(sha256_hex(input_bytes), recipe_hash(rid, version, step, params), policy, algorithm)
+        return job_key(sha256_hex(input_bytes), recipe_hash(rid, version, step, params), policy, keys=keys)
 
     base = key()
     changed = {
@@ -142,14 +199,14 @@ def test_any_change_gives_a_different_key(change):
         "recipe_id": key(rid="web-image-2"),
         "step": key(step="image.other"),
         "policy": key(policy="policy-1"),
-        "algorithm": key(algorithm=KEY_ALGORITHM_VERSION + 1),
+        "algorithm": key(keys=KeyScheme(KEY_ALGORITHM_VERSION, GOLDEN_SECRET)),
     }[change]
     assert changed != base
 
 
 def test_job_key_rejects_malformed_hashes():
     with pytest.raises(ValueError):
-        job_key("ABC", EMPTY_SHA)
+        job_key("ABC", EMPTY_SHA, keys=UNKEYED)
 
 
 #: DynamoDB's largest partition key, bytes (DynamoDB developer guide, "Service, account, and
@@ -244,12 +301,12 @@ def test_escapes_that_are_not_utf8_give_only_the_key_as_received():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: job_key("a" * 64 + "\n", "b" * 64),
-        lambda: inputs_job_key({"original\n": {"sha256": "a" * 64}}, "b" * 64),
-        lambda: inputs_job_key({"frames": {"job_key": "a" * 64, "output": "thumb\n"}}, "b" * 64),
-        lambda: inputs_job_key({"frames": {"job_key": "a" * 64 + "\n", "output": "thumb"}}, "b" * 64),
-        lambda: inputs_job_key({"original": {"sha256": "a" * 64, "part": "audio/v1\n"}}, "b" * 64),
-        lambda: inputs_job_key({"frames": {"job_key": "a" * 64, "output": "thumb"}}, "b" * 64 + "\n"),
+        lambda: job_key("a" * 64 + "\n", "b" * 64, keys=UNKEYED),
+        lambda: inputs_job_key({"original\n": {"sha256": "a" * 64}}, "b" * 64, keys=UNKEYED),
+        lambda: inputs_job_key({"frames": {"job_key": "a" * 64, "output": "thumb\n"}}, "b" * 64, keys=UNKEYED),
+        lambda: inputs_job_key({"frames": {"job_key": "a" * 64 + "\n", "output": "thumb"}}, "b" * 64, keys=UNKEYED),
+        lambda: inputs_job_key({"original": {"sha256": "a" * 64, "part": "audio/v1\n"}}, "b" * 64, keys=UNKEYED),
+        lambda: inputs_job_key({"frames": {"job_key": "a" * 64, "output": "thumb"}}, "b" * 64 + "\n", keys=UNKEYED),
     ],
 )
 def test_a_trailing_newline_never_passes_for_a_hash_or_a_name(call):

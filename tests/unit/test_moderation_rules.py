@@ -24,12 +24,13 @@ from mediajobs.domain.moderation import (
 from mediajobs.domain.plan import Where, plan_jobs
 from mediajobs.domain.status import review_request, reviewer_allowed
 from mediajobs.steps.moderation import POSTER_AT_FRACTION, frame_times
+from tests.fakes import TEST_KEYS
 
 SHA = "ab" * 32
 
 
 def where(policy: str) -> Where:
-    return Where("bucket", "originals/a.jpg", "derivatives/", policy)
+    return Where("bucket", "originals/a.jpg", "derivatives/", policy, TEST_KEYS)
 
 
 def test_under_a_policy_the_moderation_job_comes_first_and_every_rendition_waits_for_it():

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from mediajobs.domain.jobs import JobSpec, JobState
-from mediajobs.domain.keys import ORIGINAL_INPUT, inputs_job_key, part_job_key
+from mediajobs.domain.keys import ORIGINAL_INPUT, UNKEYED, inputs_job_key, part_job_key
 from mediajobs.domain.parts import (
     AUDIO_PART,
     Part,
@@ -19,14 +19,20 @@ from mediajobs.domain.parts import (
     progress_of,
     split_changes,
 )
+from mediajobs.settings import Settings
+from tests.fakes import TEST_KEY_SECRET, TEST_KEYS
+
+#: The stack's scheme of each key algorithm (the tests' secret).
+KEYS_FOR = Settings(key_secret=TEST_KEY_SECRET).keys_for
 
 SHA = "ab" * 32
 RECIPE = "cd" * 32
 
 
 def parent() -> JobSpec:
-    key = inputs_job_key({ORIGINAL_INPUT: {"sha256": SHA}}, RECIPE, "none")
-    return JobSpec(key, SHA, "web-video", 2, RECIPE, "none", f"derivatives/{key}/", "media", "originals/a.mp4")
+    key = inputs_job_key({ORIGINAL_INPUT: {"sha256": SHA}}, RECIPE, "none", keys=TEST_KEYS)
+    spec = JobSpec(key, SHA, "web-video", 2, RECIPE, "none", f"derivatives/{key}/", "media", "originals/a.mp4")
+    return dataclasses.replace(spec, key_algorithm=TEST_KEYS.algorithm)
 
 
 def split() -> Split:
@@ -42,19 +48,38 @@ def split() -> Split:
 
 
 def test_each_part_is_keyed_by_the_content_its_range_the_recipe_and_the_policy():
-    specs = part_specs(parent(), split(), "derivatives/")
-    assert [s.job_key for s in specs] == [part_job_key(SHA, p.identity, RECIPE, "none") for p in split().parts]
+    specs = part_specs(parent(), split(), "derivatives/", KEYS_FOR)
+    assert [s.job_key for s in specs] == [
+        part_job_key(SHA, p.identity, RECIPE, "none", keys=TEST_KEYS) for p in split().parts
+    ]
     assert len({s.job_key for s in specs} | {parent().job_key}) == 4
     for spec, part in zip(specs, split().parts, strict=True):
         assert spec.output_prefix == f"derivatives/{spec.job_key}/"
         assert spec.waiting == frozenset({parent().job_key}) and spec.part == part
         assert (spec.input_sha256, spec.recipe_sha256, spec.source_key) == (SHA, RECIPE, "originals/a.mp4")
-        assert parent_key(spec) == parent().job_key
+        assert parent_key(spec, KEYS_FOR) == parent().job_key
+
+
+def test_a_part_is_keyed_under_its_parents_key_algorithm_whatever_the_workers_is():
+    """A video split before a key rollout keeps its parts' keys after it: a worker of the
+    keyed algorithm derives an unkeyed parent's parts, and finds that parent from a part,
+    under algorithm 1 (the parent's row records it)."""
+    key = inputs_job_key({ORIGINAL_INPUT: {"sha256": SHA}}, RECIPE, "none", keys=UNKEYED)
+    old = dataclasses.replace(parent(), job_key=key, output_prefix=f"derivatives/{key}/", key_algorithm=1)
+    specs = part_specs(old, split(), "derivatives/", KEYS_FOR)
+    assert [s.job_key for s in specs] == [
+        part_job_key(SHA, p.identity, RECIPE, "none", keys=UNKEYED) for p in split().parts
+    ]
+    assert {s.key_algorithm for s in specs} == {1}
+    assert {parent_key(s, KEYS_FOR) for s in specs} == {key}
+    assert [s.job_key for s in part_specs(parent(), split(), "derivatives/", KEYS_FOR)] != [s.job_key for s in specs]
 
 
 def test_another_policy_gives_other_part_keys():
-    other = part_spec(JobSpec(**{**parent().__dict__, "policy_version": "p2"}), split().parts[0], "derivatives/")
-    assert other.job_key != part_spec(parent(), split().parts[0], "derivatives/").job_key
+    other = part_spec(
+        JobSpec(**{**parent().__dict__, "policy_version": "p2"}), split().parts[0], "derivatives/", KEYS_FOR
+    )
+    assert other.job_key != part_spec(parent(), split().parts[0], "derivatives/", KEYS_FOR).job_key
 
 
 def test_a_split_is_recorded_and_read_back_whole():
@@ -103,13 +128,13 @@ def test_the_parts_and_the_join_are_requested_on_the_video_lane_once_the_parent_
 
     log: list = []
     ledger, queue = FakeLedger(log), FakeQueue()
-    settings = Settings(jobs_queue_arn="arn:jobs", video_queue_arn="arn:video")
+    settings = Settings(key_secret=TEST_KEY_SECRET, jobs_queue_arn="arn:jobs", video_queue_arn="arn:video")
     requests = JobRequests(settings, ledger=ledger, queue=queue, clock=lambda: 1000.0)
     claim = ledger.claim(parent(), now_s=1000, lease_until_s=1120)
     assert claim == Claim(ClaimOutcome.RUN, parent().job_key, "t1", 1120, attempts=1)
 
     row = requests.fan_out(parent(), "t1", split(), None)
-    keys = [s.job_key for s in part_specs(parent(), split(), "derivatives/")]
+    keys = [s.job_key for s in part_specs(parent(), split(), "derivatives/", KEYS_FOR)]
     assert (row.state, row.pending, row.split, row.lease_token) == (JobState.WAITING, frozenset(keys), split(), None)
     assert row.lease_expires_at_s == 1000 + settings.lease_s  # a redelivery is busy while the requests go out
     assert ledger.get(parent().job_key).lease_expires_at_s == 0  # and answered at once once they are sent
@@ -202,7 +227,7 @@ def test_a_segment_length_out_of_range_is_a_settings_error(segment_s):
     from mediajobs.settings import Settings
 
     with pytest.raises(ValueError, match="segment_s"):
-        Settings(segment_s=segment_s)
+        Settings(key_secret=TEST_KEY_SECRET, segment_s=segment_s)
 
 
 def test_the_join_moves_the_video_and_the_audio_each_to_its_own_start():

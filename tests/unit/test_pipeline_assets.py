@@ -32,6 +32,7 @@ from mediajobs.service_layer.pipeline import Pipeline
 from mediajobs.service_layer.ports import StepResult
 from mediajobs.settings import Settings
 from tests.fakes import (
+    TEST_KEY_SECRET,
     FakeAssets,
     FakeClock,
     FakeImageStep,
@@ -112,7 +113,7 @@ def make(tmp_path, *, data=b"photo", checksums=False, media="image", error=None,
     if wrap:
         adapters = {name: wrap.get(name, lambda a: a)(adapter) for name, adapter in adapters.items()}
     pipeline = pipeline_on(
-        Settings(work_dir=str(tmp_path)),
+        Settings(key_secret=TEST_KEY_SECRET, work_dir=str(tmp_path)),
         store=adapters["store"],
         ledger=adapters["ledger"],
         sources=adapters["sources"],
@@ -370,7 +371,12 @@ def test_a_claim_taking_over_an_interrupted_collection_sweeps_the_prefix_before_
         return dataclasses.replace(found, sweep=True) if found.outcome is ClaimOutcome.RUN else found
 
     rig = make(tmp_path, wrap={"ledger": lambda ledger: Wrapping(ledger, claim=claim)})
-    web_key = job_key(sha256_hex(b"photo"), WEB.sha256, Settings().policy_version)
+    web_key = job_key(
+        sha256_hex(b"photo"),
+        WEB.sha256,
+        Settings(key_secret=TEST_KEY_SECRET).policy_version,
+        keys=Settings(key_secret=TEST_KEY_SECRET).keys,
+    )
     prefix = f"derivatives/{web_key}/"
     rig.store.objects[prefix + "manifest.json"] = b'{"old": true}'
     rig.store.objects[prefix + "stale.webp"] = b"stale"
@@ -432,7 +438,7 @@ def test_without_assets_nothing_is_kept_and_deletes_are_acknowledged(tmp_path):
     log: list = []
     store = FakeStore({KEY: b"photo"}, log)
     pipeline = pipeline_on(
-        Settings(work_dir=str(tmp_path)),
+        Settings(key_secret=TEST_KEY_SECRET, work_dir=str(tmp_path)),
         store=store,
         ledger=FakeLedger(log),
         sources=FakeSources(log),

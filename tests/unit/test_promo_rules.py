@@ -27,6 +27,7 @@ from mediajobs.domain.promo import (
 )
 from mediajobs.domain.recipes import ALBUM, RecipeError, parse_recipe
 from mediajobs.settings import Settings
+from tests.fakes import TEST_KEY_SECRET, TEST_KEYS
 
 PROMO = active_recipes()[ALBUM][0]
 RAW = {
@@ -63,6 +64,7 @@ def spec_of(frames: list[AlbumFrame], policy: str = "1", recipe=PROMO, prefix: s
         policy_version=policy,
         derivatives_prefix="derivatives/",
         rendition="card",
+        keys=TEST_KEYS,
     )
 
 
@@ -136,7 +138,8 @@ def test_the_key_hashes_renditions_decisions_recipe_and_policy_never_the_asset_k
     assert spec_of(frames[:1]).job_key != spec.job_key
     assert spec_of(frames, policy="2").job_key != spec.job_key
     other = parse_recipe(
-        {**RAW, "params": {**RAW["params"], "seconds_per_card": 3.0}}, params_models(steps(Settings()))
+        {**RAW, "params": {**RAW["params"], "seconds_per_card": 3.0}},
+        params_models(steps(Settings(key_secret=TEST_KEY_SECRET))),
     )
     assert spec_of(frames, recipe=other).job_key != spec.job_key
     redecided = [AlbumFrame(f.asset_key, f.rendition_job_key, f.rendition_recipe, key(99)) for f in frames]
@@ -151,11 +154,11 @@ def test_without_a_policy_a_frame_has_no_decision_input():
 
 
 def test_an_upload_of_unknown_media_never_plans_an_albums_recipe():
-    jobs = plan_jobs(key(1), None, active_recipes(), Where("media", "originals/x", "derivatives/", "1"))
+    jobs = plan_jobs(key(1), None, active_recipes(), Where("media", "originals/x", "derivatives/", "1", TEST_KEYS))
     assert {j.recipe.media for j in jobs} == {"image", "video"}
     assert not [
         j
-        for j in plan_jobs(key(1), "image", active_recipes(), Where("media", "k", "d/", "1"))
+        for j in plan_jobs(key(1), "image", active_recipes(), Where("media", "k", "d/", "1", TEST_KEYS))
         if j.recipe.id == "promo"
     ]
 
@@ -234,4 +237,4 @@ def test_the_promo_recipes_params_are_validated_strictly(change, match):
     document = copy.deepcopy(RAW)
     document["params"].update(change)
     with pytest.raises(RecipeError, match=match):
-        parse_recipe(document, params_models(steps(Settings())))
+        parse_recipe(document, params_models(steps(Settings(key_secret=TEST_KEY_SECRET))))

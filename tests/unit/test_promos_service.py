@@ -17,11 +17,13 @@ from mediajobs.domain.recipes import ALBUM
 from mediajobs.service_layer.promo import Promos, PromoState
 from mediajobs.service_layer.requests import JobRequests
 from mediajobs.settings import Settings
-from tests.fakes import FakeAssets, FakeClock, FakeLedger, FakePromoRecords, FakeQueue, FakeStore
+from tests.fakes import TEST_KEY_SECRET, FakeAssets, FakeClock, FakeLedger, FakePromoRecords, FakeQueue, FakeStore
 
 BUCKET = "media"
 PREFIX = "originals/party/"
-SETTINGS = Settings(media_bucket=BUCKET, jobs_queue_arn="arn:aws:sqs:us-east-1:123456789012:jobs")
+SETTINGS = Settings(
+    key_secret=TEST_KEY_SECRET, media_bucket=BUCKET, jobs_queue_arn="arn:aws:sqs:us-east-1:123456789012:jobs"
+)
 
 
 def key(n: int) -> str:

@@ -16,6 +16,7 @@ from mediajobs.domain.segments import (
     to_us,
 )
 from mediajobs.domain.video import keyframes_argv, parse_frame_times, parse_keyframes
+from tests.fakes import TEST_KEYS
 
 
 def every(step_s: float, until_s: float, start_s: float = 0.0) -> list[float]:
@@ -188,20 +189,28 @@ def test_a_segments_job_key_is_its_content_recipe_range_and_plan_version():
 
     sha, recipe = "a" * 64, "b" * 64
     first, second = plan_segments(120.0, [0.0], 60.0).segments
-    keys = {part_job_key(sha, s.identity(), recipe, "p1") for s in (first, second)}
-    keys.add(part_job_key(sha, f"audio/v{PLAN_VERSION}", recipe, "p1"))
-    keys.add(job_key(sha, recipe, "p1"))  # the whole content's job: the join's key
+    keys = {part_job_key(sha, s.identity(), recipe, "p1", keys=TEST_KEYS) for s in (first, second)}
+    keys.add(part_job_key(sha, f"audio/v{PLAN_VERSION}", recipe, "p1", keys=TEST_KEYS))
+    keys.add(job_key(sha, recipe, "p1", keys=TEST_KEYS))  # the whole content's job: the join's key
     assert len(keys) == 4 and all(len(k) == 64 for k in keys)
-    assert part_job_key(sha, first.identity(), recipe, "p1") == part_job_key(sha, first.identity(), recipe, "p1")
-    assert part_job_key(sha, first.identity(), recipe, "p1") != part_job_key(sha, first.identity(), recipe, "p2")
-    assert part_job_key(sha, first.identity(), recipe, "p1") != part_job_key(sha, first.identity(), "c" * 64, "p1")
-    assert part_job_key(sha, "segment/v1/0-60000000", recipe) != part_job_key(sha, "segment/v2/0-60000000", recipe)
-    assert part_job_key(sha, "audio/v1", recipe) == inputs_job_key(
-        {"original": {"sha256": sha, "part": "audio/v1"}}, recipe
+    assert part_job_key(sha, first.identity(), recipe, "p1", keys=TEST_KEYS) == part_job_key(
+        sha, first.identity(), recipe, "p1", keys=TEST_KEYS
+    )
+    assert part_job_key(sha, first.identity(), recipe, "p1", keys=TEST_KEYS) != part_job_key(
+        sha, first.identity(), recipe, "p2", keys=TEST_KEYS
+    )
+    assert part_job_key(sha, first.identity(), recipe, "p1", keys=TEST_KEYS) != part_job_key(
+        sha, first.identity(), "c" * 64, "p1", keys=TEST_KEYS
+    )
+    assert part_job_key(sha, "segment/v1/0-60000000", recipe, keys=TEST_KEYS) != part_job_key(
+        sha, "segment/v2/0-60000000", recipe, keys=TEST_KEYS
+    )
+    assert part_job_key(sha, "audio/v1", recipe, keys=TEST_KEYS) == inputs_job_key(
+        {"original": {"sha256": sha, "part": "audio/v1"}}, recipe, keys=TEST_KEYS
     )
     for part in ("segment/v1/0-", "segment/1/0-5", "../x", "audio", "segment/v1/0-5\n"):
         with pytest.raises(ValueError, match="not a content, a part of one or a job's named output"):
-            part_job_key(sha, part, recipe)
+            part_job_key(sha, part, recipe, keys=TEST_KEYS)
 
 
 def test_listed_times_are_made_relative_to_the_containers_start_as_ss_counts():

@@ -23,10 +23,20 @@ from mediajobs.domain.errors import (
 )
 from mediajobs.domain.jobs import Delivery, JobView, KnownSource, ObjectRef, OutputCandidate, OutputRecord, Reading
 from mediajobs.domain.keys import job_key, sha256_hex, source_version_id
+from mediajobs.domain.manifest import public_body
 from mediajobs.service_layer.observer import PipelineObserver
 from mediajobs.service_layer.pipeline import Pipeline
 from mediajobs.settings import Settings
-from tests.fakes import FakeImageStep, FakeLedger, FakeSources, FakeStore, FakeVideoStep, Wrapping, pipeline_on
+from tests.fakes import (
+    TEST_KEY_SECRET,
+    FakeImageStep,
+    FakeLedger,
+    FakeSources,
+    FakeStore,
+    FakeVideoStep,
+    Wrapping,
+    pipeline_on,
+)
 
 RECIPE = load_recipe("web-image", 1)
 
@@ -71,7 +81,7 @@ def make(
     sources = FakeSources(log)
     image_step = image_step or FakeImageStep(error)
     pipeline = pipeline_on(
-        Settings(work_dir=str(tmp_path)),
+        Settings(key_secret=TEST_KEY_SECRET, work_dir=str(tmp_path)),
         store=wrap_store(store) if wrap_store else store,
         ledger=wrap_ledger(ledger) if wrap_ledger else ledger,
         sources=wrap_sources(sources) if wrap_sources else sources,
@@ -91,7 +101,7 @@ SOURCE_ID = source_version_id("bucket", "originals/a.jpg", version_id="v1", etag
 
 
 def test_outputs_then_manifest_then_done(tmp_path):
-    pipeline, store, _, _, log = make(tmp_path)
+    pipeline, store, ledger, _, log = make(tmp_path)
     result = pipeline.process(REF)
     job = result.jobs[0]
     prefix = f"derivatives/{job.job_key}/"
@@ -104,13 +114,20 @@ def test_outputs_then_manifest_then_done(tmp_path):
         ("complete", job.job_key),
     ]
     manifest = json.loads(store.objects[prefix + "manifest.json"])
-    assert manifest["source"] == {
-        "bucket": "bucket",
-        "key": "originals/a.jpg",
-        "version_id": "v1",
-        "sha256": sha256_hex(b"photo"),
-        "bytes": 5,
+    # What the set was made from is its provenance, in the job's row: the public manifest,
+    # shared by every upload of these bytes, names no original.
+    assert ledger.get(job.job_key).provenance == {
+        "source": {
+            "bucket": "bucket",
+            "key": "originals/a.jpg",
+            "version_id": "v1",
+            "sha256": sha256_hex(b"photo"),
+            "bytes": 5,
+        },
+        "inputs": None,
     }
+    assert sorted(manifest) == ["created_at", "decisions", "job_key", "outputs", "policy", "recipe", "schema"]
+    assert manifest["schema"] == 2 and b"originals/" not in store.objects[prefix + "manifest.json"]
     assert [o["name"] for o in manifest["outputs"]] == ["thumb", "card", "full"]
     assert (result.state, job.reused, job.state) == ("done", False, "done")
 
@@ -157,7 +174,7 @@ def test_transient_failure_releases_the_claim_and_raises(tmp_path):
 
 
 def _key(pipeline) -> str:
-    return job_key(sha256_hex(b"photo"), RECIPE.sha256, pipeline.settings.policy_version)
+    return job_key(sha256_hex(b"photo"), RECIPE.sha256, pipeline.settings.policy_version, keys=pipeline.settings.keys)
 
 
 def _preload(pipeline, ledger, **row) -> str:
@@ -314,18 +331,23 @@ def test_a_takeover_adopts_the_manifest_its_lost_holder_staged_without_rendering
     staged = json.dumps({"outputs": [out.to_json()]})
     ledger.staged[key] = staged
     if already_written:  # the holder died after writing it, before marking the job done
-        store.objects[f"derivatives/{key}/manifest.json"] = staged.encode()
+        store.objects[f"derivatives/{key}/manifest.json"] = public_body(staged).encode()
     result = pipeline.process(REF)
     assert (result.state, result.jobs[0].reused, result.jobs[0].outputs, renderer.calls) == ("done", False, (out,), 0)
     assert ledger.rows[key].state == "done" and ledger.rows[key].outputs == (out,) and key not in ledger.staged
-    assert store.objects[f"derivatives/{key}/manifest.json"] == staged.encode()
+    assert store.objects[f"derivatives/{key}/manifest.json"] == public_body(staged).encode()
     assert [e for e in log if e[0] in ("put", "list")] == [("put", f"derivatives/{key}/manifest.json")]
 
 
 def test_a_manifest_staged_by_a_lost_holder_wins_over_this_render(tmp_path):
     """The takeover's claim did not carry the staged body (an SDK-retried takeover): the
     stage step returns the earlier body, and that is what is written and recorded."""
-    key = job_key(sha256_hex(b"photo"), RECIPE.sha256, Settings().policy_version)
+    key = job_key(
+        sha256_hex(b"photo"),
+        RECIPE.sha256,
+        Settings(key_secret=TEST_KEY_SECRET).policy_version,
+        keys=Settings(key_secret=TEST_KEY_SECRET).keys,
+    )
     out = OutputRecord("thumb", f"derivatives/{key}/thumb.webp", "webp", 10, 10, 5, "1" * 64, "image/webp")
     earlier = json.dumps({"outputs": [out.to_json()]})
     pipeline, store, ledger, renderer, _ = make(
@@ -333,7 +355,7 @@ def test_a_manifest_staged_by_a_lost_holder_wins_over_this_render(tmp_path):
     )
     result = pipeline.process(REF)
     assert (result.state, result.jobs[0].outputs, renderer.calls) == ("done", (out,), 1)
-    assert store.objects[f"derivatives/{key}/manifest.json"] == earlier.encode()
+    assert store.objects[f"derivatives/{key}/manifest.json"] == public_body(earlier).encode()
 
 
 def test_an_output_a_lost_holder_stored_with_other_bytes_is_described_as_stored(tmp_path):
@@ -377,7 +399,7 @@ def make_video(tmp_path, video_renderer, clock=lambda: 1000.0):
     log: list = []
     observer = ProgressSeen()
     pipeline = pipeline_on(
-        Settings(work_dir=str(tmp_path)),
+        Settings(key_secret=TEST_KEY_SECRET, work_dir=str(tmp_path)),
         store=FakeStore({"originals/a.jpg": b"video"}, log, False),
         ledger=FakeLedger(log),
         sources=FakeSources(log),
@@ -533,19 +555,18 @@ def _encoded(key: str) -> ObjectRef:
 
 
 def test_an_encoded_event_key_names_the_object_by_its_decoded_key(tmp_path):
-    pipeline, store, *_, log = make(tmp_path)
+    pipeline, store, ledger, *_, log = make(tmp_path)
     store.objects = {"originals/My Photo (1)+é.jpg": b"photo"}
     result = pipeline.process(_encoded("originals/My Photo (1)+é.jpg"))
     assert result.state == "done" and result.source.key == "originals/My Photo (1)+é.jpg"
     assert [e for e in log if e[0] == "head"] == [("head", "originals/My Photo (1)+é.jpg")]  # one HEAD
-    manifest = json.loads(store.objects[result.jobs[0].manifest_key])
-    assert manifest["source"]["key"] == "originals/My Photo (1)+é.jpg"
+    assert ledger.get(result.jobs[0].job_key).provenance["source"]["key"] == "originals/My Photo (1)+é.jpg"
 
 
 def test_a_key_sent_unencoded_is_used_as_received_only_when_the_decoded_one_is_missing(tmp_path, caplog):
     """An event from a producer that did not encode ``a+b.jpg``: its decoded form
     ``a b.jpg`` names nothing, the key as received names the object."""
-    pipeline, store, *_, log = make(tmp_path)
+    pipeline, store, ledger, *_, log = make(tmp_path)
     store.objects = {"originals/a+b.jpg": b"photo"}
     ref = ObjectRef("bucket", "originals/a b.jpg", None, 5, raw_key="originals/a+b.jpg")
     with caplog.at_level("WARNING", logger="mediajobs.service_layer.pipeline"):
@@ -556,7 +577,7 @@ def test_a_key_sent_unencoded_is_used_as_received_only_when_the_decoded_one_is_m
         ("head", "originals/a+b.jpg"),
         ("download", "originals/a+b.jpg"),
     ]
-    assert json.loads(store.objects[result.jobs[0].manifest_key])["source"]["key"] == "originals/a+b.jpg"
+    assert ledger.get(result.jobs[0].job_key).provenance["source"]["key"] == "originals/a+b.jpg"
     [record] = [r for r in caplog.records if "as the event spelled it" in r.getMessage()]
     assert (record.source_key, record.decoded_key) == ("originals/a+b.jpg", "originals/a b.jpg")
 

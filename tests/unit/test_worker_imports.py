@@ -16,6 +16,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from tests.fakes import TEST_KEY_SECRET
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TASK_ROOT = REPO_ROOT / "functions" / "worker"
 
@@ -53,6 +55,7 @@ def _run(tmp_path: Path, after_init: str = "") -> dict[str, list[str]]:
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_EC2_METADATA_DISABLED": "true",
         "WORK_DIR": str(tmp_path),
+        "KEY_SECRET": TEST_KEY_SECRET,
     }
     code = _INIT + after_init + "print(json.dumps(loaded))\n"
     done = subprocess.run(

@@ -48,6 +48,7 @@ from mediajobs.adapters.sources import SourceIndex, SourceModel
 from mediajobs.adapters.sqs import SqsQueue
 from mediajobs.domain import recipes as domain_recipes
 from mediajobs.domain.inspections.containers import looks_like_video
+from mediajobs.domain.keys import UNKEYED_ALGORITHM
 from mediajobs.domain.recipes import Recipe
 from mediajobs.entrypoints import backfill as backfill_entry
 from mediajobs.entrypoints import collector as collector_entry
@@ -590,6 +591,34 @@ class OnFirstCall:
         return self.built()(event, context)
 
 
+def with_key_secret(settings: Settings, clients: ClientFactory | None = None) -> Settings:
+    """``settings`` with the job keys' secret read from Secrets Manager (``key_secret_arn``,
+    one ``GetSecretValue`` per execution environment, at the first invocation) when the key
+    algorithm needs one and it is not given; as they are otherwise.
+
+    Raises
+    ------
+    ValueError
+        Algorithm 2 with neither ``KEY_SECRET`` nor ``KEY_SECRET_ARN``, or a secret under 32
+        bytes: the function cannot derive a key, and says so at once rather than per job.
+    botocore.exceptions.ClientError
+        As Secrets Manager answers (the function's first invocation fails; its records come
+        back to the queue).
+    """
+    if settings.key_algorithm == UNKEYED_ALGORITHM or settings.key_secret:
+        return settings
+    if not settings.key_secret_arn:
+        raise ValueError(
+            f"KEY_ALGORITHM_VERSION {settings.key_algorithm} derives job keys with the stack's secret:"
+            " set KEY_SECRET_ARN (the template's JobKeySecret) or KEY_SECRET"
+        )
+    clients = clients or ClientFactory.for_settings(settings)
+    answer = clients.client("secretsmanager").get_secret_value(SecretId=settings.key_secret_arn)
+    keyed = dataclasses.replace(settings, key_secret=str(answer["SecretString"]))
+    keyed.keys  # noqa: B018 -- a secret too short is refused here, not at the first key
+    return keyed
+
+
 def worker_function(settings: Settings | None = None, *, adapters: Adapters | None = None) -> OnFirstCall:
     """The worker function's handler: an SQS batch goes to the worker's handler, the
     schedule's collection request (:func:`mediajobs.entrypoints.collector.is_collection_request`)
@@ -597,7 +626,7 @@ def worker_function(settings: Settings | None = None, *, adapters: Adapters | No
     to the backfills (``adapters``: default :func:`default_adapters`)."""
 
     def build() -> Handler:
-        s = settings or Settings.from_env()
+        s = with_key_secret(settings or Settings.from_env())
         logger, metrics = powertools_logger(), function_metrics()
         adapters_ = adapters or default_adapters(s)
         work = worker_entry.make_handler(build_service(s, adapters=adapters_), logger=logger, metrics=metrics)
@@ -623,7 +652,7 @@ def status_function(settings: Settings | None = None) -> OnFirstCall:
 
     def build() -> Handler:
         logger = powertools_logger()
-        app = status_app(settings or Settings.from_env(), logger=logger)
+        app = status_app(with_key_secret(settings or Settings.from_env()), logger=logger)
         return logger.inject_lambda_context(app.resolve)  # type: ignore[no-any-return]
 
     return OnFirstCall(build)

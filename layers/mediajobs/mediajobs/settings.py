@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+from mediajobs.domain.keys import KEY_ALGORITHM_VERSION, KEY_ALGORITHMS, UNKEYED, UNKEYED_ALGORITHM, KeyScheme
 from mediajobs.domain.segments import MAX_SEGMENT_SECONDS, MIN_SEGMENT_SECONDS
 
 MB: Final = 1024 * 1024
@@ -27,6 +28,9 @@ _ENV_NAMES: Final = {
     "originals_prefix": "ORIGINALS_PREFIX",
     "derivatives_prefix": "DERIVATIVES_PREFIX",
     "policy_version": "POLICY_VERSION",
+    "key_algorithm": "KEY_ALGORITHM_VERSION",
+    "key_secret_arn": "KEY_SECRET_ARN",
+    "key_secret": "KEY_SECRET",
     "max_pixels": "MAX_PIXELS",
     "decode_memory_mb": "DECODE_MEMORY_MB",
     "max_input_bytes": "MAX_INPUT_BYTES",
@@ -102,6 +106,13 @@ class Settings:
     derivatives_prefix: outputs go under it (``derivatives/``).
     policy_version: the moderation policy every job is judged by (``recipes/moderation-policy.v<N>.json``),
         part of every job key: ``1``; ``none`` moderates nothing (no moderation job planned).
+    key_algorithm: how job keys are derived (:class:`~mediajobs.domain.keys.KeyScheme`):
+        ``2``, the keyed one (default), or ``1``, the SHA-256 of public inputs that a stack
+        keeps until it rolls 2 out (``docs/operations.md``).
+    key_secret_arn: the Secrets Manager secret holding the key secret (deployed; the
+        composition root reads it once per execution environment into ``key_secret``).
+    key_secret: the key secret itself, at least 32 bytes of text (a local stack's, made
+        at start); never in a ``repr``.
     max_pixels: largest accepted width x height, checked from the header before decoding
         (default 50,000,000).
     max_frames: most frames (or pages) an image may have (``too_many_frames``; default
@@ -197,6 +208,9 @@ class Settings:
     originals_prefix: str = "originals/"
     derivatives_prefix: str = "derivatives/"
     policy_version: str = "1"
+    key_algorithm: int = KEY_ALGORITHM_VERSION
+    key_secret_arn: str = ""
+    key_secret: str = field(default="", repr=False)
     max_pixels: int = 50_000_000
     max_frames: int = 10_000
     max_jpeg_scans: int = 100
@@ -279,6 +293,37 @@ class Settings:
             )
         if self.backfill_segments > 64:
             raise ValueError(f"backfill_segments must be at most 64, got {self.backfill_segments}")
+        if self.key_algorithm not in KEY_ALGORITHMS:
+            raise ValueError(f"KEY_ALGORITHM_VERSION must be one of {sorted(KEY_ALGORITHMS)}, got {self.key_algorithm}")
+        if self.key_secret:
+            self.keys  # noqa: B018 -- a secret given is checked now, not at the first key
+
+    @property
+    def keys(self) -> KeyScheme:
+        """The job keys' :class:`~mediajobs.domain.keys.KeyScheme`.
+
+        Raises
+        ------
+        ValueError
+            Algorithm 2 and no ``key_secret`` (``key_secret_arn`` not read yet: the
+            composition root's :func:`mediajobs.bootstrap.with_key_secret` reads it), or one
+            under 32 bytes.
+        """
+        return self.keys_for(self.key_algorithm)
+
+    def keys_for(self, algorithm: int) -> KeyScheme:
+        """The scheme of key algorithm ``algorithm`` with this stack's secret: how a job
+        recorded under it (:attr:`~mediajobs.domain.jobs.JobSpec.key_algorithm`) derives its
+        parts' keys, whatever :attr:`keys` is now.
+
+        Raises
+        ------
+        ValueError
+            As :attr:`keys`, or an unknown algorithm.
+        """
+        if algorithm == UNKEYED_ALGORITHM:  # the stack's secret exists; algorithm 1 ignores it
+            return UNKEYED
+        return KeyScheme(algorithm, self.key_secret.encode("utf-8"))
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -73,7 +73,7 @@ from mediajobs.domain.jobs import (
     taken_over,
     waiting_again,
 )
-from mediajobs.domain.keys import ORIGINAL_INPUT
+from mediajobs.domain.keys import ORIGINAL_INPUT, UNKEYED_ALGORITHM
 from mediajobs.domain.parts import Part, Split, split_changes
 
 log = logging.getLogger(__name__)
@@ -130,8 +130,11 @@ class JobModel(Model):
     split = JSONAttribute(null=True)
     # A moderation job held for review: a person's decision ({"outcome", "by", "at_s"}).
     review = JSONAttribute(null=True)
+    #: What the manifest came from (domain/manifest.py): private, never in manifest.json.
+    provenance = JSONAttribute(null=True)
     # What an album's inputs came from (input name -> asset key): not identity.
     about = JSONAttribute(null=True)
+    key_algorithm = NumberAttribute(null=True)
 
 
 #: How often a claim re-reads and decides again after losing a race to another claim.
@@ -200,6 +203,7 @@ def view_of(row: JobModel) -> JobView:
         waiting=frozenset(row.waiting or ()),
         part=None if row.part is None else Part.from_json(row.part),
         about=dict(row.about or {}),
+        key_algorithm=int(row.key_algorithm or UNKEYED_ALGORITHM),
     )
     return JobView(
         job_key=row.job_key,
@@ -222,6 +226,7 @@ def view_of(row: JobModel) -> JobView:
         spec=spec,
         split=None if row.split is None else Split.from_json(row.split),
         review=row.review,
+        provenance=row.provenance,
     )
 
 
@@ -287,6 +292,7 @@ class DynamoLedger:
             waiting=set(spec.waiting) or None,
             part=None if spec.part is None else spec.part.to_json(),
             about=dict(spec.about) or None,
+            key_algorithm=spec.key_algorithm,
         )
         for name, value in changes.items():
             setattr(row, name, None if value is None else _stored(name, value))
@@ -467,9 +473,10 @@ class DynamoLedger:
         outputs: Sequence[OutputRecord],
         now_s: int,
         decisions: Mapping[str, Any] | None = None,
+        provenance: Mapping[str, Any] | None = None,
     ) -> JobView:
-        """Mark the job done, with its outputs and its manifest's ``decisions``; only the
-        holder of ``token`` can.
+        """Mark the job done, with its outputs, its manifest's ``decisions`` and its
+        ``provenance`` (kept in the row only); only the holder of ``token`` can.
 
         Returns
         -------
@@ -485,7 +492,7 @@ class DynamoLedger:
         TransientFailure
             On any other DynamoDB error.
         """
-        changes = completed(manifest_key, outputs, decisions, now_s)
+        changes = completed(manifest_key, outputs, decisions, now_s, provenance)
         return view_of(self._holder_writes(job_key, token, changes, HELD_RENDERING))
 
     def fail_permanently(

@@ -67,6 +67,9 @@ class AssetJobState(enum.StrEnum):
 #: The asset states a version ends in (every job final): nothing moves it on but a new
 #: version or a delete.
 FINAL_STATES: Final = frozenset({AssetState.READY, AssetState.FAILED, AssetState.REJECTED})
+#: The final states with no set an app is shown: a backfill's set ending in failures
+#: replaces them all the same (:func:`promoted`).
+_NOTHING_SERVED: Final = frozenset({AssetState.FAILED, AssetState.REJECTED})
 
 _ASSET_RANK: Final = {
     AssetState.PENDING: 0,
@@ -631,13 +634,18 @@ def _forward(a: AssetJob, b: AssetJob) -> AssetJob:
 
 
 def promoted(view: AssetView, *, now_s: int) -> AssetChange:
-    """``view`` written, switched to its ``next`` set when every job of it is ``done``:
-    the ``next`` jobs become the serving ones, the state is theirs (:func:`summarize`),
-    and the jobs only the old set used lose this asset's reference, each with a candidate
-    not collected before ``view.next_grace_s`` from now. Otherwise ``view`` as it is. The
-    switch is one write of the asset: a reader sees the old set ready, or the new one,
-    never neither. Pure."""
-    if not view.next or not all(job.state == AssetJobState.DONE for job in view.next):
+    """``view`` written, switched to its ``next`` set when every job of it is ``done`` --
+    or, for an asset that ended ``failed`` or ``rejected`` (it has no ready set to keep
+    serving), when every job of it has ended, ``done`` or ``failed``: the ``next`` jobs
+    become the serving ones, the state is theirs (:func:`summarize`), and the jobs only the
+    old set used lose this asset's reference, each with a candidate not collected before
+    ``view.next_grace_s`` from now. Otherwise ``view`` as it is. The switch is one write of
+    the asset: a reader sees the old set ready, or the new one, never neither. A ready asset
+    whose new set failed keeps the old one. A refused asset moves to the new keys of its
+    refusal (a key algorithm's backfill leaves no job at an old key), and a failed one is
+    made ready by a new set that succeeds. Pure."""
+    ended = (AssetJobState.DONE, AssetJobState.FAILED) if view.state in _NOTHING_SERVED else (AssetJobState.DONE,)
+    if not view.next or not all(job.state in ended for job in view.next):
         return AssetChange(view)
     jobs = view.next
     state, reason, detail = summarize(jobs)

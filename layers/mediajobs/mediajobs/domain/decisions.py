@@ -40,8 +40,6 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mediajobs.domain.keys import KEY_ALGORITHM_VERSION
-
 #: Hex digits kept of each hash in a record: enough to tell contents apart at any scale
 #: a stack reaches (64 bits), and no more.
 PREFIX: Final = 16
@@ -91,11 +89,13 @@ def record(
     recipe_v: int | None = None,
     recipe_hash: str | None = None,
     policy: str | None = None,
+    key_v: int | None = None,
     prior: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """One decision record (module docstring); hashes cut to :data:`PREFIX` digits, the
-    key algorithm's version filled in, ``extra`` fields (``state``, ``cpu_s``,
+    """One decision record (module docstring); hashes cut to :data:`PREFIX` digits,
+    ``key_v`` the key algorithm the job's key was derived with (``None`` for a record of
+    no job), ``extra`` fields (``state``, ``cpu_s``,
     ``bytes_in``, ``bytes_out``, ``rule``, ``model``, ``reviewer``) kept when not ``None``.
 
     Raises
@@ -119,7 +119,7 @@ def record(
         "recipe_v": recipe_v,
         "recipe_hash": recipe_hash[:PREFIX] if recipe_hash else None,
         "policy": policy,
-        "key_v": KEY_ALGORITHM_VERSION,
+        "key_v": key_v,
         "prior": prior or "none",
     }
     for name, value in extra.items():

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from mediajobs.domain.errors import ATTEMPTS_EXHAUSTED, EMPTY_FILE, INPUT_BYTES, TOO_LARGE, in_bytes
+from mediajobs.domain.keys import UNKEYED_ALGORITHM
 
 if TYPE_CHECKING:
     from mediajobs.domain.parts import Part, Split
@@ -339,6 +340,10 @@ class JobView:
     split: what the job was split into (:class:`~mediajobs.domain.parts.Split`), once it
         was: its run joins the parts' outputs.
     review: a person's decision on a moderation job once one was made (:func:`reviewed`).
+    provenance: once ``done``, what its manifest came from -- the original (bucket, key,
+        version, SHA-256, size) and each named input's asset -- which the public
+        ``manifest.json`` never shows (:mod:`mediajobs.domain.manifest`); ``None`` for a row
+        committed before it was kept.
     """
 
     job_key: str
@@ -361,6 +366,7 @@ class JobView:
     spec: JobSpec | None = None
     split: Split | None = None
     review: Mapping[str, Any] | None = None
+    provenance: Mapping[str, Any] | None = None
 
 
 def decide(view: JobView, *, now_s: int, max_attempts: int) -> Decision:
@@ -576,14 +582,20 @@ def taken_over(
 
 
 def completed(
-    manifest_key: str, outputs: Sequence[OutputRecord], decisions: Mapping[str, Any] | None, now_s: int
+    manifest_key: str,
+    outputs: Sequence[OutputRecord],
+    decisions: Mapping[str, Any] | None,
+    now_s: int,
+    provenance: Mapping[str, Any] | None = None,
 ) -> Changes:
-    """A held job committed: ``done`` with its manifest, outputs and decisions."""
+    """A held job committed: ``done`` with its manifest, outputs, decisions and the
+    manifest's provenance (:mod:`mediajobs.domain.manifest`: kept in the row, never public)."""
     return {
         "state": str(JobState.DONE),
         "manifest_key": manifest_key,
         "outputs": tuple(outputs),
         "decisions": dict(decisions or {}),
+        **({"provenance": dict(provenance)} if provenance is not None else {}),
         "updated_at_s": now_s,
         "finished_at_s": now_s,
         **dict.fromkeys(_WHILE_RUNNING),
@@ -806,6 +818,10 @@ class JobSpec:
     about: what named inputs came from, by input name, **not identity** (the key never
         hashes it): an album's input names its asset's key (:mod:`mediajobs.domain.promo`),
         which its manifest's provenance lists. Empty for every other job.
+    key_algorithm: the key algorithm the key was derived with
+        (:class:`~mediajobs.domain.keys.KeyScheme`): a part's key, and its parent's found
+        from it, are derived under the parent's, whatever the worker's is (a key rollout
+        while a video is split). ``1`` for a row written before it was recorded.
     """
 
     job_key: str
@@ -821,6 +837,7 @@ class JobSpec:
     waiting: frozenset[str] = frozenset()
     part: Part | None = None
     about: Mapping[str, str] = field(default_factory=dict)
+    key_algorithm: int = UNKEYED_ALGORITHM
 
     @property
     def recipe_ref(self) -> str:

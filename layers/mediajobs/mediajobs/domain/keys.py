@@ -6,7 +6,20 @@ A job key is the SHA-256 (hex) of a canonical JSON document holding:
 * ``recipe_sha256`` -- the SHA-256 of the recipe's canonical JSON (id, version, step, parameters);
 * ``policy_version`` -- the moderation policy version under which the output is published
   (``"none"`` until moderation exists);
-* ``algorithm`` -- :data:`KEY_ALGORITHM_VERSION`, bumped whenever this derivation changes.
+* ``algorithm`` -- the key algorithm's version (:class:`KeyScheme`), bumped whenever this
+  derivation changes.
+
+How the document becomes a key is the :class:`KeyScheme`'s. Algorithm 1 is its SHA-256: every
+field is public (the content's hash is computed by anyone holding the bytes, the recipe's is
+in this repository), so anyone holding a photo could compute its key, ask the CDN for
+``derivatives/<key>/thumb.webp``, and learn from a 200 that someone uploaded it -- the
+"confirmation of file" attack on deduplicating stores. Algorithm 2
+(:data:`KEY_ALGORITHM_VERSION`, the default) is the HMAC-SHA256 of the same document under the
+stack's **key secret** (RFC 2104; made at deploy in Secrets Manager, at start locally, never
+in the repository): the same content still has one key within the stack (deduplication
+holds), and no one without the secret can compute it. A stack moves from 1 to 2 as it moves
+to any new recipe: a backfill gives every asset its new sets, the old ones are retired after
+the grace (``docs/operations.md``, "Rolling out a new key algorithm").
 
 A job whose recipe takes something else than one original -- named inputs, each an
 original's content or another job's named output (:func:`inputs_job_key`) -- has
@@ -30,16 +43,80 @@ S3's event notifications spell them (:func:`encode_event_key`, :func:`event_key_
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote_plus, unquote_plus
 
-KEY_ALGORITHM_VERSION: Final = 1
+#: The key algorithm a stack uses unless told otherwise (``KEY_ALGORITHM_VERSION``): the keyed one.
+KEY_ALGORITHM_VERSION: Final = 2
+#: The first key algorithm: the SHA-256 of public inputs (kept so a running stack's keys are
+#: computed as they were until it rolls the keyed one out).
+UNKEYED_ALGORITHM: Final = 1
+#: The algorithms there are.
+KEY_ALGORITHMS: Final = frozenset({UNKEYED_ALGORITHM, KEY_ALGORITHM_VERSION})
+#: The shortest key secret, in bytes of its UTF-8 text: 32, the HMAC-SHA256 block's half and
+#: the hash's length (RFC 2104 section 3: "less than L bytes is strongly discouraged").
+MIN_KEY_SECRET_BYTES: Final = 32
 #: ``POLICY_VERSION`` that moderates nothing: no moderation job is planned (domain/plan.py), and
 #: the keys carry this word, as every key did before moderation existed.
 NO_POLICY: Final = "none"
+
+
+@dataclass(frozen=True)
+class KeyScheme:
+    """How a key document becomes a job key (the module docstring).
+
+    Attributes
+    ----------
+    algorithm: :data:`UNKEYED_ALGORITHM` (1: SHA-256 of the document) or
+        :data:`KEY_ALGORITHM_VERSION` (2: HMAC-SHA256 of it under ``secret``); the document
+        carries it, so two algorithms never give one key.
+    secret: the stack's key secret (algorithm 2 only), never shown in a ``repr``.
+
+    Raises
+    ------
+    ValueError
+        An unknown algorithm; algorithm 2 without a secret of at least
+        :data:`MIN_KEY_SECRET_BYTES` bytes; algorithm 1 with one.
+    """
+
+    algorithm: int = KEY_ALGORITHM_VERSION
+    secret: bytes = field(default=b"", repr=False)
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in KEY_ALGORITHMS:
+            raise ValueError(f"key algorithm {self.algorithm!r} is not one of {sorted(KEY_ALGORITHMS)}")
+        if self.algorithm == UNKEYED_ALGORITHM and self.secret:
+            raise ValueError("key algorithm 1 hashes public inputs only: it takes no secret")
+        if self.algorithm != UNKEYED_ALGORITHM and len(self.secret) < MIN_KEY_SECRET_BYTES:
+            raise ValueError(
+                f"key algorithm {self.algorithm} needs a key secret of at least {MIN_KEY_SECRET_BYTES} bytes"
+                f" (KEY_SECRET_ARN deployed, KEY_SECRET locally), got {len(self.secret)}"
+            )
+
+    def digest(self, document: bytes) -> str:
+        """The key of a canonical ``document``: 64 lowercase hex characters."""
+        if self.algorithm == UNKEYED_ALGORITHM:
+            return sha256_hex(document)
+        return hmac.new(self.secret, document, hashlib.sha256).hexdigest()
+
+    @property
+    def id(self) -> str:
+        """What tells two schemes apart without showing the secret: ``"1"``, or ``"2:"`` and
+        12 hex characters of an HMAC of a fixed text under the secret (a new secret is a new
+        scheme: a key change). Part of a backfill's change and of every decision record."""
+        if self.algorithm == UNKEYED_ALGORITHM:
+            return str(self.algorithm)
+        fingerprint = hmac.new(self.secret, b"mediajobs key scheme id", hashlib.sha256).hexdigest()[:12]
+        return f"{self.algorithm}:{fingerprint}"
+
+
+#: Algorithm 1, as every key was computed before the keyed one (tests' golden keys).
+UNKEYED: Final = KeyScheme(UNKEYED_ALGORITHM)
 
 
 def is_original_key(key: str, originals_prefix: str) -> bool:
@@ -101,12 +178,7 @@ def recipe_hash(recipe_id: str, version: int, step: str, params: dict[str, Any])
     return sha256_hex(canonical_json({"id": recipe_id, "version": version, "step": step, "params": params}))
 
 
-def job_key(
-    input_sha256: str,
-    recipe_sha256: str,
-    policy_version: str = NO_POLICY,
-    algorithm_version: int = KEY_ALGORITHM_VERSION,
-) -> str:
+def job_key(input_sha256: str, recipe_sha256: str, policy_version: str = NO_POLICY, *, keys: KeyScheme) -> str:
     """Derive the job key (64 hex characters).
 
     Parameters
@@ -117,8 +189,8 @@ def job_key(
         :func:`recipe_hash` of the recipe.
     policy_version:
         Moderation policy version (``"none"`` until moderation exists).
-    algorithm_version:
-        Version of this derivation; only tests pass another value.
+    keys:
+        The stack's :class:`KeyScheme` (its algorithm is the document's ``algorithm``).
 
     Raises
     ------
@@ -129,12 +201,12 @@ def job_key(
         if not _HEX64.fullmatch(value):
             raise ValueError(f"{name} must be 64 lowercase hex characters, got {value!r}")
     document = {
-        "algorithm": algorithm_version,
+        "algorithm": keys.algorithm,
         "input_sha256": input_sha256,
         "policy_version": policy_version,
         "recipe_sha256": recipe_sha256,
     }
-    return sha256_hex(canonical_json(document))
+    return keys.digest(canonical_json(document))
 
 
 #: A part of a content a job works on: ``segment/v<plan version>/<start us>-<end us>``
@@ -153,7 +225,9 @@ def is_part(part: str) -> bool:
     return True
 
 
-def part_job_key(sha256: str, part: str, recipe_sha256: str, policy_version: str = NO_POLICY) -> str:
+def part_job_key(
+    sha256: str, part: str, recipe_sha256: str, policy_version: str = NO_POLICY, *, keys: KeyScheme
+) -> str:
     """The job key of the job that works on one part of the content ``sha256`` under a
     recipe: a segment of a long video, or its audio track (:func:`inputs_job_key` of
     ``{"original": {"sha256": sha256, "part": part}}``): the content, the recipe, the
@@ -164,14 +238,15 @@ def part_job_key(sha256: str, part: str, recipe_sha256: str, policy_version: str
     ValueError
         As :func:`inputs_job_key` (``part`` not :data:`PART`, a hash not 64 hex characters).
     """
-    return inputs_job_key({ORIGINAL_INPUT: {"sha256": sha256, "part": part}}, recipe_sha256, policy_version)
+    return inputs_job_key({ORIGINAL_INPUT: {"sha256": sha256, "part": part}}, recipe_sha256, policy_version, keys=keys)
 
 
 def inputs_job_key(
     inputs: Mapping[str, Mapping[str, str]],
     recipe_sha256: str,
     policy_version: str = NO_POLICY,
-    algorithm_version: int = KEY_ALGORITHM_VERSION,
+    *,
+    keys: KeyScheme,
 ) -> str:
     """Derive the job key of a job with named inputs (64 hex characters).
 
@@ -182,7 +257,7 @@ def inputs_job_key(
         ``{"sha256": <hex>, "part": <part>}`` for a part of it (:data:`PART`: a segment's
         range under a plan version, or the whole audio track: :func:`part_job_key`),
         ``{"job_key": <hex>, "output": <name>}`` for another job's named output. At least one.
-    recipe_sha256, policy_version, algorithm_version:
+    recipe_sha256, policy_version, keys:
         As :func:`job_key`.
 
     Returns
@@ -215,16 +290,16 @@ def inputs_job_key(
         if not _HEX64.fullmatch(digest):
             raise ValueError(f"input {name!r}: {digest!r} is not 64 lowercase hex characters")
     if set(inputs) == {ORIGINAL_INPUT} and set(inputs[ORIGINAL_INPUT]) == {"sha256"}:
-        return job_key(inputs[ORIGINAL_INPUT]["sha256"], recipe_sha256, policy_version, algorithm_version)
+        return job_key(inputs[ORIGINAL_INPUT]["sha256"], recipe_sha256, policy_version, keys=keys)
     if not _HEX64.fullmatch(recipe_sha256):
         raise ValueError(f"recipe_sha256 must be 64 lowercase hex characters, got {recipe_sha256!r}")
     document = {
-        "algorithm": algorithm_version,
+        "algorithm": keys.algorithm,
         "inputs": {name: dict(identity) for name, identity in inputs.items()},
         "policy_version": policy_version,
         "recipe_sha256": recipe_sha256,
     }
-    return sha256_hex(canonical_json(document))
+    return keys.digest(canonical_json(document))
 
 
 def source_version_document(bucket: str, key: str, *, version_id: str | None, etag: str, size_bytes: int) -> str | None:

@@ -1,15 +1,40 @@
-"""The manifest: the commit marker of a derivative set, written last under its prefix."""
+"""The manifest: the commit marker of a derivative set, written last under its prefix.
+
+A manifest has two parts (``docs/security.md``, "Where each field is"):
+
+* its **public face**, ``manifest.json`` under ``derivatives/<job key>/`` (:func:`public_manifest`),
+  which the CDN serves to anyone holding the set's path: what the set is -- its outputs,
+  the recipe, the policy, the decisions about the pixels -- and nothing of who uploaded
+  what. A set is shared by every upload of its content (the same bytes uploaded by two
+  people are one set), so a field naming the first upload would tell the second uploader,
+  and anyone they share a link with, the first one's key, user id and file name.
+* its **provenance** (:data:`PROVENANCE`): the original it was made from (bucket, key,
+  version, SHA-256, size) and, for a job with named inputs, each input with the asset it
+  came from (an album's promo). It is staged with the manifest in the job's ledger row and
+  kept there when the job is done (:attr:`~mediajobs.domain.jobs.JobView.provenance`):
+  only the stack's roles read it.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
 from mediajobs.domain.jobs import JobSpec, ObjectRef, OutputInput, OutputRecord
 
-MANIFEST_SCHEMA_VERSION: Final = 1
+#: 2: the public face holds no ``source`` and no ``inputs`` (they are the provenance's).
+MANIFEST_SCHEMA_VERSION: Final = 2
 MANIFEST_NAME: Final = "manifest.json"
+#: The staged document's private part (module docstring).
+PROVENANCE: Final = "provenance"
+#: The fields of the public face, in the staged document (every other one stays private).
+PUBLIC_FIELDS: Final = ("schema", "job_key", "recipe", "policy", "outputs", "decisions", "created_at")
+#: Fields a decision never shows publicly, at any depth: what names an upload (a promo's
+#: frames named their asset, rendition and decision in schema 1). Kept from the public face
+#: of a manifest a holder of the earlier schema staged (adopted by a takeover after a deploy).
+PRIVATE_DECISION_FIELDS: Final = frozenset({"asset_key", "rendition_job_key", "decision_id"})
 #: Longest text a decision keeps, in characters. Decisions quote the input (an ICC
 #: profile's description, container tags), and the manifest is staged in a DynamoDB item
 #: (400 KB at most, DynamoDB developer guide "Service quotas"): an input must not be able
@@ -113,43 +138,87 @@ def build_manifest(
     created_at: str,
     inputs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Build the manifest document for a committed job.
+    """Build the manifest document a holder stages for a committed job: its public face
+    (:data:`PUBLIC_FIELDS`) and its provenance (:data:`PROVENANCE`). Pure.
 
     Parameters
     ----------
+    source:
+        The original the job read (the first upload of its content: not identity).
+    input_sha256, input_bytes:
+        The content's SHA-256 (hex) and size in bytes.
     created_at:
         ISO 8601 UTC timestamp of the commit.
     inputs:
-        The job's inputs with what they came from (:func:`inputs_of`), listed as
-        ``inputs`` when given (an album's promo: its provenance, never cut); ``None``
-        leaves the manifest as every other job's.
+        The job's inputs with what they came from (:func:`inputs_of`), listed in the
+        provenance when given (an album's promo, never cut); ``None`` for every other job.
 
     Returns
     -------
     dict
-        JSON-ready manifest (schema version :data:`MANIFEST_SCHEMA_VERSION`).
+        ``{"schema": 2, "job_key", "recipe": {"id", "version", "sha256"}, "policy":
+        {"version"}, "outputs": [...], "decisions": {...}, "created_at", "provenance":
+        {"source": {"bucket", "key", "version_id", "sha256", "bytes"}, "inputs": [...]|None}}``.
+        :func:`public_manifest` of it is what ``manifest.json`` holds.
     """
     return {
         "schema": MANIFEST_SCHEMA_VERSION,
         "job_key": job_key,
-        "source": {
-            "bucket": source.bucket,
-            "key": source.key,
-            "version_id": source.version_id,
-            "sha256": input_sha256,
-            "bytes": input_bytes,
-        },
         "recipe": {"id": recipe_id, "version": recipe_version, "sha256": recipe_sha256},
         "policy": {"version": policy_version},
         "outputs": [o.to_json() for o in outputs],
         "decisions": bounded_text(dict(decisions)),
         "created_at": created_at,
-        **({"inputs": inputs} if inputs is not None else {}),
+        PROVENANCE: {
+            "source": {
+                "bucket": source.bucket,
+                "key": source.key,
+                "version_id": source.version_id,
+                "sha256": input_sha256,
+                "bytes": input_bytes,
+            },
+            "inputs": inputs,
+        },
     }
 
 
+def public_manifest(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The public face of a staged manifest ``document``: its :data:`PUBLIC_FIELDS` only,
+    its decisions without :data:`PRIVATE_DECISION_FIELDS` at any depth. Pure and
+    deterministic (every holder of a job writes the same bytes: :func:`public_body`)."""
+    public = {name: document[name] for name in PUBLIC_FIELDS if name in document}
+    if "decisions" in public:
+        public["decisions"] = _without_private(public["decisions"])
+    return public
+
+
+def public_body(staged: str) -> str:
+    """``manifest.json``'s text for the staged manifest body ``staged`` (JSON): its
+    :func:`public_manifest`, indented 2, keys sorted."""
+    return json.dumps(public_manifest(json.loads(staged)), indent=2, sort_keys=True)
+
+
+def provenance_of(document: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The provenance of a staged manifest ``document`` (:data:`PROVENANCE`); for one staged
+    by a holder of schema 1 (public ``source`` and ``inputs``), those; ``None`` when it has
+    neither."""
+    if isinstance(document.get(PROVENANCE), Mapping):
+        return dict(document[PROVENANCE])
+    if "source" in document or "inputs" in document:
+        return {"source": document.get("source"), "inputs": document.get("inputs")}
+    return None
+
+
+def _without_private(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_private(v) for k, v in value.items() if k not in PRIVATE_DECISION_FIELDS}
+    if isinstance(value, list | tuple):
+        return [_without_private(v) for v in value]
+    return value
+
+
 def inputs_of(spec: JobSpec) -> list[dict[str, Any]]:
-    """A job's inputs as its manifest lists them, by name: ``{"name", "job_key",
+    """A job's inputs as its manifest's provenance lists them, by name: ``{"name", "job_key",
     "output", "asset_key"}`` for another job's output (``asset_key``: what
     :attr:`~mediajobs.domain.jobs.JobSpec.about` says it came from, else ``None``), ``{"name",
     "sha256"}`` for an original's content. Pure."""

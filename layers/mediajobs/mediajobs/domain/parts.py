@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from mediajobs.domain.jobs import Changes, JobSpec, JobState
-from mediajobs.domain.keys import ORIGINAL_INPUT, inputs_job_key, is_part, part_job_key
+from mediajobs.domain.keys import ORIGINAL_INPUT, KeyScheme, inputs_job_key, is_part, part_job_key
 from mediajobs.domain.manifest import derivative_prefix
 from mediajobs.domain.segments import SegmentPlan, to_s
 
@@ -156,17 +156,23 @@ class SplitNeeded(Exception):  # noqa: N818 -- a signal, not an error
         self.split = split
 
 
-def part_spec(parent: JobSpec, part: Part, derivatives_prefix: str) -> JobSpec:
+#: The stack's key scheme of a key algorithm (:meth:`mediajobs.settings.Settings.keys_for`).
+KeysFor = Callable[[int], KeyScheme]
+
+
+def part_spec(parent: JobSpec, part: Part, derivatives_prefix: str, keys_for: KeysFor) -> JobSpec:
     """The job of one part of ``parent``: the parent's content, recipe, policy and original,
-    keyed by :func:`~mediajobs.domain.keys.part_job_key`, its outputs under its own prefix,
-    and the parent among the jobs waiting for it.
+    keyed by :func:`~mediajobs.domain.keys.part_job_key` under the scheme of the parent's
+    ``key_algorithm`` (a key rollout while the video is split leaves its parts' keys as
+    they were), its outputs under its own prefix, and the parent among the jobs waiting for it.
 
     Raises
     ------
     ValueError
         As :func:`~mediajobs.domain.keys.part_job_key`.
     """
-    key = part_job_key(parent.input_sha256, part.identity, parent.recipe_sha256, parent.policy_version)
+    keys = keys_for(parent.key_algorithm)
+    key = part_job_key(parent.input_sha256, part.identity, parent.recipe_sha256, parent.policy_version, keys=keys)
     return dataclasses.replace(
         parent,
         job_key=key,
@@ -190,19 +196,20 @@ def split_of(plan: SegmentPlan, *, audio_s: float | None, probe: Mapping[str, An
     return Split(tuple(parts), to_s(plan.video_start_us), plan.to_json(), probe)
 
 
-def parent_key(part: JobSpec) -> str:
+def parent_key(part: JobSpec, keys_for: KeysFor) -> str:
     """The key of the job ``part`` is a part of: the same inputs (a part keeps its parent's:
     the original whole, and its moderation job's decisions under a policy), recipe and
-    policy (:func:`~mediajobs.domain.keys.inputs_job_key`)."""
+    policy (:func:`~mediajobs.domain.keys.inputs_job_key`), under the scheme of the part's
+    ``key_algorithm``, which is its parent's."""
     identity = {name: wanted.identity() for name, wanted in part.inputs.items()} or {
         ORIGINAL_INPUT: {"sha256": part.input_sha256}
     }
-    return inputs_job_key(identity, part.recipe_sha256, part.policy_version)
+    return inputs_job_key(identity, part.recipe_sha256, part.policy_version, keys=keys_for(part.key_algorithm))
 
 
-def part_specs(parent: JobSpec, split: Split, derivatives_prefix: str) -> list[JobSpec]:
+def part_specs(parent: JobSpec, split: Split, derivatives_prefix: str, keys_for: KeysFor) -> list[JobSpec]:
     """:func:`part_spec` of each of ``split``'s parts, in order."""
-    return [part_spec(parent, part, derivatives_prefix) for part in split.parts]
+    return [part_spec(parent, part, derivatives_prefix, keys_for) for part in split.parts]
 
 
 def split_changes(pending: frozenset[str], split: Split, now_s: int, requests_until_s: int) -> Changes:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mediajobs.domain.jobs import DECISIONS_OUTPUT, ContentInput, JobInput, JobSpec, JobView, OutputInput
-from mediajobs.domain.keys import ORIGINAL_INPUT, inputs_job_key
+from mediajobs.domain.keys import ORIGINAL_INPUT, KeyScheme, inputs_job_key
 from mediajobs.domain.manifest import derivative_prefix
 from mediajobs.domain.moderation import MODERATION_INPUT, NO_POLICY, is_moderation
 from mediajobs.domain.recipes import UPLOAD_MEDIA, Recipe, in_order
@@ -51,12 +51,14 @@ class Where:
     bucket, key: the original (its bucket holds the derivatives).
     derivatives_prefix: ``derivatives/``.
     policy_version: the moderation policy version every key carries.
+    keys: how the keys are derived (the stack's :class:`~mediajobs.domain.keys.KeyScheme`).
     """
 
     bucket: str
     key: str
     derivatives_prefix: str
     policy_version: str
+    keys: KeyScheme
 
 
 def plan_jobs(
@@ -91,7 +93,7 @@ def _jobs_of(sha256: str, recipes: list[Recipe], where: Where) -> list[PlannedJo
             if gate is not None:
                 inputs[MODERATION_INPUT] = OutputInput(gate, DECISIONS_OUTPUT)
         identities = {name: i.identity() for name, i in inputs.items()}
-        key = inputs_job_key(identities, recipe.sha256, where.policy_version)
+        key = inputs_job_key(identities, recipe.sha256, where.policy_version, keys=where.keys)
         keys[recipe.ref] = key
         if is_moderation(recipe.step):
             gate = key
@@ -106,6 +108,7 @@ def _jobs_of(sha256: str, recipes: list[Recipe], where: Where) -> list[PlannedJo
             source_bucket=where.bucket,
             source_key=where.key,
             inputs=inputs,
+            key_algorithm=where.keys.algorithm,
         )
         planned.append(PlannedJob(recipe, spec))
     waiting: dict[str, set[str]] = {}

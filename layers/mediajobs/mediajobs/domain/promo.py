@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from mediajobs.domain.assets import AssetJobState, AssetState, AssetView
 from mediajobs.domain.jobs import DECISIONS_OUTPUT, JobInput, JobSpec, OutputInput
-from mediajobs.domain.keys import inputs_job_key
+from mediajobs.domain.keys import KeyScheme, inputs_job_key
 from mediajobs.domain.manifest import derivative_prefix
 from mediajobs.domain.recipes import Recipe
 
@@ -176,10 +176,11 @@ def promo_spec(
     policy_version: str,
     derivatives_prefix: str,
     rendition: str,
+    keys: KeyScheme,
 ) -> JobSpec:
     """The promo job of ``frames``: inputs ``card-<i>`` (each rendition's output) and
     ``decision-<i>`` (its moderation decision, when it has one), its key hashing them with
-    the recipe and the policy version; ``about`` names each rendition input's asset key
+    the recipe and the policy version under ``keys``; ``about`` names each rendition input's asset key
     (once: the row and the staged manifest hold it, within DynamoDB's 400 KB item).
 
     ``input_sha256`` (no original) is the SHA-256 of the rendition job keys in order: what
@@ -199,7 +200,7 @@ def promo_spec(
         about[card_input(i)] = frame.asset_key
         if frame.decision_id is not None:
             inputs[decision_input(i)] = OutputInput(frame.decision_id, DECISIONS_OUTPUT)
-    key = inputs_job_key({n: i.identity() for n, i in inputs.items()}, recipe.sha256, policy_version)
+    key = inputs_job_key({n: i.identity() for n, i in inputs.items()}, recipe.sha256, policy_version, keys=keys)
     content = album_content([f.rendition_job_key for f in frames])
     return JobSpec(
         job_key=key,
@@ -213,6 +214,7 @@ def promo_spec(
         source_key=prefix,
         inputs=inputs,
         about=about,
+        key_algorithm=keys.algorithm,
     )
 
 

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -188,6 +189,8 @@ class EmbeddedAws:
         self.stack: LocalStack | None = None
         #: The workers' ``WORK_DIR`` while open.
         self.work_dir: str | None = None
+        #: The job keys' secret this embedded AWS made at start (``KEY_SECRET`` of its workers).
+        self.key_secret = ""
         self._own_work_dir = False
 
     def __enter__(self) -> LocalStack:
@@ -220,6 +223,7 @@ class EmbeddedAws:
             _ENV_NAMES["endpoint_url"]: stack.endpoint_url,
             _ENV_NAMES["region"]: stack.region,
             work_dir_var: self.work_dir,
+            **({_ENV_NAMES["key_secret"]: self.key_secret} if self.key_secret else {}),
         }
         self.stack = dataclasses.replace(stack, worker_env=worker_env)
         return self.stack
@@ -397,6 +401,9 @@ class EmbeddedAws:
                 f"arn:aws:firehose:{REGION}:{ACCOUNT_ID}:deliverystream/{decision_stream}"
             )
 
+        if cfn.KEY_SECRET_ID in self.template.get("Resources", {}):  # the job keys' secret, made now
+            refs[cfn.KEY_SECRET_ID] = self._create_key_secret(session, endpoint, names.key_secret)
+
         function = cfn.worker_function(self.template, refs, attrs)
         return LocalStack(
             endpoint_url=endpoint,
@@ -425,6 +432,20 @@ class EmbeddedAws:
             timeout_s=function.timeout_s,
             function_envs=cfn.function_environments(self.template, refs, attrs),
         )
+
+    def _create_key_secret(self, session: Any, endpoint: str, name: str) -> str:
+        """The job keys' secret, as the template's ``JobKeySecret`` is deployed: made at start
+        (64 random URL-safe characters, :func:`secrets.token_urlsafe`), never in the
+        repository, kept in the embedded Secrets Manager under ``name``, and given to this
+        process's workers as ``KEY_SECRET`` (:attr:`key_secret`); its ARN. A secret an open
+        embedded AWS of this name made is kept (two stacks sharing moto share it)."""
+        manager = session.client("secretsmanager", endpoint_url=endpoint)
+        try:
+            made = manager.create_secret(Name=name, SecretString=secrets.token_urlsafe(48))
+        except manager.exceptions.ResourceExistsException:
+            made = manager.describe_secret(SecretId=name)
+        self.key_secret = str(manager.get_secret_value(SecretId=name)["SecretString"])
+        return str(made["ARN"])
 
     def _create_decision_stream(self, session: Any, endpoint: str, s3: Any, bucket: str, stream: str) -> None:
         """The decision log's bucket and its Firehose stream, with the template's prefix and

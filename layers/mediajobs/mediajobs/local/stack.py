@@ -50,6 +50,7 @@ USER_TUNABLE: Final = frozenset(
         "max_input_bytes",
         "lease_s",
         "policy_version",
+        "key_algorithm",
         "max_attempts",
         "deadline_margin_s",
         "image_job_s",
@@ -95,6 +96,7 @@ class ResourceNames:
     seen_rule: str
     decisions_bucket: str
     decision_stream: str
+    key_secret: str
 
 
 #: Each resource's name after the stack's (``<name>-<suffix>``), by :class:`ResourceNames` field.
@@ -116,6 +118,7 @@ _NAME_SUFFIXES: Final = {
     "seen_rule": "seen",
     "decisions_bucket": "decisions",
     "decision_stream": "decisions",
+    "key_secret": "job-keys",
 }
 
 

@@ -57,6 +57,7 @@ FAILURES_QUEUE_ID: Final = "NotificationFailuresQueue"
 DISPATCHER_ID: Final = "DispatcherFunction"
 DECISION_STREAM_ID: Final = "DecisionStream"
 DECISIONS_BUCKET_ID: Final = "DecisionsBucket"
+KEY_SECRET_ID: Final = "JobKeySecret"  # noqa: S105 -- a logical id, not a secret
 FUNCTION_ID: Final = "WorkerFunction"
 
 #: Logical ids the local runner needs; a template without them is not ours.

@@ -307,7 +307,9 @@ class Backfiller:
             return 0
         if any(ref not in recipes for ref in refs):  # never: a backfill of another change is left alone
             raise TransientFailure(f"backfill {backfill.id}: this worker lacks recipes of {refs}")
-        where = Where(view.bucket, view.key, self._settings.derivatives_prefix, backfill.policy_version)
+        where = Where(
+            view.bucket, view.key, self._settings.derivatives_prefix, backfill.policy_version, self._settings.keys
+        )
         jobs = plan_jobs(view.sha256, view.media, {view.media: [recipes[r] for r in refs]}, where)
         keys = [job.key for job in jobs]
         if keys == [job.job_key for job in view.jobs]:

@@ -211,7 +211,7 @@ class Claims:
     def jobs(self, original: Identified, sha256: str, media: str | None) -> tuple[PlannedJob, ...]:
         """The jobs of the content ``sha256`` (:func:`~mediajobs.domain.plan.plan_jobs`)."""
         s = self._settings
-        where = Where(original.ref.bucket, original.ref.key, s.derivatives_prefix, s.policy_version)
+        where = Where(original.ref.bucket, original.ref.key, s.derivatives_prefix, s.policy_version, s.keys)
         return plan_jobs(sha256, media, self.recipes, where)
 
     def current(
@@ -467,13 +467,16 @@ class Claims:
         was not)."""
         if row.split is None or row.spec is None:
             return []
-        return [spec.job_key for spec in part_specs(row.spec, row.split, self._settings.derivatives_prefix)]
+        return [
+            spec.job_key
+            for spec in part_specs(row.spec, row.split, self._settings.derivatives_prefix, self._settings.keys_for)
+        ]
 
     def wanted(self, part: JobSpec) -> bool:
         """Whether the split job ``part`` is a part of still waits for it (one ``GetItem``):
         a request for a part its video no longer waits for -- joined, failed, or redelivered
         after the part was collected -- renders nothing."""
-        parent = self._ledger.get(parent_key(part))
+        parent = self._ledger.get(parent_key(part, self._settings.keys_for))
         return parent is not None and parent.state == JobState.WAITING and part.job_key in parent.pending
 
     def parents(self, part: JobSpec) -> list[tuple[JobView, float]]:
@@ -486,10 +489,10 @@ class Claims:
         PermanentFailure, TransientFailure
             As the ledger's.
         """
-        parent = self._ledger.get(parent_key(part))
+        parent = self._ledger.get(parent_key(part, self._settings.keys_for))
         if parent is None or parent.split is None or parent.spec is None:
             return []
-        specs = part_specs(parent.spec, parent.split, self._settings.derivatives_prefix)
+        specs = part_specs(parent.spec, parent.split, self._settings.derivatives_prefix, self._settings.keys_for)
         rows = self._ledger.find([spec.job_key for spec in specs])
         done = [spec.job_key in rows and rows[spec.job_key].state == JobState.DONE for spec in specs]
         return [(parent, progress_of(parent.split, done))]

@@ -6,10 +6,12 @@ A job's work becomes visible as one unit, in this order:
 2. **write** each file with ``If-None-Match: *``; a 412 (the key is taken: a lost holder's
    write) is identified by the listing's ETag among the registered candidates --
    derivatives are never read back;
-3. **stage** the manifest in the row (the first staged body wins: a lost holder's may);
-4. **write** ``manifest.json`` last, the commit marker: no reader sees derivatives
-   without it;
-5. **complete** the row (``done``), conditional on still holding the claim, under
+3. **stage** the manifest in the row (the first staged body wins: a lost holder's may),
+   its provenance included (:mod:`mediajobs.domain.manifest`);
+4. **write** ``manifest.json`` last, the commit marker -- its public face only, the same
+   bytes whoever writes it: no reader sees derivatives without it;
+5. **complete** the row (``done``, keeping the decisions and the provenance), conditional
+   on still holding the claim, under
    :meth:`~mediajobs.service_layer.lease.LeaseKeeper.last_write` (the heartbeat neither
    renews nor releases meanwhile).
 
@@ -39,7 +41,7 @@ from mediajobs.domain.jobs import (
     RenderedFile,
     identify_stored,
 )
-from mediajobs.domain.manifest import MANIFEST_NAME, build_manifest, inputs_of
+from mediajobs.domain.manifest import MANIFEST_NAME, build_manifest, inputs_of, provenance_of, public_body
 from mediajobs.service_layer.lease import LeaseKeeper
 from mediajobs.service_layer.ports import Ledger, ObjectStore
 
@@ -169,16 +171,17 @@ class Commit:
         )
 
     def _write_manifest(self, staged: str) -> list[OutputRecord]:
-        """Write the staged manifest body (a 412 means it is there: every write of it
-        carries these bytes); its outputs."""
+        """Write the staged manifest's public face (a 412 means it is there: every write of
+        it carries these bytes, :func:`~mediajobs.domain.manifest.public_body`); its outputs."""
         self.store.put_if_absent(
-            self.source.bucket, self.manifest_key, staged.encode("utf-8"), content_type="application/json"
+            self.source.bucket, self.manifest_key, public_body(staged).encode("utf-8"), content_type="application/json"
         )
         return [OutputRecord.from_json(o) for o in json.loads(staged)["outputs"]]
 
     def _complete(self, outputs: list[OutputRecord], staged: str) -> None:
-        """Mark the job done with the outputs and the staged manifest's decisions."""
-        decisions = json.loads(staged).get("decisions") or {}
+        """Mark the job done with the outputs, the staged manifest's decisions and its provenance."""
+        document = json.loads(staged)
+        decisions = document.get("decisions") or {}
         with self.keeper.last_write():  # the heartbeat neither renews nor releases meanwhile
             self.row = self.ledger.complete(
                 self.spec.job_key,
@@ -187,6 +190,7 @@ class Commit:
                 outputs=outputs,
                 now_s=self._now(),
                 decisions=decisions,
+                provenance=provenance_of(document),
             )
 
     def _stored_record(

@@ -142,6 +142,7 @@ class DecisionRecorder:
             recipe_v=spec.recipe_version,
             recipe_hash=spec.recipe_sha256,
             policy=spec.policy_version,
+            key_v=spec.key_algorithm,
             **extra,
         )
 

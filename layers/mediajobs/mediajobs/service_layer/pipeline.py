@@ -370,7 +370,9 @@ class Pipeline:
             return self._told(SourceResult(source, SourceState.IGNORED))
         if content is not None and claim.outcome is ClaimOutcome.RUN:  # the bytes are needed:
             # a copy an asset holds and S3 still serves (HeadObject), only now
-            via = parent_key(spec) if spec.part is not None else None  # a part: its video's assets
+            via = (
+                parent_key(spec, self.settings.keys_for) if spec.part is not None else None
+            )  # a part: its video's assets
             source = next((ref for ref in self._assets.sources_for(spec, via) if self._served(ref)), source)
         ranged = spec.part is not None or claim.split is not None  # a split video's part, or its join
         with self._reader.fetch(source, content, claim, delivery, ranged=ranged) as work:

@@ -138,6 +138,7 @@ class Ledger(LeaseRows, Protocol):
         outputs: Sequence[OutputRecord],
         now_s: int,
         decisions: Mapping[str, Any] | None = None,
+        provenance: Mapping[str, Any] | None = None,
     ) -> JobView: ...
     def fail_permanently(
         self,

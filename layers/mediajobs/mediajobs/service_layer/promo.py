@@ -203,6 +203,7 @@ class Promos:
             policy_version=self._settings.policy_version,
             derivatives_prefix=self._settings.derivatives_prefix,
             rendition=rendition,
+            keys=self._settings.keys,
         )
         self._requests.request([spec])
         record = PromoRecord(

@@ -308,7 +308,7 @@ class JobRequests:
         TransientFailure
             As the ledger's, or SQS refused a request.
         """
-        specs = part_specs(parent, split, self._settings.derivatives_prefix)
+        specs = part_specs(parent, split, self._settings.derivatives_prefix, self._settings.keys_for)
         keys = [spec.job_key for spec in specs]
         now = int(self._clock())
         views = self._ledger.find(keys)
@@ -354,7 +354,12 @@ class JobRequests:
             return int(self.request_one(parent.job_key, delivery, queue_arn=lane))
         if parent.state != JobState.WAITING:
             return 0
-        keys = [spec.job_key for spec in part_specs(parent.spec, parent.split, self._settings.derivatives_prefix)]
+        keys = [
+            spec.job_key
+            for spec in part_specs(
+                parent.spec, parent.split, self._settings.derivatives_prefix, self._settings.keys_for
+            )
+        ]
         views = self._ledger.find(keys)
         for key in keys:
             view = views.get(key)

@@ -299,7 +299,7 @@ class JobRunner:
             The parent has no split on its row (it cannot have requested this part then:
             the row is read again at the next delivery).
         """
-        parent = self._ledger.get(parent_key(job.spec))
+        parent = self._ledger.get(parent_key(job.spec, self._settings.keys_for))
         if parent is None or parent.split is None:
             raise TransientFailure(f"the parent of part {job.key[:12]} holds no split")
         return parent.split
@@ -319,7 +319,7 @@ class JobRunner:
             bytes are not the ones it committed.
         """
         assert claim.split is not None
-        specs = part_specs(job.spec, claim.split, self._settings.derivatives_prefix)
+        specs = part_specs(job.spec, claim.split, self._settings.derivatives_prefix, self._settings.keys_for)
         rows = self._ledger.find([spec.job_key for spec in specs])
         ended: dict[str, JobResult] = {}
         for spec in specs:

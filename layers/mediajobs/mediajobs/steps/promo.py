@@ -19,9 +19,11 @@ demuxer (:func:`~mediajobs.domain.promo.slideshow_argv`: argv only, the ``file``
 ``-safe 1`` and the PPM demuxers only), verified as a rendition is. One ``xfade`` per card
 instead held every later card's frames in memory: 2.5 GB for 60 cards (measured), over a
 worker's memory; this way ffmpeg stays near 100 MB whatever the album. The
-decisions (``decisions.promo``) list every frame -- asset key, rendition job key, decision
-id, when it shows, and its crop's decision -- and every rendition left out. A promo whose
-every crop is refused fails ``rejected``.
+decisions (``decisions.promo``) list every frame -- its input, when it shows, and its
+crop's decision -- and every rendition left out, with why: what the pixels were judged,
+public in the manifest. Which asset, rendition and decision each input is lies in the
+manifest's provenance (:func:`~mediajobs.domain.manifest.inputs_of`), and in the album's
+record, which only the stack reads. A promo whose every crop is refused fails ``rejected``.
 """
 
 from __future__ import annotations
@@ -104,12 +106,7 @@ class PromoSlideshow:
         for name in cards:
             context.check()
             decision_name = name.replace("card-", "decision-", 1)
-            entry: dict[str, Any] = {
-                "input": name,
-                "asset_key": context.about.get(name),
-                "rendition_job_key": context.input_jobs.get(name),
-                "decision_id": context.input_jobs.get(decision_name),
-            }
+            entry: dict[str, Any] = {"input": name}  # its asset, rendition and decision: the provenance's
             gate = _decision(context.inputs.get(decision_name))
             if gate is not None and gate.get("outcome") != ACCEPTED:  # never rendered then: kept out all the same
                 left_out.append({**entry, "why": f"its decision is {gate.get('outcome')}"})

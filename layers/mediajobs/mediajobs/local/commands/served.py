@@ -16,7 +16,7 @@ from mediajobs.domain.assets import status_document
 from mediajobs.local import template
 from mediajobs.local.commands.common import InternalError
 from mediajobs.local.events import ACCOUNT_ID, REGION
-from mediajobs.local.stack import CREDENTIALS, LOCAL_DEFAULTS, LocalStack
+from mediajobs.local.stack import CREDENTIALS, LOCAL_DEFAULTS, LocalStack, resource_names
 from mediajobs.service_layer.ports import Assets
 from mediajobs.settings import _ENV_NAMES
 
@@ -92,11 +92,15 @@ def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
             url = sqs.get_queue_url(QueueName=f"{name}-{suffix}")["QueueUrl"]
             arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
             queues[suffix] = (url, arn)
+        secret_name = resource_names(name).key_secret  # the job keys' secret serve made at start
+        key_secret = view.client("secretsmanager").get_secret_value(SecretId=secret_name)
     except botocore.exceptions.EndpointConnectionError as exc:
         raise InternalError(f"nothing answers at {endpoint}: start `mediajobs serve` first") from exc
     except botocore.exceptions.ClientError as exc:
         raise InternalError(f"{endpoint} holds no mediajobs stack ({exc}): is it `mediajobs serve`?") from exc
-    env, batch_size, timeout_s = _function_env(found, view, queues["jobs"][1], queues["backfill"][1])
+    env, batch_size, timeout_s = _function_env(
+        found, view, queues["jobs"][1], queues["backfill"][1], key_secret_arn=str(key_secret["ARN"])
+    )
     return dataclasses.replace(
         view,
         queue_url=queues["jobs"][0],
@@ -117,17 +121,20 @@ def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
             _ENV_NAMES["endpoint_url"]: endpoint,
             _ENV_NAMES["region"]: REGION,
             _ENV_NAMES["media_bucket"]: view.bucket,
+            _ENV_NAMES["key_secret"]: str(key_secret["SecretString"]),
         },
     )
 
 
 def _function_env(
-    found: dict[str, Any], view: LocalStack, queue_arn: str, backfill_arn: str
+    found: dict[str, Any], view: LocalStack, queue_arn: str, backfill_arn: str, *, key_secret_arn: str
 ) -> tuple[dict[str, str], int, int]:
     """The worker function's environment, its jobs queue's SQS event's ``BatchSize`` and
-    its ``Timeout`` (seconds), resolved from the template ``found`` with ``view``'s names and
-    the jobs queue's and the backfill lane's ARNs, as ``serve`` resolved them."""
+    its ``Timeout`` (seconds), resolved from the template ``found`` with ``view``'s names,
+    the jobs queue's and the backfill lane's ARNs and the job keys' secret's, as ``serve``
+    resolved them."""
     refs = {template.BUCKET_ID: view.bucket, template.TABLE_ID: view.table_name}
+    refs[template.KEY_SECRET_ID] = key_secret_arn
     refs[template.SOURCES_TABLE_ID] = view.sources_table_name
     refs[template.ASSETS_TABLE_ID] = view.assets_table_name
     refs[template.OUTBOX_TABLE_ID] = view.outbox_table_name

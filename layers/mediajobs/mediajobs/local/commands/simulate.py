@@ -65,6 +65,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     from mediajobs.local.storm.run import run_storm
 
     cfg = storm_config(args)
+    if cfg.backfill_at and cfg.key_change_at:
+        parser.error("--backfill-at and --key-change-at are two deployments: give one")
     summary = run_storm(cfg, events_log=args.events_log)
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=2), flush=True)
     failed = storm_failures(summary, cfg)
@@ -80,7 +82,8 @@ def storm_failures(summary: dict[str, Any], cfg: StormConfig) -> list[str]:
     failed = [f"check {name} is {value}" for name, value in summary["checks"].items() if value != 0]
     # Without overwrites or deletes, every content's jobs are committed exactly once (a
     # backfill's new set has checks of its own).
-    if not changes and not cfg.backfill_at and summary["renders_committed"] != summary["unique_jobs"]:
+    deployed = cfg.backfill_at or cfg.key_change_at
+    if not changes and not deployed and summary["renders_committed"] != summary["unique_jobs"]:
         failed.append(f"renders_committed {summary['renders_committed']} != unique_jobs {summary['unique_jobs']}")
     if summary["s3_bytes_read_for_duplicates"] != 0:
         failed.append(f"s3_bytes_read_for_duplicates is {summary['s3_bytes_read_for_duplicates']}, not 0")

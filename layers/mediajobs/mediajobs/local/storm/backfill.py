@@ -1,8 +1,9 @@
-"""The storm's backfill (``mediajobs simulate --backfill-at N``): after N writes of the plan,
-a deployment of an active set with ``web-image@2`` (:data:`NEW_IMAGE_SET`), its backfill
-started and scanned by the schedule's code in the parent, its jobs rendered by worker
-processes on the backfill lane, while uploads, overwrites, deletes and crashes go on; then
-the checks of what must hold (:func:`backfill_checks`).
+"""The storm's backfill: after N writes of the plan, a deployment -- of an active set with
+``web-image@2`` (:data:`NEW_IMAGE_SET`, ``mediajobs simulate --backfill-at N``), or of the
+keyed key algorithm to workers that started on algorithm 1 (``--key-change-at N``) --, its
+backfill started and scanned by the schedule's code in the parent, its jobs rendered by
+worker processes on the backfill lane, while uploads, overwrites, deletes and crashes go on;
+then the checks of what must hold (:func:`backfill_checks`).
 
 The deployment is what Lambda does: new workers start with the new set (the
 ``ACTIVE_RECIPES`` setting), the old ones finish the batch they hold. The lane's workers
@@ -23,13 +24,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from mediajobs.adapters.assets import asset_of_image
-from mediajobs.domain.assets import AssetState
+from mediajobs.domain.assets import FINAL_STATES, AssetState
 from mediajobs.domain.backfill import BackfillState, document
+from mediajobs.domain.keys import KEY_ALGORITHM_VERSION
 from mediajobs.local.embedded import LocalStack
 from mediajobs.local.storm.accounting import duplicate_renders, rerenders_after_collection
 from mediajobs.local.storm.checks import asset_views
 from mediajobs.local.storm.config import StormConfig
-from mediajobs.local.storm.plan import planned_keys
+from mediajobs.local.storm.plan import is_video, planned_keys
 from mediajobs.local.storm.pool import WorkerPool
 from mediajobs.local.streams import stream_records
 from mediajobs.settings import Settings
@@ -63,11 +65,21 @@ def new_active_document() -> str:
     return json.dumps(active, sort_keys=True)
 
 
+def deployed_settings(settings: Settings, cfg: StormConfig) -> Settings:
+    """What the storm's deployment changes in the workers' ``settings``: the active set
+    (``--backfill-at``) or the key algorithm, from 1 to the keyed one (``--key-change-at``)."""
+    if cfg.key_change_at:
+        return dataclasses.replace(settings, key_algorithm=KEY_ALGORITHM_VERSION)
+    return dataclasses.replace(settings, active_recipes=new_active_document())
+
+
 class StormBackfill:
-    """The deployment at ``cfg.backfill_at`` writes and the backfill after it.
+    """The deployment at ``cfg.backfill_at`` (or ``cfg.key_change_at``) writes and the
+    backfill after it.
 
     Attributes
     ----------
+    old_settings: the workers' settings before the deployment.
     settings: the deployed workers' (and the scan's) settings.
     backfill_id: the backfill's id, once started.
     deployed_at, done_at: Unix seconds of the deployment and of the backfill's end.
@@ -77,9 +89,9 @@ class StormBackfill:
 
     def __init__(self, stack: LocalStack, settings: Settings, cfg: StormConfig, workers: WorkerPool, folder: Path):
         self._stack, self._cfg, self._workers, self._folder = stack, cfg, workers, folder
+        self.old_settings = settings
         self.settings = dataclasses.replace(
-            settings,
-            active_recipes=new_active_document(),
+            deployed_settings(settings, cfg),
             backfill_queue_arn=stack.backfill_queue_arn,
             retire_grace_s=RETIRE_S,
             backfill_rate_per_s=100.0,
@@ -94,9 +106,15 @@ class StormBackfill:
         self._thread: threading.Thread | None = None
         self._backfiller: Any = None
 
-    def maybe_deploy(self, sent: int, feeding: bool) -> None:
-        """Deploy once ``sent`` writes were made (or the plan is over)."""
-        if self.deployed_at is None and (sent >= self._cfg.backfill_at or not feeding):
+    def maybe_deploy(self, sent: int, feeding: bool, backlog: int) -> None:
+        """Deploy once ``sent`` writes were made (or the plan is over). A key change waits
+        until no event is left for the old workers to pick up (``backlog``: the jobs queue's
+        visible messages; those in flight cross the deployment), so that sets under the old
+        keys exist for its backfill to move."""
+        if self.deployed_at is not None:
+            return
+        due = sent >= (self._cfg.backfill_at or self._cfg.key_change_at) or not feeding
+        if due and (not self._cfg.key_change_at or backlog == 0):
             self._deploy()
 
     def _deploy(self) -> None:
@@ -163,22 +181,39 @@ class StormBackfill:
         return self.lane.spawned if self.lane is not None else 0
 
 
-def _new_recipe_keys(contents: list[bytes]) -> set[str]:
-    """The job keys of the new set's image recipes (not in today's set) for every content."""
+def _all_keys(contents: list[bytes], settings: Settings) -> set[str]:
+    """Every job key ``settings`` (their active set, policy and key scheme) plan for ``contents``."""
     from mediajobs.bootstrap import active_recipes
 
-    today = {r.ref for r in active_recipes()["image"]}
-    planned = planned_keys(contents, {"image": active_recipes(new_active_document())["image"]})
-    return {key for ref, keys in planned.items() if ref not in today for key in keys}
+    planned = planned_keys(contents, active_recipes(settings.active_recipes), settings)
+    return {key for keys in planned.values() for key in keys}
 
 
-def _old_recipe_keys(contents: list[bytes]) -> set[str]:
-    """The job keys of today's image recipes the new set drops, for every content."""
+def new_set_keys(contents: list[bytes], backfill: StormBackfill) -> set[str]:
+    """The keys of the jobs the deployment added: planned after it, not before (the new
+    recipe's jobs; every job, after a key change)."""
+    return _all_keys(contents, backfill.settings) - _all_keys(contents, backfill.old_settings)
+
+
+def old_set_keys(contents: list[bytes], backfill: StormBackfill) -> set[str]:
+    """The keys of the jobs the deployment retired: planned before it, not after."""
+    return _all_keys(contents, backfill.old_settings) - _all_keys(contents, backfill.settings)
+
+
+def expected_jobs(contents: list[bytes], settings: Settings) -> dict[tuple[str, str], list[str]]:
+    """What each content's asset serves under ``settings``: by (SHA-256, media), its job
+    keys in the set's order."""
     from mediajobs.bootstrap import active_recipes
+    from mediajobs.domain.keys import sha256_hex
+    from mediajobs.domain.plan import Where, plan_jobs
 
-    new = {r.ref for r in active_recipes(new_active_document())["image"]}
-    planned = planned_keys(contents, {"image": active_recipes()["image"]})
-    return {key for ref, keys in planned.items() if ref not in new for key in keys}
+    recipes = active_recipes(settings.active_recipes)
+    where = Where("storm", "originals/storm", settings.derivatives_prefix, settings.policy_version, settings.keys)
+    expected: dict[tuple[str, str], list[str]] = {}
+    for content in contents:
+        sha, media = sha256_hex(content), "video" if is_video(content) else "image"
+        expected[(sha, media)] = [job.key for job in plan_jobs(sha, media, {media: recipes.get(media, [])}, where)]
+    return expected
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -202,18 +237,19 @@ def backfill_checks(
     and its figures.
 
     * ``backfill_not_done``: 1 unless the backfill ended ``done``;
-    * ``assets_not_on_new_set``: live image assets not serving :data:`NEW_IMAGE_SET` (or
-      still holding a ``next`` set);
+    * ``assets_not_on_new_set``: live assets that ended (``ready``, ``failed``, ``rejected``)
+      without the jobs the deployed settings plan for their content (:data:`NEW_IMAGE_SET`'s; every job at its new key
+      after a key change), or still holding a ``next`` set;
     * ``new_set_duplicate_renders``: commits of a new-set job beyond its first (renders
       equal the unique (content, new recipe) pairs);
-    * ``old_sets_left``: derivative prefixes of the retired recipe's jobs still in the
-      bucket after the last collection (no asset references them);
+    * ``old_sets_left``: derivative prefixes of the retired jobs (the old recipe's; every
+      old key after a key change) still in the bucket after the last collection;
     * ``backfill_counts_wrong``: counts that cannot be (``total`` not ``enqueued + reused``,
       ``remaining`` not what is left of ``total``, or ``done`` with jobs remaining), or
       ``done`` beyond the new-set jobs the ledger has done;
     * ``assets_without_ready_outputs``: writes that took a ``ready`` version of an asset
       to another state for the same version (read from the assets table's stream);
-    * ``new_set_not_told_ready``: live image assets whose current version was never told
+    * ``new_set_not_told_ready``: live ``ready`` assets whose current version was never told
       ``Asset Ready`` with the new set (the outbox's notifications). That each episode --
       a version entering ``ready`` with a serving set, or made current again -- is told
       exactly once is the notification checks' ``versions_not_told_once``.
@@ -232,12 +268,14 @@ def backfill_checks(
         checks["backfill_counts_wrong"] = int(not consistent or (c["state"] == "done" and c["remaining"] != 0))
     model = stack.asset_models().asset
     views = asset_views(stack)
+    expected = expected_jobs(contents, backfill.settings)
     for key in live_keys:
         view = views.get(key)
-        live = view is not None and view.media == "image" and view.state != AssetState.DELETED
-        if live and view is not None and (tuple(j.recipe for j in view.jobs) != NEW_IMAGE_SET or view.next):
+        if view is None or view.state not in FINAL_STATES or view.sha256 is None or view.media is None:
+            continue
+        if [j.job_key for j in view.jobs] != expected.get((view.sha256, view.media)) or view.next:
             checks["assets_not_on_new_set"] += 1
-    new_keys = _new_recipe_keys(contents)
+    new_keys = new_set_keys(contents, backfill)
     committed = Counter(e["job_key"] for e in events if e["event"] == "committed" and e.get("job_key") in new_keys)
     # As the storm counts them (accounting.duplicate_renders): a render of a job committed
     # already, or while another worker holds it; not a render again after its collection.
@@ -247,7 +285,7 @@ def backfill_checks(
         rows = stack.ledger().find(sorted(new_keys)) if new_keys else {}
         ledger_done = sum(1 for row in rows.values() if row.state == "done")
         checks["backfill_counts_wrong"] |= int(status["done"] > ledger_done)
-    old_keys = _old_recipe_keys(contents)
+    old_keys = old_set_keys(contents, backfill)
     s3 = stack.client("s3")
     left: set[str] = set()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=stack.bucket, Prefix="derivatives/"):
@@ -271,23 +309,24 @@ def backfill_checks(
             when = record["dynamodb"]["ApproximateCreationDateTime"]
             ready_at.setdefault((new.key, new.version.version_id), when.timestamp())
 
-    # Asset Ready of the new set, per live image asset's current version: from the outbox.
-    told: dict[tuple[str, str], set[str]] = defaultdict(set)
+    # Asset Ready of the set each live asset serves, per current version: from the outbox.
+    told: dict[tuple[str, str], set[tuple[str, ...]]] = defaultdict(set)
     readies: dict[str, list[tuple[str, str]]] = defaultdict(list)  # every Ready of a key: version, set
     for item in stack.outbox_model().scan(consistent_read=True):
         body = json.loads(item.payload) if isinstance(item.payload, str) else dict(item.payload or {})
         asset = body.get("asset", {})
-        serving = sorted(r for r, j in (asset.get("recipes") or {}).items() if j.get("serving", True))
+        serving = {r: j for r, j in (asset.get("recipes") or {}).items() if j.get("serving", True)}
         version = str((asset.get("version") or {}).get("version_id"))
         if body.get("type") == "Asset Ready":
-            readies[str(asset.get("key"))].append((version, "+".join(serving)))
-            if serving == sorted(NEW_IMAGE_SET):
-                told[(str(asset.get("key")), version)].add(str(item.id))
+            readies[str(asset.get("key"))].append((version, "+".join(sorted(serving))))
+            told[(str(asset.get("key")), version)].add(tuple(sorted(str(j.get("job_key")) for j in serving.values())))
     wrong: list[dict[str, Any]] = []
     for key in sorted(live_keys):
         view = views.get(key)
-        ready = view is not None and view.media == "image" and view.state == AssetState.READY
-        if ready and view is not None and not told[(key, str(view.version.version_id))]:
+        if view is None or view.state != AssetState.READY or view.sha256 is None or view.media is None:
+            continue
+        wanted = tuple(sorted(expected.get((view.sha256, view.media)) or ()))
+        if wanted not in told[(key, str(view.version.version_id))]:
             checks["new_set_not_told_ready"] += 1
             wrong.append({"key": key, "version": view.version.version_id, "readies": readies[key]})
 

@@ -98,6 +98,10 @@ class StormConfig:
     backfill_at: after this many writes of the plan, deploy the active set with
         ``web-image@2`` (:data:`~mediajobs.local.storm.backfill.NEW_IMAGE_SET`) and start its
         backfill (0: none).
+    key_change_at: after this many writes of the plan, deploy the keyed key algorithm
+        (``KEY_ALGORITHM_VERSION`` 2, with the stack's secret) to workers that started on
+        algorithm 1, and start its backfill: every asset is moved to its new paths (0: none;
+        the storm then runs algorithm 2 from the start). Not with ``backfill_at``.
     backfill_workers: worker processes on the backfill lane (its ``MaximumConcurrency``).
     seed: fixes every random choice the storm makes: contents, copies, duplicated events,
         crash points (:func:`~mediajobs.local.storm.worker.crash_point`) and lost
@@ -176,6 +180,13 @@ class StormConfig:
         non_negative_integer,
         "after this many uploads, deploy an active set with web-image@2 and backfill it while the storm goes on "
         "(0: none; default {default})",
+    )
+    key_change_at: int = flagged(
+        0,
+        "--key-change-at",
+        non_negative_integer,
+        "start on key algorithm 1 and, after this many uploads, deploy the keyed algorithm 2 and backfill it "
+        "while the storm goes on: every asset moves to its new paths (0: none; default {default})",
     )
     backfill_workers: int = 2
     # A guard against a hang, not a budget: 2,000 uploads of two jobs each took 1,269 s on

@@ -33,10 +33,16 @@ def watch_asset_writes(stack: LocalStack) -> None:
 _UNSEEN: Final = ("unseen", "", "")
 
 
-def _serving(state: str, recipes: list[str]) -> str:
-    """The recipe set a ``ready`` asset serves, as the checks group by it (a backfill's
-    switch to a new set is an episode of its own); empty for other states."""
-    return "+".join(sorted(recipes)) if state == "ready" else ""
+def _serving(state: str, jobs: list[str]) -> str:
+    """The jobs (their keys) a ``ready`` asset serves, as the checks group by them (a
+    backfill's switch to a new set -- new recipes, a new policy, a new key algorithm -- is
+    an episode of its own); empty for other states."""
+    return "+".join(sorted(jobs)) if state == "ready" else ""
+
+
+def _served_keys(asset: dict[str, Any]) -> list[str]:
+    """The job keys a status document's serving jobs have."""
+    return [str(job.get("job_key")) for job in (asset.get("recipes") or {}).values() if job.get("serving", True)]
 
 
 def _s3_version(version: dict[str, Any]) -> str:
@@ -92,7 +98,7 @@ def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[di
         run = None
         if state in ("ready", "failed", "rejected", "deleted"):
             version = "" if state == "deleted" else _s3_version(dataclasses.asdict(new.version))
-            run = (state, version, _serving(state, [job.recipe for job in new.jobs]))
+            run = (state, version, _serving(state, [job.job_key for job in new.jobs]))
         previous = run_of.get(new.key, _UNSEEN)
         if run is not None and run != previous and not (state == "deleted" and previous is _UNSEEN):
             episodes[(new.key, *run)] += 1
@@ -108,16 +114,14 @@ def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[di
         asset = delivery.payload.get("asset", {})
         state = str(asset.get("state"))
         version = "" if state == "deleted" else _s3_version(asset.get("version") or {})
-        serving = _serving(state, [r for r, job in (asset.get("recipes") or {}).items() if job.get("serving", True)])
+        serving = _serving(state, _served_keys(asset))
         ids_of_episode[(str(asset.get("key")), state, version, serving)].add(delivery.id)
     ids_of_version: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
     for delivery in received.deliveries:
         asset = delivery.payload.get("asset", {})
         version = json.dumps(asset.get("version"), sort_keys=True)
         kind = str(delivery.payload.get("type"))
-        serving = _serving(
-            str(asset.get("state")), [r for r, job in (asset.get("recipes") or {}).items() if job.get("serving", True)]
-        )
+        serving = _serving(str(asset.get("state")), _served_keys(asset))
         ids_of_version[(str(asset.get("key")), version, kind, serving)].add(delivery.id)
     destinations = ("eventbridge", "webhook")
     checks = {

@@ -11,9 +11,12 @@ import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mediajobs.local.storm.config import StormConfig
+
+if TYPE_CHECKING:
+    from mediajobs.settings import Settings
 
 
 @dataclasses.dataclass
@@ -180,16 +183,16 @@ def _plan_changes(cfg: StormConfig, uploads: list[Upload], contents: list[bytes]
             uploads.insert(noncurrent.randrange(at + 1, len(uploads) + 1), drop)
 
 
-def planned_keys(contents: Sequence[bytes], active: Mapping[str, Sequence[Any]]) -> dict[str, set[str]]:
+def planned_keys(
+    contents: Sequence[bytes], active: Mapping[str, Sequence[Any]], settings: Settings
+) -> dict[str, set[str]]:
     """The job keys the active recipes ``active`` plan for ``contents``, by recipe reference,
-    under the storm's policy (``POLICY_VERSION``, as its workers read it): a rendition's key
+    under the storm workers' ``settings`` (their policy and key scheme): a rendition's key
     hashes its moderation job's, so it is planned, never a bare ``job_key``."""
     from mediajobs.domain.keys import sha256_hex
     from mediajobs.domain.plan import Where, plan_jobs
-    from mediajobs.settings import Settings
 
-    settings = Settings.from_env()
-    where = Where("storm", "originals/storm", settings.derivatives_prefix, settings.policy_version)
+    where = Where("storm", "originals/storm", settings.derivatives_prefix, settings.policy_version, settings.keys)
     keys: dict[str, set[str]] = {}
     for content in contents:
         media = "video" if is_video(content) else "image"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mediajobs.domain.keys import sha256_hex
+from mediajobs.domain.keys import UNKEYED_ALGORITHM, sha256_hex
 from mediajobs.local.embedded import EmbeddedAws, LocalStack
 from mediajobs.local.notifications import LocalNotifications
 from mediajobs.local.runner import QUEUE_DEPTH_ATTRIBUTES
@@ -55,6 +55,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
         settings = stack.settings(lease_s=cfg.lease_s, deadline_margin_s=2, image_job_s=2, retry_base_s=1)
         if cfg.video_rate:  # the storm's 3 s videos split in 1 s segments
             settings = dataclasses.replace(settings, segment_s=1.0, split_above_s=0.001)
+        if cfg.key_change_at:  # a stack from before the keyed algorithm, until its deployment
+            settings = dataclasses.replace(settings, key_algorithm=UNKEYED_ALGORITHM)
         sqs = stack.client("sqs")
         watch_asset_writes(stack)
         sqs.set_queue_attributes(QueueUrl=stack.queue_url, Attributes={"VisibilityTimeout": str(cfg.visibility_s)})
@@ -63,7 +65,8 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             sqs.set_queue_attributes(QueueUrl=stack.backfill_queue_url, Attributes=visibility)
         feeder = Feeder(stack, *plan(cfg))  # hears S3's events from now on
         workers = WorkerPool(stack, settings, cfg, folder)
-        backfill = StormBackfill(stack, settings, cfg, workers, folder) if cfg.backfill_at else None
+        deploys = cfg.backfill_at or cfg.key_change_at
+        backfill = StormBackfill(stack, settings, cfg, workers, folder) if deploys else None
         deadline = time.monotonic() + cfg.max_seconds
         feeder.start(deadline)
         collections = Collections(stack, settings, cfg)
@@ -113,6 +116,7 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
             timed_out=timed_out,
             conflicts=aws.conflicts,
             started=started,
+            settings=settings,
             backfill=backfilled,
         )
         return summary
@@ -132,7 +136,7 @@ def _settle(
         workers.replace_dead()
         settled = True
         if backfill is not None:
-            backfill.maybe_deploy(feeder.sent, feeder.is_alive())
+            backfill.maybe_deploy(feeder.sent, feeder.is_alive(), _messages(sqs, stack.queue_url))
             backfill.replace_dead()
             lane = _queue_depth(sqs, stack.backfill_queue_url) if stack.backfill_queue_url else 0
             settled = backfill.settled() and lane == 0

@@ -18,6 +18,7 @@ from mediajobs.local.storm.accounting import (
 from mediajobs.local.storm.collection import Collections
 from mediajobs.local.storm.feeder import Feeder
 from mediajobs.local.storm.plan import VIDEO_PARTS, is_known_bad, is_video, planned_keys
+from mediajobs.settings import Settings
 
 
 def summarize(
@@ -32,6 +33,7 @@ def summarize(
     timed_out: bool,
     conflicts: TransactionConflicts | None,
     started: float,
+    settings: Settings,
     backfill: tuple[dict[str, int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The storm's summary.
@@ -50,6 +52,8 @@ def summarize(
     timed_out: whether the storm gave up at ``--max-seconds``.
     conflicts: the emulated transaction conflicts, when on.
     started: when the storm started, ``time.monotonic()`` seconds.
+    settings: the upload workers' settings (the policy and key scheme ``unique_jobs`` is
+        counted under: before a deployment).
     backfill: with ``--backfill-at``, the backfill's checks and figures
         (:func:`~mediajobs.local.storm.backfill.backfill_checks`).
 
@@ -68,7 +72,7 @@ def summarize(
     # A content the policy refuses commits no job: its moderation job fails, its renditions never run.
     refused = [c for c in feeder.contents if is_known_bad(c)]
     accepted = [c for c in feeder.contents if not is_known_bad(c)]
-    unique_keys = {key for keys in planned_keys(accepted, recipes).values() for key in keys}
+    unique_keys = {key for keys in planned_keys(accepted, recipes, settings).values() for key in keys}
     lost = checks["assets_not_ready"]
     records = [e for e in events if e["event"] == "record"]
     copies = copy_deliveries(records, uploads)
