@@ -39,7 +39,7 @@ from mediajobs.domain.jobs import (
     RenderedFile,
     identify_stored,
 )
-from mediajobs.domain.manifest import MANIFEST_NAME, build_manifest, inputs_of
+from mediajobs.domain.manifest import MANIFEST_CONTENT_TYPE, MANIFEST_NAME, build_manifest, inputs_of
 from mediajobs.service_layer.lease import LeaseKeeper
 from mediajobs.service_layer.ports import Ledger, ObjectStore
 
@@ -172,7 +172,7 @@ class Commit:
         """Write the staged manifest body (a 412 means it is there: every write of it
         carries these bytes); its outputs."""
         self.store.put_if_absent(
-            self.source.bucket, self.manifest_key, staged.encode("utf-8"), content_type="application/json"
+            self.source.bucket, self.manifest_key, staged.encode("utf-8"), content_type=MANIFEST_CONTENT_TYPE
         )
         return [OutputRecord.from_json(o) for o in json.loads(staged)["outputs"]]
 
