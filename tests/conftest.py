@@ -12,9 +12,11 @@ Everything a test reads lives in the repository or is made by it:
 from __future__ import annotations
 
 import functools
+import http.client
 import importlib.util
 import os
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -136,3 +138,26 @@ def local_session() -> Iterator[object]:
         for name, value in stack_environment(session.stack).items():
             env.setenv(name, value)
         yield session
+
+
+#: How long a local server has to answer a request that must be answered at once, seconds:
+#: a socket timeout, so that a server waiting for a body it should not read fails the test
+#: instead of hanging it; never a pace.
+ANSWER_WITHIN_S = 20
+
+
+def send_raw(url: str, head: str, body: bytes) -> tuple[int, bytes]:
+    """Send ``head`` (the request line and headers, without the blank line) and ``body``
+    as they are to the server of ``url`` (a body shorter than its ``Content-Length`` too);
+    the answer's status and body (:data:`ANSWER_WITHIN_S` to answer)."""
+    where = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=ANSWER_WITHIN_S)
+    try:
+        connection.connect()
+        assert connection.sock is not None
+        connection.sock.sendall(head.encode() + b"\r\n\r\n" + body)
+        answer = http.client.HTTPResponse(connection.sock, method=head.split(" ", 1)[0])
+        answer.begin()
+        return answer.status, answer.read()
+    finally:
+        connection.close()

@@ -4,6 +4,8 @@ worker. A JPEG, a short MP4 and a broken file are dropped on the page; it hashes
 SHA-256 it shows is the file's), uploads it through its presigned URL, and shows ``ready``,
 ``ready`` and ``failed`` with the reason in words, live; the ``card`` shown has its listed
 size; the video's progress went above 0 before ``ready``; a reload lists the same uploads.
+All of it under the page's Content Security Policy: the browser's log holds no violation of
+it, and an inline handler injected at the end is blocked (and logged).
 A screenshot of the finished page is written to ``tests/media/build/artifacts/``."""
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def browser() -> Iterator[object]:
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,1600"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console: CSP violations
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         yield driver
@@ -118,6 +121,11 @@ def rows(driver) -> dict[str, dict]:
         return out;
         """
     )
+
+
+def policy_violations(entries: list[dict]) -> list[str]:
+    """The browser log's messages that report a Content Security Policy violation."""
+    return [e["message"] for e in entries if "Content Security Policy" in e["message"]]
 
 
 def test_the_page_hashes_uploads_and_shows_each_upload_live_to_its_end_and_again_after_a_reload(served, browser):
@@ -187,4 +195,11 @@ def test_the_page_hashes_uploads_and_shows_each_upload_live_to_its_end_and_again
     assert browser.switch_to.active_element.get_attribute("id") == "files"
     outline = browser.execute_script("return getComputedStyle(document.querySelector('.pick')).outlineStyle")
     assert outline == "solid"
+    # Everything above ran under the page's policy, and broke none of it.
+    assert policy_violations(browser.get_log("browser")) == []
+    # The policy is enforced (and the log would tell): an injected inline handler does not run.
+    injected = '<img src="/nothing-here" onerror="window.ran = 1">'  # a 404: its onerror would run
+    browser.execute_script("document.body.insertAdjacentHTML('beforeend', arguments[0])", injected)
+    blocked = WebDriverWait(browser, 30, poll_frequency=0.5).until(lambda d: policy_violations(d.get_log("browser")))
+    assert "script-src" in blocked[0] and browser.execute_script("return window.ran") is None
     Path(ARTIFACTS / "app-page.txt").write_text(f"{url}\n")

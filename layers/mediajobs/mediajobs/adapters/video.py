@@ -40,7 +40,7 @@ from mediajobs.domain.errors import (
 from mediajobs.domain.inspections.containers import container_problem, top_level_boxes
 from mediajobs.domain.jobs import RenderContext, RenderedFile
 from mediajobs.domain.parts import Split, SplitNeeded, split_of
-from mediajobs.domain.recipes import VideoRenditionsParams
+from mediajobs.domain.recipes import CONTENT_TYPES, M4A_CONTENT_TYPE, MP4_CONTENT_TYPE, VideoRenditionsParams
 from mediajobs.domain.segments import SEGMENT_SECONDS, should_split
 from mediajobs.domain.video import (
     Budget,
@@ -360,11 +360,11 @@ class FfmpegRenderer:
             if part.is_audio:
                 path = out_dir / f"{r.name}.m4a"
                 self._check_stream(path, r.name, "audio", None)
-                files.append(self._rendered(path, r.name, "m4a", "audio/mp4", 0, 0))
+                files.append(self._rendered(path, r.name, "m4a", M4A_CONTENT_TYPE, 0, 0))
             else:
                 path = out_dir / f"{r.name}.mp4"
                 frames[r.name] = self._check_stream(path, r.name, "video", (r.width, r.height))
-                files.append(self._rendered(path, r.name, "mp4", "video/mp4", r.width, r.height))
+                files.append(self._rendered(path, r.name, "mp4", MP4_CONTENT_TYPE, r.width, r.height))
         return files, {"part": part.identity, "frames": frames}
 
     def join(
@@ -543,7 +543,7 @@ class FfmpegRenderer:
         width, height = plan.poster_size
         if problems := poster_problems(document, width, height):
             raise verification_failure(params.poster.name, problems)
-        return self._rendered(path, params.poster.name, "jpeg", "image/jpeg", width, height)
+        return self._rendered(path, params.poster.name, "jpeg", CONTENT_TYPES["jpeg"], width, height)
 
     def frame_rgb(
         self, source: Path, probe: VideoProbe, at_s: float, size: tuple[int, int], timeout_s: float
@@ -597,7 +597,7 @@ class FfmpegRenderer:
         expected = Expected(width=width, height=height, duration_s=probe.duration_s, audio=probe.has_audio)
         if failure := rendition_failure(name, document, expected, moov_first=moov_first):
             raise failure
-        return self._rendered(path, name, "mp4", "video/mp4", width, height)
+        return self._rendered(path, name, "mp4", MP4_CONTENT_TYPE, width, height)
 
     def slideshow(
         self,
@@ -650,7 +650,7 @@ class FfmpegRenderer:
         expected = Expected(width=size[0], height=size[1], duration_s=duration_s, audio=False)
         if failure := rendition_failure(output.stem, document, expected, moov_first=moov_first):
             raise failure
-        return self._rendered(output, output.stem, "mp4", "video/mp4", size[0], size[1])
+        return self._rendered(output, output.stem, "mp4", MP4_CONTENT_TYPE, size[0], size[1])
 
     def _probe_output(self, path: Path) -> dict[str, object]:
         completed = self._run(ffprobe_output_argv(self.binaries.ffprobe, str(path)), PROBE_TIMEOUT_S, path.parent)

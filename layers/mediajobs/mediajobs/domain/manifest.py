@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
 from mediajobs.domain.jobs import JobSpec, ObjectRef, OutputInput, OutputRecord
+from mediajobs.domain.recipes import CONTENT_TYPES, M4A_CONTENT_TYPE, MP4_CONTENT_TYPE
+from mediajobs.domain.text import shortened
 
 #: 2: the public face holds no ``source`` and no ``inputs`` (they are the provenance's).
 MANIFEST_SCHEMA_VERSION: Final = 2
@@ -35,6 +37,15 @@ PUBLIC_FIELDS: Final = ("schema", "job_key", "recipe", "policy", "outputs", "dec
 #: frames named their asset, rendition and decision in schema 1). Kept from the public face
 #: of a manifest a holder of the earlier schema staged (adopted by a takeover after a deploy).
 PRIVATE_DECISION_FIELDS: Final = frozenset({"asset_key", "rendition_job_key", "decision_id"})
+#: The manifest's MIME type.
+MANIFEST_CONTENT_TYPE: Final = "application/json"
+#: Every MIME type a derivative set holds: the images' formats (:data:`CONTENT_TYPES`: WebP,
+#: AVIF, JPEG -- posters too -- and PNG), MP4 renditions and promos, M4A audio parts, and
+#: the manifest. What renders under ``derivatives/`` is one of these; an object there of
+#: another type was not written by a recipe.
+DERIVATIVE_CONTENT_TYPES: Final = frozenset(
+    {*CONTENT_TYPES.values(), MP4_CONTENT_TYPE, M4A_CONTENT_TYPE, MANIFEST_CONTENT_TYPE}
+)
 #: Longest text a decision keeps, in characters. Decisions quote the input (an ICC
 #: profile's description, container tags), and the manifest is staged in a DynamoDB item
 #: (400 KB at most, DynamoDB developer guide "Service quotas"): an input must not be able
@@ -46,7 +57,7 @@ def bounded_text(value: Any) -> Any:
     """``value`` (JSON data) with every string cut to :data:`MAX_DECISION_TEXT` characters
     (the cut ones end with ``…``). Pure."""
     if isinstance(value, str):
-        return value if len(value) <= MAX_DECISION_TEXT else value[: MAX_DECISION_TEXT - 1] + "\u2026"
+        return shortened(value, MAX_DECISION_TEXT)
     if isinstance(value, dict):
         return {k: bounded_text(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -39,6 +39,11 @@ CONTENT_TYPES: dict[str, str] = {
 #: File extension of each output format.
 EXTENSIONS: dict[str, str] = {"webp": "webp", "avif": "avif", "jpeg": "jpg", "png": "png"}
 
+#: MIME type of a video rendition, of a video's part and of a promo: MP4 (RFC 4337).
+MP4_CONTENT_TYPE: Final = "video/mp4"
+#: MIME type of a video's audio part: MP4 holding audio only, ``.m4a`` (RFC 4337).
+M4A_CONTENT_TYPE: Final = "audio/mp4"
+
 
 #: Highest ``max_fps`` a recipe may set, frames per second: the fastest rate phones record
 #: (240 fps slow motion); above that a cap bounds nothing a player would show.

@@ -9,6 +9,16 @@ request becomes a function URL event (payload format 2.0,
 :func:`~mediajobs.local.function_events.function_url_event`) and the resolver's answer the
 HTTP response. An app's backend calls it exactly as it calls the deployed ``StatusUrl``
 (docs/apps.md's snippet is tested against it).
+
+Before the signature, as Lambda does in front of a function, and because a web page the
+user visits can reach ``127.0.0.1`` too (:mod:`mediajobs.local.guards`):
+
+- a ``Host`` other than the names it is served at (``127.0.0.1:<port>``, ``localhost:<port>``,
+  ``[::1]:<port>``) is answered 421 (DNS rebinding: the embedded AWS's credentials are no
+  secret, so a signature alone proves nothing);
+- a body over :data:`MAX_PAYLOAD_BYTES` is answered 413 without being read (from its
+  ``Content-Length``; a chunked one is read up to the limit and one byte), and so is a
+  request whose event, once built, is over it (a binary body grows by a third in base64).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
 from mediajobs.local.function_events import function_url_event
+from mediajobs.local.guards import BodyTooLarge, host_served, read_body, served_hosts
 from mediajobs.local.presigned import signature_of
 
 #: What a handler of a function URL event is: ``resolve(event, context)`` of a resolver.
@@ -40,6 +51,13 @@ Resolve = Callable[[dict[str, Any], Any], dict[str, Any]]
 #: How far a request's ``X-Amz-Date`` may be from now, seconds (SigV4: AWS refuses a
 #: signature older or newer than 15 minutes, "Signature expired").
 MAX_SKEW_S: Final = 15 * 60
+#: The largest invocation payload Lambda takes, bytes (Lambda quotas: "Invocation payload
+#: (request and response): 6 MB each for request and response", synchronous; Invoke
+#: refuses a larger one with "Request must be smaller than 6291456 bytes for the
+#: InvokeFunction operation", and a function URL answers 413).
+MAX_PAYLOAD_BYTES: Final = 6 * 2**20
+#: Lambda's words for a payload over :data:`MAX_PAYLOAD_BYTES`.
+TOO_LARGE_MESSAGE: Final = f"Request must be smaller than {MAX_PAYLOAD_BYTES} bytes for the InvokeFunction operation"
 
 
 def _signed_by(request: Request, body: bytes, credentials: Credentials, region: str, now_s: float) -> bool:
@@ -78,7 +96,9 @@ class FunctionUrl:
     resolve: the function's resolver (``app.resolve``).
     credentials: the credentials a caller must sign with (the embedded AWS's).
     region: the region a signature names.
-    host, port: where to listen (port 0: any free one; :attr:`url` says which).
+    host, port: where to listen (port 0: any free one; :attr:`url` says which); a
+        request must name it in ``Host`` as :func:`~mediajobs.local.guards.served_hosts`
+        says (421 otherwise).
     caller_arn: the principal the event names as the caller.
     """
 
@@ -99,15 +119,21 @@ class FunctionUrl:
         self._server = make_server(host, port, self._wsgi, threaded=True)
         self._thread = threading.Thread(target=self._server.serve_forever, name="function-url", daemon=True)
         self.url = f"http://{host}:{self._server.server_port}/"
+        self._hosts = served_hosts(host, self._server.server_port)
 
     def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        return self._answer(environ)(environ, start_response)
+
+    def _answer(self, environ: dict[str, Any]) -> Response:
+        if not host_served(environ, self._hosts):
+            return _refused(421, f"this function URL is served at {sorted(self._hosts)} only")
         request = Request(environ)
-        body = request.get_data()
+        try:
+            body = read_body(environ, MAX_PAYLOAD_BYTES)
+        except BodyTooLarge:
+            return _refused(413, TOO_LARGE_MESSAGE)
         if not _signed_by(request, body, self._credentials, self._region, time.time()):
-            refused = Response(
-                json.dumps({"Message": "Forbidden"}), status=403, content_type="application/json"
-            )  # as Lambda answers an unsigned request to an AWS_IAM function URL
-            return refused(environ, start_response)
+            return _refused(403, "Forbidden")  # as Lambda answers an unsigned request to an AWS_IAM function URL
         try:
             text = body.decode("utf-8") if body else None
         except UnicodeDecodeError:
@@ -121,13 +147,14 @@ class FunctionUrl:
         )
         if body and text is None:  # not text: Lambda passes it base64-encoded
             event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode("ascii"), True
+        if len(json.dumps(event).encode("utf-8")) > MAX_PAYLOAD_BYTES:  # the payload is the event
+            return _refused(413, TOO_LARGE_MESSAGE)
         answer = self._resolve(event, None)
-        response = Response(
+        return Response(
             answer.get("body") or "",
             status=int(answer.get("statusCode", 200)),
             headers={k: v for k, v in (answer.get("headers") or {}).items()},
         )
-        return response(environ, start_response)
 
     def __enter__(self) -> FunctionUrl:
         self._thread.start()
@@ -137,3 +164,8 @@ class FunctionUrl:
         self._server.shutdown()
         self._thread.join()
         self._server.server_close()
+
+
+def _refused(status: int, message: str) -> Response:
+    """A refusal as a function URL words it: ``{"Message": ...}``."""
+    return Response(json.dumps({"Message": message}), status=status, content_type="application/json")

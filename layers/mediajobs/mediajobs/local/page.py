@@ -20,15 +20,33 @@ A person drops or picks files. For each, the page (``local/page/app.js``, no fra
    words, ``rejected``, ``review``.
 
 The uploads made from the page are kept here (``GET /api/uploads``): a reload lists them
-again. Derivatives are shown through ``GET /api/file?key=derivatives/...``.
+again, the latest :data:`MAX_LISTED` (refused asks too), each name cut to
+:data:`MAX_SHOWN_NAME_CHARS` characters and each refusal's words to
+:data:`MAX_SHOWN_MESSAGE_CHARS`. Derivatives are shown through
+``GET /api/file?key=derivatives/...``: inline only when their type is one a recipe writes
+(:data:`~mediajobs.domain.manifest.DERIVATIVE_CONTENT_TYPES`), as an attachment in a sandbox
+otherwise.
+
+A web page the user visits can reach ``127.0.0.1`` too, so every request is checked first
+(:mod:`mediajobs.local.guards`): its ``Host`` must be a name the page is served at (421
+otherwise: DNS rebinding), a request other than ``GET``/``HEAD`` must come from the page's
+own origin (403), the JSON routes take ``Content-Type: application/json`` only (415: a
+cross-site "simple" request cannot reach them) and a body of at most
+:data:`MAX_JSON_BODY_BYTES` (413, refused before it is read). Every answer carries
+``X-Content-Type-Options: nosniff``, ``Referrer-Policy: no-referrer``,
+``Cross-Origin-Resource-Policy: same-origin`` and a Content Security Policy
+(:func:`page_policy`: the page's own script only, no inline script or style, requests to
+itself and the embedded S3 only, no framing).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
@@ -39,8 +57,11 @@ from werkzeug.wrappers import Request, Response
 
 from mediajobs.domain.assets import status_document
 from mediajobs.domain.errors import PermanentFailure, TransientFailure
-from mediajobs.domain.uploads import SUGGESTED_PART_BYTES, UploadRefused
+from mediajobs.domain.manifest import DERIVATIVE_CONTENT_TYPES
+from mediajobs.domain.text import shortened
+from mediajobs.domain.uploads import MAX_PARTS, SUGGESTED_PART_BYTES, UploadRefused
 from mediajobs.local.gallery import placeholder_from_manifest
+from mediajobs.local.guards import SAFE_METHODS, BodyTooLarge, host_served, read_body, same_origin, served_hosts
 from mediajobs.service_layer.ports import Assets
 from mediajobs.service_layer.uploads import Uploads
 
@@ -59,14 +80,62 @@ FILES: Final = {
 HASH_IN_MEMORY_BELOW_BYTES: Final = 256 * 2**20
 #: How often the events stream reads the page's uploads' status documents, seconds.
 EVENTS_EVERY_S: Final = 0.25
-#: The most uploads the page lists (the latest): a page, not a database.
+#: The most uploads the page keeps and lists (the latest, refused asks included): a page,
+#: not a database.
 MAX_LISTED: Final = 200
+#: The longest name a listed upload shows, characters (a longer one is cut, ending with
+#: ``…``): the name is the caller's, of any length.
+MAX_SHOWN_NAME_CHARS: Final = 200
+#: The longest words a listed refusal shows, characters (cut as names are).
+MAX_SHOWN_MESSAGE_CHARS: Final = 400
+#: The largest body the JSON routes (``POST /api/uploads``, ``POST /api/uploads/complete``)
+#: take, bytes: the largest the page sends is a completion of :data:`MAX_PARTS` parts, each
+#: under 128 bytes as JSON (``{"part_number":10000,"etag":"\"<32 hex>\"","sha256":"<44>"}``),
+#: with room for the rest. A larger one is refused (413) before it is read.
+MAX_JSON_BODY_BYTES: Final = MAX_PARTS * 128 + 64 * 2**10
 #: The prefix the page's uploads go under (``originals/page/...``).
 PAGE_PREFIX: Final = "page"
 
 
 def _page_file(name: str) -> bytes:
     return resources.files("mediajobs.local").joinpath("page", name).read_bytes()
+
+
+def page_policy(upload_origin: str) -> str:
+    """The page's Content Security Policy (CSP Level 3), on every answer of its server:
+    nothing by default; its own scripts and style sheets only (no inline script, style or
+    handler: ``index.html`` has none); images from itself and ``data:`` URLs (the ThumbHash
+    placeholder); media from itself (an output opened in a tab); requests to itself and to
+    ``upload_origin`` only (the embedded S3, ``http://127.0.0.1:<port>``, which the page
+    PUTs the bytes to); no ``<base>``, no form submission, and no page may frame it.
+    Pure."""
+    return "; ".join(
+        (
+            "default-src 'none'",
+            "script-src 'self'",
+            "style-src 'self'",
+            "img-src 'self' data:",
+            "media-src 'self'",
+            f"connect-src 'self' {upload_origin}",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        )
+    )
+
+
+#: The policy of an answer that is not shown inline (an attachment): a sandbox (no script,
+#: an opaque origin), and nothing it may load.
+ATTACHMENT_POLICY: Final = "sandbox; default-src 'none'"
+
+
+class _Refused(Exception):
+    """A request refused before its route: its status and words."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class AppPage:
@@ -79,7 +148,10 @@ class AppPage:
     s3: the stack's S3 client (the derivatives the page shows).
     bucket: the stack's bucket.
     multipart_above_bytes: above it the page uploads in parts (the route's threshold).
-    host, port: where to listen (port 0: any free one; :attr:`url` says which).
+    upload_origin: the origin the page PUTs uploads to (the embedded S3's,
+        ``http://127.0.0.1:<port>``): the one other origin its policy lets it connect to.
+    host, port: where to listen (port 0: any free one; :attr:`url` says which); a request
+        must name it in ``Host`` as :func:`~mediajobs.local.guards.served_hosts` says.
     clock: Unix time, seconds.
     wake: waits up to the seconds given for one of the stack's notifications (the page's
         subscription: :func:`subscribe`); whether one came. ``None``: the stream reads
@@ -94,6 +166,7 @@ class AppPage:
         s3: Any,
         bucket: str,
         multipart_above_bytes: int,
+        upload_origin: str,
         host: str = "127.0.0.1",
         port: int = 0,
         clock: Callable[[], float] = time.time,
@@ -109,16 +182,25 @@ class AppPage:
         self._multipart_above = multipart_above_bytes
         self._clock = clock
         self._made: list[dict[str, Any]] = []
+        self._refusals = itertools.count(1)  # names each refused ask kept
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._policy = page_policy(upload_origin)
         self._server = make_server(host, port, self._wsgi, threaded=True)
         self._thread = threading.Thread(target=self._server.serve_forever, name="app-page", daemon=True)
         self.url = f"http://{host}:{self._server.server_port}/"
+        self._hosts = served_hosts(host, self._server.server_port)
 
     @property
     def origin(self) -> str:
-        """The page's origin (what the bucket's CORS rule admits)."""
+        """The page's origin as :attr:`url` names it."""
         return self.url.rstrip("/")
+
+    @property
+    def origins(self) -> list[str]:
+        """Every origin the page is served at (``http://`` and each served ``Host``,
+        sorted): what the bucket's CORS rule admits."""
+        return sorted(f"http://{host}" for host in self._hosts)
 
     def __enter__(self) -> AppPage:
         self._thread.start()
@@ -133,9 +215,30 @@ class AppPage:
     # -- requests ----------------------------------------------------------------------------
 
     def _wsgi(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        request = Request(environ)
-        response = self._answer(request)
+        try:
+            response = self._answer(self._checked(environ))
+        except _Refused as refused:
+            response = _json(refused.status, {"message": refused.message})
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["Cross-Origin-Resource-Policy"] = "same-origin"
+        response.headers.setdefault("Content-Security-Policy", self._policy)
         return response(environ, start_response)
+
+    def _checked(self, environ: dict[str, Any]) -> Request:
+        """The request, once its ``Host`` and (unless it is a ``GET`` or ``HEAD``) its
+        ``Origin`` are the page's own (module docstring).
+
+        Raises
+        ------
+        _Refused
+            421 for another ``Host``, 403 for another ``Origin``.
+        """
+        if not host_served(environ, self._hosts):
+            raise _Refused(421, f"this page is served at {sorted(self._hosts)} only")
+        if environ.get("REQUEST_METHOD") not in SAFE_METHODS and not same_origin(environ):
+            raise _Refused(403, "only the page itself may send this request (its Origin is another)")
+        return Request(environ)
 
     def _answer(self, request: Request) -> Response:
         path, method = request.path, request.method
@@ -147,9 +250,9 @@ class AppPage:
         if method == "GET" and path == "/api/config":
             return _json(200, self.config())
         if method == "POST" and path == "/api/uploads":
-            return self._ask(request)
+            return self._ask(_json_body(request))
         if method == "POST" and path == "/api/uploads/complete":
-            return self._complete(request)
+            return self._complete(_json_body(request))
         if method == "GET" and path == "/api/uploads":
             return _json(200, {"uploads": [self.view(made) for made in self.made()]})
         if method == "GET" and path == "/api/events":
@@ -172,43 +275,44 @@ class AppPage:
         with self._lock:
             return list(self._made)
 
-    def _ask(self, request: Request) -> Response:
-        body = _body(request)
-        if isinstance(body, dict):
-            body = {**body, "prefix": PAGE_PREFIX}
-        try:
-            answer = self._uploads.ask(body)
-        except UploadRefused as refused:
-            with self._lock:  # listed too: a reload still says why it was refused
-                key = f"refused:{len(self._made)}"
-                self._made.append(
-                    {
-                        "key": key,
-                        "name": str(body.get("name")) if isinstance(body, dict) else "?",
-                        "sha256": None,
-                        "refused": {"reason": refused.reason, "message": refused.detail},
-                        "at_s": int(self._clock()),
-                    }
-                )
-            return _json(400, {"reason": refused.reason, "message": refused.detail, "key": key, **refused.extra})
-        except TransientFailure as failure:
-            return _json(503, {"reason": "unavailable", "message": str(failure)})
-        made = {
-            "key": answer["key"],
-            "name": str(body.get("name")),
-            "size_bytes": answer["size_bytes"],
-            "sha256": answer["sha256"],
-            "path": answer["path"],
-            "at_s": int(self._clock()),
-        }
+    def _keep(self, made: dict[str, Any]) -> None:
+        """Keep ``made`` (an upload or a refused ask) for the listing: the latest
+        :data:`MAX_LISTED` are kept, its name cut to :data:`MAX_SHOWN_NAME_CHARS`."""
+        made = {**made, "name": shortened(made["name"], MAX_SHOWN_NAME_CHARS)}
         with self._lock:
             self._made.append(made)
             del self._made[:-MAX_LISTED]
+
+    def _ask(self, body: Any) -> Response:
+        if isinstance(body, dict):
+            body = {**body, "prefix": PAGE_PREFIX}
+        name = str(body.get("name")) if isinstance(body, dict) else "?"
+        try:
+            answer = self._uploads.ask(body)
+        except UploadRefused as refused:
+            key = f"refused:{next(self._refusals)}"
+            message = shortened(refused.detail, MAX_SHOWN_MESSAGE_CHARS)
+            refusal = {"reason": refused.reason, "message": message}
+            # listed too: a reload still says why it was refused
+            self._keep({"key": key, "name": name, "sha256": None, "refused": refusal, "at_s": int(self._clock())})
+            return _json(400, {**refusal, "key": key, **refused.extra})
+        except TransientFailure as failure:
+            return _json(503, {"reason": "unavailable", "message": str(failure)})
+        self._keep(
+            {
+                "key": answer["key"],
+                "name": name,
+                "size_bytes": answer["size_bytes"],
+                "sha256": answer["sha256"],
+                "path": answer["path"],
+                "at_s": int(self._clock()),
+            }
+        )
         return _json(200, answer)
 
-    def _complete(self, request: Request) -> Response:
+    def _complete(self, body: Any) -> Response:
         try:
-            return _json(200, self._uploads.complete(_body(request)))
+            return _json(200, self._uploads.complete(body))
         except UploadRefused as refused:
             return _json(400, {"reason": refused.reason, "message": refused.detail})
         except PermanentFailure as refused:
@@ -223,7 +327,20 @@ class AppPage:
             got = self._s3.get_object(Bucket=self._bucket, Key=key)
         except Exception:  # noqa: BLE001 - gone (collected) or never there: not found
             return _json(404, {"message": f"no {key}"})
-        return Response(got["Body"].read(), content_type=got.get("ContentType", "application/octet-stream"))
+        stored = str(got.get("ContentType") or "").split(";")[0].strip().lower()
+        if stored in DERIVATIVE_CONTENT_TYPES:  # what a recipe writes: shown as it is
+            return Response(got["Body"].read(), content_type=stored, headers={"Cache-Control": "no-store"})
+        # Anything else (text/html, image/svg+xml ...: it could run script on this origin)
+        # is not shown: a download, in a sandbox, of no type a browser renders.
+        return Response(
+            got["Body"].read(),
+            content_type="application/octet-stream",
+            headers={
+                "Content-Disposition": "attachment",
+                "Content-Security-Policy": ATTACHMENT_POLICY,
+                "Cache-Control": "no-store",
+            },
+        )
 
     # -- what the page shows -----------------------------------------------------------------
 
@@ -275,7 +392,10 @@ class AppPage:
         quiet_since = time.monotonic()
         yield b"retry: 1000\n\n"
         while not self._stopping.is_set():
-            for made in self.made():
+            listed = self.made()
+            kept = {made["key"] for made in listed}
+            sent = {key: shown for key, shown in sent.items() if key in kept}  # as bounded as the listing
+            for made in listed:
                 try:
                     shown = json.dumps(self.view(made), sort_keys=True)
                 except Exception as exc:  # noqa: BLE001 - the table is busy: next time
@@ -294,10 +414,25 @@ class AppPage:
                 self.notified += 1
 
 
-def _body(request: Request) -> Any:
+def _json_body(request: Request) -> Any:
+    """The request's JSON body (``None`` when it is not JSON, or nested past Python's
+    limit: the route refuses it).
+
+    Raises
+    ------
+    _Refused
+        415 for another ``Content-Type`` than ``application/json``, 413 for a body over
+        :data:`MAX_JSON_BODY_BYTES` (not read).
+    """
+    if request.mimetype != "application/json":
+        raise _Refused(415, "the body is JSON: Content-Type: application/json")
     try:
-        return json.loads(request.get_data() or b"")
-    except (ValueError, RecursionError):  # not JSON, or nested past Python's limit
+        data = read_body(request.environ, MAX_JSON_BODY_BYTES)
+    except BodyTooLarge as refused:
+        raise _Refused(413, f"the body is at most {refused.limit_bytes:,} bytes") from refused
+    try:
+        return json.loads(data or b"")
+    except (ValueError, RecursionError):
         return None
 
 
@@ -332,24 +467,26 @@ def subscribe(stack: Any, name: str) -> Callable[[float], bool]:
 def page_for(stack: Any, *, host: str = "127.0.0.1", port: int = 0) -> AppPage:
     """The app page of the embedded ``stack`` (a :class:`~mediajobs.local.stack.LocalStack`),
     its uploads signed as the status function signs them, and the bucket's CORS rule set to
-    admit the page's origin for the signed PUT (what the template's ``AppOrigins`` does
+    admit the page's origins for the signed PUT (what the template's ``AppOrigins`` does
     deployed). Not started: use it as a context manager."""
     from mediajobs.bootstrap import build_uploads
 
     settings = stack.settings(media_bucket=stack.bucket)
+    endpoint = urllib.parse.urlsplit(stack.endpoint_url)
     page = AppPage(
         uploads=build_uploads(settings, stack.clients()),
         assets=stack.assets(),
         s3=stack.client("s3"),
         bucket=stack.bucket,
         multipart_above_bytes=settings.multipart_above_bytes,
+        upload_origin=f"{endpoint.scheme}://{endpoint.netloc}",
         host=host,
         port=port,
         wake=subscribe(stack, f"mediajobs-app-page-{uuid.uuid4().hex[:8]}") if stack.notification_bus_name else None,
     )
     rule = {
         "AllowedMethods": ["PUT"],
-        "AllowedOrigins": [page.origin],
+        "AllowedOrigins": page.origins,
         "AllowedHeaders": ["content-type", "x-amz-checksum-sha256"],
         "ExposeHeaders": ["ETag", "x-amz-checksum-sha256"],
         "MaxAgeSeconds": 3600,

@@ -41,7 +41,14 @@ from mediajobs.domain.jobs import (
     RenderedFile,
     identify_stored,
 )
-from mediajobs.domain.manifest import MANIFEST_NAME, build_manifest, inputs_of, provenance_of, public_body
+from mediajobs.domain.manifest import (
+    MANIFEST_CONTENT_TYPE,
+    MANIFEST_NAME,
+    build_manifest,
+    inputs_of,
+    provenance_of,
+    public_body,
+)
 from mediajobs.service_layer.lease import LeaseKeeper
 from mediajobs.service_layer.ports import Ledger, ObjectStore
 
@@ -174,7 +181,10 @@ class Commit:
         """Write the staged manifest's public face (a 412 means it is there: every write of
         it carries these bytes, :func:`~mediajobs.domain.manifest.public_body`); its outputs."""
         self.store.put_if_absent(
-            self.source.bucket, self.manifest_key, public_body(staged).encode("utf-8"), content_type="application/json"
+            self.source.bucket,
+            self.manifest_key,
+            public_body(staged).encode("utf-8"),
+            content_type=MANIFEST_CONTENT_TYPE,
         )
         return [OutputRecord.from_json(o) for o in json.loads(staged)["outputs"]]
 
