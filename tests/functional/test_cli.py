@@ -5,10 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
+import re
 import select
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -393,3 +397,100 @@ def test_process_uploads_a_file_under_its_own_name_and_the_manifest_names_it(tmp
     # The public manifest names no original (the worker's decoding of the key is held by
     # tests/functional/test_event_keys.py, from the job's private provenance).
     assert "originals/" not in Path(line["jobs"][0]["manifest"]).read_text()
+
+
+def _free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1 now."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(first, first + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+class Lines:
+    """A child's text output, read line by line by a thread of its own (a pipe's buffered
+    reader may hold lines that ``select`` does not see)."""
+
+    def __init__(self, stream) -> None:
+        self._lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put("")  # the end
+
+    def matching(self, pattern: str, timeout_s: float = 120) -> re.Match[str]:
+        """The first line from here on matching ``pattern``.
+
+        Raises AssertionError when the output ends, or has no such line within ``timeout_s``."""
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout_s)
+            except queue.Empty:
+                raise AssertionError(f"no line matching {pattern!r} within {timeout_s} s: {self.seen}") from None
+            assert line, f"the output ended before a line matching {pattern!r}: {self.seen}"
+            self.seen.append(line)
+            if match := re.search(pattern, line):
+                return match
+
+
+def test_serve_and_listen_take_the_secret_from_the_environment_and_a_file_and_never_show_it_in_ps(tmp_path):
+    """``webhook listen`` reads the secret from a file (mode 600), ``serve --worker`` from
+    MEDIAJOBS_WEBHOOK_SECRET: an upload to the served stack reaches the listener, which
+    verified its signature; neither process's command line (what ``ps`` shows every user)
+    holds the secret."""
+    import boto3
+
+    from mediajobs.local.notifications import new_webhook_secret
+    from mediajobs.local.stack import CREDENTIALS
+
+    secret = new_webhook_secret()
+    secret_file = tmp_path / "webhook-secret"
+    secret_file.write_text(secret + "\n")
+    secret_file.chmod(0o600)
+    listen_port, serve_port = _free_ports(1), _free_ports(3)
+    env = {k: v for k, v in os.environ.items() if k != "MEDIAJOBS_WEBHOOK_SECRET"}
+    listen_argv = ["webhook", "listen", "--port", str(listen_port), "--secret-file", str(secret_file), "--count", "1"]
+    serve_argv = ["serve", "--worker", "--port", str(serve_port), "--webhook-url", f"http://127.0.0.1:{listen_port}/"]
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "cwd": tmp_path}
+    children = []
+    try:
+        listen = subprocess.Popen([*CLI, *listen_argv], env=env, **popen)
+        children.append(listen)
+        listen_out, listen_err = Lines(listen.stdout), Lines(listen.stderr)
+        listen_err.matching(r"listening on http://127\.0\.0\.1")
+        serve = subprocess.Popen([*CLI, *serve_argv], env={**env, "MEDIAJOBS_WEBHOOK_SECRET": secret}, **popen)
+        children.append(serve)
+        serve_out = Lines(serve.stdout)
+        Lines(serve.stderr)  # drained, so the worker's logs never fill the pipe
+        bucket = serve_out.matching(r"embedded AWS at \S+: bucket ([^,]+),").group(1)
+        serve_out.matching(r"^dispatcher: .* and to the webhook http://127\.0\.0\.1")
+        for child in (listen, serve):
+            argv = Path(f"/proc/{child.pid}/cmdline").read_bytes()
+            assert secret.encode() not in argv and secret.removeprefix("whsec_").encode() not in argv
+        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{serve_port}", region_name="us-east-1", **CREDENTIALS)
+        key = "originals/cli/secret-from-env.jpg"
+        s3.put_object(Bucket=bucket, Key=key, Body=media_file("photos", "canon-40d-small.jpg").read_bytes())
+        delivery = json.loads(listen_out.matching(r"^\{").string)
+        assert (delivery["key"], delivery["type"], delivery["answered"]) == (key, "Asset Ready", 200)
+        assert listen.wait(timeout=60) == 0  # --count 1: one verified delivery answered 2xx
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(timeout=60) == 0
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=30)

@@ -155,6 +155,35 @@ def test_a_400_lands_in_the_failures_queue_and_is_not_retried(local_session, rec
     assert item.deliveries.as_dict()["webhook"]["refused"] is True
 
 
+def test_a_webhook_host_resolving_to_a_refused_address_is_kept_in_the_failures_queue_once(
+    local_session, receiver, secret
+):
+    """As deployed (no network admitted), a URL naming ``localhost``: its name resolves to
+    loopback when the dispatcher POSTs, so nothing is sent, the notification lands in the
+    failures queue with reason ``webhook_target_refused`` naming the address, the item is
+    marked refused, and the stream record is not retried -- no loop, no crash of the batch."""
+    stack = local_session.stack
+    port = receiver.url.rsplit(":", 1)[1].split("/")[0]
+    refusing = local_dispatcher(
+        stack, webhook_url=f"http://localhost:{port}/", webhook_secret=secret, webhook_allow_networks=""
+    )
+    refusing.mapping.drain()  # what earlier tests left
+    failures(stack)
+    key = upload(local_session, OTHER)
+    local_session.run()
+    refusing.mapping.drain()
+    assert receiver.received.deliveries == []
+    (kept,) = failures(stack)
+    assert (kept["key"], kept["destination"], kept["reason"], kept["status"]) == (
+        key, "webhook", "webhook_target_refused", None,
+    )  # fmt: skip
+    assert "the webhook URL's host localhost resolves to" in kept["detail"] and "loopback" in kept["detail"]
+    mark = stack.outbox_model().get(kept["notification_id"], consistent_read=True).deliveries.as_dict()["webhook"]
+    assert (mark["refused"], mark["reason"], "status" in mark) == (True, "webhook_target_refused", False)
+    refusing.mapping.drain()
+    assert (receiver.received.deliveries, failures(stack)) == ([], [])
+
+
 def test_two_dispatchers_racing_one_record_send_it_at_most_twice_and_mark_it_once(local_session, receiver, secret):
     first = fresh(local_session, receiver, secret)
     second = local_dispatcher(local_session.stack, webhook_url=receiver.url, webhook_secret=secret)

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from mediajobs.domain.notifications import Notification, NotificationType
+from mediajobs.domain.webhook_targets import WebhookTargetRefused, target_refusal
 from mediajobs.service_layer.dispatch import (
     DeliveryRefused,
     Dispatcher,
@@ -122,11 +123,13 @@ def test_a_refusal_is_kept_with_its_status_and_marked_so_it_is_never_retried():
             "destination": "webhook",
             "type": "Asset Ready",
             "key": "originals/a.jpg",
+            "reason": "webhook_refused",
             "status": 400,
             "detail": "bad request: no such tenant",
         }
     ]
     assert outbox.record.deliveries["webhook"]["refused"] is True
+    assert outbox.record.deliveries["webhook"]["reason"] == "webhook_refused"
     d.dispatch(NID)
     assert hook.sent == 1
 
@@ -242,6 +245,39 @@ def test_other_answers_are_refused_with_the_first_bytes_of_the_answer(status):
         dest.deliver(NOTE, remaining_s=lambda: 60.0)
     assert (refused.value.status, refused.value.detail) == (status, "x" * 512)
     assert len(receiver.posts) == 1
+
+
+class RefusedTarget:
+    """A transport whose URL's host resolved to a private address: it refuses, sends nothing."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def post(self, url, body, headers, *, timeout_s):
+        self.calls += 1
+        raise WebhookTargetRefused("hooks.example.test", target_refusal("10.0.0.7"), resolved=True)
+
+
+def test_a_refused_target_is_a_permanent_refusal_naming_the_address_never_a_retry():
+    """Bad input (a webhook host resolving to a private address) ends in one clear
+    permanent failure: no second attempt, no NotYet, no crash of the batch; the on-failure
+    message names the reason, the address and why, and the mark says so without a status."""
+    transport = RefusedTarget()
+    clock = Clock()
+    hook = WebhookDestination(
+        "https://hooks.example.test/", transport, Signer(), timing=Timing(clock, clock.sleep, lambda: 0.5)
+    )
+    outbox = FakeOutbox(OutboxRecord(NOTE))
+    d, _ = dispatcher(outbox, hook, clock=clock)
+    done = d.dispatch(NID, remaining_s=lambda: 60.0)
+    assert (done.refused, transport.calls, clock.slept) == (["webhook"], 1, [])
+    (kept,) = d._failures.kept
+    assert (kept["reason"], kept["status"], kept["destination"]) == ("webhook_target_refused", None, "webhook")
+    assert "hooks.example.test resolves to 10.0.0.7" in kept["detail"] and "private network" in kept["detail"]
+    mark = outbox.record.deliveries["webhook"]
+    assert (mark["refused"], mark["reason"], "status" in mark) == (True, "webhook_target_refused", False)
+    d.dispatch(NID, remaining_s=lambda: 60.0)  # the stream record again: nothing is tried
+    assert transport.calls == 1
 
 
 def test_no_post_is_started_that_the_invocation_cannot_wait_out():

@@ -433,16 +433,20 @@ def dispatcher_adapters(settings: Settings, *, clients: ClientFactory | None = N
     ``notification_bus_name`` is set), the webhook (when ``webhook_url`` is set, its secret
     read through Powertools' parameters, cached 300 s, at each signature), the on-failure queue.
 
+    The webhook's transport admits the networks of ``webhook_allow_networks`` and checks
+    every address the URL's host resolves to at each POST (``adapters/webhooks.py``); the
+    settings refused a literal address already.
+
     Raises
     ------
     ValueError
-        A webhook URL that is not https (or http to 127.0.0.1), or no secret for it.
+        No secret for the webhook.
     """
     from aws_lambda_powertools.utilities import parameters
 
     from mediajobs.adapters.notify import EventBridgeDestination, SqsFailureSink
     from mediajobs.adapters.outbox import DynamoOutbox, OutboxModel
-    from mediajobs.adapters.webhooks import StandardWebhooksSigner, UrllibTransport, checked_webhook_url
+    from mediajobs.adapters.webhooks import HttpTransport, StandardWebhooksSigner
     from mediajobs.entrypoints.dispatcher import DispatcherAdapters
     from mediajobs.service_layer.dispatch import Destination, WebhookDestination, WebhookPolicy
 
@@ -464,8 +468,9 @@ def dispatcher_adapters(settings: Settings, *, clients: ClientFactory | None = N
             attempts=settings.webhook_attempts,
             retry_after_cap_s=settings.webhook_retry_after_cap_s,
         )
-        url = checked_webhook_url(settings.webhook_url)
-        destinations.append(WebhookDestination(url, UrllibTransport(), StandardWebhooksSigner(secret), policy=policy))
+        transport = HttpTransport(allowed=settings.webhook_networks)
+        signer = StandardWebhooksSigner(secret)
+        destinations.append(WebhookDestination(settings.webhook_url, transport, signer, policy=policy))
     outbox = DynamoOutbox(clients.unit_of_work(), clients.model(OutboxModel, settings.outbox_table_name))
     failures = SqsFailureSink(clients.client("sqs"), settings.notification_failures_queue_url)
     return DispatcherAdapters(outbox, tuple(destinations), failures)

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from mediajobs.domain.keys import KEY_ALGORITHM_VERSION, KEY_ALGORITHMS, UNKEYED, UNKEYED_ALGORITHM, KeyScheme
 from mediajobs.domain.segments import MAX_SEGMENT_SECONDS, MIN_SEGMENT_SECONDS
+from mediajobs.domain.webhook_targets import IPNetwork, checked_webhook_url, parse_networks
 
 MB: Final = 1024 * 1024
 
@@ -56,6 +57,7 @@ _ENV_NAMES: Final = {
     "webhook_timeout_s": "WEBHOOK_TIMEOUT_SECONDS",
     "webhook_attempts": "WEBHOOK_ATTEMPTS",
     "webhook_retry_after_cap_s": "WEBHOOK_RETRY_AFTER_CAP_SECONDS",
+    "webhook_allow_networks": "WEBHOOK_ALLOW_NETWORKS",
     "backfill_queue_arn": "BACKFILL_QUEUE_ARN",
     "backfill_rate_per_s": "BACKFILL_RATE_PER_SECOND",
     "backfill_segments": "BACKFILL_SEGMENTS",
@@ -172,12 +174,19 @@ class Settings:
         (empty: no EventBridge destination).
     notification_failures_queue_url: the dispatcher's on-failure queue (refusals, and
         records the event source mapping gave up on).
-    webhook_url: where the dispatcher POSTs notifications (empty: no webhook destination).
+    webhook_url: where the dispatcher POSTs notifications (empty: no webhook destination):
+        ``https://`` (``http://`` only to a loopback name), its host no address the rule of
+        :mod:`mediajobs.domain.webhook_targets` refuses -- a literal one is refused here,
+        a name's addresses at each POST.
     webhook_secret_arn: the Secrets Manager secret holding the webhook's signing secret.
     webhook_timeout_s: one POST's timeout, seconds (default 10).
     webhook_attempts: POSTs of one notification per invocation (default 5; the event
         source mapping retries the record 3 times after that).
     webhook_retry_after_cap_s: the longest ``Retry-After`` honoured, seconds (default 60).
+    webhook_allow_networks: networks a webhook may reach although the rule refuses them
+        (private, loopback, link-local ...; never a metadata endpoint), comma-separated CIDRs
+        (env ``WEBHOOK_ALLOW_NETWORKS``; default empty: none; ``mediajobs serve`` admits
+        loopback, ``127.0.0.0/8,::1/128``).
     backfill_queue_arn: the backfill lane, where a backfill's job requests go (env
         ``BACKFILL_QUEUE_ARN``; empty: the jobs queue).
     backfill_rate_per_s: most jobs a backfill enqueues per second (default 10; the lane's
@@ -239,6 +248,7 @@ class Settings:
     webhook_timeout_s: float = 10.0
     webhook_attempts: int = 5
     webhook_retry_after_cap_s: float = 60.0
+    webhook_allow_networks: str = ""
     backfill_queue_arn: str = ""
     backfill_rate_per_s: float = 10.0
     backfill_segments: int = 4
@@ -297,6 +307,12 @@ class Settings:
             raise ValueError(f"KEY_ALGORITHM_VERSION must be one of {sorted(KEY_ALGORITHMS)}, got {self.key_algorithm}")
         if self.key_secret:
             self.keys  # noqa: B018 -- a secret given is checked now, not at the first key
+        try:
+            networks = self.webhook_networks
+        except ValueError as exc:
+            raise ValueError(f"webhook_allow_networks: {exc}") from None
+        if self.webhook_url:
+            checked_webhook_url(self.webhook_url, allowed=networks)  # a literal address refused: ValueError
 
     @property
     def keys(self) -> KeyScheme:
@@ -325,6 +341,11 @@ class Settings:
             return UNKEYED
         return KeyScheme(algorithm, self.key_secret.encode("utf-8"))
 
+    @property
+    def webhook_networks(self) -> tuple[IPNetwork, ...]:
+        """:attr:`webhook_allow_networks` parsed (:func:`~mediajobs.domain.webhook_targets.parse_networks`)."""
+        return parse_networks(self.webhook_allow_networks)
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
         """Build settings from ``environ`` (default ``os.environ``); ``overrides`` win.
@@ -332,7 +353,10 @@ class Settings:
         Raises
         ------
         ValueError
-            If a numeric variable is not an integer or a value is out of range.
+            If a numeric variable is not an integer or a value is out of range, a webhook
+            URL that is not one (its form, or a literal address no webhook is sent to:
+            ``WebhookTargetRefused``, which names it and why), or an allow list that is not
+            CIDRs.
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}

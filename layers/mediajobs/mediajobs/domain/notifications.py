@@ -43,7 +43,7 @@ SECRET_MIN_BYTES: Final = 24
 SECRET_MAX_BYTES: Final = 64
 #: The two forms a user meets, for error messages.
 SECRET_FORMS: Final = (
-    "locally (mediajobs webhook listen --secret, serve --webhook-secret): whsec_ + base64 of 24 to 64 random "  # noqa: S105
+    "locally (the secret of mediajobs webhook listen and serve): whsec_ + base64 of 24 to 64 random "  # noqa: S105
     "bytes, e.g. python3 -c \"import base64,os; print('whsec_' + base64.b64encode(os.urandom(32)).decode())\"; "
     "deployed (the WebhookSecret in Secrets Manager): the base64 alone, without whsec_"
 )
@@ -222,6 +222,15 @@ class WebhookVerdict:
     verdict: Verdict
     wait_s: float = 0.0
 
+
+#: Why the dispatcher's on-failure destination keeps a webhook notification (its message's
+#: ``reason``). Stable: scripts match them, never rename one.
+#: The receiver answered 3xx or 4xx (other than 429): it refused the notification for good.
+WEBHOOK_REFUSED: Final = "webhook_refused"
+#: The URL's host is, or resolved to, an address no webhook is sent to (a metadata endpoint,
+#: a private, loopback or link-local network: :mod:`mediajobs.domain.webhook_targets`); no
+#: connection was made.
+WEBHOOK_TARGET_REFUSED: Final = "webhook_target_refused"
 
 #: Statuses whose ``Retry-After`` is honoured (RFC 9110 section 10.2.3; Standard Webhooks).
 RETRY_AFTER_STATUSES: Final = frozenset({429, 503})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mediajobs.bootstrap import build_dispatcher, dispatcher_adapters
+from mediajobs.domain.webhook_targets import LOOPBACK_NETWORKS
 from mediajobs.entrypoints.dispatcher import DispatcherAdapters, make_handler
 from mediajobs.local.embedded import LocalStack
 from mediajobs.local.receiver import Delivery, WebhookReceiver
@@ -40,17 +41,26 @@ def local_dispatcher(
     *,
     webhook_url: str | None = None,
     webhook_secret: str | None = None,
+    webhook_allow_networks: str = LOOPBACK_NETWORKS,
     wrap: Callable[[DispatcherAdapters], DispatcherAdapters] | None = None,
     **settings: Any,
 ) -> LocalDispatcher:
     """The dispatcher of ``stack``: EventBridge to its bus, and a webhook to
     ``webhook_url`` signed with ``webhook_secret`` (stored in the embedded Secrets Manager,
-    as the template's ``WebhookSecret``) when given.
+    as the template's ``WebhookSecret``) when given, admitting the networks of
+    ``webhook_allow_networks`` (comma-separated CIDRs; default loopback, for a receiver on
+    this machine) despite the rule of :mod:`mediajobs.domain.webhook_targets`.
 
     ``wrap``: returns the adapters to use in place of the real ones (tests and tools inject
     faults there); ``settings``: overrides (``webhook_attempts``, ...).
+
+    Raises
+    ------
+    ValueError
+        A webhook URL that is not one, or whose host is a literal address the rule refuses
+        (``WebhookTargetRefused``); an allow list that is not CIDRs.
     """
-    extra: dict[str, Any] = dict(settings)
+    extra: dict[str, Any] = {"webhook_allow_networks": webhook_allow_networks, **settings}
     if webhook_url:
         secret = webhook_secret or new_webhook_secret()
         name = f"mediajobs-webhook-{secrets.token_hex(4)}"

@@ -11,9 +11,11 @@ Outcomes per destination:
 
 * delivered: marked ``{"at_s": ...}`` with what the destination reported (an event id, a
   status);
-* refused for good (a webhook's 4xx): kept in the on-failure destination with the status
-  and the first bytes of the answer, and marked ``{"refused": true, ...}`` -- never tried
-  again;
+* refused for good (a webhook's 3xx or 4xx, reason ``webhook_refused``; a webhook URL
+  whose host is or resolves to an address no webhook is sent to, reason
+  ``webhook_target_refused``): kept in the on-failure destination with its reason, the
+  status and the first bytes of the answer (or why the address is refused), and marked
+  ``{"refused": true, "reason": ...}`` -- never tried again;
 * not delivered yet (a timeout, a 5xx, a ``Retry-After`` longer than the invocation can
   wait): the destination's earliest next try is noted on the item (``not_before_s``) and
   :class:`~mediajobs.domain.errors.TransientFailure` is raised, so the event source
@@ -32,21 +34,33 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mediajobs.domain.errors import TransientFailure
-from mediajobs.domain.notifications import Notification, Verdict, webhook_verdict
+from mediajobs.domain.notifications import (
+    WEBHOOK_REFUSED,
+    WEBHOOK_TARGET_REFUSED,
+    Notification,
+    Verdict,
+    webhook_verdict,
+)
+from mediajobs.domain.webhook_targets import WebhookTargetRefused
 
 log = logging.getLogger(__name__)
 
 
 class DeliveryRefused(Exception):
-    """A destination refused the notification for good (a webhook's 3xx or 4xx).
+    """A destination refused the notification for good: a webhook's 3xx or 4xx (reason
+    ``webhook_refused``), or a webhook target no POST is sent to (``webhook_target_refused``,
+    no status).
 
-    Attributes: ``status`` (HTTP status), ``detail`` (the first bytes of the answer).
+    Attributes: ``status`` (HTTP status; ``None``: nothing was sent), ``detail`` (the first
+    bytes of the answer, or why), ``reason`` (one of the on-failure reasons of
+    :mod:`mediajobs.domain.notifications`).
     """
 
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"refused with {status}: {detail[:200]}")
+    def __init__(self, status: int | None, detail: str, *, reason: str = WEBHOOK_REFUSED) -> None:
+        super().__init__(f"refused ({reason}{f', {status}' if status is not None else ''}): {detail[:200]}")
         self.status = status
         self.detail = detail
+        self.reason = reason
 
 
 class NotYet(TransientFailure):
@@ -199,12 +213,20 @@ class Dispatcher:
                         "destination": destination.name,
                         "type": str(record.notification.type),
                         "key": record.notification.key,
+                        "reason": refused.reason,
                         "status": refused.status,
                         "detail": refused.detail,
                     }
                 )
-                mark = {"refused": True, "status": refused.status}
-                extra = {"notification_id": notification_id, "destination": destination.name, "status": refused.status}
+                mark = {"refused": True, "reason": refused.reason}
+                if refused.status is not None:
+                    mark["status"] = refused.status
+                extra = {
+                    "notification_id": notification_id,
+                    "destination": destination.name,
+                    "reason": refused.reason,
+                    "status": refused.status,
+                }
                 log.warning("notification refused for good: kept in the on-failure destination", extra=extra)
                 done.refused.append(destination.name)
             except NotYet as later:
@@ -248,7 +270,14 @@ class WebhookTransport(Protocol):
     """One HTTPS POST (``adapters/webhooks.py``)."""
 
     def post(self, url: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float) -> WebhookAnswer:
-        """POST ``body``; never raises for an answer or a timeout (both are answers)."""
+        """POST ``body``; never raises for an answer or a timeout (both are answers).
+
+        Raises
+        ------
+        WebhookTargetRefused
+            The URL's host is, or resolves to, an address no webhook is sent to
+            (:mod:`mediajobs.domain.webhook_targets`); nothing was sent.
+        """
         ...
 
 
@@ -336,7 +365,9 @@ class WebhookDestination:
         Raises
         ------
         DeliveryRefused
-            A 3xx or 4xx other than 429.
+            A 3xx or 4xx other than 429 (reason ``webhook_refused``), or the URL's host is or
+            resolves to an address no webhook is sent to (``webhook_target_refused``: no
+            status, the detail says which address and why).
         NotYet
             Still not delivered: the next try no earlier than the last answer asked.
         """
@@ -354,7 +385,10 @@ class WebhookDestination:
                 "webhook-timestamp": str(timestamp_s),
                 "webhook-signature": self._signer.signature(notification.id, timestamp_s, body),
             }
-            answer = self._transport.post(self._url, body.encode(), headers, timeout_s=policy.timeout_s)
+            try:
+                answer = self._transport.post(self._url, body.encode(), headers, timeout_s=policy.timeout_s)
+            except WebhookTargetRefused as refused:  # permanent for this URL: no retry, no connection made
+                raise DeliveryRefused(None, str(refused), reason=WEBHOOK_TARGET_REFUSED) from refused
             verdict = webhook_verdict(
                 answer.status,
                 answer.headers,

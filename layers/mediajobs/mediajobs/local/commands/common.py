@@ -1,6 +1,7 @@
-"""What the commands share: the internal error (exit 1), and what ``demo`` and ``process``
-both do with their files and results (the inputs checked, the key of each upload, the
-table of results)."""
+"""What the commands share: the internal error (exit 1), the webhook secret of ``serve``
+and ``webhook listen`` (a flag, a file or the environment), and what ``demo`` and
+``process`` both do with their files and results (the inputs checked, the key of each
+upload, the table of results)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import argparse
 import dataclasses
 import functools
 import hashlib
+import os
 import re
+import stat
+import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from mediajobs.domain.errors import REJECTED, TOO_LARGE
 from mediajobs.settings import Settings
@@ -22,6 +27,70 @@ if TYPE_CHECKING:  # what only demo and process use: not imported by the light c
 
 class InternalError(Exception):
     """Something the user cannot fix happened (exit code 1)."""
+
+
+#: The environment variable ``mediajobs serve`` and ``mediajobs webhook listen`` read the
+#: webhook's signing secret from: unlike a flag, not shown to other users by ``ps``.
+WEBHOOK_SECRET_ENV: Final = "MEDIAJOBS_WEBHOOK_SECRET"  # noqa: S105 - a variable's name, not a secret
+
+
+@dataclasses.dataclass(frozen=True)
+class GivenSecret:
+    """A webhook secret and where it came from (``--secret-file PATH``,
+    ``MEDIAJOBS_WEBHOOK_SECRET``, ``--secret``), for the messages about it."""
+
+    value: str = dataclasses.field(repr=False)
+    source: str
+
+
+def webhook_secret(
+    parser: argparse.ArgumentParser,
+    *,
+    flag: tuple[str, str | None],
+    file_flag: tuple[str, str | None],
+    environ: Mapping[str, str] | None = None,
+) -> GivenSecret | None:
+    """The webhook secret given by exactly one of: a file (``file_flag``: its name and the
+    path given, the file's text without surrounding whitespace), the environment variable
+    :data:`WEBHOOK_SECRET_ENV` (``environ``, default ``os.environ``; empty is unset), or a
+    flag (``flag``: its name and value, which ``ps`` shows to every user of the machine).
+    ``None`` when none is given. A file that other users may read is used, with a warning
+    on stderr.
+
+    Raises
+    ------
+    SystemExit
+        A usage error (``parser.error``, exit 2): two sources given (naming both), or the
+        file cannot be read.
+    """
+    env = os.environ if environ is None else environ
+    (flag_name, flag_value), (file_name, path) = flag, file_flag
+    given = {
+        f"{file_name} {path}": path,
+        WEBHOOK_SECRET_ENV: env.get(WEBHOOK_SECRET_ENV) or None,
+        flag_name: flag_value,
+    }
+    sources = [name for name, value in given.items() if value is not None]
+    if len(sources) > 1:
+        parser.error(f"the webhook secret is given twice, by {' and by '.join(sources)}: give one")
+    if not sources:
+        return None
+    source = sources[0]
+    if path is not None:
+        try:
+            mode = os.stat(path).st_mode
+            text = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            parser.error(f"{file_name} {path}: {getattr(exc, 'strerror', None) or exc}")
+        if mode & (stat.S_IRGRP | stat.S_IROTH):
+            print(
+                f"mediajobs: warning: {path} is readable by other users (mode {stat.S_IMODE(mode):o}): chmod 600 it",
+                file=sys.stderr,
+            )
+        return GivenSecret(text, source)
+    value = given[source]
+    assert value is not None
+    return GivenSecret(value.strip(), source)
 
 
 def safe_name(name: str) -> str:

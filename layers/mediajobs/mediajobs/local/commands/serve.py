@@ -14,7 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mediajobs.domain.webhook_targets import LOOPBACK_NETWORKS
 from mediajobs.local.commands import SUMMARIES
+from mediajobs.local.commands.common import WEBHOOK_SECRET_ENV, webhook_secret
 from mediajobs.local.embedded import LOCAL_DEFAULTS, EmbeddedAws, LocalStack
 from mediajobs.local.session import AdapterWrapper
 from mediajobs.settings import _ENV_NAMES
@@ -51,34 +53,75 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--webhook-url",
         metavar="URL",
         help="with --worker: POST each notification there (https, or http to 127.0.0.1: a `mediajobs webhook "
-        "listen`), signed with --webhook-secret",
+        f"listen`), signed with the secret of --webhook-secret-file, {WEBHOOK_SECRET_ENV} or --webhook-secret; "
+        "its host must not be or resolve to a private, link-local, metadata or other non-global address "
+        "(but for --webhook-allow-networks)",
     )
     serve.add_argument(
-        "--webhook-secret", metavar="SECRET", help="the webhook's Standard Webhooks secret (whsec_ + base64)"
+        "--webhook-secret-file",
+        metavar="PATH",
+        help="a file holding the webhook's Standard Webhooks secret (whsec_ + base64; chmod 600 it)",
+    )
+    serve.add_argument(
+        "--webhook-secret",
+        metavar="SECRET",
+        help="the webhook's Standard Webhooks secret (whsec_ + base64); VISIBLE TO OTHER USERS in `ps`: prefer "
+        f"--webhook-secret-file or the environment variable {WEBHOOK_SECRET_ENV}",
+    )
+    serve.add_argument(
+        "--webhook-allow-networks",
+        metavar="CIDRS",
+        default=LOOPBACK_NETWORKS,
+        help="comma-separated networks the webhook may reach although they are not global (never a metadata "
+        f'address); replaces the default, loopback: {LOOPBACK_NETWORKS} ("": none)',
     )
     serve.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters: AdapterWrapper | None = None) -> int:
-    """Check the webhook's flags (a usage error when ``--webhook-url`` comes without
-    ``--worker`` and ``--webhook-secret``, or either is not valid), then :func:`cmd_serve`."""
-    if args.webhook_url and not (args.worker and args.webhook_secret):
-        parser.error("--webhook-url needs --worker and --webhook-secret")
-    if args.webhook_secret:
+    """Check the webhook's flags, then :func:`cmd_serve` with ``args.webhook_secret`` the
+    secret of whichever source gave it.
+
+    A usage error (exit 2): two sources of the secret (:func:`~.common.webhook_secret`), a
+    secret that is not one, ``--webhook-url`` without ``--worker`` or a secret, an allow
+    list that is not CIDRs, or a URL that is not one -- its form, or a host that is, or
+    resolves now to, an address no webhook is sent to (the message names it and why), or
+    does not resolve.
+    """
+    secret = webhook_secret(
+        parser,
+        flag=("--webhook-secret", args.webhook_secret),
+        file_flag=("--webhook-secret-file", args.webhook_secret_file),
+    )
+    if args.webhook_url and not (args.worker and secret):
+        parser.error(
+            f"--webhook-url needs --worker and a secret (--webhook-secret-file, {WEBHOOK_SECRET_ENV} or "
+            "--webhook-secret)"
+        )
+    if secret:
+        from mediajobs.adapters.webhooks import StandardWebhooksSigner
         from mediajobs.domain.notifications import webhook_key
 
         try:
-            webhook_key(args.webhook_secret, prefixed=True)  # the local form, checked at start
+            webhook_key(secret.value, prefixed=True)  # the local form, checked at start
+            StandardWebhooksSigner(secret.value)
         except ValueError as exc:
-            parser.error(f"--webhook-secret: {exc}")
+            parser.error(f"{secret.source}: {exc}")
     if args.webhook_url:
-        from mediajobs.adapters.webhooks import StandardWebhooksSigner, checked_webhook_url
+        from mediajobs.adapters.webhooks import HttpTransport
+        from mediajobs.domain.webhook_targets import parse_networks
 
         try:
-            checked_webhook_url(args.webhook_url)
-            StandardWebhooksSigner(args.webhook_secret)
+            allowed = parse_networks(args.webhook_allow_networks)
         except ValueError as exc:
-            parser.error(str(exc))
+            parser.error(f"--webhook-allow-networks: {exc}")
+        try:
+            HttpTransport(allowed=allowed).checked_addresses(args.webhook_url)  # a literal or its name resolved now
+        except ValueError as exc:
+            parser.error(f"--webhook-url: {exc}")
+        except OSError as exc:
+            parser.error(f"--webhook-url {args.webhook_url}: its host does not resolve: {exc}")
+    args.webhook_secret = secret.value if secret else None
     return cmd_serve(args)
 
 
@@ -114,7 +157,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("press Ctrl-C to stop", flush=True)
         try:
             if args.worker:
-                serve_worker(stack, args.log_level, webhook_url=args.webhook_url, webhook_secret=args.webhook_secret)
+                serve_worker(
+                    stack,
+                    args.log_level,
+                    webhook_url=args.webhook_url,
+                    webhook_secret=args.webhook_secret,
+                    webhook_allow_networks=args.webhook_allow_networks,
+                )
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
@@ -203,6 +252,7 @@ def serve_worker(
     polls: int | None = None,
     webhook_url: str | None = None,
     webhook_secret: str | None = None,
+    webhook_allow_networks: str = LOOPBACK_NETWORKS,
     active_text: Callable[[], str] | None = None,
 ) -> None:
     """Run the real worker handler behind the local event source mapping on ``stack``'s
@@ -210,7 +260,8 @@ def serve_worker(
     Uploads, ``mediajobs delete`` and re-uploads to the served bucket are processed as
     they arrive. After each poll the real dispatcher delivers what the outbox stream
     holds: to the stack's bus, and to ``webhook_url`` signed with ``webhook_secret`` (a
-    ``mediajobs webhook listen``) when given.
+    ``mediajobs webhook listen``) when given, its addresses checked at each POST with
+    ``webhook_allow_networks`` admitted (comma-separated CIDRs; default loopback).
 
     An edit of ``recipes/active.json`` (``active_text``: how it is read; tests pass their
     own) is deployed between two polls, as a deployment of the stack would: the worker
@@ -220,8 +271,8 @@ def serve_worker(
     Raises
     ------
     ValueError
-        A webhook URL that is not https or http to a loopback host, or a secret that is
-        not a Standard Webhooks secret.
+        A webhook URL that is not https or http to a loopback host, or whose host is a
+        literal address the rule refuses; a secret that is not a Standard Webhooks secret.
     """
     from mediajobs.bootstrap import active_file_text, active_recipes, build_backfiller, build_service
     from mediajobs.entrypoints import worker
@@ -264,11 +315,13 @@ def serve_worker(
     current_text = read_active()
     mappings, backfiller = deployed(current_text)
     next_tick = time.monotonic()
-    dispatcher = local_dispatcher(stack, webhook_url=webhook_url, webhook_secret=webhook_secret)
+    dispatcher = local_dispatcher(
+        stack, webhook_url=webhook_url, webhook_secret=webhook_secret, webhook_allow_networks=webhook_allow_networks
+    )
     print("worker: processing the jobs queue" + (" and the backfill lane" if len(mappings) > 1 else ""), flush=True)
     print(
         f"dispatcher: notifications to the bus {stack.notification_bus_name}"
-        + (f" and to the webhook {webhook_url}" if webhook_url else " (add --webhook-url and --webhook-secret)"),
+        + (f" and to the webhook {webhook_url}" if webhook_url else " (add --webhook-url and a secret)"),
         flush=True,
     )
     done = 0
