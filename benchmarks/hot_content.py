@@ -44,7 +44,8 @@ from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_
 from werkzeug.serving import make_server
 
 from mediajobs.local.conflicts import TransactionConflicts
-from mediajobs.local.embedded import CREDENTIALS, AtomicWrites
+from mediajobs.local.credentials import new_credentials
+from mediajobs.local.embedded import AtomicWrites
 
 JOB = "job#" + "ab" * 32
 MAX_ATTEMPTS = 12
@@ -117,7 +118,9 @@ def run(representation: str, *, uploads: int, workers: int, shards: int, hold_s:
     thread.start()
     endpoint = f"http://127.0.0.1:{server.server_port}"
     config = Config(retries={"max_attempts": 1}, max_pool_connections=workers + 2)
-    session = boto3.session.Session(region_name="us-east-1", **CREDENTIALS)
+    # This server has no signature check (moto's application behind the middlewares
+    # measured): any credentials sign.
+    session = boto3.session.Session(region_name="us-east-1", **new_credentials())
     admin = session.client("dynamodb", endpoint_url=endpoint, config=config)
     table = f"hot-content-{representation}-{uuid.uuid4().hex[:8]}"  # moto's tables outlive a server
     admin.create_table(

@@ -114,14 +114,19 @@ def stack_environment(stack: Any) -> dict[str, str]:
     """The environment a worker process of ``stack`` (a ``LocalStack``) would have on
     Lambda: its ``worker_env`` and boto3's credential variables. The local tools never
     write it into ``os.environ``; :func:`local_session` exports it for the tests that
-    still build settings with ``Settings.from_env()`` or clients from the environment."""
+    still build settings with ``Settings.from_env()`` or clients from the environment.
+    The embedded AWS's keys are long-term keys: an exporter also removes
+    ``AWS_SESSION_TOKEN`` (:data:`NOT_IN_STACK_ENVIRONMENT`)."""
     return {
         **stack.worker_env,
         "AWS_ACCESS_KEY_ID": stack.credentials["aws_access_key_id"],
         "AWS_SECRET_ACCESS_KEY": stack.credentials["aws_secret_access_key"],
-        "AWS_SESSION_TOKEN": stack.credentials["aws_session_token"],
         "AWS_DEFAULT_REGION": stack.region,
     }
+
+
+#: What an environment exported from :func:`stack_environment` must not hold.
+NOT_IN_STACK_ENVIRONMENT = ("AWS_SESSION_TOKEN", "AWS_PROFILE")
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +142,8 @@ def local_session() -> Iterator[object]:
     ):
         for name, value in stack_environment(session.stack).items():
             env.setenv(name, value)
+        for name in NOT_IN_STACK_ENVIRONMENT:
+            env.delenv(name, raising=False)
         yield session
 
 

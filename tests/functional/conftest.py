@@ -11,6 +11,7 @@ from tests.tiers import forbid_unmarked_children, mark_tier
 #: test that runs an upload through it is here.
 CHILDREN: dict[str, tuple[str, ...]] = {
     "test_cli.py": (),  # the CLI end to end
+    "test_serve_credentials.py": (),  # `mediajobs serve` and the commands that reach it
     "test_simulate.py": (),  # the storm
     "test_layer_build.py": (),  # pip, compileall
     "test_ffmpeg_layer.py": (),  # the layer's ffmpeg and ffprobe

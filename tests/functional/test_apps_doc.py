@@ -20,7 +20,6 @@ import boto3
 import pytest
 
 from mediajobs.local.session import LocalSession
-from mediajobs.local.stack import CREDENTIALS
 from tests.conftest import REPO, media_file
 
 pytestmark = pytest.mark.subprocess
@@ -53,9 +52,15 @@ def status_url(session):
         yield url.url
 
 
+@pytest.fixture(scope="module")
+def keys(session) -> dict[str, str]:
+    """The embedded AWS's credentials (new at each start)."""
+    return session.stack.credentials
+
+
 def test_the_backend_snippet_asks_for_an_upload_the_put_stores_it_and_the_asset_is_ready(session, status_url):
     code = blocks()
-    credentials = boto3.Session(region_name=session.stack.region, **CREDENTIALS)
+    credentials = boto3.Session(region_name=session.stack.region, **session.stack.credentials)
     data = media_file("photos", "orientation-landscape-5.jpg").read_bytes()
     sha = base64.b64encode(hashlib.sha256(data).digest()).decode()
     keys = []
@@ -99,7 +104,9 @@ def test_the_webhook_snippet_verifies_a_signed_notification_and_refuses_a_forged
         code["verified_notification"](secret, payload.replace("ready", "failed"), headers)
 
 
-def _signed(status_url: str, body: bytes, *, date: str | None = None, content_sha: str | None = None):
+def _signed(
+    status_url: str, keys: dict[str, str], body: bytes, *, date: str | None = None, content_sha: str | None = None
+):
     """A signed POST uploads request, its headers as botocore makes them (or with the
     ``X-Amz-Date`` and ``X-Amz-Content-SHA256`` given)."""
     from botocore.auth import SigV4Auth
@@ -110,7 +117,7 @@ def _signed(status_url: str, body: bytes, *, date: str | None = None, content_sh
     if content_sha is not None:
         headers["X-Amz-Content-SHA256"] = content_sha
     request = AWSRequest("POST", status_url + "uploads", data=body, headers=headers)
-    signer = SigV4Auth(Credentials("testing", "testing"), "lambda", "us-east-1")
+    signer = SigV4Auth(Credentials(keys["aws_access_key_id"], keys["aws_secret_access_key"]), "lambda", "us-east-1")
     if date is None:
         signer.add_auth(request)
     else:
@@ -131,15 +138,15 @@ def _post(url: str, body: bytes, headers: dict) -> int:
         return refused.code
 
 
-def test_the_function_url_refuses_another_body_than_signed_an_old_signature_and_a_malformed_one(status_url):
+def test_the_function_url_refuses_another_body_than_signed_an_old_signature_and_a_malformed_one(status_url, keys):
     body = json.dumps({"name": "a.jpg"}).encode()
     tampered = json.dumps({"name": "b.jpg"}).encode()
-    declared = _signed(status_url, body, content_sha=hashlib.sha256(body).hexdigest())
+    declared = _signed(status_url, keys, body, content_sha=hashlib.sha256(body).hexdigest())
     assert _post(status_url + "uploads", body, declared) == 400  # signed: the route answers (a refusal)
     assert _post(status_url + "uploads", tampered, declared) == 403  # another body than the signed hash
-    assert _post(status_url + "uploads", body, _signed(status_url, body, content_sha="UNSIGNED-PAYLOAD")) == 403
-    assert _post(status_url + "uploads", body, _signed(status_url, body, date="20200101T000000Z")) == 403
+    assert _post(status_url + "uploads", body, _signed(status_url, keys, body, content_sha="UNSIGNED-PAYLOAD")) == 403
+    assert _post(status_url + "uploads", body, _signed(status_url, keys, body, date="20200101T000000Z")) == 403
     malformed = {**declared, "Authorization": "AWS4-HMAC-SHA256 x/lambda/aws4_request"}
     assert _post(status_url + "uploads", body, malformed) == 403
     binary = b"\xff\xfe\x00"
-    assert _post(status_url + "uploads", binary, _signed(status_url, binary)) == 400  # not JSON: refused
+    assert _post(status_url + "uploads", binary, _signed(status_url, keys, binary)) == 400  # not JSON: refused

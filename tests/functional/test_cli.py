@@ -455,7 +455,7 @@ def test_serve_and_listen_take_the_secret_from_the_environment_and_a_file_and_ne
     import boto3
 
     from mediajobs.local.notifications import new_webhook_secret
-    from mediajobs.local.stack import CREDENTIALS
+    from mediajobs.local.commands.served import served_credentials
 
     secret = new_webhook_secret()
     secret_file = tmp_path / "webhook-secret"
@@ -481,7 +481,9 @@ def test_serve_and_listen_take_the_secret_from_the_environment_and_a_file_and_ne
         for child in (listen, serve):
             argv = Path(f"/proc/{child.pid}/cmdline").read_bytes()
             assert secret.encode() not in argv and secret.removeprefix("whsec_").encode() not in argv
-        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{serve_port}", region_name="us-east-1", **CREDENTIALS)
+        endpoint = f"http://127.0.0.1:{serve_port}"
+        credentials = served_credentials(endpoint, environ={})  # the serve's, from its file
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **credentials)
         key = "originals/cli/secret-from-env.jpg"
         s3.put_object(Bucket=bucket, Key=key, Body=media_file("photos", "canon-40d-small.jpg").read_bytes())
         delivery = json.loads(listen_out.matching(r"^\{").string)

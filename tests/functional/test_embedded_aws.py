@@ -18,12 +18,14 @@ import pytest
 from botocore.exceptions import ClientError
 from werkzeug.test import EnvironBuilder
 
+from mediajobs.adapters.clients import with_s3_signing
 from mediajobs.local.embedded import AtomicWrites, EmbeddedAws, EmbeddedServer, LocalStack
 from mediajobs.local.notifications import local_dispatcher, new_webhook_secret, seen_events
 from mediajobs.local.receiver import WebhookReceiver
 from mediajobs.local.runner import EventSourceMapping
 from mediajobs.local.session import LocalSession
 from tests.conftest import REPO, media_file
+from tests.functional.signing import send, signed
 from tests.functional.together import run_together
 
 BUCKET = "atomic-writes"
@@ -43,8 +45,8 @@ def client(server: EmbeddedServer, service: str) -> Any:
         service,
         endpoint_url=f"http://127.0.0.1:{server.port}",
         region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
+        config=with_s3_signing(service),
+        **server.credentials,
     )
 
 
@@ -71,7 +73,7 @@ def held() -> str:
 def locks_held_during(server: EmbeddedServer, call: Any) -> list[str]:
     """Run ``call``; for each request it made, which of the locks were held while moto
     answered it."""
-    middleware = server.app
+    middleware = server.writes
     seen: list[str] = []
     route = middleware.route
 
@@ -139,7 +141,8 @@ def test_a_request_body_is_read_before_any_lock_is_taken(server, stack):
     ).get_environ()
     environ["wsgi.input"] = Body(b"{}")
     statuses: list[str] = []
-    body = b"".join(server.app(environ, lambda status, headers: statuses.append(status)))
+    # The middleware behind the authentication (which reads the body too, holding no lock).
+    body = b"".join(server.writes(environ, lambda status, headers: statuses.append(status)))
     assert (reads[0], statuses, TABLE in json.loads(body)["TableNames"]) == ("none", ["200 OK"], True)
 
 
@@ -200,7 +203,7 @@ def test_a_serialised_response_is_read_whole_then_closed(server):
         def close(self) -> None:
             Body.closed = True
 
-    middleware = AtomicWrites(server.app.dispatcher)
+    middleware = AtomicWrites(server.writes.dispatcher)
     middleware.route = lambda environ: (lambda environ, start_response: Body(), AtomicWrites.DYNAMODB)  # type: ignore
     assert (middleware(EnvironBuilder(method="POST").get_environ(), None), Body.closed) == ([b"a", b"b"], True)
 
@@ -282,11 +285,13 @@ def test_local_sessions_share_one_service_model_loader():
         for f in dataclasses.fields(LocalStack)
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
-    names = {name: "unused" for name in required if name not in ("function_env", "batch_size", "timeout_s")}
+    given = ("function_env", "batch_size", "timeout_s", "credentials")
+    names = {name: "unused" for name in required if name not in given}
     names["endpoint_url"] = "http://127.0.0.1:9"  # nothing listens: no request is made
-    stack = LocalStack(**names, function_env={}, batch_size=1, timeout_s=1)  # type: ignore[arg-type]
+    keys = {"aws_access_key_id": "LOCALUNUSED", "aws_secret_access_key": "unused"}
+    stack = LocalStack(**names, function_env={}, batch_size=1, timeout_s=1, credentials=keys)  # type: ignore[arg-type]
     first, second = stack.boto_session(), stack.boto_session()
-    assert first is not second and first.get_credentials().access_key == "testing"
+    assert first is not second and first.get_credentials().access_key == "LOCALUNUSED"
     loader = first._session.get_component("data_loader")
     paths = list(loader.search_paths)
     assert second._session.get_component("data_loader") is loader
@@ -306,8 +311,7 @@ def test_connections_that_send_nothing_hold_up_no_other_request():
         silent = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(100)]
         try:
             # The timeout only stops a hang from hanging the suite.
-            with urllib.request.urlopen(server.endpoint_url + "/moto-api/", timeout=30) as answer:
-                assert answer.status == 200
+            assert send(signed(server.endpoint_url + "/moto-api/", server.credentials))[0] == 200
         finally:
             for connection in silent:
                 connection.close()

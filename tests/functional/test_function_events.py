@@ -96,8 +96,8 @@ def test_serve_env_vars_writes_every_functions_environment_as_the_template_decla
         assert set(variables) <= set(env), logical_id
         assert env["AWS_ENDPOINT_URL"] == "http://host.docker.internal:5000"
         assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env["AWS_REGION"]) == (
-            "testing",
-            "testing",
+            stack.credentials["aws_access_key_id"],
+            stack.credentials["aws_secret_access_key"],
             "us-east-1",
         )
         assert env["POWERTOOLS_SERVICE_NAME"] == "mediajobs"  # the Globals too

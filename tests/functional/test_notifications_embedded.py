@@ -18,7 +18,7 @@ import pytest
 from mediajobs.local.notifications import LocalDispatcher, failures, local_dispatcher, new_webhook_secret, seen_events
 from mediajobs.local.receiver import Answer, WebhookReceiver
 from mediajobs.local.session import LocalSession
-from tests.conftest import REPO, stack_environment
+from tests.conftest import NOT_IN_STACK_ENVIRONMENT, REPO, stack_environment
 
 PHOTO = REPO / "tests" / "media" / "photos" / "canon-40d-small.jpg"
 OTHER = REPO / "tests" / "media" / "photos" / "camera-gps-nikon.jpg"
@@ -34,6 +34,8 @@ def local_session() -> Iterator[LocalSession]:
     ):
         for name, value in stack_environment(session.stack).items():
             env.setenv(name, value)  # the killed worker below is built from the environment
+        for name in NOT_IN_STACK_ENVIRONMENT:
+            env.delenv(name, raising=False)
         yield session
 
 

@@ -299,8 +299,8 @@ def test_every_call_of_post_promos_is_allowed_by_the_status_role_and_its_conditi
         "KEY_SECRET_ARN": stack.function_env["KEY_SECRET_ARN"],  # the promo's key is keyed
         "AWS_ENDPOINT_URL": stack.endpoint_url,
         "AWS_DEFAULT_REGION": stack.region,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ACCESS_KEY_ID": stack.credentials["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": stack.credentials["aws_secret_access_key"],
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)

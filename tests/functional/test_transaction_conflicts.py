@@ -10,7 +10,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from mediajobs.local.embedded import CREDENTIALS, EmbeddedServer
+from mediajobs.local.embedded import EmbeddedServer
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def held():
     middleware = server.conflicts
     assert middleware is not None
     server.start()
-    session = boto3.session.Session(region_name="us-east-1", **CREDENTIALS)
+    session = boto3.session.Session(region_name="us-east-1", **server.credentials)
     endpoint = server.endpoint_url
 
     def client():

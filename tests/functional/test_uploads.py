@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import calendar
 import hashlib
+import io
 import json
 import re
 import time
@@ -218,7 +219,7 @@ def test_an_upload_is_refused_with_its_reason_before_anything_is_signed(session,
 def test_a_put_that_is_not_what_its_url_signed_is_refused_as_s3_refuses_it(session):
     """The embedded S3 checks a presigned URL's signature (moto checks none): another type,
     another length, a missing or unsigned checksum header, or an expired URL are 403."""
-    from mediajobs.local.presigned import problem
+    from mediajobs.local.authentication import Failure, Received, Refusal, refusal_of
 
     data = media_file("photos", "orientation-landscape-7.jpg").read_bytes()
     _, answer = post(app_of(session), "/uploads", asked(data))
@@ -244,5 +245,7 @@ def test_a_put_that_is_not_what_its_url_signed_is_refused_as_s3_refuses_it(sessi
     }  # fmt: skip
     issued = urllib.parse.parse_qs(split.query)["X-Amz-Date"][0]
     at = calendar.timegm(time.strptime(issued, "%Y%m%dT%H%M%SZ"))
-    assert problem(environ, at + 10) is None
-    assert problem(environ, at + 901) == ("AccessDenied", "Request has expired")
+    received = Received.from_environ(environ, io.BytesIO(data))
+    keys = session.stack.credentials
+    assert refusal_of(received, keys, at + 10) is None
+    assert refusal_of(received, keys, at + 901) == Refusal(Failure.EXPIRED, "Request has expired", "s3")

@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import boto3
+from botocore.config import Config
 from pynamodb.models import Model
 
 from mediajobs.adapters.assets import AssetModel, AssetModels, CandidateModel, ReferenceModel
@@ -33,6 +34,22 @@ from mediajobs.adapters.sessions import SESSIONS
 from mediajobs.settings import Settings
 
 M = TypeVar("M", bound=Model)
+
+#: How S3 clients sign: SigV4 for every request, presigned URLs included. botocore presigns
+#: S3 URLs with Signature Version 2 in the regions that once took it (``us-east-1`` among
+#: them) unless a client asks for ``s3v4``, and S3 refuses SigV2 for every bucket created
+#: after June 24, 2020 (400 ``InvalidRequest``, "The authorization mechanism you have
+#: provided is not supported. Please use AWS4-HMAC-SHA256": S3 API reference, "Specifying
+#: the Signature Version in request authentication"); so does the embedded AWS.
+S3_SIGNING: Final = Config(signature_version="s3v4")
+
+
+def with_s3_signing(service: str, config: Config | None = None) -> Config | None:
+    """``config`` for a client of ``service``: for ``"s3"``, with :data:`S3_SIGNING`
+    (``config``'s other settings kept); any other service's as it is."""
+    if service != "s3":
+        return config
+    return S3_SIGNING if config is None else config.merge(S3_SIGNING)
 
 
 class ClientFactory:
@@ -76,8 +93,9 @@ class ClientFactory:
 
     def client(self, service: str) -> Any:
         """A boto3 client of ``service`` (``"s3"``, ``"sqs"``, ``"events"`` ...) at the
-        endpoint, with the retry configuration."""
-        return self.session.client(service, endpoint_url=self.endpoint.host, config=self.retry.botocore())
+        endpoint, with the retry configuration (S3's signing SigV4 only: :data:`S3_SIGNING`)."""
+        config = with_s3_signing(service, self.retry.botocore())
+        return self.session.client(service, endpoint_url=self.endpoint.host, config=config)
 
     def model(self, model: type[M], table_name: str) -> type[M]:
         """``model`` bound to ``table_name`` at the endpoint (:func:`mediajobs.adapters.dynamo.bind`)."""

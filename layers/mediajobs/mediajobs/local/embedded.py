@@ -12,7 +12,9 @@ it is open, and puts it back when the last one in the process closes
 S3 sends AWS's events (:mod:`mediajobs.local.moto_s3`), its DynamoDB runs transactions
 as DynamoDB does and answers a ``Query`` from one partition
 (:mod:`mediajobs.local.moto_dynamodb`), its server makes conditional writes atomic
-(:class:`~mediajobs.local.server.AtomicWrites`). Each embedded AWS starts from an empty
+(:class:`~mediajobs.local.server.AtomicWrites`), and it refuses every request not signed
+with its credentials, new each time it starts, as AWS refuses one
+(:mod:`mediajobs.local.authentication`). Each embedded AWS starts from an empty
 moto, unless another is open in the process (they then share moto's state: give each a
 name of its own). Lifecycle expirations of noncurrent versions happen on demand
 (:meth:`EmbeddedAws.expire_noncurrent`). Each embedded AWS gives the workers of its
@@ -46,7 +48,6 @@ from mediajobs.local.events import ACCOUNT_ID, LIFECYCLE_EXPIRATION, REGION
 from mediajobs.local.moto_s3 import SEQUENCERS, S3EventsAsAws, listen_to_s3_events
 from mediajobs.local.server import ADAPTATIONS, AtomicWrites, EmbeddedServer
 from mediajobs.local.stack import (
-    CREDENTIALS,
     DEFAULT_NAME,
     LOCAL_DEFAULTS,
     LOCAL_WORK_DIR_PREFIX,
@@ -59,7 +60,6 @@ from mediajobs.settings import _ENV_NAMES, LAMBDA_MEMORY_ENV
 
 __all__ = [
     "ADAPTATIONS",
-    "CREDENTIALS",
     "DEFAULT_NAME",
     "LOCAL_DEFAULTS",
     "LOCAL_WORK_DIR_PREFIX",
@@ -150,6 +150,11 @@ def expire_noncurrent_versions(
 class EmbeddedAws:
     """Start a moto server on 127.0.0.1 (a free port) and create the stack in it.
 
+    The server has credentials of its own, new and random each time it starts
+    (:attr:`LocalStack.credentials`), and refuses every request not signed with them, as
+    AWS refuses a request signed with keys it does not know
+    (:mod:`mediajobs.local.authentication`): the stack's clients sign with them.
+
     Use as a context manager; it gives the :class:`LocalStack`, whose
     :attr:`~LocalStack.worker_env` and :meth:`~LocalStack.settings` hold the worker's
     variables; the process environment is only read. ``WORK_DIR`` is a fresh folder of this
@@ -199,7 +204,7 @@ class EmbeddedAws:
         self.conflicts = self._server.conflicts
         self._server.start()  # moto adapted (ADAPTATIONS) until it stops
         try:
-            stack = self._create(self._server.endpoint_url)
+            stack = self._create(self._server.endpoint_url, self._server.credentials)
         except BaseException:
             self._server.stop()
             self._server = None
@@ -310,8 +315,8 @@ class EmbeddedAws:
                 **({"StreamSpecification": {"StreamEnabled": True, **stream}} if stream else {}),
             )
 
-    def _create(self, endpoint: str) -> LocalStack:
-        session = shared_session(REGION, CREDENTIALS)  # service models parsed once per process
+    def _create(self, endpoint: str, credentials: dict[str, str]) -> LocalStack:
+        session = shared_session(REGION, credentials)  # service models parsed once per process
         s3 = session.client("s3", endpoint_url=endpoint)
         sqs = session.client("sqs", endpoint_url=endpoint)
         events = session.client("events", endpoint_url=endpoint)
@@ -369,7 +374,7 @@ class EmbeddedAws:
         )
 
         # The tables, with the key schemas of the PynamoDB models.
-        clients = ClientFactory(REGION, endpoint, CREDENTIALS, session=session)
+        clients = ClientFactory(REGION, endpoint, credentials, session=session)
         for model, name in ((JobModel, names.table), (SourceModel, names.sources_table)):
             clients.model(model, name).create_table(billing_mode="PAY_PER_REQUEST", wait=True)
         # The assets table as the template declares it (its items are of several models).
@@ -430,6 +435,7 @@ class EmbeddedAws:
             function_env=function.env,
             batch_size=function.batch_size,
             timeout_s=function.timeout_s,
+            credentials=dict(credentials),
             function_envs=cfn.function_environments(self.template, refs, attrs),
         )
 

@@ -3,8 +3,10 @@ function's resolver (the status function's: ``/assets``, ``/uploads``, ``/promos
 HTTP, as Lambda does in front of it.
 
 Each request must be signed with SigV4 for the service ``lambda`` by the embedded AWS's
-credentials (the signature is computed again and compared, as Lambda's IAM check would:
-an unsigned or wrongly signed request is answered 403 without reaching the function). The
+credentials (the signature is computed again and compared by the embedded AWS's own check,
+:func:`~mediajobs.local.authentication.refusal_of`, as Lambda's IAM check would: an
+unsigned or wrongly signed request, another body than the one signed, a signature more
+than 15 minutes from now, is answered 403 without reaching the function). The
 request becomes a function URL event (payload format 2.0,
 :func:`~mediajobs.local.function_events.function_url_event`) and the resolver's answer the
 HTTP response. An app's backend calls it exactly as it calls the deployed ``StatusUrl``
@@ -24,33 +26,25 @@ user visits can reach ``127.0.0.1`` too (:mod:`mediajobs.local.guards`):
 from __future__ import annotations
 
 import base64
-import calendar
-import hashlib
-import hmac
+import io
 import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
+from mediajobs.local.authentication import Received, refusal_of
 from mediajobs.local.function_events import function_url_event
 from mediajobs.local.guards import BodyTooLarge, host_served, read_body, served_hosts
-from mediajobs.local.presigned import signature_of
 
 #: What a handler of a function URL event is: ``resolve(event, context)`` of a resolver.
 Resolve = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
-#: How far a request's ``X-Amz-Date`` may be from now, seconds (SigV4: AWS refuses a
-#: signature older or newer than 15 minutes, "Signature expired").
-MAX_SKEW_S: Final = 15 * 60
 #: The largest invocation payload Lambda takes, bytes (Lambda quotas: "Invocation payload
 #: (request and response): 6 MB each for request and response", synchronous; Invoke
 #: refuses a larger one with "Request must be smaller than 6291456 bytes for the
@@ -60,41 +54,14 @@ MAX_PAYLOAD_BYTES: Final = 6 * 2**20
 TOO_LARGE_MESSAGE: Final = f"Request must be smaller than {MAX_PAYLOAD_BYTES} bytes for the InvokeFunction operation"
 
 
-def _signed_by(request: Request, body: bytes, credentials: Credentials, region: str, now_s: float) -> bool:
-    """Whether ``request`` carries a SigV4 signature for ``lambda`` that ``credentials``
-    make (its signed headers, its ``X-Amz-Date`` within :data:`MAX_SKEW_S` of ``now_s``, its
-    body: a signed ``X-Amz-Content-SHA256`` must be the body's)."""
-    authorization = request.headers.get("Authorization", "")
-    if not authorization.startswith("AWS4-HMAC-SHA256 ") or "/lambda/aws4_request" not in authorization:
-        return False
-    parts = [part.strip() for part in authorization[len("AWS4-HMAC-SHA256 ") :].split(",")]
-    if not all("=" in part for part in parts):
-        return False
-    fields = dict(part.split("=", 1) for part in parts)
-    try:
-        signed_at = calendar.timegm(time.strptime(request.headers.get("X-Amz-Date", ""), "%Y%m%dT%H%M%SZ"))
-    except ValueError:
-        return False
-    if abs(now_s - signed_at) > MAX_SKEW_S:
-        return False
-    declared = request.headers.get("X-Amz-Content-SHA256")
-    if declared is not None and declared != hashlib.sha256(body).hexdigest():
-        return False  # Lambda hashes the body it received: another body than signed, or unsigned
-    signed = fields.get("SignedHeaders", "").split(";")
-    headers = {name: request.headers.get(name, "") for name in signed}
-    url = f"http://{request.host}{request.full_path.rstrip('?')}"
-    rebuilt = AWSRequest(method=request.method, url=url, data=body, headers=headers)
-    expected = signature_of(SigV4Auth(credentials, "lambda", region), rebuilt, request.headers.get("X-Amz-Date", ""))
-    return hmac.compare_digest(expected, fields.get("Signature", ""))
-
-
 class FunctionUrl:
     """Serves ``resolve`` at ``http://<host>:<port>/`` behind a SigV4 check (module docstring).
 
     Parameters
     ----------
     resolve: the function's resolver (``app.resolve``).
-    credentials: the credentials a caller must sign with (the embedded AWS's).
+    credentials: the credentials a caller must sign with (the embedded AWS's:
+        ``aws_access_key_id``, ``aws_secret_access_key``).
     region: the region a signature names.
     host, port: where to listen (port 0: any free one; :attr:`url` says which); a
         request must name it in ``Host`` as :func:`~mediajobs.local.guards.served_hosts`
@@ -106,7 +73,7 @@ class FunctionUrl:
         self,
         resolve: Resolve,
         *,
-        credentials: Credentials,
+        credentials: Mapping[str, str],
         region: str,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -132,7 +99,8 @@ class FunctionUrl:
             body = read_body(environ, MAX_PAYLOAD_BYTES)
         except BodyTooLarge:
             return _refused(413, TOO_LARGE_MESSAGE)
-        if not _signed_by(request, body, self._credentials, self._region, time.time()):
+        received = Received.from_environ(environ, io.BytesIO(body))
+        if refusal_of(received, self._credentials, time.time(), service="lambda", region=self._region) is not None:
             return _refused(403, "Forbidden")  # as Lambda answers an unsigned request to an AWS_IAM function URL
         try:
             text = body.decode("utf-8") if body else None

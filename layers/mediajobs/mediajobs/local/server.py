@@ -1,28 +1,28 @@
 """The embedded AWS's server: moto's server on a thread of this process
 (:class:`EmbeddedServer`, its requests answered by a pool of threads: :class:`PooledWSGIServer`),
-behind :class:`AtomicWrites`, on a moto adapted to behave as
-AWS where the product depends on it (:data:`ADAPTATIONS`) while the server runs."""
+behind :class:`~mediajobs.local.authentication.Authentication` (every request signed with
+the server's credentials, as AWS requires) and :class:`AtomicWrites`, on a moto adapted to
+behave as AWS where the product depends on it (:data:`ADAPTATIONS`) while the server runs."""
 
 from __future__ import annotations
 
-import io
 import queue
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer
-from werkzeug.wsgi import get_input_stream
 
 from mediajobs.local.adaptations import ModuleListCached, MotoAdaptations
+from mediajobs.local.authentication import Authentication, read_body
 from mediajobs.local.conflicts import DEFAULT_HOLD_S, TransactionConflicts
+from mediajobs.local.credentials import new_credentials
 from mediajobs.local.moto_dynamodb import QueryByPartition, TransactionsAsDynamoDB
 from mediajobs.local.moto_rekognition import DetectModerationLabels
 from mediajobs.local.moto_s3 import ChecksumsAsS3, S3EventsAsAws, VersionsListedUnderPrefix
 from mediajobs.local.moto_sqs import SqsClock
-from mediajobs.local.presigned import PresignedAsS3
 
 #: The adaptations of moto every embedded server holds while it runs (reference-counted:
 #: applied when the first server of the process starts, undone when the last one stops,
@@ -54,7 +54,7 @@ class AtomicWrites:
     Each request's body is read whole first, outside any lock, so a client that stops
     half-way through its body holds up nobody else. Then moto's own routing picks the
     service, and every DynamoDB request runs alone among DynamoDB requests, every S3
-    ``PUT``, ``POST`` or ``DELETE`` (signed, presigned or unsigned) alone among S3 writes;
+    ``PUT``, ``POST`` or ``DELETE`` (signed or presigned) alone among S3 writes;
     its whole response is built inside the lock. S3 reads and every other service (SQS
     long polls included) are not serialised. The locks are the class's: moto's backends
     are shared by the whole process, whatever server answers.
@@ -63,21 +63,13 @@ class AtomicWrites:
     ----------
     dispatcher: moto's ``DomainDispatcherApplication``, which routes a request to its
         service's application.
-    refuse: called with each request (its body read) before moto sees it: the response
-        that refuses it (an iterable of bytes, ``start_response`` called), or ``None`` to
-        pass it on (:meth:`mediajobs.local.presigned.PresignedAsS3.refusal`).
     """
 
     DYNAMODB = threading.Lock()
     S3_WRITES = threading.Lock()
 
-    def __init__(
-        self,
-        dispatcher: DomainDispatcherApplication,
-        refuse: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes] | None] | None = None,
-    ) -> None:
+    def __init__(self, dispatcher: DomainDispatcherApplication) -> None:
         self.dispatcher = dispatcher
-        self.refuse = refuse
 
     @classmethod
     def lock_for(cls, service: str, method: str) -> threading.Lock | None:
@@ -95,9 +87,7 @@ class AtomicWrites:
         return app, self.lock_for(str(getattr(app, "service", "")), environ.get("REQUEST_METHOD", ""))
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        environ["wsgi.input"] = io.BytesIO(get_input_stream(environ).read())
-        if self.refuse is not None and (refused := self.refuse(environ, start_response)) is not None:
-            return refused
+        read_body(environ)  # once: the authentication in front of it has read it already
         app, lock = self.route(environ)
         if lock is None:
             return app(environ, start_response)
@@ -178,20 +168,31 @@ class PooledWSGIServer(BaseWSGIServer):
 
 
 class EmbeddedServer:
-    """moto's server (its application and request handler) behind :class:`AtomicWrites`,
-    on a thread of this process. While it runs (from :meth:`start` to :meth:`stop`), it
+    """moto's server (its application and request handler) on a thread of this process,
+    behind :class:`~mediajobs.local.authentication.Authentication` (a request not signed
+    with :attr:`credentials` is refused as AWS refuses it, before anything else sees it),
+    then :class:`AtomicWrites`. While it runs (from :meth:`start` to :meth:`stop`), it
     holds :data:`ADAPTATIONS`: moto behaves as the embedded AWS documents, and is itself
     again once the last server of the process has stopped.
 
     Parameters
     ----------
     host: address to listen on; port: TCP port, 0 for a free one.
+    credentials: ``aws_access_key_id`` and ``aws_secret_access_key`` every request must be
+        signed with; default new random ones
+        (:func:`~mediajobs.local.credentials.new_credentials`).
     transaction_hold_s: when set, DynamoDB's transaction conflicts are emulated in front
         of moto (:class:`~mediajobs.local.conflicts.TransactionConflicts`), each
         transaction holding its items this long, seconds.
     hold: called instead of sleeping ``transaction_hold_s`` while a transaction holds its
         items (a test holds one open with an event); conflicts are emulated when either
         is given.
+
+    Attributes
+    ----------
+    credentials: what its clients sign with (``aws_access_key_id``, ``aws_secret_access_key``).
+    app: the whole WSGI application (the authentication in front).
+    writes: the :class:`AtomicWrites` behind the authentication (and the conflicts).
     """
 
     def __init__(
@@ -199,18 +200,22 @@ class EmbeddedServer:
         host: str,
         port: int,
         *,
+        credentials: Mapping[str, str] | None = None,
         transaction_hold_s: float | None = None,
         hold: Callable[[], object] | None = None,
     ) -> None:
-        self.app: Callable[..., Iterable[bytes]] = AtomicWrites(
-            DomainDispatcherApplication(create_backend_app), refuse=PresignedAsS3.refusal
-        )
+        self.credentials: dict[str, str] = dict(credentials) if credentials is not None else new_credentials()
+        self.writes = AtomicWrites(DomainDispatcherApplication(create_backend_app))
+        inner: Callable[..., Iterable[bytes]] = self.writes
         #: DynamoDB's transaction conflicts, when asked for (``transaction_hold_s``, ``hold``).
         self.conflicts: TransactionConflicts | None = None
         if transaction_hold_s is not None or hold is not None:
             hold_s = DEFAULT_HOLD_S if transaction_hold_s is None else transaction_hold_s
-            self.conflicts = TransactionConflicts(self.app, hold_s=hold_s, hold=hold)
-            self.app = self.conflicts
+            self.conflicts = TransactionConflicts(self.writes, hold_s=hold_s, hold=hold)
+            inner = self.conflicts
+        #: The check of every request's signature.
+        self.authentication = Authentication(inner, self.credentials)
+        self.app: Callable[..., Iterable[bytes]] = self.authentication
         self._server: BaseWSGIServer = PooledWSGIServer(host, port, self.app, handler=MotoRequestHandler)
         # serve_forever looks for shutdown() every poll interval (0.5 s by default): every
         # embedded AWS closed would wait that long for nothing.

@@ -19,7 +19,7 @@ from pynamodb.models import Model
 
 from mediajobs.adapters.assets import AssetModels, DynamoAssets
 from mediajobs.adapters.backfills import DynamoBackfills
-from mediajobs.adapters.clients import ClientFactory
+from mediajobs.adapters.clients import ClientFactory, with_s3_signing
 from mediajobs.adapters.ledger import DynamoLedger, JobModel
 from mediajobs.adapters.outbox import OutboxModel
 from mediajobs.adapters.sessions import SESSIONS
@@ -32,14 +32,6 @@ M = TypeVar("M", bound=Model)
 #: The name of a stack made without one (``mediajobs serve``'s, ``mediajobs demo``'s): the
 #: prefix of its resources' names (:func:`resource_names`).
 DEFAULT_NAME: Final = "mediajobs-local"
-
-#: What the embedded AWS's clients sign with: moto accepts any credentials, and explicit
-#: ones keep a local run from reaching for the user's own (or failing without any).
-CREDENTIALS: Final = {
-    "aws_access_key_id": "testing",
-    "aws_secret_access_key": "testing",
-    "aws_session_token": "testing",
-}
 
 #: Settings a local run takes from the user's environment when set there (their
 #: environment names are the settings': :data:`mediajobs.settings._ENV_NAMES`).
@@ -166,8 +158,12 @@ class LocalStack:
         ``function_env`` and :data:`LOCAL_DEFAULTS` (but for the :data:`USER_TUNABLE`
         limits the user set), then by the endpoint, region and ``WORK_DIR`` of this
         embedded AWS. Read by :meth:`settings`; never written into ``os.environ``.
-    region: the stack's region; credentials: what its clients sign with
-        (``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``).
+    credentials: what its clients sign with (``aws_access_key_id``,
+        ``aws_secret_access_key``): the embedded AWS's, new each time one starts
+        (:func:`~mediajobs.local.credentials.new_credentials`); it refuses any other
+        (:mod:`mediajobs.local.authentication`). Explicit, so a local run never reaches
+        for the user's own.
+    region: the stack's region.
     """
 
     endpoint_url: str
@@ -185,6 +181,7 @@ class LocalStack:
     function_env: dict[str, str]
     batch_size: int
     timeout_s: int
+    credentials: dict[str, str]
     outbox_table_name: str = "mediajobs-outbox"
     notification_bus_name: str = ""
     notification_failures_queue_url: str = ""
@@ -197,7 +194,6 @@ class LocalStack:
     worker_env: dict[str, str] = field(default_factory=dict)
     function_envs: dict[str, dict[str, str]] = field(default_factory=dict)
     region: str = REGION
-    credentials: dict[str, str] = field(default_factory=lambda: dict(CREDENTIALS))
 
     def settings(self, **overrides: Any) -> Settings:
         """The worker's :class:`~mediajobs.settings.Settings`: :attr:`worker_env` read by
@@ -218,8 +214,11 @@ class LocalStack:
         return shared_session(self.region, self.credentials)
 
     def client(self, service: str, **kwargs: Any) -> Any:
-        """A boto3 client of ``service`` for the embedded server (``kwargs``: e.g. ``config``)."""
-        return self.boto_session().client(service, endpoint_url=self.endpoint_url, **kwargs)
+        """A boto3 client of ``service`` for the embedded server (``kwargs``: e.g. ``config``;
+        an S3 client presigns with SigV4, as the deployed functions' do:
+        :data:`mediajobs.adapters.clients.S3_SIGNING`)."""
+        config = with_s3_signing(service, kwargs.pop("config", None))
+        return self.boto_session().client(service, endpoint_url=self.endpoint_url, config=config, **kwargs)
 
     def clients(self) -> ClientFactory:
         """The client factory of this stack: its endpoint, region and credentials, the one

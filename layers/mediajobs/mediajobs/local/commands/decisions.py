@@ -24,7 +24,7 @@ from mediajobs.domain.decisions import CAUSES, asset_hash
 from mediajobs.domain.promo import PROMO_RECIPE
 from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import InternalError
-from mediajobs.local.commands.served import add_endpoint, served_view
+from mediajobs.local.commands.served import add_endpoint, credentials_refused, refused_credentials, served_view
 
 _SINCE = re.compile(r"^(\d+)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -83,6 +83,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
             counts = reader.count()
             print(json.dumps(counts) if args.json else "\n".join(f"{a:10} {n}" for a, n in counts.items()))
     except Exception as exc:  # the served stack is not there, or holds no decision log
+        if refused_credentials(exc):
+            raise credentials_refused(stack) from exc
         if type(exc).__module__.startswith(("botocore", "urllib3")):
             raise InternalError(f"could not read the decision log at {args.endpoint}: {exc}") from exc
         raise

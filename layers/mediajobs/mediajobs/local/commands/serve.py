@@ -6,11 +6,12 @@ stream, and the app page on the next port (:mod:`mediajobs.local.page`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the embedded AWS with the stack until interrupted (for ``sam local invoke``);
-    exit 0."""
-    with EmbeddedAws(host=args.host, port=args.port) as stack:
+    exit 0. Its credentials (new at each start) are printed in the ``export`` lines, and
+    written for the commands that reach it to a file only this user can read
+    (:func:`~mediajobs.local.credentials.write_credentials_file`), removed when it stops."""
+    with EmbeddedAws(host=args.host, port=args.port) as stack, served_credentials_file(stack) as written:
         if args.env_vars:
             env_vars = sam_env_vars(stack, container_endpoint(stack, args.docker_host))
             Path(args.env_vars).write_text(json.dumps(env_vars, indent=2) + "\n")
@@ -138,6 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"queue {stack.queue_url}"
         )
         print(client_settings(stack))
+        print(f"the commands that reach it (status, delete ...) read these credentials from {written}")
         print(
             f"assets table {stack.assets_table_name}: `mediajobs status KEY --endpoint {stack.endpoint_url}`"
             f"{'' if args.worker else ' (add --worker to process uploads and deletes here)'}"
@@ -175,20 +179,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def served_credentials_file(stack: LocalStack) -> Iterator[Path]:
+    """While open, ``stack``'s credentials are in the file the commands that reach a
+    ``serve`` read (:func:`~mediajobs.local.credentials.credentials_file` of its port, mode
+    0600); it is removed on exit (unless a later ``serve`` on the port wrote its own)."""
+    from mediajobs.local.credentials import remove_credentials_file, write_credentials_file
+
+    port = urllib.parse.urlsplit(stack.endpoint_url).port
+    assert port is not None  # the server's own URL names its port
+    path = write_credentials_file(port, stack.endpoint_url, stack.credentials)
+    try:
+        yield path
+    finally:
+        remove_credentials_file(path, stack.credentials)
+
+
 def status_url(stack: LocalStack, *, host: str = "127.0.0.1", port: int = 0) -> Any:
     """The status function (``GET assets``, ``POST uploads``, ``POST promos`` ...) of the served
     stack behind a local function URL that checks SigV4 as Lambda does
     (:class:`~mediajobs.local.function_url.FunctionUrl`); not started."""
-    from botocore.credentials import Credentials
-
     from mediajobs.bootstrap import status_app
     from mediajobs.local.function_url import FunctionUrl
-    from mediajobs.local.stack import CREDENTIALS
 
     settings = stack.settings(media_bucket=stack.bucket, jobs_queue_arn=stack.queue_arn)
     app = status_app(settings, clients=stack.clients(), assets=stack.assets())
-    keys = Credentials(CREDENTIALS["aws_access_key_id"], CREDENTIALS["aws_secret_access_key"])
-    return FunctionUrl(app.resolve, credentials=keys, region=stack.region, host=host, port=port)
+    return FunctionUrl(app.resolve, credentials=stack.credentials, region=stack.region, host=host, port=port)
 
 
 def container_endpoint(stack: LocalStack, docker_host: str) -> str:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import botocore.exceptions
@@ -15,8 +16,9 @@ import botocore.exceptions
 from mediajobs.domain.assets import status_document
 from mediajobs.local import template
 from mediajobs.local.commands.common import InternalError
+from mediajobs.local.credentials import credentials_file, read_credentials_file
 from mediajobs.local.events import ACCOUNT_ID, REGION
-from mediajobs.local.stack import CREDENTIALS, LOCAL_DEFAULTS, LocalStack, resource_names
+from mediajobs.local.stack import LOCAL_DEFAULTS, LocalStack, resource_names
 from mediajobs.service_layer.ports import Assets
 from mediajobs.settings import _ENV_NAMES
 
@@ -24,6 +26,19 @@ from mediajobs.settings import _ENV_NAMES
 DEFAULT_ENDPOINT: Final = "http://127.0.0.1:5000"
 #: The prefix of the names a ``serve``'s stack has (:class:`~mediajobs.local.embedded.EmbeddedAws`).
 SERVED_NAME: Final = "mediajobs-local"
+#: The error codes of a request signed with keys the embedded AWS does not have, or with
+#: the wrong secret (:data:`mediajobs.local.authentication.ANSWERS`); a ``HeadBucket``'s
+#: refusal has no body, only its status.
+REFUSED_CREDENTIALS: Final = frozenset(
+    {
+        "403",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+    }
+)
 
 
 def add_endpoint(parser: argparse.ArgumentParser) -> None:
@@ -36,14 +51,78 @@ def add_endpoint(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def served_view(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
+def served_credentials(endpoint: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The credentials to sign requests to the ``mediajobs serve`` at ``endpoint`` with:
+    ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` when both are set (the ``export``
+    lines ``serve`` printed, pasted in this shell), else those that ``serve`` wrote for its
+    port (:func:`~mediajobs.local.credentials.credentials_file`: readable by the user who
+    started it only).
+
+    Parameters
+    ----------
+    environ: the environment to read (default ``os.environ``).
+
+    Raises
+    ------
+    InternalError
+        If neither gives any, saying what to do.
+    """
+    env = os.environ if environ is None else environ
+    key_id, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+    if key_id and secret:
+        return {"aws_access_key_id": key_id, "aws_secret_access_key": secret}
+    port = urllib.parse.urlsplit(endpoint).port or 80
+    found = read_credentials_file(port, env)
+    if found is not None:
+        return found
+    raise InternalError(
+        f"no credentials for the serve at {endpoint}: `mediajobs serve` makes new ones each time it starts. "
+        "Paste the `export AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=...` lines it printed in this shell, "
+        f"or run this command as the user who started it (it wrote them to {credentials_file(port, env)}, "
+        "which is gone when it stops)"
+    )
+
+
+def refused_credentials(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error that caused it, is the served stack refusing the
+    credentials it was signed with (:data:`REFUSED_CREDENTIALS`: botocore's error code, or
+    PynamoDB's ``cause_response_code``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        code = getattr(seen, "cause_response_code", None)
+        if isinstance(seen, botocore.exceptions.ClientError):
+            code = seen.response.get("Error", {}).get("Code")
+        if code in REFUSED_CREDENTIALS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def credentials_refused(stack: LocalStack) -> InternalError:
+    """The error a command stops with when the ``serve`` at ``stack``'s endpoint refused
+    its credentials, saying what to do."""
+    return InternalError(
+        f"{stack.endpoint_url} refused the credentials (access key {stack.credentials['aws_access_key_id']}): they "
+        "are not the ones this `mediajobs serve` printed (it makes new ones each time it starts). Paste its latest "
+        "`export` lines in this shell, or unset AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to use those it wrote "
+        "for its own user"
+    )
+
+
+def served_view(endpoint: str, name: str = SERVED_NAME, credentials: Mapping[str, str] | None = None) -> LocalStack:
     """The names of a ``mediajobs serve``'s stack at ``endpoint`` (``<name>-media``,
     ``<name>-assets`` ...), as :class:`~mediajobs.local.embedded.EmbeddedAws` gives them,
-    with its region and credentials: no request is made, no queue is asked for and the
-    template is not read (its queue fields are empty, its ``function_env`` too). Enough
-    for a command that reads a table of it (``status``); :func:`served_stack` is the
-    whole stack.
+    with its region and ``credentials`` (default :func:`served_credentials`): no request is
+    made, no queue is asked for and the template is not read (its queue fields are empty,
+    its ``function_env`` too). Enough for a command that reads a table of it (``status``);
+    :func:`served_stack` is the whole stack.
+
+    Raises
+    ------
+    InternalError
+        If no credentials are given or found (:func:`served_credentials`).
     """
+    keys = dict(credentials) if credentials is not None else served_credentials(endpoint)
     return LocalStack(
         endpoint_url=endpoint,
         bucket=f"{name}-media",
@@ -64,11 +143,11 @@ def served_view(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
         batch_size=1,
         timeout_s=1,
         region=REGION,
-        credentials=dict(CREDENTIALS),
+        credentials=keys,
     )
 
 
-def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
+def served_stack(endpoint: str, name: str = SERVED_NAME, credentials: Mapping[str, str] | None = None) -> LocalStack:
     """The :class:`~mediajobs.local.embedded.LocalStack` of a running ``mediajobs serve`` at
     ``endpoint``: the names :class:`~mediajobs.local.embedded.EmbeddedAws` gives its
     resources (``<name>-media``, ``<name>-jobs`` ...), the queues' URLs and ARNs asked of the
@@ -77,13 +156,18 @@ def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
     for reading and writing the served stack (``status``, ``delete``, ``collect``), not for
     rendering (``serve --worker`` renders, in the serving process).
 
+    Parameters
+    ----------
+    credentials: what to sign with (default :func:`served_credentials`).
+
     Raises
     ------
     InternalError
-        If nothing answers at ``endpoint`` or it holds no such stack.
+        If no credentials are found, nothing answers at ``endpoint``, it refuses the
+        credentials, or it holds no such stack.
     """
     found = template.load_template(template.find_template())
-    view = served_view(endpoint, name)
+    view = served_view(endpoint, name, credentials)
     sqs = view.client("sqs")
     queues: dict[str, tuple[str, str]] = {}
     try:
@@ -97,6 +181,8 @@ def served_stack(endpoint: str, name: str = SERVED_NAME) -> LocalStack:
     except botocore.exceptions.EndpointConnectionError as exc:
         raise InternalError(f"nothing answers at {endpoint}: start `mediajobs serve` first") from exc
     except botocore.exceptions.ClientError as exc:
+        if refused_credentials(exc):
+            raise credentials_refused(view) from exc
         raise InternalError(f"{endpoint} holds no mediajobs stack ({exc}): is it `mediajobs serve`?") from exc
     env, batch_size, timeout_s = _function_env(
         found, view, queues["jobs"][1], queues["backfill"][1], key_secret_arn=str(key_secret["ARN"])

@@ -20,7 +20,13 @@ from mediajobs.domain.errors import TransientFailure
 from mediajobs.domain.status import answer
 from mediajobs.local.commands import SUMMARIES
 from mediajobs.local.commands.common import InternalError, because, human_size
-from mediajobs.local.commands.served import add_endpoint, served_assets, served_view
+from mediajobs.local.commands.served import (
+    add_endpoint,
+    credentials_refused,
+    refused_credentials,
+    served_assets,
+    served_view,
+)
 from mediajobs.local.stack import LocalStack
 from mediajobs.service_layer.ports import Assets
 
@@ -64,6 +70,8 @@ def cmd_status(
     try:
         status, body = answer([args.key], lambda key: assets.get(stack.bucket, key), stack.settings().originals_prefix)
     except TransientFailure as exc:
+        if refused_credentials(exc):
+            raise credentials_refused(stack) from exc
         raise InternalError(
             f"could not read {stack.assets_table_name} at {args.endpoint} ({exc}): is `mediajobs serve` running there?"
         ) from exc
