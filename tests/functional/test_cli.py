@@ -454,8 +454,8 @@ def test_serve_and_listen_take_the_secret_from_the_environment_and_a_file_and_ne
     holds the secret."""
     import boto3
 
-    from mediajobs.local.notifications import new_webhook_secret
     from mediajobs.local.commands.served import served_credentials
+    from mediajobs.local.notifications import new_webhook_secret
 
     secret = new_webhook_secret()
     secret_file = tmp_path / "webhook-secret"

@@ -1,7 +1,7 @@
-"""The local function URL beside a browser (issue 39): a request naming another ``Host``
-(DNS rebinding: the embedded AWS's credentials are no secret, so a page can sign) is refused
-before the function sees it, and a payload Lambda would refuse is answered 413 as Lambda
-answers it, without its body being read."""
+"""The local function URL beside a browser: a request naming another ``Host`` (DNS
+rebinding: a page must not reach the function through a name it controls, whoever signs)
+is refused before the function sees it, and a payload Lambda would refuse is answered 413 as
+Lambda answers it, without its body being read."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from mediajobs.local.credentials import new_credentials
 from mediajobs.local.function_url import MAX_PAYLOAD_BYTES, TOO_LARGE_MESSAGE, FunctionUrl
 from tests.conftest import ANSWER_WITHIN_S, send_raw
 
-KEYS = Credentials("testing", "testing")  # the embedded AWS's, known to anyone
+CREDENTIALS = new_credentials()  # an embedded AWS's, as serve makes them
+KEYS = Credentials(CREDENTIALS["aws_access_key_id"], CREDENTIALS["aws_secret_access_key"])
 REGION = "us-east-1"
 
 
@@ -41,7 +43,7 @@ def function() -> Recorded:
 
 @pytest.fixture
 def url(function: Recorded) -> Iterator[str]:
-    with FunctionUrl(function, credentials=KEYS, region=REGION) as served:
+    with FunctionUrl(function, credentials=CREDENTIALS, region=REGION) as served:
         yield served.url
 
 

@@ -16,8 +16,8 @@ Before the signature, as Lambda does in front of a function, and because a web p
 user visits can reach ``127.0.0.1`` too (:mod:`mediajobs.local.guards`):
 
 - a ``Host`` other than the names it is served at (``127.0.0.1:<port>``, ``localhost:<port>``,
-  ``[::1]:<port>``) is answered 421 (DNS rebinding: the embedded AWS's credentials are no
-  secret, so a signature alone proves nothing);
+  ``[::1]:<port>``) is answered 421 (DNS rebinding: a page whose name resolves to
+  ``127.0.0.1`` names that name, and must not reach the function through it);
 - a body over :data:`MAX_PAYLOAD_BYTES` is answered 413 without being read (from its
   ``Content-Length``; a chunked one is read up to the limit and one byte), and so is a
   request whose event, once built, is over it (a binary body grows by a third in base64).
