@@ -96,6 +96,24 @@ def test_an_unsigned_put_is_refused_as_an_anonymous_write_and_stores_nothing(sta
     assert stored(stack, key) == b"<p>mine</p>"
 
 
+def test_an_unsigned_body_of_any_size_is_refused_before_it_is_read(stack):
+    """A page in the browser can send an unsigned POST of any length to 127.0.0.1: it is
+    refused from its headers, without waiting for (or holding) its body -- here a
+    Content-Length of 1 GiB with 5 bytes sent, answered at once."""
+    from tests.conftest import send_raw
+
+    key = f"derivatives/{uuid.uuid4().hex}/huge.bin"
+    host = urllib.parse.urlsplit(stack.endpoint_url).netloc
+    head = f"PUT /{stack.bucket}/{key} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {2**30}"
+    status, body = send_raw(stack.endpoint_url, head, b"hello")
+    assert (status, b"<Code>AccessDenied</Code>" in body) == (403, True)
+    other = "AWS4-HMAC-SHA256 Credential=LOCALNOTTHISSTACK000/20260101/us-east-1/s3/aws4_request"
+    head += f"\r\nX-Amz-Date: 20260101T000000Z\r\nAuthorization: {other}, SignedHeaders=host, Signature={'0' * 64}"
+    status, body = send_raw(stack.endpoint_url, head, b"hello")
+    assert (status, b"<Code>InvalidAccessKeyId</Code>" in body) == (403, True)
+    assert stored(stack, key) is None
+
+
 def test_a_put_signed_with_other_keys_is_invalid_access_key_id(stack):
     key = f"derivatives/{uuid.uuid4().hex}/other.html"
     s3 = other_client(stack, "s3", "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")

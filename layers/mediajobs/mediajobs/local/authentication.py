@@ -62,7 +62,7 @@ from xml.sax.saxutils import escape
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest, HTTPHeaders
 from botocore.credentials import Credentials
-from werkzeug.wsgi import get_input_stream
+from werkzeug.wsgi import get_content_length, get_input_stream
 
 #: The one signing algorithm accepted (SigV4 with HMAC-SHA256).
 ALGORITHM: Final = "AWS4-HMAC-SHA256"
@@ -559,6 +559,24 @@ def refusal_of(
     return None if found is None else dataclasses.replace(found, service=signature.service)
 
 
+def refusal_before_body(received: Received, credentials: Mapping[str, str]) -> Refusal | None:
+    """What :func:`refusal_of` refuses from the request line and headers alone -- no
+    signature at all, one stated wrongly, or another access key than ``credentials``' --
+    so that such a request is answered without its body being read (a page in the user's
+    browser can send an unsigned body of any size to ``127.0.0.1``); ``None`` when the body
+    must be read to judge it (or it is a CORS preflight)."""
+    if is_preflight(received):
+        return None
+    signature = _signature_in(received)
+    if signature is None:
+        return Refusal(Failure.MISSING)
+    if isinstance(signature, Refusal):
+        return signature
+    if not _same(signature.key_id, credentials["aws_access_key_id"]):
+        return dataclasses.replace(Refusal(Failure.UNKNOWN_KEY), service=signature.service)
+    return None
+
+
 def _skew_message(signature: _Signature, now_s: float) -> str:
     """The JSON and query services' words for a signature out of the window (S3 has its own)."""
     if signature.service == "s3":
@@ -670,12 +688,20 @@ def read_body(environ: dict[str, Any]) -> io.BytesIO:
     return body
 
 
+#: The largest body read before refusing a request its headers already refuse (the words of
+#: a query-protocol refusal depend on its body); a larger one, or one of unknown length, is
+#: refused unread. 1 MiB: SQS's largest message is 256 KiB, the query forms far less.
+READ_BEFORE_REFUSING_BYTES: Final = 2**20
+
+
 class Authentication:
     """WSGI middleware in front of the embedded AWS's server (module docstring): a
     request not signed with ``credentials`` is answered as AWS answers it, and moto never
     sees it.
 
-    The body is read whole first (:func:`read_body`; the server's next middleware,
+    A request that carries no signature, or one of another key, is answered without its
+    body being read (:func:`refusal_before_body`). Otherwise the body is read whole
+    (:func:`read_body`; the server's next middleware,
     :class:`~mediajobs.local.server.AtomicWrites`, needs it read anyway), and hashed only
     when the signature covers it.
 
@@ -699,8 +725,14 @@ class Authentication:
         self.clock = clock
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        received = Received.from_environ(environ, read_body(environ))
-        refusal = refusal_of(received, self.credentials, self.clock())
+        received = Received.from_environ(environ, io.BytesIO())
+        refusal = refusal_before_body(received, self.credentials)
+        length = get_content_length(environ)
+        if refusal is None or (length is not None and length <= READ_BEFORE_REFUSING_BYTES):
+            # judged on the whole request (a small body is read even when its headers
+            # suffice: a query-protocol refusal is worded from its body's Action)
+            received = Received.from_environ(environ, read_body(environ))
+            refusal = refusal_of(received, self.credentials, self.clock())
         if refusal is None:
             return self.app(environ, start_response)
         style = style_of(received, refusal.service)
