@@ -36,6 +36,7 @@ CHILDREN: dict[str, tuple[str, ...]] = {
     "test_dispatcher_privilege.py": (),
     "test_storm_notification_checks.py": (),  # uploads rendered end to end
     "test_storm_end_checks.py": (),  # uploads rendered end to end
+    "test_public_paths.py": (),  # uploads rendered end to end
 }
 
 __all__ = ["forbid_unmarked_children"]
