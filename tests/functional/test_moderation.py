@@ -27,7 +27,6 @@ from mediajobs.local.moderation_samples import card
 from mediajobs.local.session import LocalSession
 from mediajobs.service_layer.ports import LabelsFound
 from tests.conftest import REPO, media_file
-from tests.fakes import TEST_KEYS
 
 pytestmark = pytest.mark.subprocess
 
@@ -81,7 +80,7 @@ def test_an_accepted_photo_is_moderated_once_before_its_renditions_which_hash_it
     assert sample["labels"] == [] and len(sample["perceptual"]) == 16
     assert listed(session, moderation.job_key) == ["manifest.json"]  # a decision, no file
     # Each rendition's key hashes its moderation job's: one per (content, policy).
-    where = Where(session.stack.bucket, key, "derivatives/", "1", TEST_KEYS)
+    where = Where(session.stack.bucket, key, "derivatives/", "1", session.stack.settings().keys)
     planned = {j.recipe.ref: j for j in plan_jobs(result.sha256, "image", active_recipes(), where)}
     assert planned["web-image@1"].spec.upstream == {moderation.job_key} == planned["image-placeholder@1"].spec.upstream
     assert asset(session, key).state == AssetState.READY
