@@ -147,18 +147,22 @@ def test_a_request_of_a_collected_promo_requests_it_again():
     [
         ({}, False),
         ({"policy_version": "2"}, True),  # a new policy
+        ({"key_secret": "another-stack-secret-of-at-least-32-bytes"}, True),  # another key scheme
+        ({"key_algorithm": 1}, True),  # the key algorithm rolled back
     ],
 )
 def test_an_album_is_stale_under_another_policy_and_regenerated_once(change, stale):
     world = World(ready=1)
     world.promos().request(PREFIX)
-    later = world.promos(dataclasses.replace(SETTINGS, **change))
+    deployed = dataclasses.replace(SETTINGS, **change)
+    later = world.promos(deployed)
     assert bool(later.stale()) == stale
     answers = later.regenerate()
     assert len(answers) == int(stale)
     assert later.stale() == [] and later.regenerate() == []
     if stale:
-        assert answers[0].record.policy_version == "2" and world.records.get(BUCKET, PREFIX).revision == 2
+        assert answers[0].record.policy_version == deployed.policy_version
+        assert answers[0].record.keys == deployed.keys.id and world.records.get(BUCKET, PREFIX).revision == 2
 
 
 def test_an_album_showing_a_rendition_no_longer_active_is_stale():

@@ -25,6 +25,7 @@ from pynamodb.models import Model
 
 from mediajobs.adapters.assets import AssetModels, candidate_pk, candidate_sk, reference_pk, reference_sk
 from mediajobs.adapters.dynamo import UnitOfWork
+from mediajobs.domain.keys import UNKEYED
 from mediajobs.domain.promo import AlbumFrame, LeftOut, PromoRecord, holder_key
 
 PROMOS_PK: Final = "promo"
@@ -50,6 +51,8 @@ class PromoModel(Model):
     left_out_total = NumberAttribute(default=0)
     truncated = BooleanAttribute(default=False)
     revision = NumberAttribute(default=0)
+    #: The key scheme's id the promo's key was derived under (none: "1", before it was kept).
+    keys = UnicodeAttribute(null=True)
 
 
 def _record(item: PromoModel) -> PromoRecord:
@@ -68,6 +71,7 @@ def _record(item: PromoModel) -> PromoRecord:
         revision=int(item.revision or 0),
         left_out_total=int(item.left_out_total or 0),
         truncated=bool(item.truncated),
+        keys=item.keys or UNKEYED.id,
     )
 
 
@@ -137,6 +141,7 @@ class DynamoPromos:
             left_out_total=record.left_out_total,
             truncated=record.truncated,
             revision=(previous.revision if previous is not None else 0) + 1,
+            keys=record.keys,
         )
         holder = holder_key(record.prefix)
         ref_sk = reference_sk(record.bucket, holder)

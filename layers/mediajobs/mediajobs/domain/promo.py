@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from mediajobs.domain.assets import AssetJobState, AssetState, AssetView
 from mediajobs.domain.jobs import DECISIONS_OUTPUT, JobInput, JobSpec, OutputInput
-from mediajobs.domain.keys import KeyScheme, inputs_job_key
+from mediajobs.domain.keys import UNKEYED, KeyScheme, inputs_job_key
 from mediajobs.domain.manifest import derivative_prefix
 from mediajobs.domain.recipes import Recipe
 
@@ -367,6 +367,9 @@ class PromoRecord:
     truncated: whether the album holds more than :data:`MAX_ALBUM_KEYS` keys (only the
         first were looked at).
     revision: counts the writes (each conditional on the one read).
+    keys: the :attr:`~mediajobs.domain.keys.KeyScheme.id` the promo's key was derived under
+        (``"1"`` for a record written before it was kept): a new key algorithm's backfill
+        requests the album again, so that no promo stays at an unkeyed path.
     """
 
     bucket: str
@@ -380,6 +383,7 @@ class PromoRecord:
     revision: int = 0
     left_out_total: int = 0
     truncated: bool = False
+    keys: str = UNKEYED.id
 
     def to_json(self) -> dict[str, Any]:
         """The record as the CLI and the status route show it."""

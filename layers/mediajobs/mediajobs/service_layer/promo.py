@@ -192,6 +192,7 @@ class Promos:
             empty = PromoRecord(
                 bucket, prefix, None, self._recipe.ref, self._settings.policy_version, now, (),
                 tuple(left_out[:MAX_LEFT_OUT]), left_out_total=len(left_out), truncated=truncated,
+                keys=self._settings.keys.id,
             )  # fmt: skip
             stored = self._store_record(empty) if self._records.get(bucket, prefix) is not None else empty
             return self._answer(prefix, stored, None)
@@ -209,6 +210,7 @@ class Promos:
         record = PromoRecord(
             bucket, prefix, spec.job_key, self._recipe.ref, self._settings.policy_version, now,
             tuple(frames), tuple(left_out[:MAX_LEFT_OUT]), left_out_total=len(left_out), truncated=truncated,
+            keys=self._settings.keys.id,
         )  # fmt: skip
         stored = self._store_record(record)
         # Read after the reference is written: a collection that found the job unreferenced
@@ -256,16 +258,17 @@ class Promos:
         return [r for r in self._records.all() if r.policy_version == policy_version]
 
     def stale(self) -> list[PromoRecord]:
-        """The albums whose latest promo carries another policy or promo recipe than this
-        deployment's, or shows a rendition of a recipe no longer active: what
+        """The albums whose latest promo carries another policy, promo recipe or key scheme
+        than this deployment's, or shows a rendition of a recipe no longer active: what
         :meth:`regenerate` requests again."""
         if self._recipe is None:
             return []
-        policy, recipe = self._settings.policy_version, self._recipe.ref
+        policy, recipe, keys = self._settings.policy_version, self._recipe.ref, self._settings.keys.id
 
         def stale(r: PromoRecord) -> bool:
             renditions = {f.rendition_recipe for f in r.frames}
-            return r.policy_version != policy or r.recipe != recipe or bool(self._active and renditions - self._active)
+            changed = r.policy_version != policy or r.recipe != recipe or r.keys != keys
+            return changed or bool(self._active and renditions - self._active)
 
         return [r for r in self._records.all() if stale(r)]
 
