@@ -81,7 +81,7 @@ def test_each_serve_has_new_credentials_kept_for_its_user_alone_while_it_runs(tm
         assert "no asset for" in status(endpoint, pasted).stderr
         # Neither: the command says what to do.
         lost = status(endpoint, user_environment(tmp_path / "elsewhere"))
-        assert lost.returncode == 1 and "no credentials for the serve at" in lost.stderr
+        assert lost.returncode == 1 and "no credentials for a serve at" in lost.stderr
         assert "Paste the `export AWS_ACCESS_KEY_ID=" in lost.stderr
         # Other keys in the environment: refused, and said so.
         wrong = status(endpoint, {**pasted, "AWS_SECRET_ACCESS_KEY": "not-the-secret"})
@@ -91,3 +91,29 @@ def test_each_serve_has_new_credentials_kept_for_its_user_alone_while_it_runs(tm
         second = read_credentials_file(int(endpoint.rsplit(":", 1)[1]), env)
         assert second is not None and second["aws_access_key_id"] != first["aws_access_key_id"]
         assert second["aws_secret_access_key"] != first["aws_secret_access_key"]
+
+
+def test_a_port_in_use_is_a_usage_error_naming_it_before_anything_starts(tmp_path):
+    """``serve --worker --port P`` takes P, P+1 (the app page) and P+2 (the status function's
+    URL): one of them taken by another program is said at once, by number and use, with
+    exit 2 -- no traceback, no credentials printed or written for a serve that never ran."""
+    import socket
+
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        for port, what in ((taken, "the embedded AWS"), (taken - 1, "the app page"), (taken - 2, "the status")):
+            done = subprocess.run(
+                [*CLI, "serve", "--worker", "--port", str(port)],
+                env=user_environment(runtime),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 2, done.stderr
+            assert f"{taken} ({what}" in done.stderr and "Traceback" not in done.stderr
+            assert "export" not in done.stdout
+            assert not credentials_file(port, user_environment(runtime)).exists()

@@ -130,11 +130,12 @@ class PooledWSGIServer(BaseWSGIServer):
         *,
         handler: type[MotoRequestHandler],
     ) -> None:
-        super().__init__(host, port, app, handler=handler)
+        # Before werkzeug binds: a port in use makes it close the server (server_close) and exit.
         self._connections: queue.SimpleQueue[tuple[socket.socket, Any] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0
+        super().__init__(host, port, app, handler=handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Hand the connection to an idle thread of the pool (a new one when none is idle)."""

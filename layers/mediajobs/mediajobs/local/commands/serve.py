@@ -123,7 +123,39 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
         except OSError as exc:
             parser.error(f"--webhook-url {args.webhook_url}: its host does not resolve: {exc}")
     args.webhook_secret = secret.value if secret else None
+    busy = [f"{port} ({what})" for port, what in served_ports(args) if not port_free(args.host, port)]
+    if busy:
+        parser.error(
+            f"port {', '.join(busy)} is in use by another program (another `mediajobs serve`?): "
+            "stop it, or start this one with --port N (it takes N, and N+1 and N+2 with --worker)"
+        )
     return cmd_serve(args)
+
+
+def served_ports(args: argparse.Namespace) -> list[tuple[int, str]]:
+    """The ports ``serve`` listens on, each with what it serves: ``--port`` (the embedded
+    AWS), and with ``--worker`` the two after it (the app page, the status function's URL);
+    none for ``--port 0`` (any free one)."""
+    if not args.port:
+        return []
+    ports = [(args.port, "the embedded AWS")]
+    if args.worker:
+        ports += [(args.port + 1, "the app page"), (args.port + 2, "the status function's URL")]
+    return ports
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether ``port`` on ``host`` can be listened on now (a bind, at once released)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as werkzeug's server binds
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -142,6 +174,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         print(client_settings(stack))
         print(f"the commands that reach it (status, delete ...) read these credentials from {written}")
+        keys = stack.settings().key_algorithm
+        print(
+            "job keys: algorithm 1, from public inputs (KEY_ALGORITHM_VERSION=1: a stack from before the keyed one)"
+            if keys == 1
+            else f"job keys: algorithm {keys}, keyed with this stack's secret (made now; docs/security.md)"
+        )
         print(
             f"assets table {stack.assets_table_name}: `mediajobs status KEY --endpoint {stack.endpoint_url}`"
             f"{'' if args.worker else ' (add --worker to process uploads and deletes here)'}"

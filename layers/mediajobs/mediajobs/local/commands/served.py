@@ -76,7 +76,8 @@ def served_credentials(endpoint: str, environ: Mapping[str, str] | None = None) 
     if found is not None:
         return found
     raise InternalError(
-        f"no credentials for the serve at {endpoint}: `mediajobs serve` makes new ones each time it starts. "
+        f"no credentials for a serve at {endpoint}: is one running there (`mediajobs serve --port N`; another "
+        "endpoint: --endpoint URL or AWS_ENDPOINT_URL)? `mediajobs serve` makes new ones each time it starts. "
         "Paste the `export AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=...` lines it printed in this shell, "
         f"or run this command as the user who started it (it wrote them to {credentials_file(port, env)}, "
         "which is gone when it stops)"

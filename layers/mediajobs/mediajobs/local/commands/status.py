@@ -78,7 +78,7 @@ def cmd_status(
     if status == 400:
         parser.error(f"{args.key!r}: {body['message']}")
     if status == 404:
-        print(f"mediajobs: no asset for {args.key} in {stack.bucket}", file=sys.stderr)
+        print(f"mediajobs: no asset for {args.key} in {stack.bucket} at {stack.endpoint_url}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(body), flush=True)

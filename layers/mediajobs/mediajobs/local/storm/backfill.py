@@ -82,13 +82,24 @@ class StormBackfill:
     old_settings: the workers' settings before the deployment.
     settings: the deployed workers' (and the scan's) settings.
     backfill_id: the backfill's id, once started.
-    deployed_at, done_at: Unix seconds of the deployment and of the backfill's end.
+    deployed_at, done_at: Unix seconds of the deployment and of the backfill's end (``deployed``,
+        when given, is set at the deployment: the feeder's writes held for it go on).
     lane: the lane's worker pool, once deployed.
     failed_scans: runs of the scan that raised (the next run goes on).
     """
 
-    def __init__(self, stack: LocalStack, settings: Settings, cfg: StormConfig, workers: WorkerPool, folder: Path):
+    def __init__(
+        self,
+        stack: LocalStack,
+        settings: Settings,
+        cfg: StormConfig,
+        workers: WorkerPool,
+        folder: Path,
+        *,
+        deployed: threading.Event | None = None,
+    ):
         self._stack, self._cfg, self._workers, self._folder = stack, cfg, workers, folder
+        self._deployed = deployed
         self.old_settings = settings
         self.settings = dataclasses.replace(
             deployed_settings(settings, cfg),
@@ -134,6 +145,8 @@ class StormBackfill:
         started, _ = self._backfiller.start()
         self.backfill_id = started.id
         self.deployed_at = time.time()
+        if self._deployed is not None:
+            self._deployed.set()  # the writes held for the deployment go on
         self._thread = threading.Thread(target=self._scan, name="backfill", daemon=True)
         self._thread.start()
 

@@ -35,9 +35,15 @@ class Feeder:
     sent: writes of the plan made so far (puts and deletes).
     put_at: when each put was answered, Unix seconds, by (key, version id): where an
         upload's latency to ready starts.
+    pause_at: after this many writes, wait for :attr:`resume` before the next (0: never):
+        a deployment that waits for the old workers to be idle then still has writes to
+        come while it rolls out, at any size of storm.
+    resume: set when the writes after :attr:`pause_at` may go on.
     """
 
-    def __init__(self, stack: LocalStack, uploads: list[Upload], contents: list[bytes]) -> None:
+    def __init__(self, stack: LocalStack, uploads: list[Upload], contents: list[bytes], *, pause_at: int = 0) -> None:
+        self.pause_at = pause_at
+        self.resume = threading.Event()
         self.uploads = uploads
         self.contents = contents
         self.duplicated_events = 0
@@ -85,7 +91,13 @@ class Feeder:
             for start in range(0, len(self.uploads), FEED_WAVE):
                 while self._backlog() > BACKLOG and time.monotonic() < deadline:
                     time.sleep(0.25)
-                list(pool.map(self.upload, self.uploads[start : start + FEED_WAVE]))
+                wave = self.uploads[start : start + FEED_WAVE]
+                if start < self.pause_at < start + len(wave):  # the pause falls inside this wave
+                    list(pool.map(self.upload, wave[: self.pause_at - start]))
+                    wave = wave[self.pause_at - start :]
+                if self.pause_at and start + FEED_WAVE > self.pause_at >= start:
+                    self.resume.wait(max(0.0, deadline - time.monotonic()))
+                list(pool.map(self.upload, wave))
 
     def upload(self, u: Upload) -> None:
         """Make the write ``u``: a put (its event sent again when ``u.twice``; the replaced

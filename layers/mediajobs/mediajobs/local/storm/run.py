@@ -63,10 +63,11 @@ def run_storm(cfg: StormConfig, template_path: Path | None = None, events_log: P
         if stack.backfill_queue_url:
             visibility = {"VisibilityTimeout": str(cfg.visibility_s)}
             sqs.set_queue_attributes(QueueUrl=stack.backfill_queue_url, Attributes=visibility)
-        feeder = Feeder(stack, *plan(cfg))  # hears S3's events from now on
+        # A key change waits for the old workers to be idle: the writes after it wait for it.
+        feeder = Feeder(stack, *plan(cfg), pause_at=cfg.key_change_at)  # hears S3's events from now on
         workers = WorkerPool(stack, settings, cfg, folder)
         deploys = cfg.backfill_at or cfg.key_change_at
-        backfill = StormBackfill(stack, settings, cfg, workers, folder) if deploys else None
+        backfill = StormBackfill(stack, settings, cfg, workers, folder, deployed=feeder.resume) if deploys else None
         deadline = time.monotonic() + cfg.max_seconds
         feeder.start(deadline)
         collections = Collections(stack, settings, cfg)
