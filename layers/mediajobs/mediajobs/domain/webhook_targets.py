@@ -249,6 +249,10 @@ def _not_global(address: IPAddress) -> str | None:
     return None
 
 
+#: The loopback names ``http://`` may reach, as the refusal lists them.
+_LOOPBACK_WORDS: Final = "a loopback name: " + ", ".join(sorted(LOOPBACK_HOSTS))
+
+
 def checked_webhook_url(url: str, *, allowed: Iterable[IPNetwork] = ()) -> str:
     """``url`` if a webhook may be sent there by its form: ``https://`` with a host, or
     ``http://`` to a loopback name (:data:`LOOPBACK_HOSTS`); and, when the host is a literal
@@ -267,9 +271,9 @@ def checked_webhook_url(url: str, *, allowed: Iterable[IPNetwork] = ()) -> str:
         host = parts.hostname
         parts.port  # noqa: B018 - a port that is not a number raises here
     except ValueError:
-        raise ValueError(f"a webhook URL is https:// (or http:// to 127.0.0.1), not {url!r}") from None
+        raise ValueError(f"a webhook URL is https:// (or http:// to {_LOOPBACK_WORDS}), not {url!r}") from None
     if not host or not (parts.scheme == "https" or (parts.scheme == "http" and host in LOOPBACK_HOSTS)):
-        raise ValueError(f"a webhook URL is https:// (or http:// to 127.0.0.1), not {url!r}")
+        raise ValueError(f"a webhook URL is https:// (or http:// to {_LOOPBACK_WORDS}), not {url!r}")
     address = literal_address(host)
     if address is not None and (refusal := target_refusal(address, tuple(allowed))) is not None:
         raise WebhookTargetRefused(host, refusal)
