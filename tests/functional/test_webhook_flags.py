@@ -21,6 +21,7 @@ def served(monkeypatch):
 
     seen: list = []
     monkeypatch.setattr(serve, "cmd_serve", lambda args: seen.append(args) or 0)
+    monkeypatch.setattr(serve, "port_free", lambda host, port: True)  # nothing binds: cmd_serve is replaced
     monkeypatch.delenv(ENV, raising=False)
     return seen
 
