@@ -394,3 +394,74 @@ def test_stacks_started_one_after_the_other_have_credentials_of_their_own(stack)
                 second, "s3", first_keys["aws_access_key_id"], first_keys["aws_secret_access_key"]
             ).list_buckets()
         assert code_of(refused) == (403, "InvalidAccessKeyId")
+
+
+def preflight(url: str, headers: dict | None = None, data: bytes | None = None) -> tuple[int, bytes]:
+    """A request shaped as a browser's CORS preflight (``OPTIONS`` with ``Origin`` and
+    ``Access-Control-Request-Method``), with whatever else ``headers`` and ``data`` add."""
+    shaped = {"Origin": EVIL, "Access-Control-Request-Method": "POST", **(headers or {})}
+    return send(raw(url, method="OPTIONS", data=data, headers=shaped))
+
+
+def test_a_request_shaped_as_a_preflight_reads_and_changes_nothing(stack, tmp_path, monkeypatch):
+    """A preflight is unsigned by nature, so nothing but a preflight's own answer may come of
+    one: moto's own routes (its state dump, its recorder, a reset) are refused, and a
+    "preflight" that names a service (a made-up Authorization) and an action (X-Amz-Target)
+    reaches moto stripped of them -- no secret read, no queue made."""
+    monkeypatch.chdir(tmp_path)  # where moto's recorder would write its file
+    manager = stack.client("secretsmanager")
+    secret = manager.get_secret_value(SecretId=f"{stack.bucket.removesuffix('-media')}-job-keys")["SecretString"]
+    for route in ("/moto-api/data.json", "/moto-api/recorder/start-recording", "/moto-api/reset"):
+        status, body = preflight(f"{stack.endpoint_url}{route}")
+        assert status == 403 and secret.encode() not in body, route
+    assert not (tmp_path / "moto_recording").exists()
+    scope = "AWS4-HMAC-SHA256 Credential=NOBODY/20000101/us-east-1/{service}/aws4_request, SignedHeaders=host"
+    status, body = preflight(
+        stack.endpoint_url + "/",
+        {"Authorization": scope.format(service="secretsmanager") + ", Signature=0",
+         "X-Amz-Target": "secretsmanager.GetSecretValue", "Content-Type": "application/x-amz-json-1.1"},
+        json.dumps({"SecretId": f"{stack.bucket.removesuffix('-media')}-job-keys"}).encode(),
+    )  # fmt: skip
+    assert secret.encode() not in body
+    name = f"attacker-{uuid.uuid4().hex[:8]}"
+    preflight(
+        f"{stack.endpoint_url}/?Action=CreateQueue&QueueName={name}",
+        {"Authorization": scope.format(service="sqs") + ", Signature=0", "X-Amz-Target": "AmazonSQS.CreateQueue",
+         "Content-Type": "application/x-amz-json-1.0"},
+        json.dumps({"QueueName": name}).encode(),
+    )  # fmt: skip
+    assert not [u for u in stack.client("sqs").list_queues().get("QueueUrls", []) if name in u]
+    assert stack.client("s3").head_bucket(Bucket=stack.bucket)  # the state is still there
+    # and its body is never read: 1 GiB stated, 5 bytes sent, answered at once
+    from tests.conftest import send_raw
+
+    host = urllib.parse.urlsplit(stack.endpoint_url).netloc
+    head = (
+        f"OPTIONS /{stack.bucket}/x HTTP/1.1\r\nHost: {host}\r\nOrigin: {EVIL}\r\n"
+        f"Access-Control-Request-Method: PUT\r\nContent-Length: {2**30}"
+    )
+    assert send_raw(stack.endpoint_url, head, b"hello")[0] in (200, 403)
+
+
+def test_a_large_body_is_refused_from_its_headers_even_with_the_stacks_key_id(stack):
+    """Any local process learns the stack's access key id (a presigned URL names it): a
+    request naming it with a wrong S3 signature is refused from its headers (S3's signature
+    covers the body's stated hash), and a body over what another service takes is refused
+    from its length -- neither read (1 GiB stated, 5 bytes sent, answered at once)."""
+    from tests.conftest import send_raw
+
+    host = urllib.parse.urlsplit(stack.endpoint_url).netloc
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    key_id = stack.credentials["aws_access_key_id"]
+    for service, path, code in (("s3", f"/{stack.bucket}/derivatives/x/big.bin", b"SignatureDoesNotMatch"),
+                                ("dynamodb", "/", b"too large")):  # fmt: skip
+        authorization = (
+            f"AWS4-HMAC-SHA256 Credential={key_id}/{when[:8]}/us-east-1/{service}/aws4_request, "
+            f"SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={'0' * 64}"
+        )
+        head = (
+            f"PUT {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {2**30}\r\nX-Amz-Date: {when}\r\n"
+            f"X-Amz-Content-SHA256: UNSIGNED-PAYLOAD\r\nAuthorization: {authorization}"
+        )
+        status, body = send_raw(stack.endpoint_url, head, b"hello")
+        assert status in (403, 413) and code in body, (service, status, body)

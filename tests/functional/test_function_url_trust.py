@@ -116,3 +116,21 @@ def test_a_binary_body_under_the_limit_whose_base64_event_is_over_it_is_refused_
     small = b"\xff" * 1024
     assert post(url, small, signed(url, small))[0] == 200
     assert function.events[0]["isBase64Encoded"] is True
+
+
+def test_a_request_shaped_as_a_preflight_is_refused_unsigned_and_never_reaches_the_function(url, function):
+    """An AWS_IAM function URL answers only what is signed: an OPTIONS with Origin and
+    Access-Control-Request-Method is no exception."""
+    where = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=ANSWER_WITHIN_S)
+    try:
+        connection.request(
+            "OPTIONS",
+            "/assets?key=originals/a.jpg",
+            headers={"Origin": "http://x", "Access-Control-Request-Method": "GET"},
+        )
+        answer = connection.getresponse()
+        assert (answer.status, json.loads(answer.read())) == (403, {"Message": "Forbidden"})
+    finally:
+        connection.close()
+    assert function.events == []

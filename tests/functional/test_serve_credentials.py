@@ -117,3 +117,31 @@ def test_a_port_in_use_is_a_usage_error_naming_it_before_anything_starts(tmp_pat
             assert f"{taken} ({what}" in done.stderr and "Traceback" not in done.stderr
             assert "export" not in done.stdout
             assert not credentials_file(port, user_environment(runtime)).exists()
+
+
+def test_the_env_vars_file_holds_the_secret_key_for_its_user_alone(tmp_path):
+    """``serve --env-vars FILE`` (every function's environment, for ``sam local invoke``)
+    holds the stack's secret access key: it is written mode 0600, even over a file that
+    another mode had."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env_file = tmp_path / "env.json"
+    env_file.write_text("{}")
+    env_file.chmod(0o644)
+    process = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", "--env-vars", str(env_file)],
+        env=user_environment(runtime),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # blocks until serve prints: no sleep
+            if "press Ctrl-C to stop" in line:
+                break
+        assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+        assert "AWS_SECRET_ACCESS_KEY" in env_file.read_text()
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)

@@ -64,6 +64,8 @@ from botocore.awsrequest import AWSRequest, HTTPHeaders
 from botocore.credentials import Credentials
 from werkzeug.wsgi import get_content_length, get_input_stream
 
+from mediajobs.local.guards import BodyTooLarge
+
 #: The one signing algorithm accepted (SigV4 with HMAC-SHA256).
 ALGORITHM: Final = "AWS4-HMAC-SHA256"
 #: How far a signed request's time may be from the server's, either way, seconds (SigV4:
@@ -106,6 +108,8 @@ class Failure(enum.Enum):
     PAYLOAD_INVALID = "an x-amz-content-sha256 that is neither a SHA-256 nor a known word (S3)"
     PAYLOAD_MISMATCH = "a body whose SHA-256 is not its x-amz-content-sha256 (S3)"
     BODY_MALFORMED = "an aws-chunked body that is not one (S3)"
+    TOO_LARGE = "a body over what the service takes (not S3)"
+    PREFLIGHT_REFUSED = "a CORS preflight to a route no browser may reach (moto's own)"
 
 
 @dataclass(frozen=True)
@@ -168,8 +172,15 @@ ANSWERS: Final[dict[Style, dict[Failure, tuple[int, str]]]] = {
     Style.SQS_JSON: {f: _QUERY_ANSWERS.get(f, (403, "SignatureDoesNotMatch")) for f in Failure},
 }
 
+# A body too large for any service but S3's, and a preflight to moto's own routes, are
+# answered the same whatever the protocol.
+for _answers in ANSWERS.values():
+    _answers[Failure.TOO_LARGE] = (413, "RequestEntityTooLarge")
+    _answers[Failure.PREFLIGHT_REFUSED] = (403, "AccessDenied")
+
 #: Each code's usual message (the services' own words).
 MESSAGES: Final = {
+    "RequestEntityTooLarge": "Request entity too large",
     "AccessDenied": "Access Denied",
     "InvalidRequest": "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
     "AuthorizationHeaderMalformed": "The authorization header is malformed.",
@@ -531,6 +542,7 @@ def refusal_of(
     *,
     service: str | None = None,
     region: str | None = None,
+    body: bool = True,
 ) -> Refusal | None:
     """What AWS would refuse ``received`` for, checked against ``credentials`` (the
     embedded AWS's: ``aws_access_key_id``, ``aws_secret_access_key``) at ``now_s`` (Unix
@@ -542,6 +554,10 @@ def refusal_of(
     service: the only service a signature may name (the local function URL: ``"lambda"``);
         ``None``: any.
     region: the only region a signature may name; ``None``: any (moto keeps regions apart).
+    body: whether ``received`` holds its body; without it, what its request line and headers
+        alone refuse: no signature, another key, another time, and for S3 the signature
+        itself (it signs the body's stated hash, checked once the body is read). The other
+        services sign the body's hash: their signature waits for it.
 
     Returns
     -------
@@ -555,26 +571,14 @@ def refusal_of(
         return Refusal(Failure.MISSING)
     if isinstance(signature, Refusal):
         return signature
-    found = _refusal_of_signed(received, signature, credentials, now_s, service, region)
+    found = _refusal_of_signed(received, signature, credentials, now_s, service, region, body)
     return None if found is None else dataclasses.replace(found, service=signature.service)
 
 
-def refusal_before_body(received: Received, credentials: Mapping[str, str]) -> Refusal | None:
-    """What :func:`refusal_of` refuses from the request line and headers alone -- no
-    signature at all, one stated wrongly, or another access key than ``credentials``' --
-    so that such a request is answered without its body being read (a page in the user's
-    browser can send an unsigned body of any size to ``127.0.0.1``); ``None`` when the body
-    must be read to judge it (or it is a CORS preflight)."""
-    if is_preflight(received):
-        return None
+def signed_service(received: Received) -> str | None:
+    """The service the request's signature names (``None``: it names none, or wrongly)."""
     signature = _signature_in(received)
-    if signature is None:
-        return Refusal(Failure.MISSING)
-    if isinstance(signature, Refusal):
-        return signature
-    if not _same(signature.key_id, credentials["aws_access_key_id"]):
-        return dataclasses.replace(Refusal(Failure.UNKNOWN_KEY), service=signature.service)
-    return None
+    return signature.service if isinstance(signature, _Signature) else None
 
 
 def _skew_message(signature: _Signature, now_s: float) -> str:
@@ -596,9 +600,11 @@ def _refusal_of_signed(
     now_s: float,
     service: str | None,
     region: str | None,
+    body: bool = True,
 ) -> Refusal | None:
     """:func:`refusal_of` for a request that states a SigV4 signature: its key, then its
-    time, then (S3) its headers and payload word, then the signature, then the payload."""
+    time, then (S3) its headers and payload word, then the signature, then the payload
+    (``body``: whether ``received`` holds it; :func:`refusal_of`)."""
     s3 = signature.service == "s3"
     if not _same(signature.key_id, credentials["aws_access_key_id"]):
         return Refusal(Failure.UNKNOWN_KEY)
@@ -624,12 +630,16 @@ def _refusal_of_signed(
             return Refusal(Failure.PAYLOAD_INVALID)
         payload = UNSIGNED_PAYLOAD if declared is None else declared  # a presigned URL signs no payload
     else:
+        if not body:
+            return None  # the signature covers the body's hash: judged once it is read
         if declared is not None and declared != received.body_sha256:
             return Refusal(Failure.MISMATCH)  # the service hashes the body it received
         payload = received.body_sha256 if signature.expires_s is None else UNSIGNED_PAYLOAD
     secret = credentials["aws_secret_access_key"]
     if not _same(_expected(received, signature, secret, payload), signature.signature):
         return Refusal(Failure.MISMATCH)
+    if not body:
+        return None
     if s3 and _SHA256_HEX.fullmatch(payload) and payload != received.body_sha256:
         return Refusal(Failure.PAYLOAD_MISMATCH)
     if s3 and payload in (STREAMING_SIGNED, STREAMING_SIGNED_TRAILER):
@@ -673,17 +683,29 @@ def answer(refusal: Refusal, style: Style, method: str) -> tuple[str, list[tuple
     return f"{status} {_REASONS[status]}", headers, body
 
 
-_REASONS: Final = {400: "Bad Request", 403: "Forbidden"}
+_REASONS: Final = {400: "Bad Request", 403: "Forbidden", 413: "Request Entity Too Large"}
 
 
-def read_body(environ: dict[str, Any]) -> io.BytesIO:
+def read_body(environ: dict[str, Any], limit: int | None = None) -> io.BytesIO:
     """Read the request's body whole (bounded by its ``Content-Length``, or its chunked
     encoding's end) into ``environ["wsgi.input"]``, once: a later call returns what the
-    first read."""
+    first read. ``limit``: the most bytes it may have (``None``: any).
+
+    Raises
+    ------
+    BodyTooLarge
+        Over ``limit``: from its ``Content-Length`` before a byte is read, else once
+        ``limit`` and a byte were read.
+    """
     if environ.get(BODY_READ):
         body: io.BytesIO = environ["wsgi.input"]
         return body
-    body = io.BytesIO(get_input_stream(environ).read())
+    if limit is not None and (get_content_length(environ) or 0) > limit:
+        raise BodyTooLarge(limit)
+    data = get_input_stream(environ).read() if limit is None else get_input_stream(environ).read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise BodyTooLarge(limit)
+    body = io.BytesIO(data)
     environ["wsgi.input"], environ[BODY_READ] = body, True
     return body
 
@@ -692,6 +714,31 @@ def read_body(environ: dict[str, Any]) -> io.BytesIO:
 #: a query-protocol refusal depend on its body); a larger one, or one of unknown length, is
 #: refused unread. 1 MiB: SQS's largest message is 256 KiB, the query forms far less.
 READ_BEFORE_REFUSING_BYTES: Final = 2**20
+#: The largest body a service other than S3 is sent, bytes: its signature covers the body's
+#: hash, so it is read (into memory) before it is judged. 16 MiB: DynamoDB's largest request
+#: ("Service, account, and table quotas": a BatchWriteItem of 16 MB), over every other's
+#: (SQS 1 MiB, Firehose's PutRecordBatch 4 MiB, Secrets Manager 64 KiB).
+MAX_SERVICE_BODY_BYTES: Final = 16 * 2**20
+#: The request headers a CORS preflight keeps when it is handed to moto: what a browser
+#: sends in one (Fetch standard, "CORS-preflight request"), nothing that names a service,
+#: an action or a credential.
+_PREFLIGHT_HEADERS: Final = frozenset(
+    {"HTTP_HOST", "HTTP_ORIGIN", "HTTP_ACCESS_CONTROL_REQUEST_METHOD", "HTTP_ACCESS_CONTROL_REQUEST_HEADERS"}
+)
+
+
+def preflight_only(environ: dict[str, Any]) -> dict[str, Any]:
+    """``environ``, a CORS preflight, with what a browser's preflight carries and nothing
+    more: no query, no body, no other header (so no ``Authorization`` naming a service, no
+    ``X-Amz-Target`` naming an action). moto answers what is left as S3 answers a
+    preflight, from the bucket's CORS rules; nothing it holds is read or changed."""
+    kept = {k: v for k, v in environ.items() if not k.startswith("HTTP_") or k in _PREFLIGHT_HEADERS}
+    kept.update(QUERY_STRING="", CONTENT_LENGTH="0", CONTENT_TYPE="")
+    kept["wsgi.input"], kept[BODY_READ] = io.BytesIO(), True
+    raw = str(kept.get("RAW_URI") or kept.get("REQUEST_URI") or "")
+    if "?" in raw:
+        kept["RAW_URI"] = kept["REQUEST_URI"] = raw.split("?", 1)[0]
+    return kept
 
 
 class Authentication:
@@ -699,9 +746,14 @@ class Authentication:
     request not signed with ``credentials`` is answered as AWS answers it, and moto never
     sees it.
 
-    A request that carries no signature, or one of another key, is answered without its
-    body being read (:func:`refusal_before_body`). Otherwise the body is read whole
-    (:func:`read_body`; the server's next middleware,
+    A CORS preflight is unsigned by nature: it reaches moto stripped to what a browser's
+    preflight carries (:func:`preflight_only`, answered as S3 answers it), and one to moto's
+    own ``/moto-api`` routes not at all. A request refused by its request line and headers
+    alone (no signature, another key, another time, an S3 signature that does not match)
+    is answered without its body being read, unless that body is small
+    (:data:`READ_BEFORE_REFUSING_BYTES`: the refusal's words may depend on it). A body to
+    another service than S3 is read only up to :data:`MAX_SERVICE_BODY_BYTES`. Otherwise
+    the body is read whole (:func:`read_body`; the server's next middleware,
     :class:`~mediajobs.local.server.AtomicWrites`, needs it read anyway), and hashed only
     when the signature covers it.
 
@@ -726,15 +778,29 @@ class Authentication:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         received = Received.from_environ(environ, io.BytesIO())
-        refusal = refusal_before_body(received, self.credentials)
+        if is_preflight(received):
+            if received.path.startswith("/moto-api"):
+                return self._refuse(received, Refusal(Failure.PREFLIGHT_REFUSED), start_response)
+            return self.app(preflight_only(environ), start_response)
+        refusal = refusal_of(received, self.credentials, self.clock(), body=False)
         length = get_content_length(environ)
+        if refusal is None and signed_service(received) != "s3" and (length or 0) > MAX_SERVICE_BODY_BYTES:
+            refusal = Refusal(Failure.TOO_LARGE, service=signed_service(received))
         if refusal is None or (length is not None and length <= READ_BEFORE_REFUSING_BYTES):
             # judged on the whole request (a small body is read even when its headers
             # suffice: a query-protocol refusal is worded from its body's Action)
-            received = Received.from_environ(environ, read_body(environ))
-            refusal = refusal_of(received, self.credentials, self.clock())
+            try:
+                limit = None if signed_service(received) == "s3" else MAX_SERVICE_BODY_BYTES
+                received = Received.from_environ(environ, read_body(environ, limit))
+                refusal = refusal_of(received, self.credentials, self.clock())
+            except BodyTooLarge:
+                refusal = Refusal(Failure.TOO_LARGE, service=signed_service(received))
         if refusal is None:
             return self.app(environ, start_response)
+        return self._refuse(received, refusal, start_response)
+
+    @staticmethod
+    def _refuse(received: Received, refusal: Refusal, start_response: Callable[..., Any]) -> Iterable[bytes]:
         style = style_of(received, refusal.service)
         status, headers, body = answer(refusal, style, received.method)
         start_response(status, headers)

@@ -37,7 +37,7 @@ from typing import Any, Final
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from mediajobs.local.authentication import Received, refusal_of
+from mediajobs.local.authentication import Received, is_preflight, refusal_of
 from mediajobs.local.function_events import function_url_event
 from mediajobs.local.guards import BodyTooLarge, host_served, read_body, served_hosts
 
@@ -100,7 +100,11 @@ class FunctionUrl:
         except BodyTooLarge:
             return _refused(413, TOO_LARGE_MESSAGE)
         received = Received.from_environ(environ, io.BytesIO(body))
-        if refusal_of(received, self._credentials, time.time(), service="lambda", region=self._region) is not None:
+        # A preflight is no exception here: an AWS_IAM function URL answers only what is signed.
+        refused = is_preflight(received) or refusal_of(
+            received, self._credentials, time.time(), service="lambda", region=self._region
+        )
+        if refused:
             return _refused(403, "Forbidden")  # as Lambda answers an unsigned request to an AWS_IAM function URL
         try:
             text = body.decode("utf-8") if body else None

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -132,6 +133,18 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, wrap_adapters
     return cmd_serve(args)
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable and writable by this user only (mode 0600, set
+    before a byte is written, and on a file that was there already): ``--env-vars`` holds
+    the stack's credentials."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
 def served_ports(args: argparse.Namespace) -> list[tuple[int, str]]:
     """The ports ``serve`` listens on, each with what it serves: ``--port`` (the embedded
     AWS), and with ``--worker`` the two after it (the app page, the status function's URL);
@@ -166,8 +179,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with EmbeddedAws(host=args.host, port=args.port) as stack, served_credentials_file(stack) as written:
         if args.env_vars:
             env_vars = sam_env_vars(stack, container_endpoint(stack, args.docker_host))
-            Path(args.env_vars).write_text(json.dumps(env_vars, indent=2) + "\n")
-            print(f"wrote {args.env_vars} for sam local invoke --env-vars ({', '.join(env_vars)})")
+            write_private(Path(args.env_vars), json.dumps(env_vars, indent=2) + "\n")
+            print(
+                f"wrote {args.env_vars} for sam local invoke --env-vars ({', '.join(env_vars)}); mode 0600: it "
+                "holds this stack's secret access key"
+            )
         print(
             f"embedded AWS at {stack.endpoint_url}: bucket {stack.bucket}, table {stack.table_name}, "
             f"queue {stack.queue_url}"
