@@ -294,3 +294,33 @@ def test_the_bucket_admits_the_page_from_each_name_it_is_served_at(page, stack):
         f"http://{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]")
     )
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", page.origin)
+
+
+def test_the_page_completes_only_an_upload_it_asked_for(page):
+    """Another's multipart upload (its id learnt somehow) under another prefix is no upload of
+    the page's: completing it is refused before S3 is asked."""
+    body = {"key": "originals/alice/2026/big-video.mp4", "upload_id": "their-upload", "parts": []}
+    status, _, answer = post_json(page, "/api/uploads/complete", body)
+    assert (status, json.loads(answer)["message"]) == (400, "not an upload this page asked for")
+
+
+def test_event_streams_are_bounded(page, monkeypatch):
+    """Each stream reads every listed upload's status about every second: at most
+    MAX_EVENT_STREAMS at once, one more is 429; a stream that ends frees its slot."""
+    from mediajobs.local import page as page_module
+
+    monkeypatch.setattr(page_module, "MAX_EVENT_STREAMS", 2)
+    where = urllib.parse.urlsplit(page.url)
+    streams = []
+    try:
+        for _ in range(2):
+            connection = http.client.HTTPConnection(where.hostname, where.port, timeout=ANSWER_WITHIN_S)
+            connection.request("GET", "/api/events")
+            answer = connection.getresponse()
+            assert answer.status == 200 and answer.readline() == b"retry: 1000\n"
+            streams.append((connection, answer))
+        status, _, _ = send(page, "GET", "/api/events")
+        assert status == 429
+    finally:
+        for connection, _ in streams:
+            connection.close()

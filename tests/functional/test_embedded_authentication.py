@@ -411,9 +411,16 @@ def test_a_request_shaped_as_a_preflight_reads_and_changes_nothing(stack, tmp_pa
     monkeypatch.chdir(tmp_path)  # where moto's recorder would write its file
     manager = stack.client("secretsmanager")
     secret = manager.get_secret_value(SecretId=f"{stack.bucket.removesuffix('-media')}-job-keys")["SecretString"]
-    for route in ("/moto-api/data.json", "/moto-api/recorder/start-recording", "/moto-api/reset"):
-        status, body = preflight(f"{stack.endpoint_url}{route}")
-        assert status == 403 and secret.encode() not in body, route
+    from tests.conftest import send_raw
+
+    host = urllib.parse.urlsplit(stack.endpoint_url).netloc
+    routes = ["/moto-api/data.json", "/moto-api/recorder/start-recording", "/moto-api/reset"]
+    routes += ["/%6doto-api/data.json", "/%6Doto-api/recorder/start-recording", "/moto%2Dapi/data.json"]
+    routes += ["//moto-api/data.json", f"http://{host}/%6doto-api/data.json", "%2Fmoto-api/data.json"]
+    for route in routes:  # however moto's own routes are spelled, as the server decodes them
+        head = f"OPTIONS {route} HTTP/1.1\r\nHost: {host}\r\nOrigin: {EVIL}\r\nAccess-Control-Request-Method: PUT"
+        status, body = send_raw(stack.endpoint_url, head, b"")
+        assert status in (400, 403) and secret.encode() not in body and b"secret_string" not in body, route
     assert not (tmp_path / "moto_recording").exists()
     scope = "AWS4-HMAC-SHA256 Credential=NOBODY/20000101/us-east-1/{service}/aws4_request, SignedHeaders=host"
     status, body = preflight(
@@ -433,9 +440,6 @@ def test_a_request_shaped_as_a_preflight_reads_and_changes_nothing(stack, tmp_pa
     assert not [u for u in stack.client("sqs").list_queues().get("QueueUrls", []) if name in u]
     assert stack.client("s3").head_bucket(Bucket=stack.bucket)  # the state is still there
     # and its body is never read: 1 GiB stated, 5 bytes sent, answered at once
-    from tests.conftest import send_raw
-
-    host = urllib.parse.urlsplit(stack.endpoint_url).netloc
     head = (
         f"OPTIONS /{stack.bucket}/x HTTP/1.1\r\nHost: {host}\r\nOrigin: {EVIL}\r\n"
         f"Access-Control-Request-Method: PUT\r\nContent-Length: {2**30}"

@@ -232,3 +232,19 @@ def test_trailing_headers_signed_after_the_last_chunk_are_checked():
 
     assert refusal_of(received("sOO8/Q=="), EXAMPLE_KEYS, EXAMPLE_NOW_S) is None
     assert refusal_of(received("AAAAAA=="), EXAMPLE_KEYS, EXAMPLE_NOW_S).failure is Failure.MISMATCH
+
+
+def test_an_authorization_naming_a_field_twice_is_malformed():
+    """moto routes a request by the first ``Credential=`` of its Authorization: a header
+    naming one twice is refused as malformed, so the check and moto never read two."""
+    from mediajobs.local.authentication import Failure, Received, refusal_of
+
+    authorization = (
+        "AWS4-HMAC-SHA256 Credential=X/20260101/us-east-1/dynamodb/aws4_request, "
+        "Credential=LOCALKEY/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=" + "0" * 64
+    )
+    received = Received(
+        "GET", "/b/k", "", {"host": "h", "authorization": authorization, "x-amz-date": "20260101T000000Z"}, io.BytesIO()
+    )
+    refusal = refusal_of(received, {"aws_access_key_id": "LOCALKEY", "aws_secret_access_key": "s"}, 0.0)
+    assert refusal is not None and refusal.failure == Failure.MALFORMED

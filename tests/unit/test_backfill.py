@@ -121,6 +121,33 @@ def test_a_backfill_over_1000_assets_sharing_100_contents_renders_100_and_switch
         assert sum(n.key == key for n in ready) == 2  # the old set's, then the new set's (another id)
 
 
+def test_a_job_failed_without_running_is_recorded_and_a_failed_asset_moves_to_its_new_set(tmp_path):
+    """A job of the new set can end without any worker running it: failed because an input
+    failed (a new policy's, or a new key's, moderation job refusing the content). Nothing
+    but the backfill sees that end: it records it in the assets referencing the job before
+    counting it, so an asset that ended failed (no ready set to keep) moves to the new set
+    and none is left waiting for it -- however late the failure came after the scan."""
+    rig = Rig(tmp_path, 1, 1)
+    [key] = rig.keys
+    rig.assets.assets[(BUCKET, key)] = dataclasses.replace(rig.assets.get(BUCKET, key), state=AssetState.FAILED)
+    backfiller = rig.backfiller()
+    backfiller.start()
+    rig.clock.advance(rig.settings.worker_timeout_s)
+    [during] = backfiller.tick(budget_s=60)
+    assert during.scan_over and during.counts.enqueued == 1
+    [job] = rig.b_jobs()
+    rig.queue.resent.clear()  # its request never runs: its input fails it
+    row = rig.ledger.rows[job]
+    rig.ledger.rows[job] = dataclasses.replace(
+        row, state=JobState.PERMANENT_FAILURE, failure_reason="rejected", failure_detail="its input was refused"
+    )
+    [after] = backfiller.tick(budget_s=60)
+    assert after.state == BackfillState.DONE and after.counts.failed == 1
+    view = rig.assets.get(BUCKET, key)
+    assert [j.recipe for j in view.jobs] == ["a@1", "b@1"] and not view.next
+    assert (view.state, view.reason) == (AssetState.REJECTED, "rejected")  # refused, at its new keys
+
+
 def test_a_content_done_already_is_reused_and_its_assets_switch_at_once(tmp_path):
     rig = Rig(tmp_path, 20, 4)
     key = rig.keys[0]

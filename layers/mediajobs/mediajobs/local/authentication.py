@@ -64,6 +64,7 @@ from botocore.awsrequest import AWSRequest, HTTPHeaders
 from botocore.credentials import Credentials
 from werkzeug.wsgi import get_content_length, get_input_stream
 
+from mediajobs.local.cors import answer_preflight
 from mediajobs.local.guards import BodyTooLarge
 
 #: The one signing algorithm accepted (SigV4 with HMAC-SHA256).
@@ -109,7 +110,6 @@ class Failure(enum.Enum):
     PAYLOAD_MISMATCH = "a body whose SHA-256 is not its x-amz-content-sha256 (S3)"
     BODY_MALFORMED = "an aws-chunked body that is not one (S3)"
     TOO_LARGE = "a body over what the service takes (not S3)"
-    PREFLIGHT_REFUSED = "a CORS preflight to a route no browser may reach (moto's own)"
 
 
 @dataclass(frozen=True)
@@ -172,11 +172,9 @@ ANSWERS: Final[dict[Style, dict[Failure, tuple[int, str]]]] = {
     Style.SQS_JSON: {f: _QUERY_ANSWERS.get(f, (403, "SignatureDoesNotMatch")) for f in Failure},
 }
 
-# A body too large for any service but S3's, and a preflight to moto's own routes, are
-# answered the same whatever the protocol.
+# A body too large for any service but S3's is answered the same whatever the protocol.
 for _answers in ANSWERS.values():
     _answers[Failure.TOO_LARGE] = (413, "RequestEntityTooLarge")
-    _answers[Failure.PREFLIGHT_REFUSED] = (403, "AccessDenied")
 
 #: Each code's usual message (the services' own words).
 MESSAGES: Final = {
@@ -358,6 +356,8 @@ def _header_signature(received: Received, authorization: str) -> _Signature | Re
     for part in authorization[len(ALGORITHM) + 1 :].split(","):
         name, sep, value = part.strip().partition("=")
         if sep:
+            if name in fields:  # moto routes by the first one: each is named once, or none is read
+                return Refusal(Failure.MALFORMED)
             fields[name] = value.strip()
     credential = _credential(fields.get("Credential", ""))
     if credential is None or not fields.get("SignedHeaders") or not fields.get("Signature"):
@@ -712,33 +712,13 @@ def read_body(environ: dict[str, Any], limit: int | None = None) -> io.BytesIO:
 
 #: The largest body read before refusing a request its headers already refuse (the words of
 #: a query-protocol refusal depend on its body); a larger one, or one of unknown length, is
-#: refused unread. 1 MiB: SQS's largest message is 256 KiB, the query forms far less.
-READ_BEFORE_REFUSING_BYTES: Final = 2**20
+#: refused unread. 64 KiB: a query-protocol call's form is far less but for a message's body.
+READ_BEFORE_REFUSING_BYTES: Final = 64 * 2**10
 #: The largest body a service other than S3 is sent, bytes: its signature covers the body's
 #: hash, so it is read (into memory) before it is judged. 16 MiB: DynamoDB's largest request
 #: ("Service, account, and table quotas": a BatchWriteItem of 16 MB), over every other's
 #: (SQS 1 MiB, Firehose's PutRecordBatch 4 MiB, Secrets Manager 64 KiB).
 MAX_SERVICE_BODY_BYTES: Final = 16 * 2**20
-#: The request headers a CORS preflight keeps when it is handed to moto: what a browser
-#: sends in one (Fetch standard, "CORS-preflight request"), nothing that names a service,
-#: an action or a credential.
-_PREFLIGHT_HEADERS: Final = frozenset(
-    {"HTTP_HOST", "HTTP_ORIGIN", "HTTP_ACCESS_CONTROL_REQUEST_METHOD", "HTTP_ACCESS_CONTROL_REQUEST_HEADERS"}
-)
-
-
-def preflight_only(environ: dict[str, Any]) -> dict[str, Any]:
-    """``environ``, a CORS preflight, with what a browser's preflight carries and nothing
-    more: no query, no body, no other header (so no ``Authorization`` naming a service, no
-    ``X-Amz-Target`` naming an action). moto answers what is left as S3 answers a
-    preflight, from the bucket's CORS rules; nothing it holds is read or changed."""
-    kept = {k: v for k, v in environ.items() if not k.startswith("HTTP_") or k in _PREFLIGHT_HEADERS}
-    kept.update(QUERY_STRING="", CONTENT_LENGTH="0", CONTENT_TYPE="")
-    kept["wsgi.input"], kept[BODY_READ] = io.BytesIO(), True
-    raw = str(kept.get("RAW_URI") or kept.get("REQUEST_URI") or "")
-    if "?" in raw:
-        kept["RAW_URI"] = kept["REQUEST_URI"] = raw.split("?", 1)[0]
-    return kept
 
 
 class Authentication:
@@ -746,9 +726,10 @@ class Authentication:
     request not signed with ``credentials`` is answered as AWS answers it, and moto never
     sees it.
 
-    A CORS preflight is unsigned by nature: it reaches moto stripped to what a browser's
-    preflight carries (:func:`preflight_only`, answered as S3 answers it), and one to moto's
-    own ``/moto-api`` routes not at all. A request refused by its request line and headers
+    A CORS preflight is unsigned by nature: it never reaches moto (whose server runs a route
+    for ``OPTIONS`` whatever the path, its own ``/moto-api`` however spelled), and is
+    answered from the named bucket's CORS rules as S3 answers it
+    (:func:`mediajobs.local.cors.answer_preflight`). A request refused by its request line and headers
     alone (no signature, another key, another time, an S3 signature that does not match)
     is answered without its body being read, unless that body is small
     (:data:`READ_BEFORE_REFUSING_BYTES`: the refusal's words may depend on it). A body to
@@ -779,9 +760,9 @@ class Authentication:
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         received = Received.from_environ(environ, io.BytesIO())
         if is_preflight(received):
-            if received.path.startswith("/moto-api"):
-                return self._refuse(received, Refusal(Failure.PREFLIGHT_REFUSED), start_response)
-            return self.app(preflight_only(environ), start_response)
+            status, headers, body = answer_preflight(environ)
+            start_response(status, headers)
+            return [body]
         refusal = refusal_of(received, self.credentials, self.clock(), body=False)
         length = get_content_length(environ)
         if refusal is None and signed_service(received) != "s3" and (length or 0) > MAX_SERVICE_BODY_BYTES:

@@ -83,6 +83,10 @@ EVENTS_EVERY_S: Final = 0.25
 #: The most uploads the page keeps and lists (the latest, refused asks included): a page,
 #: not a database.
 MAX_LISTED: Final = 200
+#: The most event streams open at once (a page holds one; a few tabs of it more): each reads
+#: every listed upload's status about every second, so streams without a bound are CPU
+#: anyone on the machine could take. One more is answered 429.
+MAX_EVENT_STREAMS: Final = 8
 #: The longest name a listed upload shows, characters (a longer one is cut, ending with
 #: ``…``): the name is the caller's, of any length.
 MAX_SHOWN_NAME_CHARS: Final = 200
@@ -182,6 +186,7 @@ class AppPage:
         self._multipart_above = multipart_above_bytes
         self._clock = clock
         self._made: list[dict[str, Any]] = []
+        self._streams = 0  # event streams open
         self._refusals = itertools.count(1)  # names each refused ask kept
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -256,6 +261,10 @@ class AppPage:
         if method == "GET" and path == "/api/uploads":
             return _json(200, {"uploads": [self.view(made) for made in self.made()]})
         if method == "GET" and path == "/api/events":
+            with self._lock:
+                if self._streams >= MAX_EVENT_STREAMS:
+                    return _json(429, {"message": f"at most {MAX_EVENT_STREAMS} event streams at once"})
+                self._streams += 1
             return Response(self._events(), content_type="text/event-stream", headers={"Cache-Control": "no-store"})
         if method == "GET" and path == "/api/file":
             return self._file(request.args.get("key", ""))
@@ -311,6 +320,11 @@ class AppPage:
         return _json(200, answer)
 
     def _complete(self, body: Any) -> Response:
+        key = body.get("key") if isinstance(body, dict) else None
+        with self._lock:
+            asked = any(made.get("key") == key and not made.get("refused") for made in self._made)
+        if not asked:  # the page completes its own uploads only (another's upload id is no key to it)
+            return _json(400, {"reason": "invalid_request", "message": "not an upload this page asked for"})
         try:
             return _json(200, self._uploads.complete(body))
         except UploadRefused as refused:
@@ -388,6 +402,13 @@ class AppPage:
     def _events(self) -> Iterator[bytes]:
         """Server-sent events: each upload's view when it changes (``data: <JSON>``), and a
         comment every few seconds so that a proxy keeps the stream open."""
+        try:
+            yield from self._stream()
+        finally:  # the client went away (or the page stops): its slot is free
+            with self._lock:
+                self._streams -= 1
+
+    def _stream(self) -> Iterator[bytes]:
         sent: dict[str, str] = {}
         quiet_since = time.monotonic()
         yield b"retry: 1000\n\n"

@@ -10,7 +10,7 @@ import queue
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer
@@ -100,13 +100,32 @@ class AtomicWrites:
                     response.close()
 
 
+#: Seconds a connection may keep the server waiting for its next bytes (a request line, a
+#: header, a part of its body) before it is closed: a client that sends part of a request
+#: and waits would otherwise hold its thread and its socket for ever. A long poll is not
+#: waited on so (the server answers it; it reads nothing meanwhile).
+READ_TIMEOUT_S: Final = 30
+#: The most connections held at once; one more is closed unanswered: idle connections
+#: opened by the thousand would take the process's file descriptors (and the machine's
+#: two cores, in the accept loop), and every client with them.
+MAX_CONNECTIONS: Final = 1024
+
+
+class TimedRequestHandler(MotoRequestHandler):
+    """moto's request handler, its socket reads bounded by :data:`READ_TIMEOUT_S`."""
+
+    timeout = READ_TIMEOUT_S
+
+
 class PooledWSGIServer(BaseWSGIServer):
     """werkzeug's WSGI server with its connections answered by a pool of daemon threads,
     instead of a new thread per connection: a connection goes to an idle thread, and a
     thread is started only when none is idle, so the pool grows to the most connections
     open at once, as many threads as werkzeug's threaded server would run then. (A bound
-    would let that many connections that send nothing, or long polls, hold up every other
-    request: a bug found by trying to break it.)
+    on threads would let that many connections that send nothing, or long polls, hold up
+    every other request: a bug found by trying to break it.) What bounds it instead: a
+    connection that stops sending is closed after :data:`READ_TIMEOUT_S`, and beyond
+    :data:`MAX_CONNECTIONS` held at once a new one is closed unanswered.
 
     werkzeug (3.x) closes every connection after one response ("Connection: close": its
     server cannot drain a request body before the next request line), so each request is
@@ -138,8 +157,12 @@ class PooledWSGIServer(BaseWSGIServer):
         super().__init__(host, port, app, handler=handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Hand the connection to an idle thread of the pool (a new one when none is idle)."""
+        """Hand the connection to an idle thread of the pool (a new one when none is idle);
+        close it unanswered when :data:`MAX_CONNECTIONS` are held already."""
         with self._lock:
+            if self._threads - self._idle >= MAX_CONNECTIONS:
+                self.shutdown_request(request)
+                return
             if self._idle == 0:
                 self._threads += 1
                 self._idle += 1
@@ -217,7 +240,7 @@ class EmbeddedServer:
         #: The check of every request's signature.
         self.authentication = Authentication(inner, self.credentials)
         self.app: Callable[..., Iterable[bytes]] = self.authentication
-        self._server: BaseWSGIServer = PooledWSGIServer(host, port, self.app, handler=MotoRequestHandler)
+        self._server: BaseWSGIServer = PooledWSGIServer(host, port, self.app, handler=TimedRequestHandler)
         # serve_forever looks for shutdown() every poll interval (0.5 s by default): every
         # embedded AWS closed would wait that long for nothing.
         self._thread = threading.Thread(

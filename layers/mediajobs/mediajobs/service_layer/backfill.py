@@ -392,7 +392,12 @@ class Backfiller:
         it any more (each that wanted it was overwritten or deleted). One whose claim was
         given back (``transient_failure``, ``collected``; its lease over) while assets still
         want it is requested on the lane again: its message may have been acknowledged (a
-        copy the request found changed), and a second one costs only a claim's read."""
+        copy the request found changed), and a second one costs only a claim's read.
+
+        Before an ended job is counted, its end is recorded in the ``next`` set of every
+        asset referencing it (:meth:`_record_end`): a job no worker ran -- failed because an
+        input failed (a new policy's, or a new key's, moderation job refusing the content)
+        -- is recorded by nothing else, and its asset would wait for it for ever."""
         keys = self._backfills.enqueued(backfill.id, SWEEP)
         rows = self._claims.find(keys) if keys else {}
         now = int(self._clock())
@@ -400,11 +405,22 @@ class Backfiller:
         for key in keys:
             row = rows.get(key)
             if row is not None and row.state == JobState.DONE:
+                self._record_end(key, row, now)
                 self._backfills.end(backfill.id, key, "done", now_s=now)
             elif row is not None and row.state == JobState.PERMANENT_FAILURE:
+                self._record_end(key, row, now)
                 self._backfills.end(backfill.id, key, "failed", now_s=now)
             elif row is None or row.state in _IDLE and row.lease_expires_at_s <= now:
                 if not self._assets.referenced(key):
                     self._backfills.end(backfill.id, key, "dropped", now_s=now)
                 elif row is not None and row.state != JobState.WAITING:  # a waiting job: its inputs request it
                     self._claims.resend(key, lane)
+
+    def _record_end(self, key: str, row: JobView, now: int) -> None:
+        """Record the ended job ``key`` (its ledger ``row``) in the ``next`` set of every asset
+        referencing it (a no-op where it is recorded already, or not in a ``next`` set)."""
+        if row.spec is None:
+            return
+        entry = entry_of(row.spec.recipe_ref, key, row)
+        for bucket, asset_key in self._assets.referrers(key):
+            self._assets.record_next(bucket, asset_key, [entry], now_s=now)

@@ -147,5 +147,11 @@ def notification_checks(stack: LocalStack, told: LocalNotifications) -> tuple[di
         "bus_events": sum(bus.values()),
         "by_type": dict(sorted(Counter(t for _, _, t in owed.values()).items())),
         "dispatch_runs_failed": told.failed_runs,
+        # for a post-mortem: the first asset versions told under more than one id
+        "duplicated": [
+            {"key": key, "type": kind, "ids": sorted(ids), "serving": serving.split("+") if serving else []}
+            for (key, _, kind, serving), ids in ids_of_version.items()
+            if len(ids) > 1
+        ][:5],
     }
     return checks, counts
