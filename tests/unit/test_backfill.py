@@ -148,6 +148,31 @@ def test_a_job_failed_without_running_is_recorded_and_a_failed_asset_moves_to_it
     assert (view.state, view.reason) == (AssetState.REJECTED, "rejected")  # refused, at its new keys
 
 
+def test_a_dropped_job_that_was_split_releases_its_parts_to_the_collection(tmp_path):
+    """A lane job split into parts (a long video) whose every asset went while the parts ran
+    is dropped, never joined: its parts, done and referenced by nothing, get the candidates
+    their join would have given them, so the collection takes them."""
+    from mediajobs.domain.parts import AUDIO_PART, Part, Split
+
+    rig = Rig(tmp_path, 1, 1)
+    [key] = rig.keys
+    backfiller = rig.backfiller()
+    backfiller.start()
+    rig.clock.advance(rig.settings.worker_timeout_s)
+    backfiller.tick(budget_s=60)
+    [job] = rig.b_jobs()
+    split = Split((Part("segment/v1/0-2000000", 0.0, None, 2.0, 2.0), Part(AUDIO_PART, 0.0, None, 2.0)), 0.0, {}, {})
+    row = rig.ledger.rows[job]
+    rig.ledger.rows[job] = dataclasses.replace(row, state=JobState.TRANSIENT_FAILURE, split=split, lease_expires_at_s=0)
+    for refs in rig.assets.refs.values():  # every asset that wanted it went
+        refs.clear()
+    [after] = backfiller.tick(budget_s=60)
+    assert after.counts.dropped == 1
+    parts = rig.backfiller()._claims.part_keys(rig.ledger.get(job))
+    assert len(parts) == 2 and all(rig.assets.candidates_of(p) for p in parts)
+    assert rig.assets.get(BUCKET, key) is not None
+
+
 def test_a_content_done_already_is_reused_and_its_assets_switch_at_once(tmp_path):
     rig = Rig(tmp_path, 20, 4)
     key = rig.keys[0]

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
-from mediajobs.domain.assets import AssetJob, AssetJobState, AssetState, AssetView
+from mediajobs.domain.assets import JOINED_PART, AssetJob, AssetJobState, AssetState, AssetView
 from mediajobs.domain.backfill import (
     BACKFILL_ID,
     Backfill,
@@ -397,7 +397,9 @@ class Backfiller:
         Before an ended job is counted, its end is recorded in the ``next`` set of every
         asset referencing it (:meth:`_record_end`): a job no worker ran -- failed because an
         input failed (a new policy's, or a new key's, moderation job refusing the content)
-        -- is recorded by nothing else, and its asset would wait for it for ever."""
+        -- is recorded by nothing else, and its asset would wait for it for ever. A dropped
+        job that was split (a video whose every asset went while its parts ran) releases its
+        parts to the collection: no join will, and they would stay for ever."""
         keys = self._backfills.enqueued(backfill.id, SWEEP)
         rows = self._claims.find(keys) if keys else {}
         now = int(self._clock())
@@ -412,6 +414,8 @@ class Backfiller:
                 self._backfills.end(backfill.id, key, "failed", now_s=now)
             elif row is None or row.state in _IDLE and row.lease_expires_at_s <= now:
                 if not self._assets.referenced(key):
+                    if row is not None:  # a video split before nothing wanted it: its parts join nothing
+                        self._release_parts(row, now)
                     self._backfills.end(backfill.id, key, "dropped", now_s=now)
                 elif row is not None and row.state != JobState.WAITING:  # a waiting job: its inputs request it
                     self._claims.resend(key, lane)
@@ -424,3 +428,10 @@ class Backfiller:
         entry = entry_of(row.spec.recipe_ref, key, row)
         for bucket, asset_key in self._assets.referrers(key):
             self._assets.record_next(bucket, asset_key, [entry], now_s=now)
+
+    def _release_parts(self, row: JobView, now: int) -> None:
+        """Give the parts of the split job ``row`` collection candidates (as its join would,
+        :data:`~mediajobs.domain.assets.JOINED_PART`): it is dropped, nothing joins them."""
+        keys = self._claims.part_keys(row)
+        if keys:
+            self._assets.release(keys, JOINED_PART, now_s=now)
